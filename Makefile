@@ -1,0 +1,43 @@
+# Thin entry points over CMake: `make run` trains the default model, `make test` runs every test.
+BUILD ?= build
+NP ?= 2
+JOBS ?= 2
+CONFIG ?= inputs/small.toml
+TRIDENT := $(BUILD)/src/trident
+
+# OpenMPI refuses to run as root without both of these; one BLAS thread per rank, since
+# every core already runs a rank.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMPI_MCA_rmaps_base_oversubscribe := 1
+export OPENBLAS_NUM_THREADS ?= 1
+
+.PHONY: all deps configure build data run test bench clean
+
+all: build
+
+deps:
+	@bash tools/install_deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > $(BUILD).configure.log 2>&1 || \
+	  { cat $(BUILD).configure.log; exit 1; }
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+data: build
+	@bash tools/prepare_kjv.sh $(TRIDENT) data
+
+run: data
+	mpirun -np $(NP) --oversubscribe $(TRIDENT) train --config $(CONFIG)
+	$(TRIDENT) generate --ckpt runs/small/checkpoints/step_000300.h5 --prompt "And God said" --tokens 200
+
+test: data
+	cd $(BUILD) && ctest --output-on-failure --timeout 900
+
+bench: data
+	bash bench/step_vs_pytorch.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(BUILD).configure.log

@@ -1,0 +1,56 @@
+// Grid construction with MPI_Cart_create / MPI_Cart_sub and the node-locality check.
+#include "comm/grid.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace trident {
+
+int grid_rank(const GridShape& s, const GridCoord& c) {
+  return c.tp + s.tp * (c.dp + s.dp * c.pp);
+}
+
+GridCoord grid_coord(const GridShape& s, int rank) {
+  GridCoord c;
+  c.tp = rank % s.tp;
+  c.dp = (rank / s.tp) % s.dp;
+  c.pp = rank / (s.tp * s.dp);
+  return c;
+}
+
+Grid::Grid(MPI_Comm world, GridShape shape) : shape_(shape) {
+  // Cartesian dims in row-major order (pp, dp, tp): the last dimension varies fastest, which
+  // is exactly grid_rank's order. reorder = 0 keeps ranks where the launcher placed them.
+  int dims[3] = {shape.pp, shape.dp, shape.tp};
+  int periods[3] = {0, 0, 0};
+  TRIDENT_MPI(MPI_Cart_create(world, 3, dims, periods, 0, &cart_));
+  TRIDENT_MPI(MPI_Comm_rank(cart_, &rank_));
+  int coords[3];
+  TRIDENT_MPI(MPI_Cart_coords(cart_, rank_, 3, coords));
+  coord_ = {coords[0], coords[1], coords[2]};
+  const int keep_pp[3] = {1, 0, 0}, keep_dp[3] = {0, 1, 0}, keep_tp[3] = {0, 0, 1};
+  TRIDENT_MPI(MPI_Cart_sub(cart_, keep_pp, &pp_));
+  TRIDENT_MPI(MPI_Cart_sub(cart_, keep_dp, &dp_));
+  TRIDENT_MPI(MPI_Cart_sub(cart_, keep_tp, &tp_));
+  // A tp group is node-local when splitting it by shared memory leaves it whole.
+  MPI_Comm node_part;
+  TRIDENT_MPI(MPI_Comm_split_type(tp_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_part));
+  int part_size = 0, local = 0, all = 0;
+  TRIDENT_MPI(MPI_Comm_size(node_part, &part_size));
+  local = part_size == shape.tp ? 1 : 0;
+  TRIDENT_MPI(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, cart_));
+  tp_node_local_ = all == 1;
+  TRIDENT_MPI(MPI_Comm_free(&node_part));
+}
+
+Grid::~Grid() {
+  for (MPI_Comm* c : {&tp_, &dp_, &pp_, &cart_})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+}
+
+std::string Grid::describe() const {
+  return fmt::format("dp={} tp={} pp={}", shape_.dp, shape_.tp, shape_.pp);
+}
+
+}  // namespace trident

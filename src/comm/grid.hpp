@@ -1,0 +1,55 @@
+// The Cartesian process grid world = pp x dp x tp (tp fastest) and its per-axis communicators.
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <string>
+
+namespace trident {
+
+struct GridShape {
+  int pp = 1, dp = 1, tp = 1;
+  int size() const { return pp * dp * tp; }
+};
+
+struct GridCoord {
+  int pp = 0, dp = 0, tp = 0;
+};
+
+// rank = tp + tp_size * (dp + dp_size * pp): a tensor-parallel group is contiguous in rank
+// order, hence on one node under the usual block rank placement. Pure functions, no MPI.
+int grid_rank(const GridShape& s, const GridCoord& c);
+GridCoord grid_coord(const GridShape& s, int rank);
+
+// Owns the Cartesian communicator and one communicator per axis (freed in the destructor).
+// Built from the communicator main() hands it; nothing below main() uses MPI_COMM_WORLD.
+class Grid {
+ public:
+  Grid(MPI_Comm world, GridShape shape);
+  ~Grid();
+  Grid(const Grid&) = delete;
+  Grid& operator=(const Grid&) = delete;
+
+  const GridShape& shape() const { return shape_; }
+  const GridCoord& coord() const { return coord_; }
+  int rank() const { return rank_; }
+  int size() const { return shape_.size(); }
+  MPI_Comm world() const { return cart_; }
+  MPI_Comm dp_comm() const { return dp_; }
+  MPI_Comm tp_comm() const { return tp_; }
+  MPI_Comm pp_comm() const { return pp_; }
+  // "dp=2 tp=1 pp=1"
+  std::string describe() const;
+  // True when every tp group shares a node; main() warns otherwise.
+  bool tp_groups_node_local() const { return tp_node_local_; }
+
+ private:
+  GridShape shape_;
+  GridCoord coord_;
+  int rank_ = 0;
+  MPI_Comm cart_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, tp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL;
+  bool tp_node_local_ = true;
+};
+
+}  // namespace trident

@@ -1,0 +1,310 @@
+// Config schema, TOML parsing, overrides, validation and TOML serialisation.
+#include "io/config.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "core/error.hpp"
+
+namespace trident {
+namespace {
+
+using FieldRef = std::variant<int*, int64_t*, double*, std::string*>;
+
+struct Field {
+  std::string section, key;
+  FieldRef ref;
+  std::string help;
+  std::string path() const { return section + "." + key; }
+};
+
+std::vector<Field> schema(Config& c) {
+  return {
+      {"run", "name", &c.run.name, "run name: outputs go to <out_dir>/<name>/"},
+      {"run", "out_dir", &c.run.out_dir, "directory for run outputs"},
+      {"run", "seed", &c.run.seed, "seed for initialisation and data order"},
+      {"run", "steps", &c.run.steps, "optimizer steps"},
+      {"run", "log_every", &c.run.log_every, "print a step line every N steps"},
+      {"run", "eval_every", &c.run.eval_every, "validation loss every N steps (0: end only)"},
+      {"run", "eval_batches", &c.run.eval_batches, "validation batches per evaluation"},
+      {"run", "checkpoint_every", &c.run.checkpoint_every, "checkpoint every N steps (0: end)"},
+      {"run", "peak_tflops", &c.run.peak_tflops, "per-rank peak TFLOP/s for MFU"},
+      {"model", "name", &c.model.name, "model name"},
+      {"model", "n_layer", &c.model.n_layer, "transformer blocks L"},
+      {"model", "n_embd", &c.model.n_embd, "channels C"},
+      {"model", "n_head", &c.model.n_head, "attention heads NH"},
+      {"model", "vocab_size", &c.model.vocab_size, "vocabulary V"},
+      {"model", "block_size", &c.model.block_size, "maximum sequence length"},
+      {"data", "train", &c.data.train, "training tokens (.bin)"},
+      {"data", "val", &c.data.val, "validation tokens (.bin)"},
+      {"train", "seq_len", &c.train.seq_len, "sequence length T"},
+      {"train", "batch_size", &c.train.batch_size, "global sequences per step"},
+      {"train", "micro_batch_size", &c.train.micro_batch_size,
+       "sequences per rank per micro-step (0: batch_size / dp)"},
+      {"optim", "lr", &c.optim.lr, "peak learning rate"},
+      {"optim", "min_lr_ratio", &c.optim.min_lr_ratio, "cosine floor as a fraction of lr"},
+      {"optim", "warmup_steps", &c.optim.warmup_steps, "linear warmup steps"},
+      {"optim", "weight_decay", &c.optim.weight_decay, "AdamW decoupled weight decay"},
+      {"optim", "beta1", &c.optim.beta1, "AdamW beta1"},
+      {"optim", "beta2", &c.optim.beta2, "AdamW beta2"},
+      {"optim", "eps", &c.optim.eps, "AdamW epsilon"},
+      {"optim", "max_norm", &c.optim.max_norm, "global gradient-norm clip (0: off)"},
+      {"parallel", "dp", &c.parallel.dp, "data-parallel replicas (0: world size / (tp*pp))"},
+      {"parallel", "tp", &c.parallel.tp, "tensor-parallel ranks"},
+      {"parallel", "pp", &c.parallel.pp, "pipeline stages"},
+  };
+}
+
+std::string valid_keys(const std::vector<Field>& fields, const std::string& section) {
+  std::string out;
+  for (const auto& f : fields)
+    if (f.section == section) out += (out.empty() ? "" : ", ") + f.key;
+  return out;
+}
+
+std::string valid_sections(const std::vector<Field>& fields) {
+  std::string out;
+  for (const auto& f : fields)
+    if (out.find("[" + f.section + "]") == std::string::npos)
+      out += (out.empty() ? "" : ", ") + ("[" + f.section + "]");
+  return out;
+}
+
+const char* type_name(const FieldRef& ref) {
+  if (std::holds_alternative<std::string*>(ref)) return "a string";
+  if (std::holds_alternative<double*>(ref)) return "a number";
+  return "an integer";
+}
+
+void assign(const Field& f, const toml::node& node, const std::string& origin) {
+  const std::string where = fmt::format("{}: key '{}'", origin, f.path());
+  std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          if (!node.is_string()) throw InputError(where + " must be a string");
+          *target = node.value<std::string>().value();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!node.is_number()) throw InputError(where + " must be a number");
+          *target = node.value<double>().value();
+        } else {
+          if (!node.is_integer()) throw InputError(where + " must be an integer");
+          const int64_t v = node.value<int64_t>().value();
+          if constexpr (std::is_same_v<T, int>) {
+            if (v < INT32_MIN || v > INT32_MAX)
+              throw InputError(where + fmt::format(" = {} is out of range", v));
+          }
+          *target = static_cast<T>(v);
+        }
+      },
+      f.ref);
+}
+
+void apply_table(Config& c, const toml::table& root, const std::string& origin,
+                 const std::string& base_dir, bool allow_from) {
+  auto fields = schema(c);
+  // A model preset first, so the run file's own [model] keys override it.
+  if (const toml::node* model = root.get("model"); model && model->is_table()) {
+    if (const toml::node* from = model->as_table()->get("from")) {
+      if (!allow_from || !from->is_string())
+        throw InputError(origin + ": key 'model.from' must be a string path to a model file");
+      const std::string path =
+          (std::filesystem::path(base_dir) / from->value<std::string>().value()).string();
+      toml::table preset;
+      try {
+        preset = toml::parse_file(path);
+      } catch (const toml::parse_error& e) {
+        throw InputError(fmt::format("{} (model.from): cannot read model file '{}': {}", origin,
+                                     path, e.description()));
+      }
+      apply_table(c, preset, path, std::filesystem::path(path).parent_path().string(), false);
+    }
+  }
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    if (!section_node.is_table())
+      throw InputError(fmt::format("{}: '{}' must be a table [{}]; valid tables: {}", origin,
+                                   section, section, valid_sections(fields)));
+    if (valid_keys(fields, section).empty())
+      throw InputError(fmt::format("{}: unknown table [{}]; valid tables: {}", origin, section,
+                                   valid_sections(fields)));
+    for (const auto& [key_node, value] : *section_node.as_table()) {
+      const std::string key(key_node.str());
+      if (section == "model" && key == "from") continue;
+      const Field* field = nullptr;
+      for (const auto& f : fields)
+        if (f.section == section && f.key == key) field = &f;
+      if (!field)
+        throw InputError(fmt::format("{}: unknown key '{}.{}'; valid keys in [{}]: {}", origin,
+                                     section, key, section, valid_keys(fields, section)));
+      assign(*field, value, origin);
+    }
+  }
+}
+
+void apply_override(Config& c, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  const auto dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw InputError(fmt::format("--set '{}': expected section.key=value, e.g. run.steps=10",
+                                 assignment));
+  const std::string section = assignment.substr(0, dot);
+  const std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  std::string value = assignment.substr(eq + 1);
+  auto fields = schema(c);
+  const Field* field = nullptr;
+  for (const auto& f : fields)
+    if (f.section == section && f.key == key) field = &f;
+  if (!field) {
+    const std::string keys = valid_keys(fields, section);
+    throw InputError(keys.empty()
+                         ? fmt::format("--set: unknown table [{}]; valid tables: {}", section,
+                                       valid_sections(fields))
+                         : fmt::format("--set: unknown key '{}.{}'; valid keys in [{}]: {}",
+                                       section, key, section, keys));
+  }
+  // Strings may be given bare on the command line; quote them for the TOML parser.
+  if (std::holds_alternative<std::string*>(field->ref) && (value.empty() || value[0] != '"'))
+    value = "\"" + value + "\"";
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    throw InputError(fmt::format("--set {}: '{}' is not {}", field->path(), value,
+                                 type_name(field->ref)));
+  }
+  assign(*field, *parsed.get("v"), "--set");
+}
+
+std::string format_value(const FieldRef& ref) {
+  return std::visit(
+      [](auto* v) -> std::string {
+        using T = std::remove_pointer_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          std::ostringstream os;
+          os << toml::value<std::string>(*v);
+          return os.str();
+        } else if constexpr (std::is_same_v<T, double>) {
+          std::string s = fmt::format("{:.17g}", *v);
+          if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+          return s;
+        } else {
+          return std::to_string(*v);
+        }
+      },
+      ref);
+}
+
+}  // namespace
+
+std::string Config::to_toml() const {
+  Config copy = *this;
+  std::string out, section;
+  for (const auto& f : schema(copy)) {
+    if (f.section != section) {
+      out += (section.empty() ? "" : "\n") + ("[" + f.section + "]\n");
+      section = f.section;
+    }
+    out += f.key + " = " + format_value(f.ref) + "\n";
+  }
+  return out;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config c;
+  c.source = path;
+  if (!std::filesystem::is_regular_file(path))
+    throw InputError(fmt::format("config file '{}' does not exist (try inputs/small.toml)", path));
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}:{}:{}: TOML syntax error: {}", path,
+                                 e.source().begin.line, e.source().begin.column,
+                                 e.description()));
+  }
+  apply_table(c, root, path, std::filesystem::path(path).parent_path().string(), true);
+  for (const auto& o : overrides) apply_override(c, o);
+  return c;
+}
+
+Config parse_config_text(const std::string& text, const std::string& origin) {
+  Config c;
+  c.source = origin;
+  toml::table root;
+  try {
+    root = toml::parse(text);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}: stored config is not valid TOML: {}", origin,
+                                 e.description()));
+  }
+  apply_table(c, root, origin, ".", false);
+  return c;
+}
+
+void validate(Config& c, int world_size) {
+  const std::string& o = c.source;
+  auto require = [&](bool ok, const std::string& msg) {
+    if (!ok) throw InputError(o + ": " + msg);
+  };
+  const ModelConfig& m = c.model;
+  require(m.n_layer >= 1 && m.n_layer <= 1024,
+          fmt::format("model.n_layer = {} must be between 1 and 1024", m.n_layer));
+  require(m.n_embd >= 1 && m.n_embd <= 65536,
+          fmt::format("model.n_embd = {} must be between 1 and 65536", m.n_embd));
+  require(m.n_head >= 1, fmt::format("model.n_head = {} must be at least 1", m.n_head));
+  require(m.n_embd % m.n_head == 0,
+          fmt::format("model.n_head = {} must divide model.n_embd = {}", m.n_head, m.n_embd));
+  require(m.vocab_size >= 2 && m.vocab_size <= 65536,
+          fmt::format("model.vocab_size = {} must be between 2 and 65536 (tokens are uint16)",
+                      m.vocab_size));
+  require(m.block_size >= 1 && m.block_size <= 1 << 20,
+          fmt::format("model.block_size = {} must be between 1 and 1048576", m.block_size));
+  const TrainSection& t = c.train;
+  require(t.seq_len >= 1 && t.seq_len <= m.block_size,
+          fmt::format("train.seq_len = {} must be between 1 and model.block_size = {}",
+                      t.seq_len, m.block_size));
+  require(t.batch_size >= 1, fmt::format("train.batch_size = {} must be positive", t.batch_size));
+  require(c.run.steps >= 0, fmt::format("run.steps = {} must not be negative", c.run.steps));
+  require(c.run.log_every >= 1, "run.log_every must be at least 1");
+  require(c.run.eval_every >= 0, "run.eval_every must not be negative");
+  require(c.run.eval_batches >= 1, "run.eval_batches must be at least 1");
+  require(c.run.checkpoint_every >= 0, "run.checkpoint_every must not be negative");
+  require(c.run.peak_tflops > 0, "run.peak_tflops must be positive");
+  require(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
+          "run.name must be a non-empty name without '/'");
+  const OptimSection& op = c.optim;
+  require(op.lr > 0 && std::isfinite(op.lr), fmt::format("optim.lr = {} must be positive", op.lr));
+  require(op.min_lr_ratio >= 0 && op.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1]");
+  require(op.warmup_steps >= 0, "optim.warmup_steps must not be negative");
+  require(op.weight_decay >= 0, "optim.weight_decay must not be negative");
+  require(op.beta1 >= 0 && op.beta1 < 1, "optim.beta1 must be in [0, 1)");
+  require(op.beta2 >= 0 && op.beta2 < 1, "optim.beta2 must be in [0, 1)");
+  require(op.eps > 0, "optim.eps must be positive");
+  require(op.max_norm >= 0, "optim.max_norm must not be negative (0 disables clipping)");
+  ParallelSection& p = c.parallel;
+  require(p.tp >= 1 && p.pp >= 1 && p.dp >= 0, "parallel.dp/tp/pp must be positive");
+  require(p.tp == 1 && p.pp == 1,
+          "parallel.tp and parallel.pp must be 1 in this version (tensor and pipeline "
+          "parallelism are not built yet); use parallel.dp");
+  if (p.dp == 0) p.dp = world_size / (p.tp * p.pp);
+  require(p.dp * p.tp * p.pp == world_size,
+          fmt::format("parallel.dp*tp*pp = {}*{}*{} = {} must equal the number of MPI ranks {}",
+                      p.dp, p.tp, p.pp, p.dp * p.tp * p.pp, world_size));
+  require(t.batch_size % p.dp == 0,
+          fmt::format("train.batch_size = {} must be divisible by parallel.dp = {}", t.batch_size,
+                      p.dp));
+  const int per_rank = t.batch_size / p.dp;
+  if (c.train.micro_batch_size == 0) c.train.micro_batch_size = per_rank;
+  require(c.train.micro_batch_size >= 1 && per_rank % c.train.micro_batch_size == 0,
+          fmt::format("train.micro_batch_size = {} must divide batch_size / dp = {}",
+                      c.train.micro_batch_size, per_rank));
+}
+
+}  // namespace trident

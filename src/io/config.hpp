@@ -1,0 +1,74 @@
+// Run configuration: TOML file + `--set key=value` overrides, every key typed and validated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace trident {
+
+struct RunSection {
+  std::string name = "run";
+  std::string out_dir = "runs";
+  int64_t seed = 1337;
+  int steps = 100;
+  int log_every = 1;
+  int eval_every = 0;  // 0: validate only at the end
+  int eval_batches = 4;
+  int checkpoint_every = 0;  // 0: checkpoint only at the end
+  double peak_tflops = 1.0;  // per rank; the denominator of MFU
+};
+
+struct DataSection {
+  std::string train = "data/kjv_train.bin";
+  std::string val = "data/kjv_val.bin";
+};
+
+struct TrainSection {
+  int seq_len = 64;           // T
+  int batch_size = 8;         // global sequences per optimizer step
+  int micro_batch_size = 0;   // sequences per rank per forward/backward; 0 = batch_size / dp
+};
+
+struct OptimSection {
+  double lr = 6e-4;
+  double min_lr_ratio = 0.1;  // cosine decay floor, as a fraction of lr
+  int warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double max_norm = 1.0;  // global-norm clipping; 0 disables it
+};
+
+struct ParallelSection {
+  int dp = 0;  // 0: derived from the world size
+  int tp = 1;
+  int pp = 1;
+};
+
+struct Config {
+  RunSection run;
+  ModelConfig model;
+  DataSection data;
+  TrainSection train;
+  OptimSection optim;
+  ParallelSection parallel;
+  std::string source;  // the file it was read from, for messages
+
+  // The resolved configuration as TOML: what `from`, defaults and overrides produced.
+  std::string to_toml() const;
+};
+
+// Reads `path` (following [model] from = "...", relative to the file), applies overrides
+// ("section.key=value"), validates. Throws InputError naming the key or file.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// Parses TOML text (a checkpoint's stored config); no `from` includes.
+Config parse_config_text(const std::string& text, const std::string& origin);
+// Checks relations between keys (heads divide C, T within the block size, ...) for a world of
+// `world_size` ranks. Throws InputError.
+void validate(Config& c, int world_size);
+
+}  // namespace trident

@@ -1,0 +1,85 @@
+// Token file reading/writing with header checks, and the hashed batch sampler.
+#include "io/dataset.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.hpp"
+#include "model/params.hpp"
+
+namespace trident {
+
+std::vector<uint16_t> read_token_file(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f)
+    throw InputError(fmt::format(
+        "data file '{}' cannot be opened (create it with `make data`, or set data.train / "
+        "data.val)",
+        path));
+  int32_t header[kTokenHeaderInts];
+  if (std::fread(header, sizeof(int32_t), kTokenHeaderInts, f.get()) != kTokenHeaderInts)
+    throw InputError(fmt::format("data file '{}' is shorter than the 1024-byte header", path));
+  if (header[0] != kTokenFileMagic)
+    throw InputError(fmt::format("data file '{}' has magic {} but a token file has {}", path,
+                                 header[0], kTokenFileMagic));
+  if (header[1] != kTokenFileVersion)
+    throw InputError(fmt::format("data file '{}' has version {}; only version {} (uint16 "
+                                 "tokens) is supported",
+                                 path, header[1], kTokenFileVersion));
+  const int64_t count = header[2];
+  const auto bytes = std::filesystem::file_size(path);
+  const uint64_t expected = kTokenHeaderInts * sizeof(int32_t) + count * sizeof(uint16_t);
+  if (count < 0 || bytes != expected)
+    throw InputError(fmt::format("data file '{}' header says {} tokens ({} bytes) but the file "
+                                 "has {} bytes: truncated or corrupt",
+                                 path, count, expected, bytes));
+  std::vector<uint16_t> tokens(static_cast<size_t>(count));
+  if (std::fread(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) != tokens.size())
+    throw InputError(fmt::format("data file '{}' could not be read completely", path));
+  return tokens;
+}
+
+void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+  if (tokens.size() > static_cast<size_t>(INT32_MAX))
+    throw InputError(fmt::format("'{}': {} tokens exceed the format's int32 count", path,
+                                 tokens.size()));
+  int32_t header[kTokenHeaderInts] = {};
+  header[0] = kTokenFileMagic;
+  header[1] = kTokenFileVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+  const std::string tmp = path + ".tmp";
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+  if (!f) throw InputError(fmt::format("cannot write '{}'", tmp));
+  bool ok = std::fwrite(header, sizeof(int32_t), kTokenHeaderInts, f.get()) == kTokenHeaderInts;
+  ok = ok && std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
+  ok = std::fclose(f.release()) == 0 && ok;
+  if (!ok) throw InputError(fmt::format("writing '{}' failed (disk full?)", tmp));
+  std::filesystem::rename(tmp, path);
+}
+
+BatchSampler::BatchSampler(const std::vector<uint16_t>& tokens, uint64_t seed, uint64_t stream,
+                           int seq_len)
+    : tokens_(tokens), seed_(seed), stream_(stream), T_(seq_len) {
+  if (tokens.size() < static_cast<size_t>(seq_len) + 1)
+    throw InputError(fmt::format("data has {} tokens, fewer than seq_len + 1 = {}",
+                                 tokens.size(), seq_len + 1));
+}
+
+void BatchSampler::fill(int64_t step, int first, int count, int32_t* inputs,
+                        int32_t* targets) const {
+  const uint64_t positions = tokens_.size() - static_cast<size_t>(T_);  // valid starts
+  const uint64_t step_key = mix64(mix64(seed_ ^ mix64(stream_)) ^ static_cast<uint64_t>(step));
+  for (int j = 0; j < count; ++j) {
+    const uint64_t i = static_cast<uint64_t>(first + j);
+    const size_t start = static_cast<size_t>(mix64(step_key ^ mix64(i + 1)) % positions);
+    for (int t = 0; t < T_; ++t) {
+      inputs[j * T_ + t] = tokens_[start + t];
+      targets[j * T_ + t] = tokens_[start + t + 1];
+    }
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,34 @@
+// Token files in llm.c's .bin format, and the layout-independent batch sampler.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+constexpr int32_t kTokenFileMagic = 20240520;
+constexpr int32_t kTokenFileVersion = 1;
+constexpr int kTokenHeaderInts = 256;
+
+// Reads a whole token file; throws InputError naming the file on a bad header or size.
+std::vector<uint16_t> read_token_file(const std::string& path);
+void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
+
+// The batch of step s is a pure function of (seed, s): sequence i of the global batch starts
+// at a position hashed from (seed, stream, s, i). Every layout reads the same tokens.
+class BatchSampler {
+ public:
+  BatchSampler(const std::vector<uint16_t>& tokens, uint64_t seed, uint64_t stream, int seq_len);
+  // Fills inputs[count*T] and targets[count*T] with global sequences [first, first+count) of
+  // the batch of `step`.
+  void fill(int64_t step, int first, int count, int32_t* inputs, int32_t* targets) const;
+  size_t size() const { return tokens_.size(); }
+
+ private:
+  const std::vector<uint16_t>& tokens_;
+  uint64_t seed_, stream_;
+  int T_;
+};
+
+}  // namespace trident

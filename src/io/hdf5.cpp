@@ -1,0 +1,126 @@
+// HDF5 helper implementations.
+#include "io/hdf5.hpp"
+
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+
+namespace trident::h5 {
+
+QuietErrors::QuietErrors() {
+  H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+Handle create_file(const std::string& path) {
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) fatal("H5Fcreate", __FILE__, __LINE__, "cannot create " + path,
+                    "check that the directory exists and is writable");
+  return Handle(id, H5Fclose);
+}
+
+Handle open_file_quiet(const std::string& path) {
+  QuietErrors quiet;
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  return Handle(id, H5Fclose);
+}
+
+Handle open_file_rw(const std::string& path) {
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  TRIDENT_H5(id);
+  return Handle(id, H5Fclose);
+}
+
+Handle create_group(hid_t parent, const std::string& name) {
+  const hid_t id = H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  TRIDENT_H5(id);
+  return Handle(id, H5Gclose);
+}
+
+void write_attr(hid_t obj, const std::string& name, const std::string& value) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  TRIDENT_H5(H5Tset_size(type, value.empty() ? 1 : value.size()));
+  TRIDENT_H5(H5Tset_cset(type, H5T_CSET_UTF8));
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attr(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  TRIDENT_H5(static_cast<hid_t>(attr));
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  TRIDENT_H5(H5Awrite(attr, type, padded.data()));
+}
+
+template <typename T>
+static void write_scalar_attr(hid_t obj, const std::string& name, hid_t type, T value) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attr(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  TRIDENT_H5(static_cast<hid_t>(attr));
+  TRIDENT_H5(H5Awrite(attr, type, &value));
+}
+
+void write_attr(hid_t obj, const std::string& name, int64_t value) {
+  write_scalar_attr(obj, name, H5T_NATIVE_INT64, value);
+}
+void write_attr(hid_t obj, const std::string& name, double value) {
+  write_scalar_attr(obj, name, H5T_NATIVE_DOUBLE, value);
+}
+
+bool has_attr(hid_t obj, const std::string& name) { return H5Aexists(obj, name.c_str()) > 0; }
+
+std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file) {
+  QuietErrors quiet;
+  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+  if (attr < 0) throw InputError(fmt::format("'{}': attribute '{}' is missing", file, name));
+  Handle type(H5Aget_type(attr), H5Tclose);
+  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0)
+    throw InputError(fmt::format("'{}': attribute '{}' is not a fixed-length string", file, name));
+  const size_t size = H5Tget_size(type);
+  std::string value(size, '\0');
+  if (H5Aread(attr, type, value.data()) < 0)
+    throw InputError(fmt::format("'{}': attribute '{}' cannot be read", file, name));
+  while (!value.empty() && value.back() == '\0') value.pop_back();
+  return value;
+}
+
+int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file) {
+  QuietErrors quiet;
+  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+  if (attr < 0) throw InputError(fmt::format("'{}': attribute '{}' is missing", file, name));
+  int64_t value = 0;
+  if (H5Aread(attr, H5T_NATIVE_INT64, &value) < 0)
+    throw InputError(fmt::format("'{}': attribute '{}' is not an integer", file, name));
+  return value;
+}
+
+void write_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                  const float* data) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  Handle dset(H5Dcreate2(parent, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                         H5P_DEFAULT),
+              H5Dclose);
+  TRIDENT_H5(static_cast<hid_t>(dset));
+  TRIDENT_H5(H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+void read_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                 float* data, const std::string& file) {
+  QuietErrors quiet;
+  Handle dset(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (dset < 0) throw InputError(fmt::format("'{}': dataset '{}' is missing", file, name));
+  Handle space(H5Dget_space(dset), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(rank > 0 ? rank : 0);
+  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  if (dims.size() != shape.size() || !std::equal(dims.begin(), dims.end(), shape.begin(),
+                                                 [](hsize_t a, int64_t b) {
+                                                   return static_cast<int64_t>(a) == b;
+                                                 }))
+    throw InputError(fmt::format("'{}': dataset '{}' has a different shape than this model "
+                                 "expects (a checkpoint of a different model?)",
+                                 file, name));
+  if (H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw InputError(fmt::format("'{}': dataset '{}' cannot be read (truncated or corrupt)", file,
+                                 name));
+}
+
+}  // namespace trident::h5

@@ -1,0 +1,76 @@
+// Small RAII and attribute helpers over the HDF5 C API, with every call checked.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trident::h5 {
+
+// Owns an HDF5 identifier and closes it with the matching H5*close.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer close) : id_(id), close_(close) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      close_ = o.close_;
+      o.id_ = H5I_INVALID_HID;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  operator hid_t() const { return id_; }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer close_ = nullptr;
+};
+
+Handle create_file(const std::string& path);  // truncates
+// Opens read-only; returns an invalid handle (no error stack printed) when it cannot.
+Handle open_file_quiet(const std::string& path);
+Handle open_file_rw(const std::string& path);
+Handle create_group(hid_t parent, const std::string& name);
+
+void write_attr(hid_t obj, const std::string& name, const std::string& value);
+void write_attr(hid_t obj, const std::string& name, int64_t value);
+void write_attr(hid_t obj, const std::string& name, double value);
+bool has_attr(hid_t obj, const std::string& name);
+// Readers throw InputError (the file is user input) when the attribute is missing or mistyped.
+std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file);
+int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file);
+
+// A float32 dataset of the given shape, written whole.
+void write_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                  const float* data);
+// Reads a float32 dataset whose shape must equal `shape`; InputError otherwise.
+void read_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                 float* data, const std::string& file);
+
+// Silences HDF5's automatic error-stack printing for the lifetime of the object.
+class QuietErrors {
+ public:
+  QuietErrors();
+  ~QuietErrors();
+  QuietErrors(const QuietErrors&) = delete;
+  QuietErrors& operator=(const QuietErrors&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+}  // namespace trident::h5

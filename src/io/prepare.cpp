@@ -1,0 +1,50 @@
+// Byte-level corpus preparation.
+#include "io/prepare.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/dataset.hpp"
+
+namespace trident {
+
+void prepare_byte_corpus(const PrepareOptions& o) {
+  if (o.val_fraction <= 0 || o.val_fraction >= 1)
+    throw InputError(fmt::format("--val-fraction {} must be in (0, 1)", o.val_fraction));
+  std::string text;
+  if (o.text_path == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(o.text_path, std::ios::binary);
+    if (!in) throw InputError(fmt::format("text file '{}' cannot be opened", o.text_path));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (text.size() < 1024)
+    throw InputError(fmt::format("'{}' holds {} bytes; a corpus needs at least 1024",
+                                 o.text_path, text.size()));
+  std::vector<uint16_t> tokens(text.size());
+  const size_t chunk = std::max<size_t>(text.size() / 10, 1);
+  for (size_t i = 0; i < text.size(); ++i) {
+    tokens[i] = static_cast<unsigned char>(text[i]);
+    if ((i + 1) % chunk == 0)
+      std::fprintf(stderr, "prepare: tokenised %zu / %zu bytes (%.0f%%)\n", i + 1, text.size(),
+                   100.0 * (i + 1) / text.size());
+  }
+  const size_t n_val = static_cast<size_t>(tokens.size() * o.val_fraction);
+  std::filesystem::create_directories(o.out_dir);
+  const std::string train = (std::filesystem::path(o.out_dir) / (o.name + "_train.bin")).string();
+  const std::string val = (std::filesystem::path(o.out_dir) / (o.name + "_val.bin")).string();
+  write_token_file(train, {tokens.begin(), tokens.end() - n_val});
+  write_token_file(val, {tokens.end() - n_val, tokens.end()});
+  std::fprintf(stderr, "prepare: wrote %s (%zu tokens) and %s (%zu tokens)\n", train.c_str(),
+               tokens.size() - n_val, val.c_str(), n_val);
+}
+
+}  // namespace trident

@@ -1,0 +1,19 @@
+// Corpus preparation: plain text -> byte-level train/val token files, with progress output.
+#pragma once
+
+#include <string>
+
+namespace trident {
+
+struct PrepareOptions {
+  std::string text_path;  // UTF-8 text; "-" reads standard input
+  std::string out_dir = "data";
+  std::string name = "corpus";
+  double val_fraction = 0.05;
+};
+
+// Writes <out_dir>/<name>_train.bin and _val.bin (vocabulary: the 256 byte values). The last
+// val_fraction of the text is the validation split, so the two never overlap.
+void prepare_byte_corpus(const PrepareOptions& options);
+
+}  // namespace trident

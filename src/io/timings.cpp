@@ -1,0 +1,82 @@
+// Timings file implementation: extendible datasets, one row per step.
+#include "io/timings.hpp"
+
+#include "core/error.hpp"
+#include "core/timer.hpp"
+
+namespace trident {
+namespace {
+
+void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t> tail,
+                       hid_t type) {
+  std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{64};
+  for (hsize_t d : tail) {
+    dims.push_back(d);
+    maxdims.push_back(d);
+    chunk.push_back(d);
+  }
+  h5::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxdims.data()),
+                   H5Sclose);
+  h5::Handle plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  TRIDENT_H5(H5Pset_chunk(plist, static_cast<int>(chunk.size()), chunk.data()));
+  h5::Handle dset(
+      H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, plist, H5P_DEFAULT), H5Dclose);
+  TRIDENT_H5(static_cast<hid_t>(dset));
+}
+
+}  // namespace
+
+TimingsWriter::TimingsWriter(const std::string& path, int ranks,
+                             const std::map<std::string, std::string>& attributes)
+    : file_(h5::create_file(path)), ranks_(ranks) {
+  for (const auto& [key, value] : attributes) h5::write_attr(file_, key, value);
+  std::string phases;
+  for (const char* p : kPhaseNames) phases += (phases.empty() ? "" : ",") + std::string(p);
+  h5::write_attr(file_, "phases", phases);
+  h5::write_attr(file_, "format_version", static_cast<int64_t>(1));
+  const hsize_t r = static_cast<hsize_t>(ranks);
+  create_extendible(file_, "step", {}, H5T_STD_I64LE);
+  for (const char* name : {"loss", "val_loss", "lr", "grad_norm", "step_seconds_max",
+                           "step_seconds_min"})
+    create_extendible(file_, name, {}, H5T_IEEE_F64LE);
+  create_extendible(file_, "tokens", {}, H5T_STD_I64LE);
+  create_extendible(file_, "phase_seconds", {r, static_cast<hsize_t>(kPhases)}, H5T_IEEE_F64LE);
+  create_extendible(file_, "peak_memory_bytes", {r}, H5T_IEEE_F64LE);
+  TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+}
+
+void TimingsWriter::append_row(const std::string& name, const void* row, hid_t type) {
+  h5::Handle dset(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), H5Dclose);
+  TRIDENT_H5(static_cast<hid_t>(dset));
+  h5::Handle space(H5Dget_space(dset), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(rank);
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  dims[0] = rows_ + 1;
+  TRIDENT_H5(H5Dset_extent(dset, dims.data()));
+  h5::Handle filespace(H5Dget_space(dset), H5Sclose);
+  std::vector<hsize_t> start(rank, 0), count(dims);
+  start[0] = rows_;
+  count[0] = 1;
+  TRIDENT_H5(H5Sselect_hyperslab(filespace, H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                                 nullptr));
+  h5::Handle memspace(H5Screate_simple(rank, count.data(), nullptr), H5Sclose);
+  TRIDENT_H5(H5Dwrite(dset, type, memspace, filespace, H5P_DEFAULT, row));
+}
+
+void TimingsWriter::append(const StepRecord& r) {
+  append_row("step", &r.step, H5T_NATIVE_INT64);
+  append_row("loss", &r.loss, H5T_NATIVE_DOUBLE);
+  append_row("val_loss", &r.val_loss, H5T_NATIVE_DOUBLE);
+  append_row("lr", &r.lr, H5T_NATIVE_DOUBLE);
+  append_row("grad_norm", &r.grad_norm, H5T_NATIVE_DOUBLE);
+  append_row("step_seconds_max", &r.step_seconds_max, H5T_NATIVE_DOUBLE);
+  append_row("step_seconds_min", &r.step_seconds_min, H5T_NATIVE_DOUBLE);
+  append_row("tokens", &r.tokens, H5T_NATIVE_INT64);
+  append_row("phase_seconds", r.phase_seconds.data(), H5T_NATIVE_DOUBLE);
+  append_row("peak_memory_bytes", r.peak_mem_bytes.data(), H5T_NATIVE_DOUBLE);
+  ++rows_;
+  TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+}
+
+}  // namespace trident

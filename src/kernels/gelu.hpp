@@ -1,0 +1,37 @@
+// GELU, tanh approximation (GPT-2's), forward and backward.
+#pragma once
+
+#include "core/types.hpp"
+#include "core/math.hpp"
+#include "kernels/region.hpp"
+
+namespace trident::kernels {
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+
+inline void gelu_forward(const Exec& exec, const Vec& out, const ConstVec& inp) {
+  Region region("trident::gelu_forward");
+  Kokkos::parallel_for(
+      "gelu_forward", Kokkos::RangePolicy<Exec>(exec, 0, inp.extent(0)), KOKKOS_LAMBDA(size_t i) {
+        const float x = inp(i);
+        out(i) = 0.5f * x * (1.0f + kmath::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+      });
+}
+
+// dinp = dout * gelu'(inp). May alias dinp with dout.
+inline void gelu_backward(const Exec& exec, const Vec& dinp, const ConstVec& inp,
+                          const ConstVec& dout) {
+  Region region("trident::gelu_backward");
+  Kokkos::parallel_for(
+      "gelu_backward", Kokkos::RangePolicy<Exec>(exec, 0, inp.extent(0)), KOKKOS_LAMBDA(size_t i) {
+        const float x = inp(i);
+        const float u = kGeluScale * (x + 0.044715f * x * x * x);
+        const float th = kmath::tanh(u);
+        const float sech2 = 1.0f - th * th;
+        const float grad =
+            0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp(i) = dout(i) * grad;
+      });
+}
+
+}  // namespace trident::kernels

@@ -1,0 +1,46 @@
+// Fully connected layer y = x W^T + b with W stored [out, in] (PyTorch's nn.Linear layout).
+#pragma once
+
+#include "core/types.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/region.hpp"
+
+namespace trident::kernels {
+
+// out[N,OC] = inp[N,IC] * weight[OC,IC]^T + bias[OC]; bias may be empty (extent 0).
+inline void linear_forward(const Exec& exec, const Mat& out, const ConstMat& inp,
+                           const ConstMat& weight, const ConstVec& bias) {
+  Region region("trident::linear_forward");
+  float beta = 0.0f;
+  if (bias.extent(0) > 0) {
+    const int OC = static_cast<int>(out.extent(1));
+    Kokkos::parallel_for(
+        "linear_bias", Kokkos::RangePolicy<Exec>(exec, 0, out.extent(0)), KOKKOS_LAMBDA(int n) {
+          for (int o = 0; o < OC; ++o) out(n, o) = bias(o);
+        });
+    beta = 1.0f;
+  }
+  gemm(exec, 'N', 'T', 1.0f, inp, weight, beta, out);
+}
+
+// dinp[N,IC] (+)= dout * weight; dweight[OC,IC] += dout^T * inp; dbias[OC] += column sums.
+// `accumulate_dinp` chooses += (the input feeds several consumers) or = (it feeds only this one).
+inline void linear_backward(const Exec& exec, const Mat& dinp, const Mat& dweight,
+                            const Vec& dbias, const ConstMat& dout, const ConstMat& inp,
+                            const ConstMat& weight, bool accumulate_dinp) {
+  Region region("trident::linear_backward");
+  gemm(exec, 'N', 'N', 1.0f, dout, weight, accumulate_dinp ? 1.0f : 0.0f, dinp);
+  gemm(exec, 'T', 'N', 1.0f, dout, inp, 1.0f, dweight);
+  if (dbias.extent(0) > 0) {
+    const int N = static_cast<int>(dout.extent(0));
+    Kokkos::parallel_for(
+        "linear_backward_bias", Kokkos::RangePolicy<Exec>(exec, 0, dout.extent(1)),
+        KOKKOS_LAMBDA(int o) {
+          float sum = 0.f;
+          for (int n = 0; n < N; ++n) sum += dout(n, o);
+          dbias(o) += sum;
+        });
+  }
+}
+
+}  // namespace trident::kernels

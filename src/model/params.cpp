@@ -1,0 +1,101 @@
+// Parameter table construction and the counter-based initialiser (GPT-2's scheme).
+#include "model/params.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace trident {
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t parameter_count(const ModelConfig& m) { return ParamTable(m).total_numel(); }
+
+double flops_per_token(const ModelConfig& m, int T) {
+  return 6.0 * static_cast<double>(parameter_count(m)) +
+         12.0 * m.n_layer * static_cast<double>(m.n_embd) * T;
+}
+
+ParamTable::ParamTable(const ModelConfig& m) {
+  const int64_t C = m.n_embd, V = m.vocab_size, T = m.block_size;
+  const float std = 0.02f;
+  // GPT-2 scales the residual projections so the residual stream's variance does not grow
+  // with depth: two residual additions per layer.
+  const float residual_std = std / std::sqrt(2.0f * m.n_layer);
+  auto add = [&](std::string name, std::vector<int64_t> shape, int split_dim, int groups,
+                 int layer, InitKind init, float init_std, bool decay) {
+    ParamSpec p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.tp_split_dim = split_dim;
+    p.tp_split_groups = groups;
+    p.layer = layer;
+    p.init = init;
+    p.init_std = init_std;
+    p.weight_decay = decay;
+    p.offset = total_;
+    total_ += p.numel();
+    specs_.push_back(std::move(p));
+  };
+  add("wte", {V, C}, 0, 1, -1, InitKind::kNormal, std, true);  // vocabulary-parallel
+  add("wpe", {T, C}, -1, 1, -1, InitKind::kNormal, std, true);
+  for (int l = 0; l < m.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    add(h + "ln_1.weight", {C}, -1, 1, l, InitKind::kOnes, 0, false);
+    add(h + "ln_1.bias", {C}, -1, 1, l, InitKind::kZeros, 0, false);
+    add(h + "attn.qkv.weight", {3 * C, C}, 0, 3, l, InitKind::kNormal, std, true);  // column
+    add(h + "attn.qkv.bias", {3 * C}, 0, 3, l, InitKind::kZeros, 0, false);
+    add(h + "attn.proj.weight", {C, C}, 1, 1, l, InitKind::kNormal, residual_std, true);  // row
+    add(h + "attn.proj.bias", {C}, -1, 1, l, InitKind::kZeros, 0, false);
+    add(h + "ln_2.weight", {C}, -1, 1, l, InitKind::kOnes, 0, false);
+    add(h + "ln_2.bias", {C}, -1, 1, l, InitKind::kZeros, 0, false);
+    add(h + "mlp.fc.weight", {4 * C, C}, 0, 1, l, InitKind::kNormal, std, true);  // column
+    add(h + "mlp.fc.bias", {4 * C}, 0, 1, l, InitKind::kZeros, 0, false);
+    add(h + "mlp.proj.weight", {C, 4 * C}, 1, 1, l, InitKind::kNormal, residual_std, true);  // row
+    add(h + "mlp.proj.bias", {C}, -1, 1, l, InitKind::kZeros, 0, false);
+  }
+  add("ln_f.weight", {C}, -1, 1, m.n_layer, InitKind::kOnes, 0, false);
+  add("ln_f.bias", {C}, -1, 1, m.n_layer, InitKind::kZeros, 0, false);
+}
+
+const ParamSpec& ParamTable::at(const std::string& name) const {
+  for (const auto& p : specs_)
+    if (p.name == name) return p;
+  throw std::out_of_range("no parameter named " + name);
+}
+
+uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {  // FNV-1a, then mixed
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return mix64(h);
+}
+
+float initial_value(uint64_t seed, const ParamSpec& spec, int64_t global_index) {
+  switch (spec.init) {
+    case InitKind::kZeros: return 0.0f;
+    case InitKind::kOnes: return 1.0f;
+    case InitKind::kNormal: break;
+  }
+  const uint64_t key = mix64(seed ^ hash_name(spec.name));
+  const uint64_t bits = mix64(key ^ mix64(static_cast<uint64_t>(global_index)));
+  // Box-Muller on two 32-bit uniforms; u1 in (0, 1] so the log is finite.
+  const double u1 = (static_cast<double>(bits >> 32) + 1.0) / 4294967296.0;
+  const double u2 = static_cast<double>(bits & 0xffffffffULL) / 4294967296.0;
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  return static_cast<float>(z * spec.init_std);
+}
+
+}  // namespace trident

@@ -1,0 +1,19 @@
+// The training driver: data, model, optimizer, step loop, logging, timings and checkpoints.
+#pragma once
+
+#include <string>
+
+#include "comm/grid.hpp"
+#include "io/config.hpp"
+
+namespace trident {
+
+struct TrainOptions {
+  std::string resume;  // checkpoint to continue from, or empty
+};
+
+// Runs training on this rank's part of `grid`. Throws InputError before any output is written
+// when the config, data or checkpoint is unusable. Returns the process exit status.
+int train(Config config, const Grid& grid, const TrainOptions& options);
+
+}  // namespace trident

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages trident needs, only those missing (idempotent, no-op when present).
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config git
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
+  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+  libgtest-dev libbenchmark-dev libtomlplusplus-dev libcli11-dev libfmt-dev
+  python3-torch python3-h5py python3-numpy
+  bible-kjv
+)
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install_deps: missing packages and not root; run as root or install: ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
