@@ -39,14 +39,15 @@ Handle create_group(hid_t parent, const std::string& name) {
 }
 
 void write_attr(hid_t obj, const std::string& name, const std::string& value) {
+  // Variable-length UTF-8, which h5py reads back as str (fixed-length comes back as bytes).
   Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  TRIDENT_H5(H5Tset_size(type, value.empty() ? 1 : value.size()));
+  TRIDENT_H5(H5Tset_size(type, H5T_VARIABLE));
   TRIDENT_H5(H5Tset_cset(type, H5T_CSET_UTF8));
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   Handle attr(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   TRIDENT_H5(static_cast<hid_t>(attr));
-  const std::string padded = value.empty() ? std::string(1, '\0') : value;
-  TRIDENT_H5(H5Awrite(attr, type, padded.data()));
+  const char* data = value.c_str();
+  TRIDENT_H5(H5Awrite(attr, type, &data));
 }
 
 template <typename T>
@@ -71,10 +72,17 @@ std::string read_attr_string(hid_t obj, const std::string& name, const std::stri
   Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
   if (attr < 0) throw InputError(fmt::format("'{}': attribute '{}' is missing", file, name));
   Handle type(H5Aget_type(attr), H5Tclose);
-  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0)
-    throw InputError(fmt::format("'{}': attribute '{}' is not a fixed-length string", file, name));
-  const size_t size = H5Tget_size(type);
-  std::string value(size, '\0');
+  if (H5Tget_class(type) != H5T_STRING)
+    throw InputError(fmt::format("'{}': attribute '{}' is not a string", file, name));
+  if (H5Tis_variable_str(type) > 0) {
+    char* data = nullptr;
+    if (H5Aread(attr, type, &data) < 0 || data == nullptr)
+      throw InputError(fmt::format("'{}': attribute '{}' cannot be read", file, name));
+    std::string value(data);
+    H5free_memory(data);
+    return value;
+  }
+  std::string value(H5Tget_size(type), '\0');
   if (H5Aread(attr, type, value.data()) < 0)
     throw InputError(fmt::format("'{}': attribute '{}' cannot be read", file, name));
   while (!value.empty() && value.back() == '\0') value.pop_back();

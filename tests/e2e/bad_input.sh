@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Each bad input exits with status 2, prints a message naming the problem, and writes nothing.
+set -uo pipefail
+trident=$1 src=$2 work=$3
+rm -rf "$work" && mkdir -p "$work" && cd "$src"
+failures=0 cases=0
+expect_bad() {  # description, expected message fragment, command...
+  local what=$1 needle=$2; shift 2
+  cases=$((cases + 1))
+  rm -rf "$work/out"
+  "$@" > "$work/stdout" 2> "$work/stderr"
+  local rc=$?
+  if [ $rc -ne 2 ]; then
+    echo "FAIL [$what]: exit status $rc, expected 2"; cat "$work/stderr"; failures=$((failures + 1)); return
+  fi
+  if ! grep -qF -- "$needle" "$work/stderr"; then
+    echo "FAIL [$what]: stderr lacks '$needle':"; cat "$work/stderr"; failures=$((failures + 1)); return
+  fi
+  if [ -e "$work/out" ]; then
+    echo "FAIL [$what]: wrote $work/out"; failures=$((failures + 1)); return
+  fi
+  echo "ok   [$what]: $(head -n 1 "$work/stderr")"
+}
+train=("$trident" train --config inputs/tiny.toml --set run.out_dir="$work/out")
+
+# A valid checkpoint of a different model, and some broken files.
+"$trident" train --config inputs/tiny.toml --set run.steps=1 --set run.out_dir="$work/ok" > /dev/null
+good_ckpt="$work/ok/tiny/checkpoints/step_000001.h5"
+head -c 3000 "$good_ckpt" > "$work/truncated.h5"
+head -c 5000 /dev/urandom > "$work/garbage.h5"
+head -c 4000 /dev/urandom > "$work/garbage.bin"
+head -c 1500 data/kjv_val.bin > "$work/short.bin"
+printf '[run\nsteps = 3\n' > "$work/syntax.toml"
+printf '[train]\nbatch_size = "eight"\n' > "$work/type.toml"
+printf '[train]\nbatch_sizes = 4\n' > "$work/unknown.toml"
+
+expect_bad "unknown key" "unknown key 'run.stepz'" "${train[@]}" --set run.stepz=3
+expect_bad "unknown key in file" "unknown key 'train.batch_sizes'" "$trident" train --config "$work/unknown.toml" --set run.out_dir="$work/out"
+expect_bad "wrong type in file" "'train.batch_size' must be an integer" "$trident" train --config "$work/type.toml" --set run.out_dir="$work/out"
+expect_bad "wrong type in --set" "is not an integer" "${train[@]}" --set run.steps=ten
+expect_bad "TOML syntax" "TOML syntax error" "$trident" train --config "$work/syntax.toml"
+expect_bad "missing config" "does not exist" "$trident" train --config "$work/none.toml"
+expect_bad "heads do not divide C" "model.n_head = 5 must divide model.n_embd = 32" "${train[@]}" --set model.n_head=5
+expect_bad "T above block size" "train.seq_len = 64 must be between 1 and model.block_size = 32" "${train[@]}" --set train.seq_len=64
+expect_bad "negative lr" "optim.lr" "${train[@]}" --set optim.lr=-0.1
+expect_bad "zero batch" "train.batch_size" "${train[@]}" --set train.batch_size=0
+expect_bad "dp mismatch" "must equal the number of MPI ranks 1" "${train[@]}" --set parallel.dp=3
+expect_bad "tp not built" "parallel.tp" "${train[@]}" --set parallel.tp=2
+expect_bad "missing data file" "/nonexistent/train.bin" "${train[@]}" --set data.train=/nonexistent/train.bin
+expect_bad "garbage data file" "has magic" "${train[@]}" --set data.train="$work/garbage.bin"
+expect_bad "truncated data file" "truncated or corrupt" "${train[@]}" --set data.val="$work/short.bin"
+expect_bad "token beyond vocab" "model.vocab_size = 100" "${train[@]}" --set model.vocab_size=100
+expect_bad "resume missing" "does not exist" "${train[@]}" --resume "$work/none.h5"
+expect_bad "resume garbage" "not a readable HDF5 file" "${train[@]}" --resume "$work/garbage.h5"
+expect_bad "resume truncated" "truncated or corrupt" "${train[@]}" --resume "$work/truncated.h5"
+expect_bad "resume other model" "holds a different model" "${train[@]}" --set model.n_layer=3 --resume "$good_ckpt"
+expect_bad "generate garbage" "not a readable HDF5 file" "$trident" generate --ckpt "$work/garbage.h5" --prompt hi
+expect_bad "generate temperature" "--temperature must be positive" "$trident" generate --ckpt "$good_ckpt" --temperature 0
+expect_bad "unknown option" "--bogus" "$trident" train --config inputs/tiny.toml --bogus
+expect_bad "no subcommand" "subcommand" "$trident"
+
+echo "$((cases - failures)) passed, $failures failed"
+[ $failures -eq 0 ]

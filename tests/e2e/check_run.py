@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""Reads trident's HDF5 outputs (timings.h5, checkpoints) with h5py and checks them."""
+import argparse
+import math
+import sys
+import tomllib
+
+import h5py
+import numpy as np
+
+PHASES = ["forward", "backward", "recompute", "tp_comm", "pp_wait", "dp_comm", "optimizer",
+          "zero_gather", "io"]
+
+
+def fail(msg):
+    print(f"FAIL: {msg}")
+    sys.exit(1)
+
+
+def schema(args):
+    with h5py.File(args.timings, "r") as f:
+        for attr in ["config", "layout", "git_revision", "hostnames", "slurm_job_id",
+                     "start_time", "phases", "format_version"]:
+            if attr not in f.attrs:
+                fail(f"attribute {attr} missing")
+        config = tomllib.loads(f.attrs["config"])
+        if config["run"]["steps"] != args.steps:
+            fail(f"stored config has steps={config['run']['steps']}, expected {args.steps}")
+        if f.attrs["phases"].split(",") != PHASES:
+            fail(f"phases attribute is {f.attrs['phases']}")
+        if len(f.attrs["hostnames"].split(",")) != args.ranks:
+            fail("one hostname per rank expected")
+        rows = args.steps
+        for name in ["step", "loss", "val_loss", "lr", "grad_norm", "tokens",
+                     "step_seconds_max", "step_seconds_min"]:
+            if f[name].shape != (rows,):
+                fail(f"{name} has shape {f[name].shape}, expected ({rows},)")
+        if f["phase_seconds"].shape != (rows, args.ranks, len(PHASES)):
+            fail(f"phase_seconds has shape {f['phase_seconds'].shape}")
+        if f["peak_memory_bytes"].shape != (rows, args.ranks):
+            fail("peak_memory_bytes shape")
+        if list(f["step"][:]) != list(range(1, rows + 1)):
+            fail("step column is not 1..steps")
+        ph = f["phase_seconds"][:]
+        for p in ["forward", "backward", "optimizer"]:
+            if not (ph[:, :, PHASES.index(p)] > 0).all():
+                fail(f"phase {p} not recorded on every step and rank")
+        io = ph[:, 0, PHASES.index("io")]
+        every = config["run"]["checkpoint_every"]
+        for s in range(rows):
+            wrote = (s + 1) == rows or (every > 0 and (s + 1) % every == 0)
+            if wrote != (io[s] > 0):
+                fail(f"io phase at step {s + 1} is {io[s]} but a checkpoint was {'' if wrote else 'not '}written")
+        if not np.isfinite(f["loss"][:]).all():
+            fail("non-finite loss")
+        val = f["val_loss"][:]
+        if not math.isfinite(val[-1]):
+            fail("no validation loss at the last step")
+        if (f["step_seconds_max"][:] < f["step_seconds_min"][:]).any():
+            fail("max step time below min")
+        if (f["tokens"][:] <= 0).any():
+            fail("tokens column")
+    print(f"timings schema ok: {rows} rows x {args.ranks} ranks x {len(PHASES)} phases")
+
+
+def losses(path):
+    with h5py.File(path, "r") as f:
+        return dict(zip(f["step"][:].tolist(), f["loss"][:].tolist()))
+
+
+def compare(args):
+    a, b = losses(args.a), losses(args.b)
+    common = sorted(set(a) & set(b))
+    if args.from_step:
+        common = [s for s in common if s >= args.from_step]
+    if len(common) < args.min_steps:
+        fail(f"only {len(common)} common steps")
+    worst = 0.0
+    for s in common:
+        if args.exact:
+            if a[s] != b[s]:
+                fail(f"step {s}: loss {a[s]!r} != {b[s]!r} (bit-identity expected)")
+        else:
+            rel = abs(a[s] - b[s]) / abs(a[s])
+            worst = max(worst, rel)
+            if rel > args.rtol:
+                fail(f"step {s}: loss {a[s]} vs {b[s]}, relative difference {rel:.3g} > {args.rtol}")
+    print(f"losses agree on steps {common[0]}..{common[-1]}"
+          + (" bit for bit" if args.exact else f" (worst relative difference {worst:.3g})"))
+
+
+def params_equal(args):
+    with h5py.File(args.a, "r") as fa, h5py.File(args.b, "r") as fb:
+        for group in ["params", "optim/m", "optim/v"]:
+            for name in fa[group]:
+                if not np.array_equal(fa[group][name][:], fb[group][name][:]):
+                    fail(f"{group}/{name} differs")
+    print("checkpoints identical")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("schema")
+    s.add_argument("timings")
+    s.add_argument("--steps", type=int, required=True)
+    s.add_argument("--ranks", type=int, default=1)
+    c = sub.add_parser("compare")
+    c.add_argument("a")
+    c.add_argument("b")
+    c.add_argument("--from-step", type=int, default=0)
+    c.add_argument("--min-steps", type=int, default=1)
+    c.add_argument("--exact", action="store_true")
+    c.add_argument("--rtol", type=float, default=1e-5)
+    e = sub.add_parser("params-equal")
+    e.add_argument("a")
+    e.add_argument("b")
+    args = p.parse_args()
+    {"schema": schema, "compare": compare, "params-equal": params_equal}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+// Config parsing and validation: every bad input names the key or file and what is valid.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "io/config.hpp"
+
+using namespace trident;
+
+namespace {
+
+std::string write_config(const std::string& text) {
+  static int counter = 0;
+  const auto dir = std::filesystem::temp_directory_path() / "trident_config_test";
+  std::filesystem::create_directories(dir / "models");
+  std::ofstream(dir / "models" / "m.toml") << "[model]\nn_layer = 3\nn_embd = 48\nn_head = 4\n";
+  const auto path = dir / ("c" + std::to_string(counter++) + ".toml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+// The InputError message from loading + validating `text` for a world of `ranks`.
+std::string error_of(const std::string& text, std::vector<std::string> overrides = {},
+                     int ranks = 1) {
+  try {
+    Config c = load_config(write_config(text), overrides);
+    validate(c, ranks);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_error(const std::string& text, const std::string& needle,
+                  std::vector<std::string> overrides = {}, int ranks = 1) {
+  const std::string msg = error_of(text, std::move(overrides), ranks);
+  EXPECT_NE(msg.find(needle), std::string::npos) << "message: '" << msg << "'";
+}
+
+}  // namespace
+
+TEST(Config, DefaultsAndModelPresetAndOverrides) {
+  Config c = load_config(write_config("[model]\nfrom = \"models/m.toml\"\nn_head = 3\n"),
+                         {"run.steps=7", "optim.lr=0.5", "run.name=abc"});
+  validate(c, 2);
+  EXPECT_EQ(c.model.n_layer, 3);   // from the preset
+  EXPECT_EQ(c.model.n_embd, 48);
+  EXPECT_EQ(c.model.n_head, 3);    // the run file overrides the preset
+  EXPECT_EQ(c.run.steps, 7);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.5);
+  EXPECT_EQ(c.run.name, "abc");
+  EXPECT_EQ(c.parallel.dp, 2);  // derived from the world size
+  EXPECT_EQ(c.train.micro_batch_size, c.train.batch_size / 2);
+}
+
+TEST(Config, TomlRoundTripIsExact) {
+  Config c = load_config(write_config("[optim]\nlr = 3.3e-4\n[run]\nname = \"x y\"\n"), {});
+  validate(c, 1);
+  Config back = parse_config_text(c.to_toml(), "roundtrip");
+  EXPECT_EQ(back.to_toml(), c.to_toml());
+  EXPECT_DOUBLE_EQ(back.optim.lr, 3.3e-4);
+  EXPECT_EQ(back.run.name, "x y");
+}
+
+TEST(Config, BadInputNamesTheKey) {
+  expect_error("[train]\nbatchsize = 4\n", "unknown key 'train.batchsize'");
+  expect_error("[train]\nbatchsize = 4\n", "batch_size");  // lists the valid keys
+  expect_error("[trian]\nbatch_size = 4\n", "unknown table [trian]");
+  expect_error("[train]\nbatch_size = \"four\"\n", "'train.batch_size' must be an integer");
+  expect_error("[optim]\nlr = \"fast\"\n", "'optim.lr' must be a number");
+  expect_error("[run]\nname = 3\n", "'run.name' must be a string");
+  expect_error("[train]\nbatch_size = 99999999999\n", "out of range");
+  expect_error("train = 3\n", "must be a table");
+  expect_error("[model]\nn_embd = 50\nn_head = 4\n", "model.n_head = 4 must divide");
+  expect_error("[model]\nblock_size = 16\n[train]\nseq_len = 32\n",
+               "train.seq_len = 32 must be between 1 and model.block_size = 16");
+  expect_error("[model]\nn_layer = -2\n", "model.n_layer");
+  expect_error("[model]\nvocab_size = 70000\n", "model.vocab_size");
+  expect_error("[optim]\nlr = -1.0\n", "optim.lr");
+  expect_error("[optim]\nbeta2 = 1.0\n", "optim.beta2");
+  expect_error("[run]\nsteps = -5\n", "run.steps");
+  expect_error("[train]\nbatch_size = 0\n", "train.batch_size");
+  expect_error("[train]\nbatch_size = 6\n", "divisible by parallel.dp = 4", {}, 4);
+  expect_error("[train]\nbatch_size = 8\nmicro_batch_size = 3\n", "train.micro_batch_size");
+  expect_error("[parallel]\ndp = 3\n", "must equal the number of MPI ranks 2", {}, 2);
+  expect_error("[model]\nfrom = \"models/none.toml\"\n", "cannot read model file");
+  expect_error("[run\n", "TOML syntax error");
+}
+
+TEST(Config, BadOverridesNameTheKey) {
+  expect_error("", "unknown key 'run.stepz'", {"run.stepz=3"});
+  expect_error("", "expected section.key=value", {"steps=3"});
+  expect_error("", "'1.5x' is not an integer", {"run.steps=1.5x"});
+  expect_error("", "unknown table [nope]", {"nope.x=1"});
+}
+
+TEST(Config, MissingFileIsNamed) {
+  try {
+    load_config("/nonexistent/run.toml", {});
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/run.toml"), std::string::npos);
+  }
+}

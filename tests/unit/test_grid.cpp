@@ -1,0 +1,36 @@
+// Rank <-> (pp, dp, tp) coordinates: tp fastest, a pure function tested for several shapes.
+#include <gtest/gtest.h>
+
+#include "comm/grid.hpp"
+
+using namespace trident;
+
+TEST(GridMapping, TensorParallelVariesFastest) {
+  const GridShape s{2, 2, 2};  // pp, dp, tp
+  EXPECT_EQ(grid_rank(s, {0, 0, 1}), 1);
+  EXPECT_EQ(grid_rank(s, {0, 1, 0}), 2);
+  EXPECT_EQ(grid_rank(s, {1, 0, 0}), 4);
+  EXPECT_EQ(grid_rank(s, {1, 1, 1}), 7);
+}
+
+TEST(GridMapping, RoundTripsForSeveralShapes) {
+  for (const GridShape s : {GridShape{1, 1, 1}, GridShape{1, 8, 1}, GridShape{2, 2, 2},
+                            GridShape{4, 1, 2}, GridShape{3, 5, 4}, GridShape{1, 3, 8}}) {
+    for (int r = 0; r < s.size(); ++r) {
+      const GridCoord c = grid_coord(s, r);
+      EXPECT_GE(c.tp, 0);
+      EXPECT_LT(c.tp, s.tp);
+      EXPECT_LT(c.dp, s.dp);
+      EXPECT_LT(c.pp, s.pp);
+      EXPECT_EQ(grid_rank(s, c), r);
+    }
+  }
+}
+
+TEST(GridLive, SingleRankGridMatchesThePureMapping) {
+  Grid grid(MPI_COMM_WORLD, GridShape{1, 1, 1});
+  EXPECT_EQ(grid.rank(), 0);
+  EXPECT_EQ(grid.coord().dp, 0);
+  EXPECT_TRUE(grid.tp_groups_node_local());
+  EXPECT_EQ(grid.describe(), "dp=1 tp=1 pp=1");
+}

@@ -1,0 +1,337 @@
+// Each kernel against a naive loop on random inputs, and each backward against central
+// finite differences of a random linear functional of its output.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/linear.hpp"
+#include "kernels/residual.hpp"
+
+using namespace trident;
+using namespace trident::kernels;
+
+namespace {
+
+View1 random_view(size_t n, unsigned seed, float scale = 1.0f) {
+  View1 v("r", n);
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  for (size_t i = 0; i < n; ++i) v(i) = dist(gen);
+  return v;
+}
+
+View1 copy_of(const View1& v) {
+  View1 c("c", v.extent(0));
+  Kokkos::deep_copy(c, v);
+  return c;
+}
+
+double dot(const View1& a, const View1& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.extent(0); ++i) s += static_cast<double>(a(i)) * b(i);
+  return s;
+}
+
+// Checks analytic[i] against (f(x + h e_i) - f(x - h e_i)) / 2h for every element of x.
+// Float forward passes: h = 1e-2 keeps truncation error ~h^2 and rounding ~1e-7/h small.
+void expect_matches_finite_differences(View1 x, const View1& analytic,
+                                       const std::function<double()>& f, double tol = 2e-2) {
+  const float h = 1e-2f;
+  double max_abs = 0, max_err = 0;
+  for (size_t i = 0; i < x.extent(0); ++i) {
+    const float saved = x(i);
+    x(i) = saved + h;
+    const double fp = f();
+    x(i) = saved - h;
+    const double fm = f();
+    x(i) = saved;
+    const double numeric = (fp - fm) / (2.0 * h);
+    max_abs = std::max(max_abs, std::abs(numeric));
+    max_err = std::max(max_err, std::abs(numeric - analytic(i)));
+  }
+  EXPECT_LE(max_err, tol * std::max(max_abs, 1e-3)) << "max |numeric - analytic| = " << max_err
+                                                     << ", max |numeric| = " << max_abs;
+}
+
+const Exec exec;
+
+}  // namespace
+
+TEST(Kernels, LinearForwardMatchesNaiveLoop) {
+  const int N = 7, IC = 5, OC = 6;
+  View1 x = random_view(N * IC, 1), w = random_view(OC * IC, 2), b = random_view(OC, 3);
+  View1 y("y", N * OC);
+  linear_forward(exec, window(y, 0, N, OC), window(x, 0, N, IC), window(w, 0, OC, IC), b);
+  exec.fence();
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double ref = b(o);
+      for (int i = 0; i < IC; ++i) ref += static_cast<double>(x(n * IC + i)) * w(o * IC + i);
+      EXPECT_NEAR(y(n * OC + o), ref, 1e-5);
+    }
+}
+
+TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
+  const int N = 4, IC = 5, OC = 3;
+  View1 x = random_view(N * IC, 4), w = random_view(OC * IC, 5), b = random_view(OC, 6);
+  View1 r = random_view(N * OC, 7), y("y", N * OC);
+  auto f = [&] {
+    linear_forward(exec, window(y, 0, N, OC), window(x, 0, N, IC), window(w, 0, OC, IC), b);
+    exec.fence();
+    return dot(y, r);
+  };
+  View1 dx("dx", N * IC), dw("dw", OC * IC), db("db", OC);
+  linear_backward(exec, window(dx, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
+                  window(x, 0, N, IC), window(w, 0, OC, IC), false);
+  exec.fence();
+  expect_matches_finite_differences(x, dx, f);
+  expect_matches_finite_differences(w, dw, f);
+  expect_matches_finite_differences(b, db, f);
+}
+
+TEST(Kernels, LinearBackwardAccumulatesWhenAsked) {
+  const int N = 3, IC = 4, OC = 2;
+  View1 x = random_view(N * IC, 8), w = random_view(OC * IC, 9), r = random_view(N * OC, 10);
+  View1 dx1("dx1", N * IC), dw("dw", OC * IC), db("db", OC);
+  linear_backward(exec, window(dx1, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
+                  window(x, 0, N, IC), window(w, 0, OC, IC), false);
+  View1 dx2 = copy_of(dx1);
+  linear_backward(exec, window(dx2, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
+                  window(x, 0, N, IC), window(w, 0, OC, IC), true);
+  exec.fence();
+  for (int i = 0; i < N * IC; ++i) EXPECT_NEAR(dx2(i), 2 * dx1(i), 1e-6);
+}
+
+TEST(Kernels, LayerNormForwardMatchesNaiveLoop) {
+  const int N = 5, C = 8;
+  View1 x = random_view(N * C, 11, 3.0f), w = random_view(C, 12), b = random_view(C, 13);
+  View1 y("y", N * C), mean("m", N), rstd("s", N);
+  layernorm_forward(exec, window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b);
+  exec.fence();
+  for (int n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += x(n * C + c);
+    m /= C;
+    for (int c = 0; c < C; ++c) v += (x(n * C + c) - m) * (x(n * C + c) - m);
+    v /= C;
+    for (int c = 0; c < C; ++c)
+      EXPECT_NEAR(y(n * C + c), (x(n * C + c) - m) / std::sqrt(v + 1e-5) * w(c) + b(c), 1e-5);
+  }
+}
+
+TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
+  const int N = 3, C = 6;
+  View1 x = random_view(N * C, 14), w = random_view(C, 15), b = random_view(C, 16);
+  View1 r = random_view(N * C, 17), y("y", N * C), mean("m", N), rstd("s", N);
+  auto f = [&] {
+    layernorm_forward(exec, window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b);
+    exec.fence();
+    return dot(y, r);
+  };
+  f();
+  View1 dx("dx", N * C), dw("dw", C), db("db", C);
+  layernorm_backward(exec, window(dx, 0, N, C), dw, db, window(r, 0, N, C), window(x, 0, N, C),
+                     w, mean, rstd);
+  exec.fence();
+  expect_matches_finite_differences(x, dx, f);
+  expect_matches_finite_differences(w, dw, f);
+  expect_matches_finite_differences(b, db, f);
+}
+
+TEST(Kernels, GeluMatchesFormulaAndFiniteDifferences) {
+  const int n = 50;
+  View1 x = random_view(n, 18, 2.0f), y("y", n), r = random_view(n, 19);
+  auto f = [&] {
+    gelu_forward(exec, y, x);
+    exec.fence();
+    return dot(y, r);
+  };
+  f();
+  for (int i = 0; i < n; ++i) {
+    const double v = x(i);
+    const double ref = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    EXPECT_NEAR(y(i), ref, 1e-6);
+  }
+  View1 dx("dx", n);
+  gelu_backward(exec, dx, x, r);
+  exec.fence();
+  expect_matches_finite_differences(x, dx, f);
+}
+
+TEST(Kernels, ResidualAddsElementwise) {
+  View1 a = random_view(10, 20), b = random_view(10, 21), out("o", 10);
+  residual_forward(exec, out, a, b);
+  exec.fence();
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(out(i), a(i) + b(i));
+}
+
+TEST(Kernels, EmbeddingForwardAndBackward) {
+  const int B = 2, T = 3, C = 4, V = 5, N = B * T;
+  View1 wte = random_view(V * C, 22), wpe = random_view(T * C, 23), out("o", N * C);
+  IntView1 tokens("t", N);
+  const int toks[N] = {1, 4, 1, 0, 3, 4};
+  for (int n = 0; n < N; ++n) tokens(n) = toks[n];
+  embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, V, C),
+                    window(wpe, 0, T, C), T);
+  exec.fence();
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c)
+      EXPECT_FLOAT_EQ(out(n * C + c), wte(toks[n] * C + c) + wpe((n % T) * C + c));
+  View1 r = random_view(N * C, 24), dwte("dwte", V * C), dwpe("dwpe", T * C);
+  embedding_backward(exec, window(dwte, 0, V, C), window(dwpe, 0, T, C), window(r, 0, N, C),
+                     tokens, T);
+  exec.fence();
+  auto f = [&] {
+    embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, V, C),
+                      window(wpe, 0, T, C), T);
+    exec.fence();
+    return dot(out, r);
+  };
+  expect_matches_finite_differences(wte, dwte, f);
+  expect_matches_finite_differences(wpe, dwpe, f);
+}
+
+TEST(Kernels, AttentionForwardMatchesNaiveLoop) {
+  const AttentionShape s{2, 5, 2, 3};
+  const int C = s.NH * s.HS, N = s.B * s.T;
+  View1 qkv = random_view(N * 3 * C, 25), out("o", N * C), att("a", N * s.NH * s.T);
+  attention_forward(exec, window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
+                    window(qkv, 0, N, 3 * C), s);
+  exec.fence();
+  auto q = [&](int b, int t, int h, int i) { return qkv((b * s.T + t) * 3 * C + h * s.HS + i); };
+  auto k = [&](int b, int t, int h, int i) {
+    return qkv((b * s.T + t) * 3 * C + C + h * s.HS + i);
+  };
+  auto v = [&](int b, int t, int h, int i) {
+    return qkv((b * s.T + t) * 3 * C + 2 * C + h * s.HS + i);
+  };
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int t = 0; t < s.T; ++t) {
+        std::vector<double> w(t + 1);
+        double mx = -1e30, sum = 0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          double d = 0;
+          for (int i = 0; i < s.HS; ++i) d += q(b, t, h, i) * k(b, t2, h, i);
+          w[t2] = d / std::sqrt(s.HS);
+          mx = std::max(mx, w[t2]);
+        }
+        for (auto& x : w) sum += (x = std::exp(x - mx));
+        for (int i = 0; i < s.HS; ++i) {
+          double ref = 0;
+          for (int t2 = 0; t2 <= t; ++t2) ref += w[t2] / sum * v(b, t2, h, i);
+          EXPECT_NEAR(out((b * s.T + t) * C + h * s.HS + i), ref, 1e-5);
+        }
+      }
+}
+
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
+  const AttentionShape s{2, 4, 2, 3};
+  const int C = s.NH * s.HS, N = s.B * s.T;
+  View1 qkv = random_view(N * 3 * C, 26), out("o", N * C), att("a", N * s.NH * s.T);
+  View1 r = random_view(N * C, 27);
+  auto f = [&] {
+    attention_forward(exec, window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
+                      window(qkv, 0, N, 3 * C), s);
+    exec.fence();
+    return dot(out, r);
+  };
+  f();
+  View1 dqkv("dqkv", N * 3 * C), scratch("s", s.B * s.NH * s.T);
+  attention_backward(exec, window(dqkv, 0, N, 3 * C), window(scratch, 0, s.B * s.NH, s.T),
+                     window(r, 0, N, C), window(qkv, 0, N, 3 * C),
+                     window(att, 0, N * s.NH, s.T), s);
+  exec.fence();
+  expect_matches_finite_differences(qkv, dqkv, f);
+}
+
+TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
+  const int N = 4, V = 7;
+  View1 logits = random_view(N * V, 28, 2.0f), losses("l", N), lse("lse", N);
+  IntView1 targets("t", N);
+  const int tg[N] = {3, 0, 6, -1};  // -1: ignored position
+  for (int n = 0; n < N; ++n) targets(n) = tg[n];
+  auto f = [&] {
+    cross_entropy_forward(exec, losses, lse, window(logits, 0, N, V), targets, V);
+    exec.fence();
+    double s = 0;
+    for (int n = 0; n < N; ++n) s += losses(n);
+    return s / 3.0;
+  };
+  f();
+  for (int n = 0; n < N; ++n) {
+    double mx = -1e30, sum = 0;
+    for (int v = 0; v < V; ++v) mx = std::max<double>(mx, logits(n * V + v));
+    for (int v = 0; v < V; ++v) sum += std::exp(logits(n * V + v) - mx);
+    const double ref = tg[n] < 0 ? 0.0 : mx + std::log(sum) - logits(n * V + tg[n]);
+    EXPECT_NEAR(losses(n), ref, 1e-5);
+  }
+  View1 saved = copy_of(logits), dlogits("d", N * V);
+  cross_entropy_backward(exec, window(dlogits, 0, N, V), window(logits, 0, N, V), lse, targets,
+                         V, 1.0f / 3.0f);
+  exec.fence();
+  expect_matches_finite_differences(logits, dlogits, f);
+  for (int v = 0; v < V; ++v) EXPECT_EQ(dlogits(3 * V + v), 0.0f);  // ignored row
+  // In place, as the model uses it.
+  cross_entropy_backward(exec, window(saved, 0, N, V), window(saved, 0, N, V), lse, targets, V,
+                         1.0f / 3.0f);
+  exec.fence();
+  for (int i = 0; i < N * V; ++i) EXPECT_FLOAT_EQ(saved(i), dlogits(i));
+}
+
+TEST(Kernels, CrossEntropyIgnoresPaddedVocabularyColumns) {
+  const int N = 2, V = 3, VP = 5;
+  View1 logits = random_view(N * VP, 29), losses("l", N), lse("lse", N), d("d", N * VP);
+  IntView1 targets("t", N);
+  targets(0) = 1;
+  targets(1) = 2;
+  cross_entropy_forward(exec, losses, lse, window(logits, 0, N, VP), targets, V);
+  View1 narrow("n", N * V);
+  for (int n = 0; n < N; ++n)
+    for (int v = 0; v < V; ++v) narrow(n * V + v) = logits(n * VP + v);
+  View1 losses2("l2", N), lse2("lse2", N);
+  cross_entropy_forward(exec, losses2, lse2, window(narrow, 0, N, V), targets, V);
+  cross_entropy_backward(exec, window(d, 0, N, VP), window(logits, 0, N, VP), lse, targets, V,
+                         1.0f);
+  exec.fence();
+  for (int n = 0; n < N; ++n) {
+    EXPECT_FLOAT_EQ(losses(n), losses2(n));
+    EXPECT_EQ(d(n * VP + 3), 0.0f);
+    EXPECT_EQ(d(n * VP + 4), 0.0f);
+  }
+}
+
+TEST(Kernels, AdamWMatchesReferenceUpdate) {
+  const int n = 16;
+  View1 p = random_view(n, 30), g = random_view(n, 31), m = random_view(n, 32, 0.1f);
+  View1 v("v", n);
+  for (int i = 0; i < n; ++i) v(i) = 0.01f * (i + 1);
+  View1 p0 = copy_of(p), m0 = copy_of(m), v0 = copy_of(v);
+  const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
+  adamw_update(exec, p, m, v, g, h, 0.5f);
+  exec.fence();
+  for (int i = 0; i < n; ++i) {
+    // PyTorch's AdamW: decay first, then the bias-corrected Adam step.
+    const double gi = 0.5 * g(i);
+    const double mi = 0.9 * m0(i) + 0.1 * gi, vi = 0.95 * v0(i) + 0.05 * gi * gi;
+    const double bc1 = 1 - std::pow(0.9, 3), bc2 = 1 - std::pow(0.95, 3);
+    const double ref = p0(i) * (1 - 1e-2 * 0.1) - 1e-2 / bc1 * mi / (std::sqrt(vi / bc2) + 1e-8);
+    EXPECT_NEAR(m(i), mi, 1e-6);
+    EXPECT_NEAR(v(i), vi, 1e-6);
+    EXPECT_NEAR(p(i), ref, 1e-5);
+  }
+}
+
+TEST(Kernels, SumOfSquares) {
+  View1 x = random_view(100, 33);
+  EXPECT_NEAR(sum_of_squares(exec, x), dot(x, x), 1e-9 * dot(x, x));
+}

@@ -1,0 +1,115 @@
+// The whole GPT on one rank: gradients against finite differences, micro-batching and
+// determinism.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/gpt.hpp"
+#include "model/params.hpp"
+
+using namespace trident;
+
+namespace {
+
+ModelConfig tiny() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_embd = 16;
+  m.n_head = 2;
+  m.vocab_size = 11;
+  m.block_size = 8;
+  return m;
+}
+
+void batch(int B, int T, int V, std::vector<int32_t>& in, std::vector<int32_t>& tg) {
+  in.resize(B * T);
+  tg.resize(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    in[i] = static_cast<int32_t>(mix64(i) % V);
+    tg[i] = static_cast<int32_t>(mix64(i + 1000) % V);
+  }
+}
+
+}  // namespace
+
+TEST(Gpt, GradientsMatchFiniteDifferences) {
+  const ModelConfig m = tiny();
+  MemoryLedger ledger;
+  const int B = 2, T = 6;
+  Gpt model(m, ledger, B, T);
+  model.init_params(3);
+  // Larger weights than GPT-2's 0.02 so every path contributes visibly to the loss; h = 1e-3
+  // and an absolute floor of 5e-2 on the relative error absorb float rounding of the loss.
+  auto p = model.params();
+  for (size_t i = 0; i < p.extent(0); ++i) p(i) *= 10.0f;
+  std::vector<int32_t> in, tg;
+  batch(B, T, m.vocab_size, in, tg);
+  const float scale = 1.0f / (B * T);
+  model.zero_grads();
+  model.forward(in.data(), tg.data(), B, T);
+  model.backward(scale);
+  auto g = model.grads();
+  double worst = 0;
+  int checked = 0;
+  for (const ParamSpec& s : model.table().specs()) {
+    for (int k = 0; k < 3; ++k) {  // three elements of every tensor
+      const int64_t i = s.offset + static_cast<int64_t>(mix64(k * 31 + s.offset) % s.numel());
+      const float saved = p(i), h = 1e-3f;
+      p(i) = saved + h;
+      const double fp = model.forward(in.data(), tg.data(), B, T) * scale;
+      p(i) = saved - h;
+      const double fm = model.forward(in.data(), tg.data(), B, T) * scale;
+      p(i) = saved;
+      const double numeric = (fp - fm) / (2 * h);
+      const double err = std::abs(numeric - g(i)) / std::max(5e-2, std::abs(numeric));
+      EXPECT_LT(err, 5e-2) << s.name << "[" << i - s.offset << "] numeric " << numeric
+                           << " analytic " << g(i);
+      worst = std::max(worst, err);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3 * static_cast<int>(model.table().specs().size()));
+}
+
+TEST(Gpt, MicroBatchesAccumulateToTheFullBatchGradient) {
+  const ModelConfig m = tiny();
+  const int B = 4, T = 8;
+  std::vector<int32_t> in, tg;
+  batch(B, T, m.vocab_size, in, tg);
+  MemoryLedger l1, l2;
+  Gpt whole(m, l1, B, T), split(m, l2, 2, T);
+  whole.init_params(5);
+  split.init_params(5);
+  whole.zero_grads();
+  const double loss_whole = whole.forward(in.data(), tg.data(), B, T);
+  whole.backward(1.0f / (B * T));
+  split.zero_grads();
+  double loss_split = 0;
+  for (int first = 0; first < B; first += 2) {
+    loss_split += split.forward(in.data() + first * T, tg.data() + first * T, 2, T);
+    split.backward(1.0f / (B * T));
+  }
+  EXPECT_NEAR(loss_whole, loss_split, 1e-4 * std::abs(loss_whole));
+  auto a = whole.grads(), b = split.grads();
+  double max_abs = 0, max_diff = 0;
+  for (size_t i = 0; i < a.extent(0); ++i) {
+    max_abs = std::max<double>(max_abs, std::abs(a(i)));
+    max_diff = std::max<double>(max_diff, std::abs(a(i) - b(i)));
+  }
+  EXPECT_LT(max_diff, 1e-5 * max_abs + 1e-9);
+}
+
+TEST(Gpt, InitialLossIsNearLogVocabAndRunsAreDeterministic) {
+  const ModelConfig m = tiny();
+  const int B = 3, T = 8;
+  std::vector<int32_t> in, tg;
+  batch(B, T, m.vocab_size, in, tg);
+  MemoryLedger ledger;
+  Gpt model(m, ledger, B, T);
+  model.init_params(9);
+  const double loss = model.forward(in.data(), tg.data(), B, T) / (B * T);
+  EXPECT_NEAR(loss, std::log(m.vocab_size), 0.05);
+  EXPECT_EQ(model.forward(in.data(), tg.data(), B, T) / (B * T), loss);
+  EXPECT_GT(ledger.peak(MemCategory::kParams), 0u);
+  EXPECT_EQ(ledger.peak(MemCategory::kParams), model.table().total_numel() * sizeof(float));
+}
