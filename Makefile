@@ -12,7 +12,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: all deps configure build data run test bench clean
+.PHONY: all deps configure build data data-bpe run test bench clean
 
 all: build
 
@@ -29,9 +29,15 @@ build: configure
 data: build
 	@bash tools/prepare_kjv.sh $(TRIDENT) data
 
+# Optional: the same corpus in GPT-2 BPE tokens (V = 50257) through the npm gpt-tokenizer.
+data-bpe: build
+	@bash tools/prepare_kjv.sh $(TRIDENT) data gpt2
+
 run: data
 	mpirun -np $(NP) --oversubscribe $(TRIDENT) train --config $(CONFIG)
-	$(TRIDENT) generate --ckpt runs/small/checkpoints/step_000300.h5 --prompt "And God said" --tokens 200
+	@echo "--- sample from the newest checkpoint:"
+	@$(TRIDENT) generate --ckpt "$$(ls -1 runs/small/checkpoints/step_*.h5 | tail -n 1)" \
+	  --prompt "And God said" --tokens 300
 
 test: data
 	cd $(BUILD) && ctest --output-on-failure --timeout 900

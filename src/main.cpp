@@ -26,8 +26,9 @@ int run_train(MPI_Comm world, const std::string& config_path,
   const trident::GridShape shape{config.parallel.pp, config.parallel.dp, config.parallel.tp};
   trident::Grid grid(world, shape);
   if (!grid.tp_groups_node_local() && grid.rank() == 0)
-    std::fprintf(stderr, "warning: a tensor-parallel group spans nodes; tp traffic will cross "
-                         "the network (place ranks so tp groups share a node)\n");
+    std::fprintf(stderr,
+                 "warning: a tensor-parallel group spans nodes; tp traffic will cross "
+                 "the network (place ranks so tp groups share a node)\n");
   return trident::train(std::move(config), grid, {resume});
 }
 

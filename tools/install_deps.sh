@@ -9,6 +9,10 @@ packages=(
   python3-torch python3-h5py python3-numpy
   bible-kjv
 )
+# Node.js runs the optional GPT-2 BPE tokeniser (tools/bpe); keep a node that is already there.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -5,14 +5,22 @@ namespace trident {
 
 const char* mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::kParams: return "params";
-    case MemCategory::kGrads: return "grads";
-    case MemCategory::kMasterWeights: return "master_weights";
-    case MemCategory::kOptimizer: return "optimizer";
-    case MemCategory::kActivations: return "activations";
-    case MemCategory::kCommBuffers: return "comm_buffers";
-    case MemCategory::kWorkspace: return "workspace";
-    case MemCategory::kCount: break;
+    case MemCategory::kParams:
+      return "params";
+    case MemCategory::kGrads:
+      return "grads";
+    case MemCategory::kMasterWeights:
+      return "master_weights";
+    case MemCategory::kOptimizer:
+      return "optimizer";
+    case MemCategory::kActivations:
+      return "activations";
+    case MemCategory::kCommBuffers:
+      return "comm_buffers";
+    case MemCategory::kWorkspace:
+      return "workspace";
+    case MemCategory::kCount:
+      break;
   }
   return "unknown";
 }

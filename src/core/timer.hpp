@@ -19,9 +19,9 @@ enum class Phase : int {
   kCount
 };
 constexpr int kPhases = static_cast<int>(Phase::kCount);
-constexpr std::array<const char*, kPhases> kPhaseNames = {
-    "forward", "backward",  "recompute",   "tp_comm", "pp_wait",
-    "dp_comm", "optimizer", "zero_gather", "io"};
+constexpr std::array<const char*, kPhases> kPhaseNames = {"forward",   "backward",    "recompute",
+                                                          "tp_comm",   "pp_wait",     "dp_comm",
+                                                          "optimizer", "zero_gather", "io"};
 
 // Seconds spent in each phase during the current step. Phases do not nest.
 class PhaseTimer {

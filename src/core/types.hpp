@@ -29,7 +29,9 @@ using ConstMat = Kokkos::View<const float**, Kokkos::LayoutRight, Device, Unmana
 using IntVec = Kokkos::View<int32_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstIntVec = Kokkos::View<const int32_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 
-inline Vec window(const View1& flat, size_t offset, size_t n) { return Vec(flat.data() + offset, n); }
+inline Vec window(const View1& flat, size_t offset, size_t n) {
+  return Vec(flat.data() + offset, n);
+}
 inline Mat window(const View1& flat, size_t offset, size_t rows, size_t cols) {
   return Mat(flat.data() + offset, rows, cols);
 }

@@ -30,9 +30,10 @@ h5::Handle open_checkpoint(const std::string& path) {
     throw InputError(fmt::format("checkpoint '{}' does not exist", path));
   h5::Handle file = h5::open_file_quiet(path);
   if (file < 0)
-    throw InputError(fmt::format("checkpoint '{}' is not a readable HDF5 file (truncated or "
-                                 "corrupt)",
-                                 path));
+    throw InputError(
+        fmt::format("checkpoint '{}' is not a readable HDF5 file (truncated or "
+                    "corrupt)",
+                    path));
   const int64_t version = h5::read_attr_int(file, "format_version", path);
   if (version != kCheckpointFormatVersion)
     throw InputError(fmt::format("checkpoint '{}' has format version {}; this trident reads {}",

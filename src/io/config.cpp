@@ -3,11 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <toml++/toml.h>
 #include <cmath>
 #include <filesystem>
 #include <functional>
 #include <sstream>
-#include <toml++/toml.h>
 #include <variant>
 
 #include "core/error.hpp"
@@ -152,8 +152,8 @@ void apply_override(Config& c, const std::string& assignment) {
   const auto eq = assignment.find('=');
   const auto dot = assignment.find('.');
   if (eq == std::string::npos || dot == std::string::npos || dot > eq)
-    throw InputError(fmt::format("--set '{}': expected section.key=value, e.g. run.steps=10",
-                                 assignment));
+    throw InputError(
+        fmt::format("--set '{}': expected section.key=value, e.g. run.steps=10", assignment));
   const std::string section = assignment.substr(0, dot);
   const std::string key = assignment.substr(dot + 1, eq - dot - 1);
   std::string value = assignment.substr(eq + 1);
@@ -176,8 +176,8 @@ void apply_override(Config& c, const std::string& assignment) {
   try {
     parsed = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
-    throw InputError(fmt::format("--set {}: '{}' is not {}", field->path(), value,
-                                 type_name(field->ref)));
+    throw InputError(
+        fmt::format("--set {}: '{}' is not {}", field->path(), value, type_name(field->ref)));
   }
   assign(*field, *parsed.get("v"), "--set");
 }
@@ -225,9 +225,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("{}:{}:{}: TOML syntax error: {}", path,
-                                 e.source().begin.line, e.source().begin.column,
-                                 e.description()));
+    throw InputError(fmt::format("{}:{}:{}: TOML syntax error: {}", path, e.source().begin.line,
+                                 e.source().begin.column, e.description()));
   }
   apply_table(c, root, path, std::filesystem::path(path).parent_path().string(), true);
   for (const auto& o : overrides) apply_override(c, o);
@@ -241,8 +240,8 @@ Config parse_config_text(const std::string& text, const std::string& origin) {
   try {
     root = toml::parse(text);
   } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("{}: stored config is not valid TOML: {}", origin,
-                                 e.description()));
+    throw InputError(
+        fmt::format("{}: stored config is not valid TOML: {}", origin, e.description()));
   }
   apply_table(c, root, origin, ".", false);
   return c;
@@ -268,8 +267,8 @@ void validate(Config& c, int world_size) {
           fmt::format("model.block_size = {} must be between 1 and 1048576", m.block_size));
   const TrainSection& t = c.train;
   require(t.seq_len >= 1 && t.seq_len <= m.block_size,
-          fmt::format("train.seq_len = {} must be between 1 and model.block_size = {}",
-                      t.seq_len, m.block_size));
+          fmt::format("train.seq_len = {} must be between 1 and model.block_size = {}", t.seq_len,
+                      m.block_size));
   require(t.batch_size >= 1, fmt::format("train.batch_size = {} must be positive", t.batch_size));
   require(c.run.steps >= 0, fmt::format("run.steps = {} must not be negative", c.run.steps));
   require(c.run.log_every >= 1, "run.log_every must be at least 1");

@@ -27,9 +27,9 @@ struct DataSection {
 };
 
 struct TrainSection {
-  int seq_len = 64;           // T
-  int batch_size = 8;         // global sequences per optimizer step
-  int micro_batch_size = 0;   // sequences per rank per forward/backward; 0 = batch_size / dp
+  int seq_len = 64;          // T
+  int batch_size = 8;        // global sequences per optimizer step
+  int micro_batch_size = 0;  // sequences per rank per forward/backward; 0 = batch_size / dp
 };
 
 struct OptimSection {

@@ -26,16 +26,18 @@ std::vector<uint16_t> read_token_file(const std::string& path) {
     throw InputError(fmt::format("data file '{}' has magic {} but a token file has {}", path,
                                  header[0], kTokenFileMagic));
   if (header[1] != kTokenFileVersion)
-    throw InputError(fmt::format("data file '{}' has version {}; only version {} (uint16 "
-                                 "tokens) is supported",
-                                 path, header[1], kTokenFileVersion));
+    throw InputError(
+        fmt::format("data file '{}' has version {}; only version {} (uint16 "
+                    "tokens) is supported",
+                    path, header[1], kTokenFileVersion));
   const int64_t count = header[2];
   const auto bytes = std::filesystem::file_size(path);
   const uint64_t expected = kTokenHeaderInts * sizeof(int32_t) + count * sizeof(uint16_t);
   if (count < 0 || bytes != expected)
-    throw InputError(fmt::format("data file '{}' header says {} tokens ({} bytes) but the file "
-                                 "has {} bytes: truncated or corrupt",
-                                 path, count, expected, bytes));
+    throw InputError(
+        fmt::format("data file '{}' header says {} tokens ({} bytes) but the file "
+                    "has {} bytes: truncated or corrupt",
+                    path, count, expected, bytes));
   std::vector<uint16_t> tokens(static_cast<size_t>(count));
   if (std::fread(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) != tokens.size())
     throw InputError(fmt::format("data file '{}' could not be read completely", path));
@@ -44,8 +46,8 @@ std::vector<uint16_t> read_token_file(const std::string& path) {
 
 void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
   if (tokens.size() > static_cast<size_t>(INT32_MAX))
-    throw InputError(fmt::format("'{}': {} tokens exceed the format's int32 count", path,
-                                 tokens.size()));
+    throw InputError(
+        fmt::format("'{}': {} tokens exceed the format's int32 count", path, tokens.size()));
   int32_t header[kTokenHeaderInts] = {};
   header[0] = kTokenFileMagic;
   header[1] = kTokenFileVersion;
@@ -64,8 +66,8 @@ BatchSampler::BatchSampler(const std::vector<uint16_t>& tokens, uint64_t seed, u
                            int seq_len)
     : tokens_(tokens), seed_(seed), stream_(stream), T_(seq_len) {
   if (tokens.size() < static_cast<size_t>(seq_len) + 1)
-    throw InputError(fmt::format("data has {} tokens, fewer than seq_len + 1 = {}",
-                                 tokens.size(), seq_len + 1));
+    throw InputError(
+        fmt::format("data has {} tokens, fewer than seq_len + 1 = {}", tokens.size(), seq_len + 1));
 }
 
 void BatchSampler::fill(int64_t step, int first, int count, int32_t* inputs,

@@ -11,12 +11,15 @@ QuietErrors::QuietErrors() {
   H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
-QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+QuietErrors::~QuietErrors() {
+  H5Eset_auto2(H5E_DEFAULT, func_, data_);
+}
 
 Handle create_file(const std::string& path) {
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (id < 0) fatal("H5Fcreate", __FILE__, __LINE__, "cannot create " + path,
-                    "check that the directory exists and is writable");
+  if (id < 0)
+    fatal("H5Fcreate", __FILE__, __LINE__, "cannot create " + path,
+          "check that the directory exists and is writable");
   return Handle(id, H5Fclose);
 }
 
@@ -65,7 +68,9 @@ void write_attr(hid_t obj, const std::string& name, double value) {
   write_scalar_attr(obj, name, H5T_NATIVE_DOUBLE, value);
 }
 
-bool has_attr(hid_t obj, const std::string& name) { return H5Aexists(obj, name.c_str()) > 0; }
+bool has_attr(hid_t obj, const std::string& name) {
+  return H5Aexists(obj, name.c_str()) > 0;
+}
 
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file) {
   QuietErrors quiet;
@@ -119,16 +124,16 @@ void read_floats(hid_t parent, const std::string& name, const std::vector<int64_
   const int rank = H5Sget_simple_extent_ndims(space);
   std::vector<hsize_t> dims(rank > 0 ? rank : 0);
   if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  if (dims.size() != shape.size() || !std::equal(dims.begin(), dims.end(), shape.begin(),
-                                                 [](hsize_t a, int64_t b) {
-                                                   return static_cast<int64_t>(a) == b;
-                                                 }))
-    throw InputError(fmt::format("'{}': dataset '{}' has a different shape than this model "
-                                 "expects (a checkpoint of a different model?)",
-                                 file, name));
+  if (dims.size() != shape.size() ||
+      !std::equal(dims.begin(), dims.end(), shape.begin(),
+                  [](hsize_t a, int64_t b) { return static_cast<int64_t>(a) == b; }))
+    throw InputError(
+        fmt::format("'{}': dataset '{}' has a different shape than this model "
+                    "expects (a checkpoint of a different model?)",
+                    file, name));
   if (H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-    throw InputError(fmt::format("'{}': dataset '{}' cannot be read (truncated or corrupt)", file,
-                                 name));
+    throw InputError(
+        fmt::format("'{}': dataset '{}' cannot be read (truncated or corrupt)", file, name));
 }
 
 }  // namespace trident::h5

@@ -27,8 +27,8 @@ void prepare_byte_corpus(const PrepareOptions& o) {
     text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   if (text.size() < 1024)
-    throw InputError(fmt::format("'{}' holds {} bytes; a corpus needs at least 1024",
-                                 o.text_path, text.size()));
+    throw InputError(
+        fmt::format("'{}' holds {} bytes; a corpus needs at least 1024", o.text_path, text.size()));
   std::vector<uint16_t> tokens(text.size());
   const size_t chunk = std::max<size_t>(text.size() / 10, 1);
   for (size_t i = 0; i < text.size(); ++i) {

@@ -7,8 +7,7 @@
 namespace trident {
 namespace {
 
-void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t> tail,
-                       hid_t type) {
+void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t> tail, hid_t type) {
   std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{64};
   for (hsize_t d : tail) {
     dims.push_back(d);
@@ -19,8 +18,8 @@ void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t>
                    H5Sclose);
   h5::Handle plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   TRIDENT_H5(H5Pset_chunk(plist, static_cast<int>(chunk.size()), chunk.data()));
-  h5::Handle dset(
-      H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, plist, H5P_DEFAULT), H5Dclose);
+  h5::Handle dset(H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, plist, H5P_DEFAULT),
+                  H5Dclose);
   TRIDENT_H5(static_cast<hid_t>(dset));
 }
 
@@ -36,8 +35,8 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   h5::write_attr(file_, "format_version", static_cast<int64_t>(1));
   const hsize_t r = static_cast<hsize_t>(ranks);
   create_extendible(file_, "step", {}, H5T_STD_I64LE);
-  for (const char* name : {"loss", "val_loss", "lr", "grad_norm", "step_seconds_max",
-                           "step_seconds_min"})
+  for (const char* name :
+       {"loss", "val_loss", "lr", "grad_norm", "step_seconds_max", "step_seconds_min"})
     create_extendible(file_, name, {}, H5T_IEEE_F64LE);
   create_extendible(file_, "tokens", {}, H5T_STD_I64LE);
   create_extendible(file_, "phase_seconds", {r, static_cast<hsize_t>(kPhases)}, H5T_IEEE_F64LE);
@@ -58,8 +57,8 @@ void TimingsWriter::append_row(const std::string& name, const void* row, hid_t t
   std::vector<hsize_t> start(rank, 0), count(dims);
   start[0] = rows_;
   count[0] = 1;
-  TRIDENT_H5(H5Sselect_hyperslab(filespace, H5S_SELECT_SET, start.data(), nullptr, count.data(),
-                                 nullptr));
+  TRIDENT_H5(
+      H5Sselect_hyperslab(filespace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
   h5::Handle memspace(H5Screate_simple(rank, count.data(), nullptr), H5Sclose);
   TRIDENT_H5(H5Dwrite(dset, type, memspace, filespace, H5P_DEFAULT, row));
 }

@@ -1,8 +1,8 @@
 // AdamW on a flat fp32 shard (decoupled weight decay), and the squared-norm reduction.
 #pragma once
 
-#include "core/types.hpp"
 #include "core/math.hpp"
+#include "core/types.hpp"
 #include "kernels/region.hpp"
 
 namespace trident::kernels {
@@ -21,8 +21,7 @@ inline void adamw_update(const Exec& exec, const Vec& param, const Vec& m, const
   const float bc1 = 1.0f - static_cast<float>(std::pow(h.beta1, h.step));
   const float bc2 = 1.0f - static_cast<float>(std::pow(h.beta2, h.step));
   Kokkos::parallel_for(
-      "adamw_update", Kokkos::RangePolicy<Exec>(exec, 0, param.extent(0)),
-      KOKKOS_LAMBDA(size_t i) {
+      "adamw_update", Kokkos::RangePolicy<Exec>(exec, 0, param.extent(0)), KOKKOS_LAMBDA(size_t i) {
         const float g = grad(i) * grad_scale;
         const float mi = b1 * m(i) + (1.0f - b1) * g;
         const float vi = b2 * v(i) + (1.0f - b2) * g * g;

@@ -1,8 +1,8 @@
 // Causal multi-head self-attention on a packed qkv tensor, forward and backward.
 #pragma once
 
-#include "core/types.hpp"
 #include "core/math.hpp"
+#include "core/types.hpp"
 #include "kernels/region.hpp"
 
 namespace trident::kernels {
@@ -14,8 +14,8 @@ struct AttentionShape {
 // qkv[B*T, 3C] holds q | k | v, each head h at columns h*HS..h*HS+HS of its third.
 // out[B*T, C]: per head softmax(q k^T / sqrt(HS), causal) v.  att[B*NH*T, T]: the
 // probabilities (zero above the diagonal), kept for backward.
-inline void attention_forward(const Exec& exec, const Mat& out, const Mat& att,
-                              const ConstMat& qkv, AttentionShape s) {
+inline void attention_forward(const Exec& exec, const Mat& out, const Mat& att, const ConstMat& qkv,
+                              AttentionShape s) {
   Region region("trident::attention_forward");
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));

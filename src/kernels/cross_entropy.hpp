@@ -1,8 +1,8 @@
 // Fused softmax + cross-entropy over the vocabulary: per-row loss forward, in-place gradient.
 #pragma once
 
-#include "core/types.hpp"
 #include "core/math.hpp"
+#include "core/types.hpp"
 #include "kernels/region.hpp"
 
 namespace trident::kernels {

@@ -1,8 +1,8 @@
 // GELU, tanh approximation (GPT-2's), forward and backward.
 #pragma once
 
-#include "core/types.hpp"
 #include "core/math.hpp"
+#include "core/types.hpp"
 #include "kernels/region.hpp"
 
 namespace trident::kernels {

@@ -1,8 +1,8 @@
 // LayerNorm over channels (eps 1e-5, biased variance as in PyTorch), forward and backward.
 #pragma once
 
-#include "core/types.hpp"
 #include "core/math.hpp"
+#include "core/types.hpp"
 #include "kernels/region.hpp"
 
 namespace trident::kernels {
@@ -10,9 +10,8 @@ namespace trident::kernels {
 constexpr float kLayerNormEps = 1e-5f;
 
 // out[N,C] = (inp - mean) * rstd * weight + bias; mean[N], rstd[N] kept for backward.
-inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean,
-                              const Vec& rstd, const ConstMat& inp, const ConstVec& weight,
-                              const ConstVec& bias) {
+inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean, const Vec& rstd,
+                              const ConstMat& inp, const ConstVec& weight, const ConstVec& bias) {
   Region region("trident::layernorm_forward");
   const int C = static_cast<int>(inp.extent(1));
   Kokkos::parallel_for(
@@ -35,8 +34,7 @@ inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean,
 // dinp[N,C] += d/dinp; dweight[C] += sum_n dout*xhat; dbias[C] += sum_n dout.
 inline void layernorm_backward(const Exec& exec, const Mat& dinp, const Vec& dweight,
                                const Vec& dbias, const ConstMat& dout, const ConstMat& inp,
-                               const ConstVec& weight, const ConstVec& mean,
-                               const ConstVec& rstd) {
+                               const ConstVec& weight, const ConstVec& mean, const ConstVec& rstd) {
   Region region("trident::layernorm_backward");
   const int N = static_cast<int>(inp.extent(0));
   const int C = static_cast<int>(inp.extent(1));

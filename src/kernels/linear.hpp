@@ -25,9 +25,9 @@ inline void linear_forward(const Exec& exec, const Mat& out, const ConstMat& inp
 
 // dinp[N,IC] (+)= dout * weight; dweight[OC,IC] += dout^T * inp; dbias[OC] += column sums.
 // `accumulate_dinp` chooses += (the input feeds several consumers) or = (it feeds only this one).
-inline void linear_backward(const Exec& exec, const Mat& dinp, const Mat& dweight,
-                            const Vec& dbias, const ConstMat& dout, const ConstMat& inp,
-                            const ConstMat& weight, bool accumulate_dinp) {
+inline void linear_backward(const Exec& exec, const Mat& dinp, const Mat& dweight, const Vec& dbias,
+                            const ConstMat& dout, const ConstMat& inp, const ConstMat& weight,
+                            bool accumulate_dinp) {
   Region region("trident::linear_backward");
   gemm(exec, 'N', 'N', 1.0f, dout, weight, accumulate_dinp ? 1.0f : 0.0f, dinp);
   gemm(exec, 'T', 'N', 1.0f, dout, inp, 1.0f, dweight);

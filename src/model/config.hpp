@@ -8,9 +8,9 @@ namespace trident {
 
 struct ModelConfig {
   std::string name = "custom";
-  int n_layer = 2;     // L
-  int n_embd = 64;     // C
-  int n_head = 4;      // NH
+  int n_layer = 2;       // L
+  int n_embd = 64;       // C
+  int n_head = 4;        // NH
   int vocab_size = 256;  // V
   int block_size = 64;   // maximum T
 

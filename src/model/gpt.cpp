@@ -98,7 +98,9 @@ void Gpt::init_params(uint64_t seed) {
   Kokkos::deep_copy(params_, host);
 }
 
-void Gpt::zero_grads() { Kokkos::deep_copy(exec_, grads_, 0.0f); }
+void Gpt::zero_grads() {
+  Kokkos::deep_copy(exec_, grads_, 0.0f);
+}
 
 ConstMat Gpt::logits() const {
   return window(logits_, 0, static_cast<size_t>(B_) * T_, m_.vocab_size);
@@ -126,16 +128,15 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T)
     linear_forward(exec_, window(a.qkv, 0, N, 3 * C), window(a.ln1, 0, N, C), w.qkv_w, w.qkv_b);
     attention_forward(exec_, window(a.atty, 0, N, C), window(a.att, 0, N * m_.n_head, T),
                       window(a.qkv, 0, N, 3 * C), shape);
-    linear_forward(exec_, window(scratch_c_, 0, N, C), window(a.atty, 0, N, C), w.proj_w,
-                   w.proj_b);
+    linear_forward(exec_, window(scratch_c_, 0, N, C), window(a.atty, 0, N, C), w.proj_w, w.proj_b);
     residual_forward(exec_, window(a.res_attn, 0, N * C), window(x, 0, N * C),
                      window(scratch_c_, 0, N * C));
     layernorm_forward(exec_, window(a.ln2, 0, N, C), a.ln2_mean, a.ln2_rstd,
                       window(a.res_attn, 0, N, C), w.ln2_w, w.ln2_b);
     linear_forward(exec_, window(a.fch, 0, N, 4 * C), window(a.ln2, 0, N, C), w.fc_w, w.fc_b);
     gelu_forward(exec_, window(a.fch_gelu, 0, N * 4 * C), window(a.fch, 0, N * 4 * C));
-    linear_forward(exec_, window(scratch_c_, 0, N, C), window(a.fch_gelu, 0, N, 4 * C),
-                   w.fcproj_w, w.fcproj_b);
+    linear_forward(exec_, window(scratch_c_, 0, N, C), window(a.fch_gelu, 0, N, 4 * C), w.fcproj_w,
+                   w.fcproj_b);
     residual_forward(exec_, window(a.res_mlp, 0, N * C), window(a.res_attn, 0, N * C),
                      window(scratch_c_, 0, N * C));
     x = a.res_mlp;
@@ -187,8 +188,8 @@ void Gpt::backward(float loss_scale) {
     attention_backward(exec_, dqkv, window(datt_scratch_, 0, B * m_.n_head, T), datty,
                        window(a.qkv, 0, N, 3 * C), window(a.att, 0, N * m_.n_head, T), shape);
     linear_backward(exec_, dln, g.qkv_w, g.qkv_b, dqkv, window(a.ln1, 0, N, C), w.qkv_w, false);
-    layernorm_backward(exec_, dres, g.ln1_w, g.ln1_b, dln, window(x, 0, N, C), w.ln1_w,
-                       a.ln1_mean, a.ln1_rstd);
+    layernorm_backward(exec_, dres, g.ln1_w, g.ln1_b, dln, window(x, 0, N, C), w.ln1_w, a.ln1_mean,
+                       a.ln1_rstd);
   }
   embedding_backward(exec_, g_.wte, g_.wpe, dres, tokens_, T);
   exec_.fence();

@@ -12,7 +12,9 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
-int64_t parameter_count(const ModelConfig& m) { return ParamTable(m).total_numel(); }
+int64_t parameter_count(const ModelConfig& m) {
+  return ParamTable(m).total_numel();
+}
 
 double flops_per_token(const ModelConfig& m, int T) {
   return 6.0 * static_cast<double>(parameter_count(m)) +
@@ -25,8 +27,8 @@ ParamTable::ParamTable(const ModelConfig& m) {
   // GPT-2 scales the residual projections so the residual stream's variance does not grow
   // with depth: two residual additions per layer.
   const float residual_std = std / std::sqrt(2.0f * m.n_layer);
-  auto add = [&](std::string name, std::vector<int64_t> shape, int split_dim, int groups,
-                 int layer, InitKind init, float init_std, bool decay) {
+  auto add = [&](std::string name, std::vector<int64_t> shape, int split_dim, int groups, int layer,
+                 InitKind init, float init_std, bool decay) {
     ParamSpec p;
     p.name = std::move(name);
     p.shape = std::move(shape);
@@ -85,9 +87,12 @@ uint64_t hash_name(const std::string& s) {  // FNV-1a, then mixed
 
 float initial_value(uint64_t seed, const ParamSpec& spec, int64_t global_index) {
   switch (spec.init) {
-    case InitKind::kZeros: return 0.0f;
-    case InitKind::kOnes: return 1.0f;
-    case InitKind::kNormal: break;
+    case InitKind::kZeros:
+      return 0.0f;
+    case InitKind::kOnes:
+      return 1.0f;
+    case InitKind::kNormal:
+      break;
   }
   const uint64_t key = mix64(seed ^ hash_name(spec.name));
   const uint64_t bits = mix64(key ^ mix64(static_cast<uint64_t>(global_index)));

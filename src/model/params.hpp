@@ -16,8 +16,8 @@ struct ParamSpec {
   std::string name;            // global name, e.g. "h.3.attn.qkv.weight"
   std::vector<int64_t> shape;  // global shape
   int tp_split_dim = -1;       // dimension a tensor-parallel split cuts, -1 = replicated
-  int tp_split_groups = 1;     // the split dim holds this many equal blocks, each cut alike (qkv: 3)
-  int layer = -1;              // -1: embeddings (first stage); n_layer: final LayerNorm (last)
+  int tp_split_groups = 1;  // the split dim holds this many equal blocks, each cut alike (qkv: 3)
+  int layer = -1;           // -1: embeddings (first stage); n_layer: final LayerNorm (last)
   InitKind init = InitKind::kNormal;
   float init_std = 0.0f;
   bool weight_decay = false;  // matrices decay; biases and LayerNorm gains do not

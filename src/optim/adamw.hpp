@@ -13,8 +13,7 @@ struct AdamWSettings {
 
 class AdamW {
  public:
-  AdamW(const ParamTable& table, MemoryLedger& ledger, AdamWSettings s)
-      : table_(table), s_(s) {
+  AdamW(const ParamTable& table, MemoryLedger& ledger, AdamWSettings s) : table_(table), s_(s) {
     m_ = allocate(ledger, MemCategory::kOptimizer, "adam_m", table.total_numel());
     v_ = allocate(ledger, MemCategory::kOptimizer, "adam_v", table.total_numel());
   }
@@ -23,8 +22,10 @@ class AdamW {
   void step(const View1& params, const View1& grads, double lr, float grad_scale) {
     ++step_;
     for (const ParamSpec& p : table_.specs()) {
-      const kernels::AdamWHyper h{static_cast<float>(lr), static_cast<float>(s_.beta1),
-                                  static_cast<float>(s_.beta2), static_cast<float>(s_.eps),
+      const kernels::AdamWHyper h{static_cast<float>(lr),
+                                  static_cast<float>(s_.beta1),
+                                  static_cast<float>(s_.beta2),
+                                  static_cast<float>(s_.eps),
                                   p.weight_decay ? static_cast<float>(s_.weight_decay) : 0.0f,
                                   step_};
       const size_t off = p.offset, n = p.numel();

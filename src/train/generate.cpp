@@ -22,9 +22,10 @@ std::string generate(const GenerateOptions& o) {
   const Config config = read_checkpoint_config(o.checkpoint);
   const ModelConfig& m = config.model;
   if (m.vocab_size != 256)
-    throw InputError(fmt::format("'{}' has vocab_size {}: text generation needs the byte-level "
-                                 "vocabulary (256)",
-                                 o.checkpoint, m.vocab_size));
+    throw InputError(
+        fmt::format("'{}' has vocab_size {}: text generation needs the byte-level "
+                    "vocabulary (256)",
+                    o.checkpoint, m.vocab_size));
   MemoryLedger ledger;
   Gpt model(m, ledger, 1, m.block_size);
   load_checkpoint(o.checkpoint, model, nullptr);

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
+#include "core/version.hpp"
 #include "io/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "io/timings.hpp"
@@ -22,10 +23,6 @@
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/schedule.hpp"
-
-#ifndef TRIDENT_GIT_REVISION
-#define TRIDENT_GIT_REVISION "unknown"
-#endif
 
 namespace trident {
 namespace {
@@ -43,7 +40,8 @@ std::string hostnames(MPI_Comm comm) {
                             MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm));
   std::string out;
   for (int r = 0; r < size; ++r)
-    out += (r ? "," : "") + std::string(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    out +=
+        (r ? "," : "") + std::string(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
   return out;
 }
 
@@ -111,11 +109,12 @@ int Trainer::run() {
   const std::vector<uint16_t> train_tokens = read_token_file(c_.data.train);
   const std::vector<uint16_t> val_tokens = read_token_file(c_.data.val);
   for (const auto* tokens : {&train_tokens, &val_tokens}) {
-    const uint16_t max_token = tokens->empty() ? 0 : *std::max_element(tokens->begin(), tokens->end());
+    const uint16_t max_token =
+        tokens->empty() ? 0 : *std::max_element(tokens->begin(), tokens->end());
     if (max_token >= c_.model.vocab_size)
       throw InputError(fmt::format("data file '{}' holds token {} but model.vocab_size = {}",
-                                   tokens == &train_tokens ? c_.data.train : c_.data.val,
-                                   max_token, c_.model.vocab_size));
+                                   tokens == &train_tokens ? c_.data.train : c_.data.val, max_token,
+                                   c_.model.vocab_size));
   }
   const BatchSampler train_sampler(train_tokens, c_.run.seed, kTrainStream, T);
   const BatchSampler val_sampler(val_tokens, c_.run.seed, kValStream, T);
@@ -130,8 +129,8 @@ int Trainer::run() {
   if (!opt_.resume.empty()) {
     const CheckpointMeta meta = load_checkpoint(opt_.resume, model, &optimizer);
     start_step = static_cast<int>(meta.data_cursor);
-    log(fmt::format("resumed from {} at step {} (written with layout {})", opt_.resume,
-                    start_step, meta.layout));
+    log(fmt::format("resumed from {} at step {} (written with layout {})", opt_.resume, start_step,
+                    meta.layout));
   }
   const LrSchedule schedule{c_.optim.lr, c_.optim.min_lr_ratio, c_.optim.warmup_steps,
                             c_.run.steps};
@@ -154,7 +153,7 @@ int Trainer::run() {
         timings_path.string(), grid_.size(),
         std::map<std::string, std::string>{{"config", c_.to_toml()},
                                            {"layout", layout},
-                                           {"git_revision", TRIDENT_GIT_REVISION},
+                                           {"git_revision", git_revision()},
                                            {"hostnames", hosts},
                                            {"slurm_job_id", slurm ? slurm : ""},
                                            {"start_time", now_iso8601()},
@@ -164,13 +163,14 @@ int Trainer::run() {
 
   const double flops_token = flops_per_token(c_.model, T);
   log(fmt::format("trident {} | model {} L={} C={} NH={} V={} T={} | {:.3f}M parameters",
-                  TRIDENT_GIT_REVISION, c_.model.name, c_.model.n_layer, c_.model.n_embd,
-                  c_.model.n_head, c_.model.vocab_size, T, model.table().total_numel() / 1e6));
-  log(fmt::format("layout {} | {} ranks | global batch {} x {} = {} tokens | {} micro-batches "
+                  git_revision(), c_.model.name, c_.model.n_layer, c_.model.n_embd, c_.model.n_head,
+                  c_.model.vocab_size, T, model.table().total_numel() / 1e6));
+  log(
+      fmt::format("layout {} | {} ranks | global batch {} x {} = {} tokens | {} micro-batches "
                   "per rank",
-                  layout, grid_.size(), c_.train.batch_size, T, tokens_per_step,
-                  per_rank / micro));
-  log(fmt::format("MFU = {:.4g} FLOP/token x tokens/s / ({} ranks x {} TFLOP/s peak per rank); "
+                  layout, grid_.size(), c_.train.batch_size, T, tokens_per_step, per_rank / micro));
+  log(
+      fmt::format("MFU = {:.4g} FLOP/token x tokens/s / ({} ranks x {} TFLOP/s peak per rank); "
                   "FLOP/token = 6 x params + 12 x L x C x T (PaLM)",
                   flops_token, grid_.size(), c_.run.peak_tflops));
   log(fmt::format("outputs: {}", run_dir.string()));
@@ -203,8 +203,7 @@ int Trainer::run() {
         TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, model.grads().data(),
                                   static_cast<int>(model.grads().extent(0)), MPI_FLOAT, MPI_SUM,
                                   grid_.dp_comm()));
-      TRIDENT_MPI(
-          MPI_Allreduce(&loss_sum, &loss, 1, MPI_DOUBLE, MPI_SUM, grid_.dp_comm()));
+      TRIDENT_MPI(MPI_Allreduce(&loss_sum, &loss, 1, MPI_DOUBLE, MPI_SUM, grid_.dp_comm()));
     }
     loss /= static_cast<double>(tokens_per_step);
     if (!std::isfinite(loss)) {
@@ -216,9 +215,9 @@ int Trainer::run() {
       ScopedPhase p(timer, Phase::kOptimizer);
       grad_norm = std::sqrt(kernels::sum_of_squares(Exec(), model.grads()));
       const double max_norm = c_.optim.max_norm;
-      const float clip =
-          max_norm > 0 && grad_norm > max_norm ? static_cast<float>(max_norm / (grad_norm + 1e-6))
-                                               : 1.0f;
+      const float clip = max_norm > 0 && grad_norm > max_norm
+                             ? static_cast<float>(max_norm / (grad_norm + 1e-6))
+                             : 1.0f;
       lr = schedule.at(step);
       optimizer.step(model.params(), model.grads(), lr, clip);
     }
@@ -229,7 +228,7 @@ int Trainer::run() {
       ScopedPhase p(timer, Phase::kIo);
       last_ckpt = (ckpt_dir / fmt::format("step_{:06d}.h5", step + 1)).string();
       save_checkpoint(last_ckpt, c_, model, optimizer,
-                      {step + 1, step + 1, c_.run.seed, layout, TRIDENT_GIT_REVISION});
+                      {step + 1, step + 1, c_.run.seed, layout, git_revision()});
     }
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -242,8 +241,8 @@ int Trainer::run() {
     const double peak_mem = static_cast<double>(ledger.peak_total());
     TRIDENT_MPI(MPI_Gather(timer.all().data(), kPhases, MPI_DOUBLE, gathered.data(), kPhases,
                            MPI_DOUBLE, 0, grid_.world()));
-    TRIDENT_MPI(MPI_Gather(&peak_mem, 1, MPI_DOUBLE, gathered_mem.data(), 1, MPI_DOUBLE, 0,
-                           grid_.world()));
+    TRIDENT_MPI(
+        MPI_Gather(&peak_mem, 1, MPI_DOUBLE, gathered_mem.data(), 1, MPI_DOUBLE, 0, grid_.world()));
     TRIDENT_MPI(MPI_Reduce(&step_s, &step_max, 1, MPI_DOUBLE, MPI_MAX, 0, grid_.world()));
     TRIDENT_MPI(MPI_Reduce(&step_s, &step_min, 1, MPI_DOUBLE, MPI_MIN, 0, grid_.world()));
     if (grid_.rank() == 0) {
@@ -266,11 +265,11 @@ int Trainer::run() {
       const double tok_s = tokens_per_step / step_max;
       const double mfu = 100.0 * flops_token * tok_s / (grid_.size() * c_.run.peak_tflops * 1e12);
       if ((step + 1) % c_.run.log_every == 0 || last)
-        log(fmt::format("step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms "
-                        "(min {:.1f}) | {:.0f} tok/s | MFU {:.2f}% | peak mem {:.1f} MiB",
-                        step + 1, c_.run.steps, loss, lr, grad_norm, step_max * 1e3,
-                        step_min * 1e3, tok_s, mfu,
-                        *std::max_element(gathered_mem.begin(), gathered_mem.end()) / 1048576.0));
+        log(fmt::format(
+            "step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms "
+            "(min {:.1f}) | {:.0f} tok/s | MFU {:.2f}% | peak mem {:.1f} MiB",
+            step + 1, c_.run.steps, loss, lr, grad_norm, step_max * 1e3, step_min * 1e3, tok_s, mfu,
+            *std::max_element(gathered_mem.begin(), gathered_mem.end()) / 1048576.0));
       if (!std::isnan(val_loss))
         log(fmt::format("eval  {:>5}/{} | val loss {:.4f}", step + 1, c_.run.steps, val_loss));
     }
@@ -280,11 +279,12 @@ int Trainer::run() {
     const double tok_s = ms > 0 ? tokens_per_step / (ms / 1e3) : 0.0;
     const double mfu = 100.0 * flops_token * tok_s / (grid_.size() * c_.run.peak_tflops * 1e12);
     log(fmt::format("checkpoint: {}", last_ckpt.empty() ? "none" : last_ckpt));
-    log(fmt::format("PERFORMANCE steps={} ranks={} layout=\"{}\" ms_per_step={:.2f} "
+    log(
+        fmt::format("PERFORMANCE steps={} ranks={} layout=\"{}\" ms_per_step={:.2f} "
                     "tokens_per_s={:.1f} mfu_percent={:.3f} final_loss={:.6f} val_loss={:.6f} "
                     "peak_mem_mib={:.1f}",
-                    c_.run.steps - start_step, grid_.size(), layout, ms, tok_s, mfu, loss,
-                    val_loss, ledger.peak_total() / 1048576.0));
+                    c_.run.steps - start_step, grid_.size(), layout, ms, tok_s, mfu, loss, val_loss,
+                    ledger.peak_total() / 1048576.0));
   }
   return 0;
 }

@@ -45,9 +45,9 @@ TEST(Config, DefaultsAndModelPresetAndOverrides) {
   Config c = load_config(write_config("[model]\nfrom = \"models/m.toml\"\nn_head = 3\n"),
                          {"run.steps=7", "optim.lr=0.5", "run.name=abc"});
   validate(c, 2);
-  EXPECT_EQ(c.model.n_layer, 3);   // from the preset
+  EXPECT_EQ(c.model.n_layer, 3);  // from the preset
   EXPECT_EQ(c.model.n_embd, 48);
-  EXPECT_EQ(c.model.n_head, 3);    // the run file overrides the preset
+  EXPECT_EQ(c.model.n_head, 3);  // the run file overrides the preset
   EXPECT_EQ(c.run.steps, 7);
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.5);
   EXPECT_EQ(c.run.name, "abc");

@@ -58,8 +58,8 @@ void expect_matches_finite_differences(View1 x, const View1& analytic,
     max_abs = std::max(max_abs, std::abs(numeric));
     max_err = std::max(max_err, std::abs(numeric - analytic(i)));
   }
-  EXPECT_LE(max_err, tol * std::max(max_abs, 1e-3)) << "max |numeric - analytic| = " << max_err
-                                                     << ", max |numeric| = " << max_abs;
+  EXPECT_LE(max_err, tol * std::max(max_abs, 1e-3))
+      << "max |numeric - analytic| = " << max_err << ", max |numeric| = " << max_abs;
 }
 
 const Exec exec;
@@ -139,8 +139,8 @@ TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
   };
   f();
   View1 dx("dx", N * C), dw("dw", C), db("db", C);
-  layernorm_backward(exec, window(dx, 0, N, C), dw, db, window(r, 0, N, C), window(x, 0, N, C),
-                     w, mean, rstd);
+  layernorm_backward(exec, window(dx, 0, N, C), dw, db, window(r, 0, N, C), window(x, 0, N, C), w,
+                     mean, rstd);
   exec.fence();
   expect_matches_finite_differences(x, dx, f);
   expect_matches_finite_differences(w, dw, f);
@@ -180,15 +180,15 @@ TEST(Kernels, EmbeddingForwardAndBackward) {
   IntView1 tokens("t", N);
   const int toks[N] = {1, 4, 1, 0, 3, 4};
   for (int n = 0; n < N; ++n) tokens(n) = toks[n];
-  embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, V, C),
-                    window(wpe, 0, T, C), T);
+  embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, V, C), window(wpe, 0, T, C),
+                    T);
   exec.fence();
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c)
       EXPECT_FLOAT_EQ(out(n * C + c), wte(toks[n] * C + c) + wpe((n % T) * C + c));
   View1 r = random_view(N * C, 24), dwte("dwte", V * C), dwpe("dwpe", T * C);
-  embedding_backward(exec, window(dwte, 0, V, C), window(dwpe, 0, T, C), window(r, 0, N, C),
-                     tokens, T);
+  embedding_backward(exec, window(dwte, 0, V, C), window(dwpe, 0, T, C), window(r, 0, N, C), tokens,
+                     T);
   exec.fence();
   auto f = [&] {
     embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, V, C),
@@ -248,8 +248,8 @@ TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
   f();
   View1 dqkv("dqkv", N * 3 * C), scratch("s", s.B * s.NH * s.T);
   attention_backward(exec, window(dqkv, 0, N, 3 * C), window(scratch, 0, s.B * s.NH, s.T),
-                     window(r, 0, N, C), window(qkv, 0, N, 3 * C),
-                     window(att, 0, N * s.NH, s.T), s);
+                     window(r, 0, N, C), window(qkv, 0, N, 3 * C), window(att, 0, N * s.NH, s.T),
+                     s);
   exec.fence();
   expect_matches_finite_differences(qkv, dqkv, f);
 }
@@ -276,8 +276,8 @@ TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
     EXPECT_NEAR(losses(n), ref, 1e-5);
   }
   View1 saved = copy_of(logits), dlogits("d", N * V);
-  cross_entropy_backward(exec, window(dlogits, 0, N, V), window(logits, 0, N, V), lse, targets,
-                         V, 1.0f / 3.0f);
+  cross_entropy_backward(exec, window(dlogits, 0, N, V), window(logits, 0, N, V), lse, targets, V,
+                         1.0f / 3.0f);
   exec.fence();
   expect_matches_finite_differences(logits, dlogits, f);
   for (int v = 0; v < V; ++v) EXPECT_EQ(dlogits(3 * V + v), 0.0f);  // ignored row

@@ -1,0 +1,75 @@
+// The live grid on several ranks: Cartesian coordinates equal the pure mapping, and each axis
+// communicator holds exactly the ranks that differ only along that axis.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <vector>
+
+#include "comm/grid.hpp"
+
+using namespace trident;
+
+namespace {
+
+// All world ranks in `comm`, in comm order.
+std::vector<int> members(MPI_Comm comm, int world_rank) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  std::vector<int> out(size);
+  MPI_Allgather(&world_rank, 1, MPI_INT, out.data(), 1, MPI_INT, comm);
+  return out;
+}
+
+void check_shape(const GridShape& shape) {
+  int world_size = 0, world_rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  ASSERT_EQ(shape.size(), world_size);
+  Grid grid(MPI_COMM_WORLD, shape);
+  EXPECT_EQ(grid.rank(), world_rank);  // no reordering
+  const GridCoord c = grid.coord(), pure = grid_coord(shape, world_rank);
+  EXPECT_EQ(c.pp, pure.pp);
+  EXPECT_EQ(c.dp, pure.dp);
+  EXPECT_EQ(c.tp, pure.tp);
+  std::vector<int> tp_expected, dp_expected, pp_expected;
+  for (int t = 0; t < shape.tp; ++t) tp_expected.push_back(grid_rank(shape, {c.pp, c.dp, t}));
+  for (int d = 0; d < shape.dp; ++d) dp_expected.push_back(grid_rank(shape, {c.pp, d, c.tp}));
+  for (int p = 0; p < shape.pp; ++p) pp_expected.push_back(grid_rank(shape, {p, c.dp, c.tp}));
+  EXPECT_EQ(members(grid.tp_comm(), world_rank), tp_expected);
+  EXPECT_EQ(members(grid.dp_comm(), world_rank), dp_expected);
+  EXPECT_EQ(members(grid.pp_comm(), world_rank), pp_expected);
+  EXPECT_TRUE(grid.tp_groups_node_local());  // one machine: every group shares the node
+}
+
+}  // namespace
+
+TEST(GridMpi, FourRanksAllShapes) {
+  check_shape({1, 4, 1});
+  check_shape({1, 1, 4});
+  check_shape({4, 1, 1});
+  check_shape({1, 2, 2});
+  check_shape({2, 1, 2});
+  check_shape({2, 2, 1});
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int status = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    ::testing::InitGoogleTest(&argc, argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0) {  // one report, from rank 0
+      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+    }
+    status = RUN_ALL_TESTS();
+    int any_failed = 0;
+    MPI_Allreduce(&status, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    status = any_failed;
+  }
+  MPI_Finalize();
+  return status;
+}

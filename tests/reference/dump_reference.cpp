@@ -1,0 +1,210 @@
+// Writes what torch_gpt.py checks: the tiny model's parameters, one batch, its loss, logits and
+// gradients, and the losses and final parameters of 10 AdamW steps, computed by trident.
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "io/config.hpp"
+#include "io/hdf5.hpp"
+#include "model/gpt.hpp"
+#include "model/params.hpp"
+#include "optim/adamw.hpp"
+
+namespace {
+
+constexpr int kBatch = 4;  // B
+constexpr int kSeq = 16;   // T (at most the block size, less so wpe rows past T get no gradient)
+constexpr uint64_t kInitSeed = 1234;
+constexpr uint64_t kDataSeed = 0x7e57da7aULL;
+constexpr int kAdamSteps = 10;
+constexpr double kLr = 1e-3;
+
+// A dataset of any numeric type; `shape` empty means an HDF5 scalar. h5::write_floats covers
+// only float32, and the batch (int32) and loss (float64) need other types.
+void write_dataset(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                   hid_t file_type, hid_t mem_type, const void* data) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  trident::h5::Handle space(
+      dims.empty() ? H5Screate(H5S_SCALAR)
+                   : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+      H5Sclose);
+  TRIDENT_H5(static_cast<hid_t>(space));
+  trident::h5::Handle dset(
+      H5Dcreate2(parent, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      H5Dclose);
+  TRIDENT_H5(static_cast<hid_t>(dset));
+  TRIDENT_H5(H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+void write_ints(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                const int32_t* data) {
+  write_dataset(parent, name, shape, H5T_STD_I32LE, H5T_NATIVE_INT32, data);
+}
+
+void write_doubles(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                   const double* data) {
+  write_dataset(parent, name, shape, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data);
+}
+
+// Every parameter-shaped tensor of a flat buffer under its global name, as in a checkpoint.
+// Each dataset carries the table's weight-decay flag so the reference can check its own choice.
+void write_tensors(hid_t group, const trident::ParamTable& table, const trident::View1& flat) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), flat);
+  for (const trident::ParamSpec& p : table.specs()) {
+    trident::h5::write_floats(group, p.name, p.shape, host.data() + p.offset);
+    trident::h5::Handle dset(H5Dopen2(group, p.name.c_str(), H5P_DEFAULT), H5Dclose);
+    TRIDENT_H5(static_cast<hid_t>(dset));
+    trident::h5::write_attr(dset, "weight_decay", static_cast<int64_t>(p.weight_decay));
+  }
+}
+
+// Moves the GPT-2 initialisation away from its special values: zero biases and unit LayerNorm
+// gains would hide any forward bug in those terms (a dropped bias changes nothing), and weights
+// of std 0.02 leave attention almost uniform and GELU almost linear (at that init, a missing
+// 1/sqrt(HS) score scale moved the loss by only 6e-6 relative, and erf GELU instead of tanh the
+// logits by 4e-6). Matrices are scaled by kWeightScale (std 0.2), every 1-D tensor gets
+// kVectorSpread * N(0,1) added (gains 1 +- 0.1, biases +- 0.1).
+constexpr float kWeightScale = 10.0f, kVectorSpread = 0.1f;
+constexpr uint64_t kSpreadSeed = 0x5b2eadULL;
+
+void spread_parameters(trident::Gpt& model) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), model.params());
+  for (const trident::ParamSpec& p : model.table().specs()) {
+    trident::ParamSpec unit = p;
+    unit.init = trident::InitKind::kNormal;
+    unit.init_std = 1.0f;
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      float& v = host(p.offset + i);
+      v = p.shape.size() == 2 ? v * kWeightScale
+                              : v + kVectorSpread * trident::initial_value(kSpreadSeed, unit, i);
+    }
+  }
+  Kokkos::deep_copy(model.params(), host);
+}
+
+// Row-major [B*T, V] copy of the last forward's logits (backward overwrites them in place).
+std::vector<float> copy_logits(const trident::Gpt& model) {
+  const trident::ConstMat logits = model.logits();
+  Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> host(
+      "logits_host", logits.extent(0), logits.extent(1));
+  Kokkos::deep_copy(host, logits);
+  return std::vector<float>(host.data(), host.data() + host.size());
+}
+
+int run(const std::string& out_path, const std::string& config_path) {
+  trident::ModelConfig m;  // the tiny model, unless a config names another
+  m.name = "tiny";
+  m.n_layer = 2;
+  m.n_embd = 32;
+  m.n_head = 4;
+  m.vocab_size = 256;
+  m.block_size = 32;
+  if (!config_path.empty()) m = trident::load_config(config_path, {}).model;
+  if (m.block_size < kSeq) throw trident::InputError("the reference needs block_size >= 16");
+
+  const int B = kBatch, T = kSeq, N = B * T;
+  // Tokens from a hash, the targets the inputs shifted by one (as the data loader does).
+  std::vector<int32_t> stream(static_cast<size_t>(B) * (T + 1));
+  for (size_t i = 0; i < stream.size(); ++i)
+    stream[i] = static_cast<int32_t>(trident::mix64(kDataSeed ^ trident::mix64(i)) %
+                                     static_cast<uint64_t>(m.vocab_size));
+  std::vector<int32_t> inputs(N), targets(N);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      inputs[b * T + t] = stream[b * (T + 1) + t];
+      targets[b * T + t] = stream[b * (T + 1) + t + 1];
+    }
+
+  trident::MemoryLedger ledger;
+  // Buffers sized for more than this batch (as generate does, growing T up to the block size), so
+  // the windows into them must be cut for the actual (B, T).
+  trident::Gpt model(m, ledger, B + 1, m.block_size);
+  model.init_params(kInitSeed);
+  spread_parameters(model);
+  trident::AdamWSettings adam;  // beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1
+  const float inv_tokens = 1.0f / static_cast<float>(N);
+
+  trident::h5::Handle file = trident::h5::create_file(out_path);
+  trident::h5::write_attr(file, "n_layer", static_cast<int64_t>(m.n_layer));
+  trident::h5::write_attr(file, "n_embd", static_cast<int64_t>(m.n_embd));
+  trident::h5::write_attr(file, "n_head", static_cast<int64_t>(m.n_head));
+  trident::h5::write_attr(file, "vocab_size", static_cast<int64_t>(m.vocab_size));
+  trident::h5::write_attr(file, "block_size", static_cast<int64_t>(m.block_size));
+  trident::h5::write_attr(file, "init_seed", static_cast<int64_t>(kInitSeed));
+  trident::h5::write_attr(file, "lr", kLr);
+  trident::h5::write_attr(file, "beta1", adam.beta1);
+  trident::h5::write_attr(file, "beta2", adam.beta2);
+  trident::h5::write_attr(file, "eps", adam.eps);
+  trident::h5::write_attr(file, "weight_decay", adam.weight_decay);
+  trident::h5::write_attr(file, "adam_steps", static_cast<int64_t>(kAdamSteps));
+  {
+    trident::h5::Handle params = trident::h5::create_group(file, "params");
+    write_tensors(params, model.table(), model.params());
+    trident::h5::Handle batch = trident::h5::create_group(file, "batch");
+    write_ints(batch, "inputs", {B, T}, inputs.data());
+    write_ints(batch, "targets", {B, T}, targets.data());
+  }
+
+  trident::h5::Handle out = trident::h5::create_group(file, "out");
+  model.zero_grads();
+  const double loss = model.forward(inputs.data(), targets.data(), B, T) / N;
+  const std::vector<float> logits = copy_logits(model);
+  model.backward(inv_tokens);
+  write_doubles(out, "loss", {}, &loss);
+  trident::h5::write_floats(out, "logits", {N, m.vocab_size}, logits.data());
+  {
+    trident::h5::Handle grads = trident::h5::create_group(file, "grads");
+    write_tensors(grads, model.table(), model.grads());
+  }
+
+  trident::AdamW optimizer(model.table(), ledger, adam);
+  std::vector<double> losses;
+  for (int step = 0; step < kAdamSteps; ++step) {
+    model.zero_grads();
+    losses.push_back(model.forward(inputs.data(), targets.data(), B, T) / N);
+    model.backward(inv_tokens);
+    optimizer.step(model.params(), model.grads(), kLr, 1.0f);
+  }
+  write_doubles(out, "losses10", {kAdamSteps}, losses.data());
+  {
+    trident::h5::Handle final_params = trident::h5::create_group(file, "params_after");
+    write_tensors(final_params, model.table(), model.params());
+  }
+  std::printf("dump_reference: wrote %s (loss %.6f; %.6f before AdamW step %d)\n", out_path.c_str(),
+              loss, losses.back(), kAdamSteps);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int status = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    if (argc < 2 || argc > 3) {
+      std::fprintf(stderr, "usage: %s OUT.h5 [RUN_CONFIG.toml]\n", argv[0]);
+      status = 2;
+    } else {
+      try {
+        status = run(argv[1], argc == 3 ? argv[2] : "");
+      } catch (const trident::InputError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        status = 2;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "internal error: %s\n", e.what());
+        status = 1;
+      }
+    }
+  }
+  MPI_Finalize();
+  return status;
+}
