@@ -18,8 +18,9 @@ inline void adamw_update(const Exec& exec, const Vec& param, const Vec& m, const
                          const ConstVec& grad, AdamWHyper h, float grad_scale) {
   Region region("trident::adamw_update");
   const float b1 = h.beta1, b2 = h.beta2, eps = h.eps, lr = h.lr, wd = h.weight_decay;
-  const float bc1 = 1.0f - static_cast<float>(std::pow(h.beta1, h.step));
-  const float bc2 = 1.0f - static_cast<float>(std::pow(h.beta2, h.step));
+  const float inv_bc1 = 1.0f / (1.0f - static_cast<float>(std::pow(h.beta1, h.step)));
+  const float inv_sqrt_bc2 = 1.0f / std::sqrt(1.0f - static_cast<float>(std::pow(h.beta2, h.step)));
+  const float decay = 1.0f - lr * wd;
   Kokkos::parallel_for(
       "adamw_update", Kokkos::RangePolicy<Exec>(exec, 0, param.extent(0)), KOKKOS_LAMBDA(size_t i) {
         const float g = grad(i) * grad_scale;
@@ -27,19 +28,25 @@ inline void adamw_update(const Exec& exec, const Vec& param, const Vec& m, const
         const float vi = b2 * v(i) + (1.0f - b2) * g * g;
         m(i) = mi;
         v(i) = vi;
-        const float mhat = mi / bc1;
-        const float vhat = vi / bc2;
-        param(i) -= lr * (mhat / (kmath::sqrt(vhat) + eps) + wd * param(i));
+        param(i) = param(i) * decay - lr * (mi * inv_bc1) / (kmath::sqrt(vi) * inv_sqrt_bc2 + eps);
       });
 }
 
 // sum_i x_i^2 in double, for the global gradient norm.
 inline double sum_of_squares(const Exec& exec, const ConstVec& x) {
   Region region("trident::sum_of_squares");
+  constexpr size_t W = 16;
+  const size_t n = x.extent(0), chunks = (n + W - 1) / W;
   double total = 0.0;
   Kokkos::parallel_reduce(
-      "sum_of_squares", Kokkos::RangePolicy<Exec>(exec, 0, x.extent(0)),
-      KOKKOS_LAMBDA(size_t i, double& acc) { acc += static_cast<double>(x(i)) * x(i); }, total);
+      "sum_of_squares", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
+      KOKKOS_LAMBDA(size_t c, double& acc) {
+        float part = 0.f;
+        const size_t end = (c + 1) * W < n ? (c + 1) * W : n;
+        for (size_t i = c * W; i < end; ++i) part += x(i) * x(i);
+        acc += part;
+      },
+      total);
   return total;
 }
 

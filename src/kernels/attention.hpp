@@ -43,10 +43,12 @@ inline void attention_forward(const Exec& exec, const Mat& out, const Mat& att, 
         }
         const float inv = 1.0f / sum;
         for (int t2 = 0; t2 < T; ++t2) att(idx, t2) = t2 <= t ? att(idx, t2) * inv : 0.0f;
-        for (int i = 0; i < HS; ++i) {
-          float acc = 0.f;
-          for (int t2 = 0; t2 <= t; ++t2) acc += att(idx, t2) * qkv(b * T + t2, 2 * C + h * HS + i);
-          out(qrow, h * HS + i) = acc;
+        // Row-wise over the values: contiguous in i, so it vectorises.
+        for (int i = 0; i < HS; ++i) out(qrow, h * HS + i) = 0.f;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float a = att(idx, t2);
+          for (int i = 0; i < HS; ++i)
+            out(qrow, h * HS + i) += a * qkv(b * T + t2, 2 * C + h * HS + i);
         }
       });
 }

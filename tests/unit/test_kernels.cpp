@@ -333,5 +333,6 @@ TEST(Kernels, AdamWMatchesReferenceUpdate) {
 
 TEST(Kernels, SumOfSquares) {
   View1 x = random_view(100, 33);
-  EXPECT_NEAR(sum_of_squares(exec, x), dot(x, x), 1e-9 * dot(x, x));
+  // Float partial sums over 16-element chunks, accumulated in double: ~1e-7 relative at worst.
+  EXPECT_NEAR(sum_of_squares(exec, x), dot(x, x), 1e-6 * dot(x, x));
 }
