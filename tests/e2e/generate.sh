@@ -11,4 +11,7 @@ b=$("$trident" generate --ckpt "$ckpt" --prompt "In the beginning" --tokens 40 -
 case "$a" in "In the beginning"*) ;; *) echo "FAIL: output does not start with the prompt"; exit 1;; esac
 n=$(printf '%s' "$a" | wc -c)
 [ "$n" -ge 40 ] || { echo "FAIL: only $n bytes"; exit 1; }
-echo "generate: ok ($n bytes)"
+
+"$trident" --help | grep -q "generate" || { echo "FAIL: --help does not list the subcommands"; exit 1; }
+"$trident" train --help | grep -q -- "--resume" || { echo "FAIL: train --help lacks --resume"; exit 1; }
+echo "generate and --help: ok ($n bytes)"
