@@ -71,7 +71,7 @@ void BM_EmbeddingForward(benchmark::State& state) {
   const IntView1 tokens = random_tokens(kN, kV, 3);
   for (auto _ : state) {
     kernels::embedding_forward(exec, window(out, 0, kN, kC), tokens, window(wte, 0, kV, kC),
-                               window(wpe, 0, kBlock, kC), kT);
+                               window(wpe, 0, kBlock, kC), kT, 0);
     exec.fence();
   }
   set_bytes(state, 3 * kN * kC * kF);  // gather two rows, write one
@@ -84,7 +84,7 @@ void BM_EmbeddingBackward(benchmark::State& state) {
   const IntView1 tokens = random_tokens(kN, kV, 3);
   for (auto _ : state) {
     kernels::embedding_backward(exec, window(dwte, 0, kV, kC), window(dwpe, 0, kBlock, kC),
-                                window(dout, 0, kN, kC), tokens, kT);
+                                window(dout, 0, kN, kC), tokens, kT, 0);
     exec.fence();
   }
   set_bytes(state, 5 * kN * kC * kF);  // read dout, read-modify-write two gradient rows
@@ -263,13 +263,23 @@ void BM_GeluBackward(benchmark::State& state) {
   set_bytes(state, 3 * static_cast<int64_t>(n) * kF);
 }
 
+// The three reductions of the (here unsplit) vocabulary-parallel cross-entropy forward.
+void cross_entropy_forward(const Exec& exec, const View1& losses, const View1& lse,
+                           const View1& row_max, const View1& sums, const View1& target_logit,
+                           const View1& logits, const IntView1& targets) {
+  const ConstMat l = window(logits, 0, kN, kV);
+  kernels::cross_entropy_row_max(exec, row_max, l, kV);
+  kernels::cross_entropy_row_sums(exec, sums, target_logit, l, row_max, targets, 0, kV);
+  kernels::cross_entropy_losses(exec, losses, lse, row_max, sums, target_logit, targets);
+}
+
 void BM_CrossEntropyForward(benchmark::State& state) {
   const Exec exec;
   const View1 logits = random_view("logits", static_cast<size_t>(kN) * kV, -4, 4, 19);
   const IntView1 targets = random_tokens(kN, kV, 20);
-  View1 losses("losses", kN), lse("lse", kN);
+  View1 losses("losses", kN), lse("lse", kN), mx("max", kN), sums("sums", kN), tl("tl", kN);
   for (auto _ : state) {
-    kernels::cross_entropy_forward(exec, losses, lse, window(logits, 0, kN, kV), targets, kV);
+    cross_entropy_forward(exec, losses, lse, mx, sums, tl, logits, targets);
     exec.fence();
   }
   set_bytes(state, static_cast<int64_t>(kN) * kV * kF);
@@ -280,11 +290,12 @@ void BM_CrossEntropyBackward(benchmark::State& state) {
   const View1 logits = random_view("logits", static_cast<size_t>(kN) * kV, -4, 4, 19);
   const IntView1 targets = random_tokens(kN, kV, 20);
   View1 losses("losses", kN), lse("lse", kN), dlogits("dlogits", static_cast<size_t>(kN) * kV);
-  kernels::cross_entropy_forward(exec, losses, lse, window(logits, 0, kN, kV), targets, kV);
+  View1 mx("max", kN), sums("sums", kN), tl("tl", kN);
+  cross_entropy_forward(exec, losses, lse, mx, sums, tl, logits, targets);
   for (auto _ : state) {
     // The model writes the gradient over the logits; a separate output keeps the input intact.
     kernels::cross_entropy_backward(exec, window(dlogits, 0, kN, kV), window(logits, 0, kN, kV),
-                                    lse, targets, kV, 1.0f / kN);
+                                    lse, targets, 0, kV, 1.0f / kN);
     exec.fence();
   }
   set_bytes(state, 2 * static_cast<int64_t>(kN) * kV * kF);

@@ -1,4 +1,5 @@
-// Times one gpt2-124m training step (trident::Gpt + AdamW) and the same GEMMs alone; greppable.
+// Times one gpt2-124m training step (trident::GptStage + AdamW) and the same GEMMs alone;
+// greppable.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -120,11 +121,11 @@ void enable(bool on) {
 // weights and gradients (so the memory they stream is the same), with private activations.
 class GemmOnly {
  public:
-  GemmOnly(const Gpt& model, MemoryLedger& ledger, int N)
+  GemmOnly(const GptStage& model, MemoryLedger& ledger, int N)
       : m_(model.config()),
         N_(N),
-        p_(model_tensors(model.table(), m_, model.params())),
-        g_(model_tensors(model.table(), m_, model.grads())) {
+        p_(stage_tensors(model.local(), model.layout(), model.params())),
+        g_(stage_tensors(model.local(), model.layout(), model.grads())) {
     const size_t n = N, C = m_.n_embd, V = m_.vocab_size;
     auto act = [&](const char* label, size_t count, uint64_t seed) {
       View1 v = allocate(ledger, MemCategory::kWorkspace, label, count);
@@ -189,7 +190,7 @@ class GemmOnly {
  private:
   ModelConfig m_;
   int N_;
-  ModelTensors p_, g_;
+  StageTensors p_, g_;
   Exec exec_;
   View1 x_, y_, qkv_, h_, dx_, dy_, dqkv_, dh_, logits_;
 };
@@ -209,9 +210,9 @@ int run(const Options& o) {
   const int N = o.B * o.T;
 
   MemoryLedger ledger;
-  Gpt model(m, ledger, o.B, o.T);
+  GptStage model(m, whole_model(m), nullptr, ledger, o.B, o.T, 1);
   model.init_params(1337);
-  AdamW optimizer(model.table(), ledger, AdamWSettings{});
+  AdamW optimizer(model.local(), ledger, AdamWSettings{});
   GemmOnly gemms(model, ledger, N);
 
   std::vector<int32_t> tokens(N), targets(N);
@@ -241,11 +242,11 @@ int run(const Options& o) {
     Kokkos::fence();
     const auto t1 = Clock::now();
     profile::phase = "forward";
-    loss = model.forward(tokens.data(), targets.data(), o.B, o.T) / N;
+    loss = model.forward(0, tokens.data(), targets.data(), o.B, o.T) / N;
     Kokkos::fence();
     const auto t2 = Clock::now();
     profile::phase = "backward";
-    model.backward(1.0f / static_cast<float>(N));
+    model.backward(0, 1.0f / static_cast<float>(N), ConstVec());
     Kokkos::fence();
     const auto t3 = Clock::now();
     profile::phase = "optimizer";

@@ -33,6 +33,11 @@ Grid::Grid(MPI_Comm world, GridShape shape) : shape_(shape) {
   TRIDENT_MPI(MPI_Cart_sub(cart_, keep_pp, &pp_));
   TRIDENT_MPI(MPI_Cart_sub(cart_, keep_dp, &dp_));
   TRIDENT_MPI(MPI_Cart_sub(cart_, keep_tp, &tp_));
+  const int keep_mp[3] = {1, 0, 1};
+  TRIDENT_MPI(MPI_Cart_sub(cart_, keep_mp, &mp_));
+  const bool end_stage = coord_.pp == 0 || coord_.pp == shape.pp - 1;
+  TRIDENT_MPI(MPI_Comm_split(cart_, end_stage ? coord_.dp * shape.tp + coord_.tp : MPI_UNDEFINED,
+                             coord_.pp, &embedding_));
   // A tp group is node-local when splitting it by shared memory leaves it whole.
   MPI_Comm node_part;
   TRIDENT_MPI(MPI_Comm_split_type(tp_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_part));
@@ -45,7 +50,7 @@ Grid::Grid(MPI_Comm world, GridShape shape) : shape_(shape) {
 }
 
 Grid::~Grid() {
-  for (MPI_Comm* c : {&tp_, &dp_, &pp_, &cart_})
+  for (MPI_Comm* c : {&embedding_, &mp_, &tp_, &dp_, &pp_, &cart_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 

@@ -39,6 +39,11 @@ class Grid {
   MPI_Comm dp_comm() const { return dp_; }
   MPI_Comm tp_comm() const { return tp_; }
   MPI_Comm pp_comm() const { return pp_; }
+  // pp x tp: one model replica, over which the global gradient norm is reduced.
+  MPI_Comm model_parallel_comm() const { return mp_; }
+  // The first and last pipeline stage at this (dp, tp): both hold the tied token embedding
+  // (a single rank when pp == 1; MPI_COMM_NULL on middle stages).
+  MPI_Comm embedding_comm() const { return embedding_; }
   // "dp=2 tp=1 pp=1"
   std::string describe() const;
   // True when every tp group shares a node; main() warns otherwise.
@@ -49,6 +54,7 @@ class Grid {
   GridCoord coord_;
   int rank_ = 0;
   MPI_Comm cart_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, tp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL;
+  MPI_Comm mp_ = MPI_COMM_NULL, embedding_ = MPI_COMM_NULL;
   bool tp_node_local_ = true;
 };
 

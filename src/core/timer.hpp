@@ -3,6 +3,7 @@
 
 #include <array>
 #include <chrono>
+#include <vector>
 
 namespace trident {
 
@@ -23,38 +24,51 @@ constexpr std::array<const char*, kPhases> kPhaseNames = {"forward",   "backward
                                                           "tp_comm",   "pp_wait",     "dp_comm",
                                                           "optimizer", "zero_gather", "io"};
 
-// Seconds spent in each phase during the current step. Phases do not nest.
+// Seconds spent in each phase during the current step. Phases nest: entering tp_comm inside
+// forward pauses forward, so each second is counted in exactly one phase.
 class PhaseTimer {
  public:
   using Clock = std::chrono::steady_clock;
   void reset() { seconds_.fill(0.0); }
-  void start(Phase p) {
-    current_ = p;
-    t0_ = Clock::now();
+  void push(Phase p) {
+    const auto now = Clock::now();
+    if (!stack_.empty()) add(stack_.back(), now);
+    stack_.push_back(p);
+    t0_ = now;
   }
-  void stop() {
-    seconds_[static_cast<int>(current_)] +=
-        std::chrono::duration<double>(Clock::now() - t0_).count();
+  void pop() {
+    const auto now = Clock::now();
+    add(stack_.back(), now);
+    stack_.pop_back();
+    t0_ = now;
   }
   double seconds(Phase p) const { return seconds_[static_cast<int>(p)]; }
   const std::array<double, kPhases>& all() const { return seconds_; }
 
  private:
+  void add(Phase p, Clock::time_point now) {
+    seconds_[static_cast<int>(p)] += std::chrono::duration<double>(now - t0_).count();
+  }
   std::array<double, kPhases> seconds_{};
-  Phase current_ = Phase::kForward;
+  std::vector<Phase> stack_;
   Clock::time_point t0_;
 };
 
-// Times one phase for the lifetime of the scope.
+// Times one phase for the lifetime of the scope; a null timer times nothing.
 class ScopedPhase {
  public:
-  ScopedPhase(PhaseTimer& t, Phase p) : t_(t) { t_.start(p); }
-  ~ScopedPhase() { t_.stop(); }
+  ScopedPhase(PhaseTimer* t, Phase p) : t_(t) {
+    if (t_) t_->push(p);
+  }
+  ScopedPhase(PhaseTimer& t, Phase p) : ScopedPhase(&t, p) {}
+  ~ScopedPhase() {
+    if (t_) t_->pop();
+  }
   ScopedPhase(const ScopedPhase&) = delete;
   ScopedPhase& operator=(const ScopedPhase&) = delete;
 
  private:
-  PhaseTimer& t_;
+  PhaseTimer* t_;
 };
 
 }  // namespace trident

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
 namespace {
@@ -58,6 +59,11 @@ std::vector<Field> schema(Config& c) {
       {"parallel", "dp", &c.parallel.dp, "data-parallel replicas (0: world size / (tp*pp))"},
       {"parallel", "tp", &c.parallel.tp, "tensor-parallel ranks"},
       {"parallel", "pp", &c.parallel.pp, "pipeline stages"},
+      {"parallel", "schedule", &c.parallel.schedule, "pipeline schedule: gpipe, 1f1b, interleaved"},
+      {"parallel", "virtual_stages", &c.parallel.virtual_stages,
+       "model chunks per pipeline rank (interleaved schedule)"},
+      {"parallel", "dp_bucket_mb", &c.parallel.dp_bucket_mb,
+       "gradient all-reduce bucket size over dp, MiB"},
   };
 }
 
@@ -289,9 +295,15 @@ void validate(Config& c, int world_size) {
   require(op.max_norm >= 0, "optim.max_norm must not be negative (0 disables clipping)");
   ParallelSection& p = c.parallel;
   require(p.tp >= 1 && p.pp >= 1 && p.dp >= 0, "parallel.dp/tp/pp must be positive");
-  require(p.tp == 1 && p.pp == 1,
-          "parallel.tp and parallel.pp must be 1 in this version (tensor and pipeline "
-          "parallelism are not built yet); use parallel.dp");
+  require(p.virtual_stages >= 1, "parallel.virtual_stages must be at least 1");
+  require(p.dp_bucket_mb > 0, "parallel.dp_bucket_mb must be positive");
+  pipeline::ScheduleKind kind;
+  require(
+      pipeline::parse_schedule(p.schedule, kind),
+      fmt::format("parallel.schedule = '{}' must be one of gpipe, 1f1b, interleaved", p.schedule));
+  require(world_size % (p.tp * p.pp) == 0,
+          fmt::format("parallel.tp*pp = {} must divide the number of MPI ranks {}", p.tp * p.pp,
+                      world_size));
   if (p.dp == 0) p.dp = world_size / (p.tp * p.pp);
   require(p.dp * p.tp * p.pp == world_size,
           fmt::format("parallel.dp*tp*pp = {}*{}*{} = {} must equal the number of MPI ranks {}",
@@ -300,10 +312,26 @@ void validate(Config& c, int world_size) {
           fmt::format("train.batch_size = {} must be divisible by parallel.dp = {}", t.batch_size,
                       p.dp));
   const int per_rank = t.batch_size / p.dp;
-  if (c.train.micro_batch_size == 0) c.train.micro_batch_size = per_rank;
+  if (c.train.micro_batch_size == 0)  // one micro-batch per pipeline stage by default
+    c.train.micro_batch_size = per_rank % p.pp == 0 ? per_rank / p.pp : per_rank;
   require(c.train.micro_batch_size >= 1 && per_rank % c.train.micro_batch_size == 0,
           fmt::format("train.micro_batch_size = {} must divide batch_size / dp = {}",
                       c.train.micro_batch_size, per_rank));
+  require(m.n_head % p.tp == 0,
+          fmt::format("parallel.tp = {} must divide model.n_head = {} (heads are split across tp)",
+                      p.tp, m.n_head));
+  require((4 * m.n_embd) % p.tp == 0,
+          fmt::format("parallel.tp = {} must divide 4 * model.n_embd = {} (the MLP width)", p.tp,
+                      4 * m.n_embd));
+  require(m.n_layer % (p.pp * p.virtual_stages) == 0,
+          fmt::format("model.n_layer = {} must be divisible by parallel.pp * virtual_stages = {}",
+                      m.n_layer, p.pp * p.virtual_stages));
+  const int micro_batches = per_rank / c.train.micro_batch_size;
+  const std::string why = pipeline::validate_schedule(kind, p.pp, micro_batches, p.virtual_stages);
+  require(why.empty(), fmt::format("parallel.schedule = '{}' with pp = {}, virtual_stages = {} and "
+                                   "{} micro-batches per step (batch_size / dp / "
+                                   "micro_batch_size): {}",
+                                   p.schedule, p.pp, p.virtual_stages, micro_batches, why));
 }
 
 }  // namespace trident

@@ -47,6 +47,9 @@ struct ParallelSection {
   int dp = 0;  // 0: derived from the world size
   int tp = 1;
   int pp = 1;
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int virtual_stages = 1;         // model chunks per pipeline rank (interleaved)
+  double dp_bucket_mb = 25.0;     // gradient all-reduce bucket size over dp (MiB)
 };
 
 struct Config {

@@ -36,7 +36,7 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   const hsize_t r = static_cast<hsize_t>(ranks);
   create_extendible(file_, "step", {}, H5T_STD_I64LE);
   for (const char* name :
-       {"loss", "val_loss", "lr", "grad_norm", "step_seconds_max", "step_seconds_min"})
+       {"loss", "val_loss", "lr", "grad_norm", "step_seconds_max", "step_seconds_min", "bubble"})
     create_extendible(file_, name, {}, H5T_IEEE_F64LE);
   create_extendible(file_, "tokens", {}, H5T_STD_I64LE);
   create_extendible(file_, "phase_seconds", {r, static_cast<hsize_t>(kPhases)}, H5T_IEEE_F64LE);
@@ -71,6 +71,7 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("grad_norm", &r.grad_norm, H5T_NATIVE_DOUBLE);
   append_row("step_seconds_max", &r.step_seconds_max, H5T_NATIVE_DOUBLE);
   append_row("step_seconds_min", &r.step_seconds_min, H5T_NATIVE_DOUBLE);
+  append_row("bubble", &r.bubble, H5T_NATIVE_DOUBLE);
   append_row("tokens", &r.tokens, H5T_NATIVE_INT64);
   append_row("phase_seconds", r.phase_seconds.data(), H5T_NATIVE_DOUBLE);
   append_row("peak_memory_bytes", r.peak_mem_bytes.data(), H5T_NATIVE_DOUBLE);

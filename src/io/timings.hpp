@@ -15,6 +15,7 @@ struct StepRecord {
   double loss = 0, val_loss = 0, lr = 0, grad_norm = 0;
   int64_t tokens = 0;
   double step_seconds_max = 0, step_seconds_min = 0;
+  double bubble = 0;                   // mean share of the step ranks spent waiting on the pipeline
   std::vector<double> phase_seconds;   // [ranks * phases]
   std::vector<double> peak_mem_bytes;  // [ranks]
 };

@@ -1,4 +1,6 @@
-// Fused softmax + cross-entropy over the vocabulary: per-row loss forward, in-place gradient.
+// Softmax cross-entropy over a (possibly vocabulary-parallel) slice of the logits: the forward
+// in three row reductions, so a tensor-parallel caller can all-reduce between them, and the
+// gradient written in place. No rank ever needs the full logits.
 #pragma once
 
 #include "core/math.hpp"
@@ -7,43 +9,73 @@
 
 namespace trident::kernels {
 
-// losses[N] = logsumexp(logits[n,:V]) - logits[n, target]; lse[N] kept for backward.
-// Columns >= V (vocabulary padding) are ignored; a negative target gives loss 0.
-inline void cross_entropy_forward(const Exec& exec, const Vec& losses, const Vec& lse,
-                                  const ConstMat& logits, const ConstIntVec& targets, int V) {
-  Region region("trident::cross_entropy_forward");
+// Columns [0, valid) of logits[N, V_slice] are real vocabulary entries vocab_start + v; the
+// rest are padding and ignored. A negative target marks a position without a loss.
+
+// row_max[n] = max over the slice's valid columns (-inf-ish when the slice has none).
+inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const ConstMat& logits,
+                                  int valid) {
+  Region region("trident::cross_entropy_row_max");
   Kokkos::parallel_for(
-      "cross_entropy_forward", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
+      "cross_entropy_row_max", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
-        float maxv = -3.0e38f;
-        for (int v = 0; v < V; ++v) maxv = logits(n, v) > maxv ? logits(n, v) : maxv;
-        float sum = 0.f;
-        for (int v = 0; v < V; ++v) sum += kmath::exp(logits(n, v) - maxv);
-        const float l = maxv + kmath::log(sum);
-        lse(n) = l;
-        const int tgt = targets(n);
-        losses(n) = tgt >= 0 ? l - logits(n, tgt) : 0.0f;
+        float m = -3.0e38f;
+        for (int v = 0; v < valid; ++v) m = logits(n, v) > m ? logits(n, v) : m;
+        row_max(n) = m;
       });
 }
 
-// dlogits[n,v] = scale * (softmax(logits)[n,v] - [v == target]); dlogits may alias logits.
-// `scale` is d(loss)/d(per-row loss), i.e. 1 / (global token count) for a mean loss.
+// row_sum[n] = sum over valid columns of exp(logit - row_max[n]) (row_max: the global max).
+// target_logit[n] = the target's logit if this slice holds it, else 0 (so a sum over slices
+// gives the target's logit).
+inline void cross_entropy_row_sums(const Exec& exec, const Vec& row_sum, const Vec& target_logit,
+                                   const ConstMat& logits, const ConstVec& row_max,
+                                   const ConstIntVec& targets, int vocab_start, int valid) {
+  Region region("trident::cross_entropy_row_sums");
+  Kokkos::parallel_for(
+      "cross_entropy_row_sums", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
+      KOKKOS_LAMBDA(int n) {
+        const float m = row_max(n);
+        float s = 0.f;
+        for (int v = 0; v < valid; ++v) s += kmath::exp(logits(n, v) - m);
+        row_sum(n) = s;
+        const int local = targets(n) - vocab_start;
+        target_logit(n) = local >= 0 && local < valid ? logits(n, local) : 0.0f;
+      });
+}
+
+// losses[n] = lse[n] - target_logit[n] with lse = row_max + log(row_sum) (global values).
+inline void cross_entropy_losses(const Exec& exec, const Vec& losses, const Vec& lse,
+                                 const ConstVec& row_max, const ConstVec& row_sum,
+                                 const ConstVec& target_logit, const ConstIntVec& targets) {
+  Region region("trident::cross_entropy_losses");
+  Kokkos::parallel_for(
+      "cross_entropy_losses", Kokkos::RangePolicy<Exec>(exec, 0, losses.extent(0)),
+      KOKKOS_LAMBDA(int n) {
+        const float l = row_max(n) + kmath::log(row_sum(n));
+        lse(n) = l;
+        losses(n) = targets(n) >= 0 ? l - target_logit(n) : 0.0f;
+      });
+}
+
+// dlogits[n,v] = scale * (softmax[n,v] - [vocab_start + v == target]); padding columns get 0.
+// dlogits may alias logits. `scale` is d(loss)/d(per-token loss): 1 / global token count.
 inline void cross_entropy_backward(const Exec& exec, const Mat& dlogits, const ConstMat& logits,
-                                   const ConstVec& lse, const ConstIntVec& targets, int V,
-                                   float scale) {
+                                   const ConstVec& lse, const ConstIntVec& targets, int vocab_start,
+                                   int valid, float scale) {
   Region region("trident::cross_entropy_backward");
-  const int VP = static_cast<int>(logits.extent(1));
+  const int width = static_cast<int>(logits.extent(1));
   Kokkos::parallel_for(
       "cross_entropy_backward", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
-        const int tgt = targets(n);
+        const int local = targets(n) - vocab_start;
         const float l = lse(n);
-        const float s = tgt >= 0 ? scale : 0.0f;
-        for (int v = 0; v < V; ++v) {
+        const float s = targets(n) >= 0 ? scale : 0.0f;
+        for (int v = 0; v < valid; ++v) {
           const float p = kmath::exp(logits(n, v) - l);
-          dlogits(n, v) = s * (p - (v == tgt ? 1.0f : 0.0f));
+          dlogits(n, v) = s * (p - (v == local ? 1.0f : 0.0f));
         }
-        for (int v = V; v < VP; ++v) dlogits(n, v) = 0.0f;
+        for (int v = valid; v < width; ++v) dlogits(n, v) = 0.0f;
       });
 }
 

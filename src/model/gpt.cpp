@@ -1,6 +1,10 @@
-// GPT-2 forward and backward on one rank, composed from the kernels.
+// GPT-2 stage forward and backward, composed from the kernels, with Megatron tensor parallelism:
+// column-parallel qkv / fc, row-parallel projections (their sum all-reduced over tp: the "g"
+// operator), input gradients of column-parallel layers all-reduced in backward (the "f"
+// operator), vocabulary-parallel embedding and cross-entropy.
 #include "model/gpt.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/attention.hpp"
@@ -15,19 +19,20 @@ namespace trident {
 
 using namespace kernels;
 
-ModelTensors model_tensors(const ParamTable& table, const ModelConfig& m, const View1& flat) {
+StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
+                           const View1& flat) {
   auto vec = [&](const std::string& name) {
-    const ParamSpec& s = table.at(name);
-    return window(flat, s.offset, s.numel());
+    const LocalParam& p = local.at(name);
+    return window(flat, p.offset, p.numel);
   };
   auto mat = [&](const std::string& name) {
-    const ParamSpec& s = table.at(name);
-    return window(flat, s.offset, s.shape[0], s.shape[1]);
+    const LocalParam& p = local.at(name);
+    return window(flat, p.offset, p.shape[0], p.shape[1]);
   };
-  ModelTensors t;
-  t.wte = mat("wte");
-  t.wpe = mat("wpe");
-  for (int l = 0; l < m.n_layer; ++l) {
+  StageTensors t;
+  if (local.holds("wte")) t.wte = mat("wte");
+  if (layout.has_embedding) t.wpe = mat("wpe");
+  for (int l = layout.first_layer; l < layout.last_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     t.blocks.push_back({vec(h + "ln_1.weight"), vec(h + "ln_1.bias"), mat(h + "attn.qkv.weight"),
                         vec(h + "attn.qkv.bias"), mat(h + "attn.proj.weight"),
@@ -35,164 +40,257 @@ ModelTensors model_tensors(const ParamTable& table, const ModelConfig& m, const 
                         mat(h + "mlp.fc.weight"), vec(h + "mlp.fc.bias"),
                         mat(h + "mlp.proj.weight"), vec(h + "mlp.proj.bias")});
   }
-  t.lnf_w = vec("ln_f.weight");
-  t.lnf_b = vec("ln_f.bias");
+  if (layout.has_head) {
+    t.lnf_w = vec("ln_f.weight");
+    t.lnf_b = vec("ln_f.bias");
+  }
   return t;
 }
 
-Gpt::Gpt(const ModelConfig& m, MemoryLedger& ledger, int max_batch, int max_seq)
-    : m_(m), table_(m), max_B_(max_batch), max_T_(max_seq) {
+GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp,
+                   MemoryLedger& ledger, int max_batch, int max_seq, int slots)
+    : m_(m), layout_(layout), table_(m), local_(table_, m, layout), tp_(tp) {
+  const int tps = layout.tp_size;
+  C_tp_ = m.n_embd / tps;
+  NH_tp_ = m.n_head / tps;
+  F_tp_ = 4 * m.n_embd / tps;
+  V_tp_ = padded_vocab(m.vocab_size, tps) / tps;
+  vocab_start_ = layout.tp_rank * V_tp_;
+  vocab_valid_ = std::clamp(m.vocab_size - vocab_start_, 0, V_tp_);
   const size_t N = static_cast<size_t>(max_batch) * max_seq;
-  const size_t C = m.n_embd, V = m.vocab_size, NH = m.n_head, T = max_seq;
-  params_ = allocate(ledger, MemCategory::kParams, "params", table_.total_numel());
-  grads_ = allocate(ledger, MemCategory::kGrads, "grads", table_.total_numel());
-  p_ = model_tensors(table_, m, params_);
-  g_ = model_tensors(table_, m, grads_);
-  tokens_ = allocate_int(ledger, MemCategory::kActivations, "tokens", N);
-  targets_ = allocate_int(ledger, MemCategory::kActivations, "targets", N);
-  tokens_host_ = Kokkos::create_mirror_view(tokens_);
-  targets_host_ = Kokkos::create_mirror_view(targets_);
+  const size_t C = m.n_embd, T = max_seq;
+  params_ = allocate(ledger, MemCategory::kParams, "params", local_.total_numel());
+  grads_ = allocate(ledger, MemCategory::kGrads, "grads", local_.total_numel());
+  p_ = stage_tensors(local_, layout, params_);
+  g_ = stage_tensors(local_, layout, grads_);
   auto act = [&](const char* label, size_t n) {
     return allocate(ledger, MemCategory::kActivations, label, n);
   };
-  encoded_ = act("encoded", N * C);
-  for (int l = 0; l < m.n_layer; ++l) {
-    BlockActivations a;
-    a.ln1 = act("ln1", N * C);
-    a.ln1_mean = act("ln1_mean", N);
-    a.ln1_rstd = act("ln1_rstd", N);
-    a.qkv = act("qkv", N * 3 * C);
-    a.att = act("att", N * NH * T);
-    a.atty = act("atty", N * C);
-    a.res_attn = act("res_attn", N * C);
-    a.ln2 = act("ln2", N * C);
-    a.ln2_mean = act("ln2_mean", N);
-    a.ln2_rstd = act("ln2_rstd", N);
-    a.fch = act("fch", N * 4 * C);
-    a.fch_gelu = act("fch_gelu", N * 4 * C);
-    a.res_mlp = act("res_mlp", N * C);
-    acts_.push_back(a);
+  for (int s = 0; s < slots; ++s) {
+    ActivationSlot a;
+    a.tokens = allocate_int(ledger, MemCategory::kActivations, "tokens", N);
+    a.targets = allocate_int(ledger, MemCategory::kActivations, "targets", N);
+    a.input = act("input", N * C);
+    for (int l = layout.first_layer; l < layout.last_layer; ++l) {
+      BlockActivations b;
+      b.ln1 = act("ln1", N * C);
+      b.ln1_mean = act("ln1_mean", N);
+      b.ln1_rstd = act("ln1_rstd", N);
+      b.qkv = act("qkv", N * 3 * C_tp_);
+      b.att = act("att", N * NH_tp_ * T);
+      b.atty = act("atty", N * C_tp_);
+      b.res_attn = act("res_attn", N * C);
+      b.ln2 = act("ln2", N * C);
+      b.ln2_mean = act("ln2_mean", N);
+      b.ln2_rstd = act("ln2_rstd", N);
+      b.fch = act("fch", N * F_tp_);
+      b.fch_gelu = act("fch_gelu", N * F_tp_);
+      b.res_mlp = act("res_mlp", N * C);
+      a.blocks.push_back(b);
+    }
+    if (layout.has_head) {
+      a.lnf = act("lnf", N * C);
+      a.lnf_mean = act("lnf_mean", N);
+      a.lnf_rstd = act("lnf_rstd", N);
+      a.logits = act("logits", N * V_tp_);
+      a.losses = act("losses", N);
+      a.lse = act("lse", N);
+    }
+    slots_.push_back(a);
   }
-  lnf_ = act("lnf", N * C);
-  lnf_mean_ = act("lnf_mean", N);
-  lnf_rstd_ = act("lnf_rstd", N);
-  logits_ = act("logits", N * V);
-  losses_ = act("losses", N);
-  lse_ = act("lse", N);
+  // create_mirror, not create_mirror_view: on host spaces the latter would alias slot 0's
+  // tokens, and staging a later micro-batch would overwrite them before slot 0's backward.
+  tokens_host_ = Kokkos::create_mirror(slots_[0].tokens);
+  targets_host_ = Kokkos::create_mirror(slots_[0].targets);
   auto work = [&](const char* label, size_t n) {
     return allocate(ledger, MemCategory::kWorkspace, label, n);
   };
   scratch_c_ = work("scratch_c", N * C);
+  row_max_ = work("row_max", N);
+  row_sum_ = work("row_sum", 2 * N);  // sums, then target logits: one all-reduce for both
   dresidual_ = work("dresidual", N * C);
   dln_ = work("dln", N * C);
-  datty_ = work("datty", N * C);
-  dqkv_ = work("dqkv", N * 3 * C);
-  dfch_ = work("dfch", N * 4 * C);
-  datt_scratch_ = work("datt_scratch", static_cast<size_t>(max_batch) * NH * T);
+  datty_ = work("datty", N * C_tp_);
+  dqkv_ = work("dqkv", N * 3 * C_tp_);
+  dfch_ = work("dfch", N * F_tp_);
+  datt_scratch_ = work("datt_scratch", static_cast<size_t>(max_batch) * NH_tp_ * T);
 }
 
-void Gpt::init_params(uint64_t seed) {
+void GptStage::init_params(uint64_t seed) {
   auto host = Kokkos::create_mirror_view(params_);
-  for (const ParamSpec& s : table_.specs())
-    for (int64_t i = 0; i < s.numel(); ++i) host(s.offset + i) = initial_value(seed, s, i);
+  for (const LocalParam& p : local_.params())
+    for (int64_t i = 0; i < p.numel; ++i) {
+      const int64_t g = local_.global_index(p, i);
+      host(p.offset + i) = g < 0 ? 0.0f : initial_value(seed, *p.spec, g);
+    }
   Kokkos::deep_copy(params_, host);
 }
 
-void Gpt::zero_grads() {
+void GptStage::zero_grads() {
   Kokkos::deep_copy(exec_, grads_, 0.0f);
 }
 
-ConstMat Gpt::logits() const {
-  return window(logits_, 0, static_cast<size_t>(B_) * T_, m_.vocab_size);
+void GptStage::tp_allreduce(const View1& buf, size_t n) {
+  if (layout_.tp_size == 1) return;
+  ScopedPhase phase(timer_, Phase::kTpComm);
+  exec_.fence();
+  tp_->allreduce_sum(buf.data(), n);
 }
 
-double Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
-  B_ = B;
-  T_ = T;
-  const int N = B * T, C = m_.n_embd, V = m_.vocab_size;
-  for (int n = 0; n < N; ++n) {
-    tokens_host_(n) = tokens[n];
-    targets_host_(n) = targets ? targets[n] : -1;
-  }
-  Kokkos::deep_copy(exec_, tokens_, tokens_host_);
-  Kokkos::deep_copy(exec_, targets_, targets_host_);
-  const AttentionShape shape{B, T, m_.n_head, m_.head_size()};
+void GptStage::tp_allreduce_max(const View1& buf, size_t n) {
+  if (layout_.tp_size == 1) return;
+  ScopedPhase phase(timer_, Phase::kTpComm);
+  exec_.fence();
+  tp_->allreduce_max(buf.data(), n);
+}
 
-  embedding_forward(exec_, window(encoded_, 0, N, C), tokens_, p_.wte, p_.wpe, T);
-  View1 x = encoded_;
-  for (int l = 0; l < m_.n_layer; ++l) {
-    const BlockTensors& w = p_.blocks[l];
-    BlockActivations& a = acts_[l];
-    layernorm_forward(exec_, window(a.ln1, 0, N, C), a.ln1_mean, a.ln1_rstd, window(x, 0, N, C),
-                      w.ln1_w, w.ln1_b);
-    linear_forward(exec_, window(a.qkv, 0, N, 3 * C), window(a.ln1, 0, N, C), w.qkv_w, w.qkv_b);
-    attention_forward(exec_, window(a.atty, 0, N, C), window(a.att, 0, N * m_.n_head, T),
-                      window(a.qkv, 0, N, 3 * C), shape);
-    linear_forward(exec_, window(scratch_c_, 0, N, C), window(a.atty, 0, N, C), w.proj_w, w.proj_b);
-    residual_forward(exec_, window(a.res_attn, 0, N * C), window(x, 0, N * C),
-                     window(scratch_c_, 0, N * C));
-    layernorm_forward(exec_, window(a.ln2, 0, N, C), a.ln2_mean, a.ln2_rstd,
-                      window(a.res_attn, 0, N, C), w.ln2_w, w.ln2_b);
-    linear_forward(exec_, window(a.fch, 0, N, 4 * C), window(a.ln2, 0, N, C), w.fc_w, w.fc_b);
-    gelu_forward(exec_, window(a.fch_gelu, 0, N * 4 * C), window(a.fch, 0, N * 4 * C));
-    linear_forward(exec_, window(scratch_c_, 0, N, C), window(a.fch_gelu, 0, N, 4 * C), w.fcproj_w,
-                   w.fcproj_b);
-    residual_forward(exec_, window(a.res_mlp, 0, N * C), window(a.res_attn, 0, N * C),
-                     window(scratch_c_, 0, N * C));
-    x = a.res_mlp;
-  }
-  layernorm_forward(exec_, window(lnf_, 0, N, C), lnf_mean_, lnf_rstd_, window(x, 0, N, C),
-                    p_.lnf_w, p_.lnf_b);
-  linear_forward(exec_, window(logits_, 0, N, V), window(lnf_, 0, N, C), p_.wte, ConstVec());
-  if (!targets) return 0.0;
-  cross_entropy_forward(exec_, losses_, lse_, window(logits_, 0, N, V), targets_, V);
+Vec GptStage::input_buffer(int slot) const {
+  const ActivationSlot& a = slots_[slot];
+  return window(a.input, 0, a.input.extent(0));
+}
+
+Vec GptStage::output(int slot) const {
+  const ActivationSlot& a = slots_[slot];
+  const size_t n = static_cast<size_t>(a.B) * a.T * m_.n_embd;
+  return window(a.blocks.empty() ? a.input : a.blocks.back().res_mlp, 0, n);
+}
+
+Vec GptStage::input_grad() const {
+  return window(dresidual_, 0, dresidual_.extent(0));
+}
+
+ConstMat GptStage::logits(int slot) const {
+  const ActivationSlot& a = slots_[slot];
+  return window(a.logits, 0, static_cast<size_t>(a.B) * a.T, V_tp_);
+}
+
+double GptStage::cross_entropy(ActivationSlot& a, int N) {
+  const ConstMat logits = window(a.logits, 0, N, V_tp_);
+  cross_entropy_row_max(exec_, row_max_, logits, vocab_valid_);
+  tp_allreduce_max(row_max_, N);
+  const Vec sums = window(row_sum_, 0, N), target_logit = window(row_sum_, N, N);
+  cross_entropy_row_sums(exec_, sums, target_logit, logits, row_max_, a.targets, vocab_start_,
+                         vocab_valid_);
+  tp_allreduce(row_sum_, 2 * static_cast<size_t>(N));
+  cross_entropy_losses(exec_, a.losses, a.lse, row_max_, sums, target_logit, a.targets);
   double total = 0.0;
-  const View1 losses = losses_;
+  const View1 losses = a.losses;
   Kokkos::parallel_reduce(
       "loss_sum", Kokkos::RangePolicy<Exec>(exec_, 0, N),
       KOKKOS_LAMBDA(int n, double& acc) { acc += losses(n); }, total);
   return total;
 }
 
-void Gpt::backward(float loss_scale) {
-  const int B = B_, T = T_, N = B * T, C = m_.n_embd, V = m_.vocab_size;
-  const AttentionShape shape{B, T, m_.n_head, m_.head_size()};
-  const Mat dlogits = window(logits_, 0, N, V);  // the gradient replaces the logits in place
-  cross_entropy_backward(exec_, dlogits, dlogits, lse_, targets_, V, loss_scale);
+double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T) {
+  ActivationSlot& a = slots_[slot];
+  a.B = B;
+  a.T = T;
+  const int N = B * T, C = m_.n_embd;
+  if (tokens || targets) {
+    for (int n = 0; n < N; ++n) {
+      tokens_host_(n) = tokens ? tokens[n] : 0;
+      targets_host_(n) = targets ? targets[n] : -1;
+    }
+    Kokkos::deep_copy(exec_, Kokkos::subview(a.tokens, std::make_pair(0, N)),
+                      Kokkos::subview(tokens_host_, std::make_pair(0, N)));
+    Kokkos::deep_copy(exec_, Kokkos::subview(a.targets, std::make_pair(0, N)),
+                      Kokkos::subview(targets_host_, std::make_pair(0, N)));
+  }
+  const bool adds_bias = layout_.tp_rank == 0;  // row-parallel biases: added once per tp group
+  const AttentionShape shape{B, T, NH_tp_, m_.head_size()};
+  if (layout_.has_embedding) {
+    embedding_forward(exec_, window(a.input, 0, N, C), a.tokens, p_.wte,
+                      adds_bias ? ConstMat(p_.wpe) : ConstMat(), T, vocab_start_);
+    tp_allreduce(a.input, static_cast<size_t>(N) * C);
+  }
+  View1 x = a.input;
+  for (size_t i = 0; i < a.blocks.size(); ++i) {
+    const BlockTensors& w = p_.blocks[i];
+    BlockActivations& b = a.blocks[i];
+    layernorm_forward(exec_, window(b.ln1, 0, N, C), b.ln1_mean, b.ln1_rstd, window(x, 0, N, C),
+                      w.ln1_w, w.ln1_b);
+    linear_forward(exec_, window(b.qkv, 0, N, 3 * C_tp_), window(b.ln1, 0, N, C), w.qkv_w, w.qkv_b);
+    attention_forward(exec_, window(b.atty, 0, N, C_tp_), window(b.att, 0, N * NH_tp_, T),
+                      window(b.qkv, 0, N, 3 * C_tp_), shape);
+    linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.atty, 0, N, C_tp_), w.proj_w,
+                   adds_bias ? ConstVec(w.proj_b) : ConstVec());
+    tp_allreduce(scratch_c_, static_cast<size_t>(N) * C);
+    residual_forward(exec_, window(b.res_attn, 0, N * C), window(x, 0, N * C),
+                     window(scratch_c_, 0, N * C));
+    layernorm_forward(exec_, window(b.ln2, 0, N, C), b.ln2_mean, b.ln2_rstd,
+                      window(b.res_attn, 0, N, C), w.ln2_w, w.ln2_b);
+    linear_forward(exec_, window(b.fch, 0, N, F_tp_), window(b.ln2, 0, N, C), w.fc_w, w.fc_b);
+    gelu_forward(exec_, window(b.fch_gelu, 0, N * F_tp_), window(b.fch, 0, N * F_tp_));
+    linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.fch_gelu, 0, N, F_tp_), w.fcproj_w,
+                   adds_bias ? ConstVec(w.fcproj_b) : ConstVec());
+    tp_allreduce(scratch_c_, static_cast<size_t>(N) * C);
+    residual_forward(exec_, window(b.res_mlp, 0, N * C), window(b.res_attn, 0, N * C),
+                     window(scratch_c_, 0, N * C));
+    x = b.res_mlp;
+  }
+  if (!layout_.has_head) {
+    exec_.fence();
+    return 0.0;
+  }
+  layernorm_forward(exec_, window(a.lnf, 0, N, C), a.lnf_mean, a.lnf_rstd, window(x, 0, N, C),
+                    p_.lnf_w, p_.lnf_b);
+  linear_forward(exec_, window(a.logits, 0, N, V_tp_), window(a.lnf, 0, N, C), p_.wte, ConstVec());
+  return targets ? cross_entropy(a, N) : 0.0;
+}
+
+void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output) {
+  ActivationSlot& a = slots_[slot];
+  const int B = a.B, T = a.T, N = B * T, C = m_.n_embd;
+  const AttentionShape shape{B, T, NH_tp_, m_.head_size()};
   const Mat dln = window(dln_, 0, N, C);
   const Mat dres = window(dresidual_, 0, N, C);
-  linear_backward(exec_, dln, g_.wte, Vec(), dlogits, window(lnf_, 0, N, C), p_.wte, false);
-  Kokkos::deep_copy(exec_, dresidual_, 0.0f);
-  const View1 x_last = m_.n_layer > 0 ? acts_.back().res_mlp : encoded_;
-  layernorm_backward(exec_, dres, g_.lnf_w, g_.lnf_b, dln, window(x_last, 0, N, C), p_.lnf_w,
-                     lnf_mean_, lnf_rstd_);
-  for (int l = m_.n_layer - 1; l >= 0; --l) {
-    const BlockTensors& w = p_.blocks[l];
-    const BlockTensors& g = g_.blocks[l];
-    const BlockActivations& a = acts_[l];
-    const View1 x = l == 0 ? encoded_ : acts_[l - 1].res_mlp;
-    const Mat dfch = window(dfch_, 0, N, 4 * C);
-    // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
-    linear_backward(exec_, dfch, g.fcproj_w, g.fcproj_b, dres, window(a.fch_gelu, 0, N, 4 * C),
-                    w.fcproj_w, false);
-    gelu_backward(exec_, window(dfch_, 0, N * 4 * C), window(a.fch, 0, N * 4 * C),
-                  window(dfch_, 0, N * 4 * C));
-    linear_backward(exec_, dln, g.fc_w, g.fc_b, dfch, window(a.ln2, 0, N, C), w.fc_w, false);
-    layernorm_backward(exec_, dres, g.ln2_w, g.ln2_b, dln, window(a.res_attn, 0, N, C), w.ln2_w,
-                       a.ln2_mean, a.ln2_rstd);
-    // Attention: dres now holds d/d(res_attn) = d/d(block input) through the residual path.
-    const Mat datty = window(datty_, 0, N, C);
-    linear_backward(exec_, datty, g.proj_w, g.proj_b, dres, window(a.atty, 0, N, C), w.proj_w,
-                    false);
-    const Mat dqkv = window(dqkv_, 0, N, 3 * C);
-    attention_backward(exec_, dqkv, window(datt_scratch_, 0, B * m_.n_head, T), datty,
-                       window(a.qkv, 0, N, 3 * C), window(a.att, 0, N * m_.n_head, T), shape);
-    linear_backward(exec_, dln, g.qkv_w, g.qkv_b, dqkv, window(a.ln1, 0, N, C), w.qkv_w, false);
-    layernorm_backward(exec_, dres, g.ln1_w, g.ln1_b, dln, window(x, 0, N, C), w.ln1_w, a.ln1_mean,
-                       a.ln1_rstd);
+  if (layout_.has_head) {
+    const Mat dlogits = window(a.logits, 0, N, V_tp_);  // the gradient replaces the logits
+    cross_entropy_backward(exec_, dlogits, dlogits, a.lse, a.targets, vocab_start_, vocab_valid_,
+                           loss_scale);
+    linear_backward(exec_, dln, g_.wte, Vec(), dlogits, window(a.lnf, 0, N, C), p_.wte, false);
+    tp_allreduce(dln_, static_cast<size_t>(N) * C);
+    Kokkos::deep_copy(exec_, dres, 0.0f);
+    const View1 x_last = a.blocks.empty() ? a.input : a.blocks.back().res_mlp;
+    layernorm_backward(exec_, dres, g_.lnf_w, g_.lnf_b, dln, window(x_last, 0, N, C), p_.lnf_w,
+                       a.lnf_mean, a.lnf_rstd);
+    grads_ready_from(local_.at("ln_f.weight").offset);
+  } else {
+    Kokkos::deep_copy(exec_, window(dresidual_, 0, static_cast<size_t>(N) * C), grad_output);
   }
-  embedding_backward(exec_, g_.wte, g_.wpe, dres, tokens_, T);
+  for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
+    const BlockTensors& w = p_.blocks[i];
+    const BlockTensors& g = g_.blocks[i];
+    const BlockActivations& b = a.blocks[i];
+    const View1 x = i == 0 ? a.input : a.blocks[i - 1].res_mlp;
+    const Mat dfch = window(dfch_, 0, N, F_tp_);
+    // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
+    linear_backward(exec_, dfch, g.fcproj_w, g.fcproj_b, dres, window(b.fch_gelu, 0, N, F_tp_),
+                    w.fcproj_w, false);
+    gelu_backward(exec_, window(dfch_, 0, N * F_tp_), window(b.fch, 0, N * F_tp_),
+                  window(dfch_, 0, N * F_tp_));
+    linear_backward(exec_, dln, g.fc_w, g.fc_b, dfch, window(b.ln2, 0, N, C), w.fc_w, false);
+    tp_allreduce(dln_, static_cast<size_t>(N) * C);
+    layernorm_backward(exec_, dres, g.ln2_w, g.ln2_b, dln, window(b.res_attn, 0, N, C), w.ln2_w,
+                       b.ln2_mean, b.ln2_rstd);
+    // Attention: dres now holds d/d(res_attn) = d/d(block input) through the residual path.
+    const Mat datty = window(datty_, 0, N, C_tp_);
+    linear_backward(exec_, datty, g.proj_w, g.proj_b, dres, window(b.atty, 0, N, C_tp_), w.proj_w,
+                    false);
+    const Mat dqkv = window(dqkv_, 0, N, 3 * C_tp_);
+    attention_backward(exec_, dqkv, window(datt_scratch_, 0, B * NH_tp_, T), datty,
+                       window(b.qkv, 0, N, 3 * C_tp_), window(b.att, 0, N * NH_tp_, T), shape);
+    linear_backward(exec_, dln, g.qkv_w, g.qkv_b, dqkv, window(b.ln1, 0, N, C), w.qkv_w, false);
+    tp_allreduce(dln_, static_cast<size_t>(N) * C);
+    layernorm_backward(exec_, dres, g.ln1_w, g.ln1_b, dln, window(x, 0, N, C), w.ln1_w, b.ln1_mean,
+                       b.ln1_rstd);
+    grads_ready_from(
+        local_.at("h." + std::to_string(layout_.first_layer + i) + ".ln_1.weight").offset);
+  }
+  if (layout_.has_embedding)
+    embedding_backward(exec_, g_.wte, g_.wpe, dres, a.tokens, T, vocab_start_);
   exec_.fence();
+  grads_ready_from(0);
 }
 
 }  // namespace trident

@@ -1,91 +1,134 @@
-// The GPT-2 model on one rank: parameters, gradients, activations, forward and backward.
+// One rank's part of the GPT-2 model: a stage of layers and a tensor-parallel slice, with
+// parameters, gradients, activation slots for in-flight micro-batches, forward and backward.
 #pragma once
 
+#include <functional>
 #include <vector>
 
+#include "comm/comm.hpp"
 #include "core/memory.hpp"
+#include "core/timer.hpp"
 #include "core/types.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 
 namespace trident {
 
-// Windows onto one transformer block's tensors inside a flat buffer (parameters or gradients).
+// Windows onto one transformer block's local tensors inside a flat buffer.
 struct BlockTensors {
   Vec ln1_w, ln1_b;  // [C]
-  Mat qkv_w;         // [3C, C]
-  Vec qkv_b;         // [3C]
-  Mat proj_w;        // [C, C]
-  Vec proj_b;        // [C]
+  Mat qkv_w;         // [3C_tp, C]   column-parallel, q|k|v of this rank's heads
+  Vec qkv_b;         // [3C_tp]
+  Mat proj_w;        // [C, C_tp]    row-parallel
+  Vec proj_b;        // [C]          replicated, added once
   Vec ln2_w, ln2_b;  // [C]
-  Mat fc_w;          // [4C, C]
-  Vec fc_b;          // [4C]
-  Mat fcproj_w;      // [C, 4C]
+  Mat fc_w;          // [4C_tp, C]   column-parallel
+  Vec fc_b;          // [4C_tp]
+  Mat fcproj_w;      // [C, 4C_tp]   row-parallel
   Vec fcproj_b;      // [C]
 };
 
-struct ModelTensors {
-  Mat wte;  // [V, C], also the output projection (tied)
-  Mat wpe;  // [block_size, C]
-  std::vector<BlockTensors> blocks;
-  Vec lnf_w, lnf_b;  // [C]
+struct StageTensors {
+  Mat wte;                           // [V_tp, C] vocabulary slice; also the tied output projection
+  Mat wpe;                           // [block_size, C]
+  std::vector<BlockTensors> blocks;  // this stage's layers, in order
+  Vec lnf_w, lnf_b;                  // [C]
 };
 
-ModelTensors model_tensors(const ParamTable& table, const ModelConfig& m, const View1& flat);
+// Windows onto the stage's tensors (its layers, embedding and head as the layout says).
+StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
+                           const View1& flat);
 
-// What forward keeps for backward, per block. Sized for the largest micro-batch (B, T).
+// What forward keeps for backward, per block and micro-batch.
 struct BlockActivations {
   View1 ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
-  View1 qkv;                      // [N,3C]
-  View1 att;                      // [B,NH,T,T] softmax probabilities
-  View1 atty;                     // [N,C]
+  View1 qkv;                      // [N,3C_tp]
+  View1 att;                      // [B,NH_tp,T,T] softmax probabilities
+  View1 atty;                     // [N,C_tp]
   View1 res_attn;                 // [N,C] residual stream after attention
   View1 ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
-  View1 fch, fch_gelu;            // [N,4C]
+  View1 fch, fch_gelu;            // [N,4C_tp]
   View1 res_mlp;                  // [N,C] residual stream after the MLP (block output)
 };
 
-class Gpt {
+// One in-flight micro-batch's activations.
+struct ActivationSlot {
+  IntView1 tokens, targets;              // [N]
+  View1 input;                           // [N,C] embeddings (first stage) or received input
+  std::vector<BlockActivations> blocks;  // per local layer
+  View1 lnf, lnf_mean, lnf_rstd;         // [N,C], [N], [N]      (last stage)
+  View1 logits;                          // [N,V_tp]; overwritten by its gradient in backward
+  View1 losses, lse;                     // [N]
+  int B = 0, T = 0;
+};
+
+class GptStage {
  public:
-  Gpt(const ModelConfig& m, MemoryLedger& ledger, int max_batch, int max_seq);
+  // `tp` may be null when layout.tp_size == 1. `slots` activation sets of [max_batch, max_seq].
+  GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp, MemoryLedger& ledger,
+           int max_batch, int max_seq, int slots);
 
   const ModelConfig& config() const { return m_; }
+  const StageLayout& layout() const { return layout_; }
   const ParamTable& table() const { return table_; }
+  const LocalParamTable& local() const { return local_; }
   View1 params() const { return params_; }
   View1 grads() const { return grads_; }
+  int slots() const { return static_cast<int>(slots_.size()); }
+  // Attributes tensor-parallel communication to Phase::kTpComm; null times nothing.
+  void set_timer(PhaseTimer* timer) { timer_ = timer; }
+  // Called during backward with an offset into grads(): every gradient at or above it has
+  // received this backward's contribution (data parallelism starts reducing those).
+  void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
 
-  // Fills every parameter from the counter-based initialiser.
+  // Fills this rank's parameters from the counter-based initialiser (its slice only).
   void init_params(uint64_t seed);
   void zero_grads();
 
-  // Runs the model on tokens[B*T] (host memory). With targets, computes per-token losses and
-  // returns their sum; without (nullptr), only the logits are computed and 0 is returned.
-  double forward(const int32_t* tokens, const int32_t* targets, int B, int T);
-  // Accumulates d(loss_scale * sum of per-token losses)/d(params) into grads().
-  void backward(float loss_scale);
-  // Logits [B*T, V] of the last forward.
-  ConstMat logits() const;
+  // Forward of one micro-batch of B sequences of T tokens into `slot`. The first stage reads
+  // tokens (host memory); later stages read input_buffer(slot), filled by the caller. The last
+  // stage, given targets, returns the sum of per-token losses (the same on every tp rank).
+  double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T);
+  // Where a non-first stage's input activation [B*T, C] is received.
+  Vec input_buffer(int slot) const;
+  // A non-last stage's output activation [B*T, C] after forward(slot).
+  Vec output(int slot) const;
+  // Backward of `slot`, accumulating into grads(). The last stage starts from
+  // loss_scale * (sum of per-token losses); others from grad_output [B*T, C].
+  void backward(int slot, float loss_scale, const ConstVec& grad_output);
+  // d(loss)/d(input) [B*T, C] after backward on a non-first stage (valid until the next one).
+  Vec input_grad() const;
+  // Logits [B*T, V_tp] of the last forward on `slot` (last stage; this rank's vocab slice).
+  ConstMat logits(int slot) const;
 
  private:
+  void tp_allreduce(const View1& buf, size_t n);
+  void tp_allreduce_max(const View1& buf, size_t n);
+  double cross_entropy(ActivationSlot& a, int N);
+
   ModelConfig m_;
+  StageLayout layout_;
   ParamTable table_;
+  LocalParamTable local_;
+  Communicator* tp_;
+  PhaseTimer* timer_ = nullptr;
+  std::function<void(int64_t)> grad_ready_;
+  void grads_ready_from(int64_t offset) {
+    if (grad_ready_) grad_ready_(offset);
+  }
   Exec exec_;
-  int max_B_, max_T_, B_ = 0, T_ = 0;
+  int C_tp_, NH_tp_, F_tp_, V_tp_, vocab_start_, vocab_valid_;
   View1 params_, grads_;
-  ModelTensors p_, g_;
-  IntView1 tokens_, targets_;
+  StageTensors p_, g_;
+  std::vector<ActivationSlot> slots_;
   IntView1::HostMirror tokens_host_, targets_host_;
-  View1 encoded_;  // [N,C]
-  std::vector<BlockActivations> acts_;
-  View1 lnf_, lnf_mean_, lnf_rstd_;  // [N,C], [N], [N]
-  View1 logits_;                     // [N,V]; overwritten by its gradient in backward
-  View1 losses_, lse_;               // [N]
-  View1 scratch_c_;                  // [N,C] attention / MLP projection outputs
+  View1 scratch_c_;          // [N,C] projection outputs before their all-reduce
+  View1 row_max_, row_sum_;  // [N], [2N]: vocabulary-parallel cross-entropy reductions
   // Backward buffers.
-  View1 dresidual_, dln_, datty_;  // [N,C]
-  View1 dqkv_;                     // [N,3C]
-  View1 dfch_;                     // [N,4C]
-  View1 datt_scratch_;             // [B*NH, T]
+  View1 dresidual_, dln_, datty_;  // [N,C], [N,C], [N,C_tp]
+  View1 dqkv_;                     // [N,3C_tp]
+  View1 dfch_;                     // [N,4C_tp]
+  View1 datt_scratch_;             // [B*NH_tp, T]
 };
 
 }  // namespace trident

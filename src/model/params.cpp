@@ -63,6 +63,92 @@ ParamTable::ParamTable(const ModelConfig& m) {
   add("ln_f.bias", {C}, -1, 1, m.n_layer, InitKind::kZeros, 0, false);
 }
 
+StageLayout whole_model(const ModelConfig& m) {
+  StageLayout s;
+  s.last_layer = m.n_layer;
+  return s;
+}
+
+StageLayout stage_layout(const ModelConfig& m, int pp, int v, int pp_rank, int chunk, int tp,
+                         int tp_rank) {
+  const int stages = pp * v, per_stage = m.n_layer / stages;
+  const int vstage = chunk * pp + pp_rank;
+  StageLayout s;
+  s.first_layer = vstage * per_stage;
+  s.last_layer = s.first_layer + per_stage;
+  s.has_embedding = vstage == 0;
+  s.has_head = vstage == stages - 1;
+  s.tp_rank = tp_rank;
+  s.tp_size = tp;
+  return s;
+}
+
+int padded_vocab(int vocab_size, int tp_size) {
+  return (vocab_size + tp_size - 1) / tp_size * tp_size;
+}
+
+LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
+                                 const StageLayout& layout)
+    : layout_(layout), vocab_size_(m.vocab_size) {
+  for (const ParamSpec& spec : table.specs()) {
+    bool held = false;
+    if (spec.name == "wte")
+      held = layout.has_embedding || layout.has_head;  // tied
+    else if (spec.layer < 0)
+      held = layout.has_embedding;
+    else if (spec.layer >= m.n_layer)
+      held = layout.has_head;
+    else
+      held = spec.layer >= layout.first_layer && spec.layer < layout.last_layer;
+    if (!held) continue;
+    LocalParam p;
+    p.spec = &spec;
+    p.shape = spec.shape;
+    if (spec.tp_split_dim >= 0 && layout.tp_size > 1) {
+      p.tp_replicated = false;
+      int64_t& dim = p.shape[spec.tp_split_dim];
+      if (spec.name == "wte") dim = padded_vocab(m.vocab_size, layout.tp_size);
+      dim /= layout.tp_size;
+    }
+    p.numel = 1;
+    for (int64_t d : p.shape) p.numel *= d;
+    p.offset = total_;
+    total_ += p.numel;
+    params_.push_back(p);
+  }
+}
+
+const LocalParam& LocalParamTable::at(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.spec->name == name) return p;
+  throw std::out_of_range("this rank holds no parameter named " + name);
+}
+
+bool LocalParamTable::holds(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.spec->name == name) return true;
+  return false;
+}
+
+int64_t LocalParamTable::global_index(const LocalParam& p, int64_t i) const {
+  const ParamSpec& s = *p.spec;
+  if (p.tp_replicated) return i;
+  const int r = layout_.tp_rank;
+  if (s.tp_split_dim == 0) {
+    const int64_t inner = p.numel / p.shape[0];
+    const int64_t local_row = i / inner, col = i % inner;
+    const int64_t local_block = p.shape[0] / s.tp_split_groups;   // rows per group, this rank
+    const int64_t global_block = s.shape[0] / s.tp_split_groups;  // rows per group, globally
+    const int64_t b = local_row / local_block, j = local_row % local_block;
+    const int64_t row = b * global_block + r * local_block + j;
+    if (row >= s.shape[0]) return -1;  // wte's slices cover the padded vocabulary
+    return row * inner + col;
+  }
+  // Split along the last dimension of a matrix (row-parallel weights).
+  const int64_t local_cols = p.shape[1], row = i / local_cols, j = i % local_cols;
+  return row * s.shape[1] + r * local_cols + j;
+}
+
 const ParamSpec& ParamTable::at(const std::string& name) const {
   for (const auto& p : specs_)
     if (p.name == name) return p;

@@ -37,6 +37,53 @@ class ParamTable {
   int64_t total_ = 0;
 };
 
+// Which part of the model a rank holds: a contiguous range of layers (a pipeline stage or
+// one interleaved chunk of it) and a tensor-parallel slice.
+struct StageLayout {
+  int first_layer = 0, last_layer = 0;  // [first, last)
+  bool has_embedding = true;            // first stage: token and position embeddings
+  bool has_head = true;                 // last stage: final LayerNorm, tied head, loss
+  int tp_rank = 0, tp_size = 1;
+};
+StageLayout whole_model(const ModelConfig& m);
+// The part held by pipeline rank pp_rank (of pp), model chunk `chunk` (of v per rank, Megatron's
+// interleaving: virtual stage chunk * pp + pp_rank), tp rank tp_rank (of tp). Layers are split
+// evenly; n_layer must be divisible by pp * v.
+StageLayout stage_layout(const ModelConfig& m, int pp, int v, int pp_rank, int chunk, int tp,
+                         int tp_rank);
+// The vocabulary padded to a multiple of tp, so every rank holds an equal slice.
+int padded_vocab(int vocab_size, int tp_size);
+
+// One parameter as a rank holds it: its tensor-parallel slice of the global tensor.
+struct LocalParam {
+  const ParamSpec* spec = nullptr;
+  std::vector<int64_t> shape;  // local shape
+  int64_t offset = 0;          // in the rank's flat buffer
+  int64_t numel = 0;
+  bool tp_replicated = true;  // every tp rank holds the whole tensor
+};
+
+// The rank's parameters: the rows of the global table its stage holds, sliced for its tp rank.
+// The local <-> global index map is a pure function of the layout, so any rank can compute
+// where any other rank's elements live (initialisation, gathering, checkpoints).
+class LocalParamTable {
+ public:
+  LocalParamTable(const ParamTable& table, const ModelConfig& m, const StageLayout& layout);
+  const std::vector<LocalParam>& params() const { return params_; }
+  const LocalParam& at(const std::string& name) const;
+  bool holds(const std::string& name) const;
+  int64_t total_numel() const { return total_; }
+  // Global flat index (row-major in the global shape) of local element i, or -1 for an element
+  // of vocabulary padding that has no global counterpart.
+  int64_t global_index(const LocalParam& p, int64_t i) const;
+
+ private:
+  StageLayout layout_;
+  int vocab_size_;
+  std::vector<LocalParam> params_;
+  int64_t total_ = 0;
+};
+
 // Counter-based initial value: a pure function of (seed, parameter name, global element
 // index), so any rank can generate exactly its slice of any tensor.
 float initial_value(uint64_t seed, const ParamSpec& spec, int64_t global_index);

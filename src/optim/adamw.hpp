@@ -1,4 +1,4 @@
-// AdamW over the parameter table: moments in flat fp32 buffers, decay only where the table says.
+// AdamW over a rank's parameters: moments in flat fp32 buffers, decay only where the table says.
 #pragma once
 
 #include "core/memory.hpp"
@@ -13,7 +13,8 @@ struct AdamWSettings {
 
 class AdamW {
  public:
-  AdamW(const ParamTable& table, MemoryLedger& ledger, AdamWSettings s) : table_(table), s_(s) {
+  AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s)
+      : table_(table), s_(s) {
     m_ = allocate(ledger, MemCategory::kOptimizer, "adam_m", table.total_numel());
     v_ = allocate(ledger, MemCategory::kOptimizer, "adam_v", table.total_numel());
   }
@@ -21,14 +22,15 @@ class AdamW {
   // One step on `params` from `grads`, the gradient first multiplied by `grad_scale` (clipping).
   void step(const View1& params, const View1& grads, double lr, float grad_scale) {
     ++step_;
-    for (const ParamSpec& p : table_.specs()) {
+    for (const LocalParam& p : table_.params()) {
+      const float decay = p.spec->weight_decay ? static_cast<float>(s_.weight_decay) : 0.0f;
       const kernels::AdamWHyper h{static_cast<float>(lr),
                                   static_cast<float>(s_.beta1),
                                   static_cast<float>(s_.beta2),
                                   static_cast<float>(s_.eps),
-                                  p.weight_decay ? static_cast<float>(s_.weight_decay) : 0.0f,
+                                  decay,
                                   step_};
-      const size_t off = p.offset, n = p.numel();
+      const size_t off = p.offset, n = p.numel;
       kernels::adamw_update(exec_, window(params, off, n), window(m_, off, n), window(v_, off, n),
                             window(grads, off, n), h, grad_scale);
     }
@@ -41,7 +43,7 @@ class AdamW {
   void set_steps_taken(int s) { step_ = s; }
 
  private:
-  const ParamTable& table_;
+  const LocalParamTable& table_;
   AdamWSettings s_;
   Exec exec_;
   View1 m_, v_;

@@ -27,8 +27,8 @@ std::string generate(const GenerateOptions& o) {
                     "vocabulary (256)",
                     o.checkpoint, m.vocab_size));
   MemoryLedger ledger;
-  Gpt model(m, ledger, 1, m.block_size);
-  load_checkpoint(o.checkpoint, model, nullptr);
+  GptStage model(m, whole_model(m), nullptr, ledger, 1, m.block_size, 1);
+  load_checkpoint(o.checkpoint, {ShardBuffers{&model.local(), model.params(), {}, {}}});
 
   std::vector<int32_t> context;
   for (unsigned char ch : o.prompt) context.push_back(ch);
@@ -40,8 +40,8 @@ std::string generate(const GenerateOptions& o) {
   for (int i = 0; i < o.tokens; ++i) {
     const int T = std::min<int>(static_cast<int>(context.size()), m.block_size);
     const int32_t* window = context.data() + context.size() - T;
-    model.forward(window, nullptr, 1, T);
-    auto logits = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), model.logits());
+    model.forward(0, window, nullptr, 1, T);
+    auto logits = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), model.logits(0));
     for (int v = 0; v < m.vocab_size; ++v)
       probs[v] = static_cast<float>(logits(T - 1, v) / o.temperature);
     std::iota(order.begin(), order.end(), 0);

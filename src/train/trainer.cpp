@@ -1,8 +1,8 @@
-// Training driver implementation.
+// Training driver: data, the rank's model chunks, the pipeline schedule, gradient reduction over
+// dp in overlapped buckets, clipping, AdamW, logging, timings and checkpoints.
 #include "train/trainer.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 
+#include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
@@ -23,6 +24,8 @@
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/schedule.hpp"
+#include "parallel/data/grad_buckets.hpp"
+#include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
 namespace {
@@ -65,14 +68,43 @@ void check_resume_compatible(const Config& ours, const std::string& path) {
         a.n_head, a.vocab_size, a.block_size));
 }
 
+// One model chunk on this rank: its stage, optimizer, gradient buckets and pipeline buffers.
+struct Chunk {
+  std::unique_ptr<GptStage> stage;
+  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<GradBuckets> buckets;
+  int virtual_stage = 0;
+  bool first = false, last = false;
+  View1 grad_recv;               // [N,C] output gradient received from the next stage
+  std::vector<View1> grad_send;  // per slot [N,C] input gradient sent to the previous one
+  std::vector<Request> fwd_sends, bwd_sends;  // per slot, waited on before the slot is reused
+};
+
 class Trainer {
  public:
   Trainer(Config c, const Grid& grid, const TrainOptions& opt)
-      : c_(std::move(c)), grid_(grid), opt_(opt) {}
+      : c_(std::move(c)),
+        grid_(grid),
+        opt_(opt),
+        tp_(grid.tp_comm()),
+        dp_(grid.dp_comm()),
+        pp_(grid.pp_comm()),
+        mp_(grid.model_parallel_comm()),
+        world_(grid.world()) {}
   int run();
 
  private:
-  double evaluate(Gpt& model, const BatchSampler& val);
+  void build_model(MemoryLedger& ledger);
+  // Executes `actions`; returns this rank's share of the summed per-token losses. With
+  // `train`, backward actions run too and gradients accumulate.
+  double run_actions(const std::vector<pipeline::Action>& actions, const BatchSampler& sampler,
+                     int64_t batch_index, bool train);
+  double evaluate(const BatchSampler& val);
+  double clip_and_step(double lr);
+  std::vector<ShardBuffers> shards() const;
+  int pp_tag(int microbatch, int receiving_stage, int direction) const {
+    return (microbatch * stages_ + receiving_stage) * 2 + direction;
+  }
   void log(const std::string& line) const {
     if (grid_.rank() == 0) {
       std::fputs((line + "\n").c_str(), stdout);
@@ -83,27 +115,174 @@ class Trainer {
   Config c_;
   const Grid& grid_;
   TrainOptions opt_;
+  MpiCommunicator tp_, dp_, pp_, mp_, world_;
+  std::unique_ptr<MpiCommunicator> embedding_;
+  PhaseTimer timer_;
+  std::vector<Chunk> chunks_;
+  std::vector<pipeline::Action> schedule_, eval_actions_;
+  int stages_ = 1, micro_batches_ = 1;
   std::vector<int32_t> inputs_, targets_;
 };
 
-double Trainer::evaluate(Gpt& model, const BatchSampler& val) {
+void Trainer::build_model(MemoryLedger& ledger) {
+  const auto& par = c_.parallel;
+  const int v = par.virtual_stages, T = c_.train.seq_len, micro = c_.train.micro_batch_size;
+  const size_t N = static_cast<size_t>(micro) * T, C = c_.model.n_embd;
+  const GridCoord& me = grid_.coord();
+  pipeline::ScheduleKind kind;
+  pipeline::parse_schedule(par.schedule, kind);
+  schedule_ = pipeline::make_schedule(kind, par.pp, me.pp, micro_batches_, v);
+  // Evaluation runs forwards only, in (micro-batch, virtual stage) order on every rank.
+  for (int mb = 0; mb < micro_batches_; ++mb)
+    for (int chunk = 0; chunk < v; ++chunk)
+      eval_actions_.push_back({pipeline::ActionType::kForward, mb, chunk});
+  const size_t bucket_elems =
+      std::max<size_t>(1, static_cast<size_t>(par.dp_bucket_mb * 1048576.0 / sizeof(float)));
+  for (int chunk = 0; chunk < v; ++chunk) {
+    Chunk ch;
+    ch.virtual_stage = pipeline::virtual_stage(par.pp, me.pp, chunk);
+    ch.first = ch.virtual_stage == 0;
+    ch.last = ch.virtual_stage == stages_ - 1;
+    const int slots = std::max(1, pipeline::max_in_flight(schedule_, chunk));
+    const StageLayout layout = stage_layout(c_.model, par.pp, v, me.pp, chunk, par.tp, me.tp);
+    ch.stage = std::make_unique<GptStage>(c_.model, layout, &tp_, ledger, micro, T, slots);
+    ch.stage->set_timer(&timer_);
+    ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
+    ch.optimizer = std::make_unique<AdamW>(
+        ch.stage->local(), ledger,
+        AdamWSettings{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay});
+    ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, &dp_);
+    ch.stage->set_grad_ready_hook([b = ch.buckets.get()](int64_t from) { b->ready_from(from); });
+    ch.grad_recv = allocate(ledger, MemCategory::kCommBuffers, "grad_recv", N * C);
+    for (int s = 0; s < slots; ++s)
+      ch.grad_send.push_back(allocate(ledger, MemCategory::kCommBuffers, "grad_send", N * C));
+    ch.fwd_sends.resize(slots);
+    ch.bwd_sends.resize(slots);
+    chunks_.push_back(std::move(ch));
+  }
+}
+
+double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
+                            const BatchSampler& sampler, int64_t batch_index, bool train) {
   const int T = c_.train.seq_len, micro = c_.train.micro_batch_size;
   const int per_rank = c_.train.batch_size / grid_.shape().dp;
-  double sum = 0.0;
-  for (int b = 0; b < c_.run.eval_batches; ++b)
-    for (int first = 0; first < per_rank; first += micro) {
-      val.fill(b, grid_.coord().dp * per_rank + first, micro, inputs_.data(), targets_.data());
-      sum += model.forward(inputs_.data(), targets_.data(), micro, T);
+  const size_t NC = static_cast<size_t>(micro) * T * c_.model.n_embd;
+  const float loss_scale = 1.0f / static_cast<float>(static_cast<int64_t>(c_.train.batch_size) * T);
+  std::vector<int> backwards_done(chunks_.size(), 0);
+  double loss_sum = 0.0;
+  for (const pipeline::Action& act : actions) {
+    Chunk& ch = chunks_[act.chunk];
+    GptStage& stage = *ch.stage;
+    const int slot = act.microbatch % stage.slots();
+    const int prev = (ch.virtual_stage - 1 + stages_) % grid_.shape().pp;
+    const int next = (ch.virtual_stage + 1) % grid_.shape().pp;
+    if (act.type == pipeline::ActionType::kForward) {
+      sampler.fill(batch_index, grid_.coord().dp * per_rank + act.microbatch * micro, micro,
+                   inputs_.data(), targets_.data());
+      {
+        ScopedPhase wait(timer_, Phase::kPpWait);
+        ch.fwd_sends[slot].wait();  // the slot's previous output must have left
+        if (!ch.first)
+          pp_.recv(stage.input_buffer(slot).data(), NC, prev,
+                   pp_tag(act.microbatch, ch.virtual_stage, 0));
+      }
+      double loss = 0.0;
+      {
+        ScopedPhase phase(timer_, Phase::kForward);
+        loss = stage.forward(slot, ch.first ? inputs_.data() : nullptr,
+                             ch.last ? targets_.data() : nullptr, micro, T);
+      }
+      if (ch.last && grid_.coord().tp == 0) loss_sum += loss;  // tp ranks hold the same loss
+      if (!ch.last)
+        ch.fwd_sends[slot] = pp_.isend(stage.output(slot).data(), NC, next,
+                                       pp_tag(act.microbatch, ch.virtual_stage + 1, 0));
+    } else {
+      if (!ch.last) {
+        ScopedPhase wait(timer_, Phase::kPpWait);
+        pp_.recv(ch.grad_recv.data(), NC, next, pp_tag(act.microbatch, ch.virtual_stage, 1));
+      }
+      const bool final_backward = ++backwards_done[act.chunk] == micro_batches_;
+      ch.buckets->arm(final_backward);
+      {
+        ScopedPhase phase(timer_, Phase::kBackward);
+        stage.backward(slot, loss_scale, window(ch.grad_recv, 0, NC));
+      }
+      if (!ch.first) {
+        ScopedPhase wait(timer_, Phase::kPpWait);
+        ch.bwd_sends[slot].wait();
+        Kokkos::deep_copy(window(ch.grad_send[slot], 0, NC), window(stage.input_grad(), 0, NC));
+        ch.bwd_sends[slot] = pp_.isend(ch.grad_send[slot].data(), NC, prev,
+                                       pp_tag(act.microbatch, ch.virtual_stage - 1, 1));
+      }
     }
-  double total = 0.0;
-  TRIDENT_MPI(MPI_Allreduce(&sum, &total, 1, MPI_DOUBLE, MPI_SUM, grid_.dp_comm()));
-  return total / (static_cast<double>(c_.run.eval_batches) * c_.train.batch_size * T);
+  }
+  {
+    ScopedPhase wait(timer_, Phase::kPpWait);
+    for (Chunk& ch : chunks_) {
+      for (Request& r : ch.fwd_sends) r.wait();
+      for (Request& r : ch.bwd_sends) r.wait();
+    }
+  }
+  if (train) {
+    {
+      ScopedPhase phase(timer_, Phase::kDpComm);
+      for (Chunk& ch : chunks_) ch.buckets->finish();
+    }
+    // The tied embedding: the first and the last stage each hold wte and a part of its
+    // gradient. Summing over them commutes with the dp sum, so it may come after it.
+    if (embedding_ && embedding_->size() > 1) {
+      ScopedPhase wait(timer_, Phase::kPpWait);
+      for (Chunk& ch : chunks_)
+        if (ch.first || ch.last) {
+          const LocalParam& wte = ch.stage->local().at("wte");
+          embedding_->allreduce_sum(ch.stage->grads().data() + wte.offset, wte.numel);
+        }
+    }
+  }
+  return loss_sum;
+}
+
+double Trainer::evaluate(const BatchSampler& val) {
+  double sum = 0.0;
+  for (int b = 0; b < c_.run.eval_batches; ++b) sum += run_actions(eval_actions_, val, b, false);
+  world_.allreduce_sum(&sum, 1);
+  return sum / (static_cast<double>(c_.run.eval_batches) * c_.train.batch_size * c_.train.seq_len);
+}
+
+// Global gradient norm over one model replica (pp x tp), each tensor counted once: tensors
+// replicated over tp only on tp rank 0, the tied embedding only on the first stage. Returns it.
+double Trainer::clip_and_step(double lr) {
+  double local = 0.0;
+  for (const Chunk& ch : chunks_)
+    for (const LocalParam& p : ch.stage->local().params()) {
+      if (p.tp_replicated && grid_.coord().tp != 0) continue;
+      if (p.spec->name == "wte" && !ch.first) continue;
+      local += kernels::sum_of_squares(Exec(), window(ch.stage->grads(), p.offset, p.numel));
+    }
+  mp_.allreduce_sum(&local, 1);
+  const double norm = std::sqrt(local);
+  const double max_norm = c_.optim.max_norm;
+  const float clip =
+      max_norm > 0 && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
+  for (Chunk& ch : chunks_) ch.optimizer->step(ch.stage->params(), ch.stage->grads(), lr, clip);
+  return norm;
+}
+
+std::vector<ShardBuffers> Trainer::shards() const {
+  std::vector<ShardBuffers> out;
+  for (const Chunk& ch : chunks_)
+    out.push_back({&ch.stage->local(), ch.stage->params(), ch.optimizer->first_moment(),
+                   ch.optimizer->second_moment()});
+  return out;
 }
 
 int Trainer::run() {
+  const auto& par = c_.parallel;
   const int T = c_.train.seq_len, micro = c_.train.micro_batch_size;
-  const int dp = grid_.shape().dp, per_rank = c_.train.batch_size / dp;
+  const int per_rank = c_.train.batch_size / par.dp;
   const int64_t tokens_per_step = static_cast<int64_t>(c_.train.batch_size) * T;
+  stages_ = par.pp * par.virtual_stages;
+  micro_batches_ = per_rank / micro;
 
   // Everything the user supplied is checked before any file is written.
   const std::vector<uint16_t> train_tokens = read_token_file(c_.data.train);
@@ -120,15 +299,15 @@ int Trainer::run() {
   const BatchSampler val_sampler(val_tokens, c_.run.seed, kValStream, T);
   if (!opt_.resume.empty()) check_resume_compatible(c_, opt_.resume);
 
+  if (grid_.embedding_comm() != MPI_COMM_NULL)
+    embedding_ = std::make_unique<MpiCommunicator>(grid_.embedding_comm());
   MemoryLedger ledger;
-  Gpt model(c_.model, ledger, micro, T);
-  model.init_params(static_cast<uint64_t>(c_.run.seed));
-  AdamW optimizer(model.table(), ledger,
-                  {c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay});
+  build_model(ledger);
   int start_step = 0;
   if (!opt_.resume.empty()) {
-    const CheckpointMeta meta = load_checkpoint(opt_.resume, model, &optimizer);
+    const CheckpointMeta meta = load_checkpoint(opt_.resume, shards());
     start_step = static_cast<int>(meta.data_cursor);
+    for (Chunk& ch : chunks_) ch.optimizer->set_steps_taken(static_cast<int>(meta.adam_steps));
     log(fmt::format("resumed from {} at step {} (written with layout {})", opt_.resume, start_step,
                     meta.layout));
   }
@@ -139,7 +318,10 @@ int Trainer::run() {
 
   const std::filesystem::path run_dir = std::filesystem::path(c_.run.out_dir) / c_.run.name;
   const std::filesystem::path ckpt_dir = run_dir / "checkpoints";
-  const std::string layout = grid_.describe() + fmt::format(" micro_batch={}", micro);
+  const std::string layout =
+      grid_.describe() + (par.pp > 1 ? fmt::format(" schedule={}", par.schedule) : std::string()) +
+      (par.virtual_stages > 1 ? fmt::format(" v={}", par.virtual_stages) : std::string()) +
+      fmt::format(" micro_batch={}", micro);
   const std::string hosts = hostnames(grid_.world());
   std::unique_ptr<TimingsWriter> timings;
   if (grid_.rank() == 0) {
@@ -164,47 +346,29 @@ int Trainer::run() {
   const double flops_token = flops_per_token(c_.model, T);
   log(fmt::format("trident {} | model {} L={} C={} NH={} V={} T={} | {:.3f}M parameters",
                   git_revision(), c_.model.name, c_.model.n_layer, c_.model.n_embd, c_.model.n_head,
-                  c_.model.vocab_size, T, model.table().total_numel() / 1e6));
+                  c_.model.vocab_size, T, ParamTable(c_.model).total_numel() / 1e6));
   log(
       fmt::format("layout {} | {} ranks | global batch {} x {} = {} tokens | {} micro-batches "
-                  "per rank",
-                  layout, grid_.size(), c_.train.batch_size, T, tokens_per_step, per_rank / micro));
+                  "per pipeline",
+                  layout, grid_.size(), c_.train.batch_size, T, tokens_per_step, micro_batches_));
   log(
       fmt::format("MFU = {:.4g} FLOP/token x tokens/s / ({} ranks x {} TFLOP/s peak per rank); "
                   "FLOP/token = 6 x params + 12 x L x C x T (PaLM)",
                   flops_token, grid_.size(), c_.run.peak_tflops));
   log(fmt::format("outputs: {}", run_dir.string()));
 
-  PhaseTimer timer;
-  std::vector<double> gathered(static_cast<size_t>(grid_.size()) * kPhases);
-  std::vector<double> gathered_mem(grid_.size());
+  const int world_size = grid_.size();
+  std::vector<double> gathered(static_cast<size_t>(world_size) * kPhases);
+  std::vector<double> gathered_mem(world_size);
   double loss = 0.0, val_loss = NAN, grad_norm = 0.0, lr = 0.0, sum_ms = 0.0;
   int timed_steps = 0;
   std::string last_ckpt;
   for (int step = start_step; step < c_.run.steps; ++step) {
-    timer.reset();
+    timer_.reset();
     const auto t0 = std::chrono::steady_clock::now();
-    model.zero_grads();
-    double loss_sum = 0.0;
-    const float loss_scale = 1.0f / static_cast<float>(tokens_per_step);
-    for (int first = 0; first < per_rank; first += micro) {
-      train_sampler.fill(step, grid_.coord().dp * per_rank + first, micro, inputs_.data(),
-                         targets_.data());
-      {
-        ScopedPhase p(timer, Phase::kForward);
-        loss_sum += model.forward(inputs_.data(), targets_.data(), micro, T);
-      }
-      ScopedPhase p(timer, Phase::kBackward);
-      model.backward(loss_scale);
-    }
-    {
-      ScopedPhase p(timer, Phase::kDpComm);
-      if (dp > 1)
-        TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, model.grads().data(),
-                                  static_cast<int>(model.grads().extent(0)), MPI_FLOAT, MPI_SUM,
-                                  grid_.dp_comm()));
-      TRIDENT_MPI(MPI_Allreduce(&loss_sum, &loss, 1, MPI_DOUBLE, MPI_SUM, grid_.dp_comm()));
-    }
+    for (Chunk& ch : chunks_) ch.stage->zero_grads();
+    loss = run_actions(schedule_, train_sampler, step, true);
+    world_.allreduce_sum(&loss, 1);
     loss /= static_cast<double>(tokens_per_step);
     if (!std::isfinite(loss)) {
       log(fmt::format("error: loss is {} at step {}; stopping (lower optim.lr or check the data)",
@@ -212,34 +376,31 @@ int Trainer::run() {
       return 3;
     }
     {
-      ScopedPhase p(timer, Phase::kOptimizer);
-      grad_norm = std::sqrt(kernels::sum_of_squares(Exec(), model.grads()));
-      const double max_norm = c_.optim.max_norm;
-      const float clip = max_norm > 0 && grad_norm > max_norm
-                             ? static_cast<float>(max_norm / (grad_norm + 1e-6))
-                             : 1.0f;
+      ScopedPhase phase(timer_, Phase::kOptimizer);
       lr = schedule.at(step);
-      optimizer.step(model.params(), model.grads(), lr, clip);
+      grad_norm = clip_and_step(lr);
     }
     const bool last = step + 1 == c_.run.steps;
     const bool want_ckpt =
         last || (c_.run.checkpoint_every > 0 && (step + 1) % c_.run.checkpoint_every == 0);
-    if (want_ckpt && grid_.rank() == 0) {
-      ScopedPhase p(timer, Phase::kIo);
+    if (want_ckpt) {
+      ScopedPhase phase(timer_, Phase::kIo);
       last_ckpt = (ckpt_dir / fmt::format("step_{:06d}.h5", step + 1)).string();
-      save_checkpoint(last_ckpt, c_, model, optimizer,
-                      {step + 1, step + 1, c_.run.seed, layout, git_revision()});
+      save_checkpoint(last_ckpt, c_,
+                      {step + 1, step + 1, c_.run.seed, chunks_[0].optimizer->steps_taken(), layout,
+                       git_revision()},
+                      shards(), {par.pp, par.dp, par.tp, par.virtual_stages}, grid_.world());
     }
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // Validation is outside the step's timed phases: it is not training work.
     val_loss = NAN;
     if (last || (c_.run.eval_every > 0 && (step + 1) % c_.run.eval_every == 0))
-      val_loss = evaluate(model, val_sampler);
+      val_loss = evaluate(val_sampler);
 
     double step_max = 0, step_min = 0;
     const double peak_mem = static_cast<double>(ledger.peak_total());
-    TRIDENT_MPI(MPI_Gather(timer.all().data(), kPhases, MPI_DOUBLE, gathered.data(), kPhases,
+    TRIDENT_MPI(MPI_Gather(timer_.all().data(), kPhases, MPI_DOUBLE, gathered.data(), kPhases,
                            MPI_DOUBLE, 0, grid_.world()));
     TRIDENT_MPI(
         MPI_Gather(&peak_mem, 1, MPI_DOUBLE, gathered_mem.data(), 1, MPI_DOUBLE, 0, grid_.world()));
@@ -257,13 +418,18 @@ int Trainer::run() {
       r.step_seconds_min = step_min;
       r.phase_seconds = gathered;
       r.peak_mem_bytes = gathered_mem;
+      // Pipeline bubble: the share of the step the average rank spent waiting on pp.
+      double wait = 0;
+      for (int rank = 0; rank < world_size; ++rank)
+        wait += gathered[static_cast<size_t>(rank) * kPhases + static_cast<int>(Phase::kPpWait)];
+      r.bubble = step_max > 0 ? wait / world_size / step_max : 0.0;
       timings->append(r);
       if (step > start_step || c_.run.steps - start_step == 1) {  // first step warms caches
         sum_ms += step_max * 1e3;
         ++timed_steps;
       }
       const double tok_s = tokens_per_step / step_max;
-      const double mfu = 100.0 * flops_token * tok_s / (grid_.size() * c_.run.peak_tflops * 1e12);
+      const double mfu = 100.0 * flops_token * tok_s / (world_size * c_.run.peak_tflops * 1e12);
       if ((step + 1) % c_.run.log_every == 0 || last)
         log(fmt::format(
             "step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms "
@@ -277,13 +443,13 @@ int Trainer::run() {
   if (grid_.rank() == 0) {
     const double ms = timed_steps ? sum_ms / timed_steps : 0.0;
     const double tok_s = ms > 0 ? tokens_per_step / (ms / 1e3) : 0.0;
-    const double mfu = 100.0 * flops_token * tok_s / (grid_.size() * c_.run.peak_tflops * 1e12);
+    const double mfu = 100.0 * flops_token * tok_s / (world_size * c_.run.peak_tflops * 1e12);
     log(fmt::format("checkpoint: {}", last_ckpt.empty() ? "none" : last_ckpt));
     log(
         fmt::format("PERFORMANCE steps={} ranks={} layout=\"{}\" ms_per_step={:.2f} "
                     "tokens_per_s={:.1f} mfu_percent={:.3f} final_loss={:.6f} val_loss={:.6f} "
                     "peak_mem_mib={:.1f}",
-                    c_.run.steps - start_step, grid_.size(), layout, ms, tok_s, mfu, loss, val_loss,
+                    c_.run.steps - start_step, world_size, layout, ms, tok_s, mfu, loss, val_loss,
                     ledger.peak_total() / 1048576.0));
   }
   return 0;

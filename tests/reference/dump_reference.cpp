@@ -75,7 +75,7 @@ void write_tensors(hid_t group, const trident::ParamTable& table, const trident:
 constexpr float kWeightScale = 10.0f, kVectorSpread = 0.1f;
 constexpr uint64_t kSpreadSeed = 0x5b2eadULL;
 
-void spread_parameters(trident::Gpt& model) {
+void spread_parameters(trident::GptStage& model) {
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), model.params());
   for (const trident::ParamSpec& p : model.table().specs()) {
     trident::ParamSpec unit = p;
@@ -91,8 +91,8 @@ void spread_parameters(trident::Gpt& model) {
 }
 
 // Row-major [B*T, V] copy of the last forward's logits (backward overwrites them in place).
-std::vector<float> copy_logits(const trident::Gpt& model) {
-  const trident::ConstMat logits = model.logits();
+std::vector<float> copy_logits(const trident::GptStage& model) {
+  const trident::ConstMat logits = model.logits(0);
   Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> host(
       "logits_host", logits.extent(0), logits.extent(1));
   Kokkos::deep_copy(host, logits);
@@ -126,7 +126,7 @@ int run(const std::string& out_path, const std::string& config_path) {
   trident::MemoryLedger ledger;
   // Buffers sized for more than this batch (as generate does, growing T up to the block size), so
   // the windows into them must be cut for the actual (B, T).
-  trident::Gpt model(m, ledger, B + 1, m.block_size);
+  trident::GptStage model(m, trident::whole_model(m), nullptr, ledger, B + 1, m.block_size, 1);
   model.init_params(kInitSeed);
   spread_parameters(model);
   trident::AdamWSettings adam;  // beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1
@@ -155,9 +155,9 @@ int run(const std::string& out_path, const std::string& config_path) {
 
   trident::h5::Handle out = trident::h5::create_group(file, "out");
   model.zero_grads();
-  const double loss = model.forward(inputs.data(), targets.data(), B, T) / N;
+  const double loss = model.forward(0, inputs.data(), targets.data(), B, T) / N;
   const std::vector<float> logits = copy_logits(model);
-  model.backward(inv_tokens);
+  model.backward(0, inv_tokens, trident::ConstVec());
   write_doubles(out, "loss", {}, &loss);
   trident::h5::write_floats(out, "logits", {N, m.vocab_size}, logits.data());
   {
@@ -165,12 +165,12 @@ int run(const std::string& out_path, const std::string& config_path) {
     write_tensors(grads, model.table(), model.grads());
   }
 
-  trident::AdamW optimizer(model.table(), ledger, adam);
+  trident::AdamW optimizer(model.local(), ledger, adam);
   std::vector<double> losses;
   for (int step = 0; step < kAdamSteps; ++step) {
     model.zero_grads();
-    losses.push_back(model.forward(inputs.data(), targets.data(), B, T) / N);
-    model.backward(inv_tokens);
+    losses.push_back(model.forward(0, inputs.data(), targets.data(), B, T) / N);
+    model.backward(0, inv_tokens, trident::ConstVec());
     optimizer.step(model.params(), model.grads(), kLr, 1.0f);
   }
   write_doubles(out, "losses10", {kAdamSteps}, losses.data());

@@ -64,6 +64,17 @@ void expect_matches_finite_differences(View1 x, const View1& analytic,
 
 const Exec exec;
 
+// The three cross-entropy reductions over one whole (unsplit) slice.
+void ce_forward(const View1& losses, const View1& lse, const Mat& logits, const IntView1& targets,
+                int valid) {
+  const int N = static_cast<int>(logits.extent(0));
+  View1 mx("max", N), sums("sums", N), tl("target_logit", N);
+  cross_entropy_row_max(exec, mx, logits, valid);
+  cross_entropy_row_sums(exec, sums, tl, logits, mx, targets, 0, valid);
+  cross_entropy_losses(exec, losses, lse, mx, sums, tl, targets);
+  exec.fence();
+}
+
 }  // namespace
 
 TEST(Kernels, LinearForwardMatchesNaiveLoop) {
@@ -181,18 +192,18 @@ TEST(Kernels, EmbeddingForwardAndBackward) {
   const int toks[N] = {1, 4, 1, 0, 3, 4};
   for (int n = 0; n < N; ++n) tokens(n) = toks[n];
   embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, V, C), window(wpe, 0, T, C),
-                    T);
+                    T, 0);
   exec.fence();
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c)
       EXPECT_FLOAT_EQ(out(n * C + c), wte(toks[n] * C + c) + wpe((n % T) * C + c));
   View1 r = random_view(N * C, 24), dwte("dwte", V * C), dwpe("dwpe", T * C);
   embedding_backward(exec, window(dwte, 0, V, C), window(dwpe, 0, T, C), window(r, 0, N, C), tokens,
-                     T);
+                     T, 0);
   exec.fence();
   auto f = [&] {
     embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, V, C),
-                      window(wpe, 0, T, C), T);
+                      window(wpe, 0, T, C), T, 0);
     exec.fence();
     return dot(out, r);
   };
@@ -261,7 +272,7 @@ TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
   const int tg[N] = {3, 0, 6, -1};  // -1: ignored position
   for (int n = 0; n < N; ++n) targets(n) = tg[n];
   auto f = [&] {
-    cross_entropy_forward(exec, losses, lse, window(logits, 0, N, V), targets, V);
+    ce_forward(losses, lse, window(logits, 0, N, V), targets, V);
     exec.fence();
     double s = 0;
     for (int n = 0; n < N; ++n) s += losses(n);
@@ -276,13 +287,13 @@ TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
     EXPECT_NEAR(losses(n), ref, 1e-5);
   }
   View1 saved = copy_of(logits), dlogits("d", N * V);
-  cross_entropy_backward(exec, window(dlogits, 0, N, V), window(logits, 0, N, V), lse, targets, V,
-                         1.0f / 3.0f);
+  cross_entropy_backward(exec, window(dlogits, 0, N, V), window(logits, 0, N, V), lse, targets, 0,
+                         V, 1.0f / 3.0f);
   exec.fence();
   expect_matches_finite_differences(logits, dlogits, f);
   for (int v = 0; v < V; ++v) EXPECT_EQ(dlogits(3 * V + v), 0.0f);  // ignored row
   // In place, as the model uses it.
-  cross_entropy_backward(exec, window(saved, 0, N, V), window(saved, 0, N, V), lse, targets, V,
+  cross_entropy_backward(exec, window(saved, 0, N, V), window(saved, 0, N, V), lse, targets, 0, V,
                          1.0f / 3.0f);
   exec.fence();
   for (int i = 0; i < N * V; ++i) EXPECT_FLOAT_EQ(saved(i), dlogits(i));
@@ -294,13 +305,13 @@ TEST(Kernels, CrossEntropyIgnoresPaddedVocabularyColumns) {
   IntView1 targets("t", N);
   targets(0) = 1;
   targets(1) = 2;
-  cross_entropy_forward(exec, losses, lse, window(logits, 0, N, VP), targets, V);
+  ce_forward(losses, lse, window(logits, 0, N, VP), targets, V);
   View1 narrow("n", N * V);
   for (int n = 0; n < N; ++n)
     for (int v = 0; v < V; ++v) narrow(n * V + v) = logits(n * VP + v);
   View1 losses2("l2", N), lse2("lse2", N);
-  cross_entropy_forward(exec, losses2, lse2, window(narrow, 0, N, V), targets, V);
-  cross_entropy_backward(exec, window(d, 0, N, VP), window(logits, 0, N, VP), lse, targets, V,
+  ce_forward(losses2, lse2, window(narrow, 0, N, V), targets, V);
+  cross_entropy_backward(exec, window(d, 0, N, VP), window(logits, 0, N, VP), lse, targets, 0, V,
                          1.0f);
   exec.fence();
   for (int n = 0; n < N; ++n) {
@@ -335,4 +346,74 @@ TEST(Kernels, SumOfSquares) {
   View1 x = random_view(100, 33);
   // Float partial sums over 16-element chunks, accumulated in double: ~1e-7 relative at worst.
   EXPECT_NEAR(sum_of_squares(exec, x), dot(x, x), 1e-6 * dot(x, x));
+}
+
+TEST(Kernels, VocabularySlicesCombineToTheWholeCrossEntropy) {
+  // Two tp ranks hold columns [0, 4) and [4, 7) (+1 padding) of a V = 7 vocabulary; combining
+  // their reductions as the all-reduces do (max, then sums) gives the unsplit loss and gradient.
+  const int N = 3, V = 7, half = 4;
+  View1 logits = random_view(N * V, 40, 2.0f), losses("l", N), lse("lse", N);
+  IntView1 targets("t", N);
+  targets(0) = 1;
+  targets(1) = 5;
+  targets(2) = 6;
+  ce_forward(losses, lse, window(logits, 0, N, V), targets, V);
+  View1 slices[2] = {View1("s0", N * half), View1("s1", N * half)};
+  for (int n = 0; n < N; ++n)
+    for (int v = 0; v < V; ++v) slices[v / half](n * half + v % half) = logits(n * V + v);
+  const int start[2] = {0, half}, valid[2] = {half, V - half};
+  View1 mx[2] = {View1("m0", N), View1("m1", N)}, sums[2] = {View1("a", N), View1("b", N)};
+  View1 tl[2] = {View1("c", N), View1("d", N)};
+  for (int r = 0; r < 2; ++r)
+    cross_entropy_row_max(exec, mx[r], window(slices[r], 0, N, half), valid[r]);
+  exec.fence();
+  View1 gmax("gmax", N), gsum("gsum", N), gtl("gtl", N), l2("l2", N), lse2("lse2", N);
+  for (int n = 0; n < N; ++n) gmax(n) = std::max(mx[0](n), mx[1](n));
+  for (int r = 0; r < 2; ++r)
+    cross_entropy_row_sums(exec, sums[r], tl[r], window(slices[r], 0, N, half), gmax, targets,
+                           start[r], valid[r]);
+  exec.fence();
+  for (int n = 0; n < N; ++n) {
+    gsum(n) = sums[0](n) + sums[1](n);
+    gtl(n) = tl[0](n) + tl[1](n);
+  }
+  cross_entropy_losses(exec, l2, lse2, gmax, gsum, gtl, targets);
+  View1 d_whole("dw", N * V);
+  cross_entropy_backward(exec, window(d_whole, 0, N, V), window(logits, 0, N, V), lse, targets, 0,
+                         V, 0.5f);
+  View1 d_slice[2] = {View1("d0", N * half), View1("d1", N * half)};
+  for (int r = 0; r < 2; ++r)
+    cross_entropy_backward(exec, window(d_slice[r], 0, N, half), window(slices[r], 0, N, half),
+                           lse2, targets, start[r], valid[r], 0.5f);
+  exec.fence();
+  for (int n = 0; n < N; ++n) {
+    EXPECT_NEAR(l2(n), losses(n), 1e-5);
+    for (int v = 0; v < V; ++v)
+      EXPECT_NEAR(d_slice[v / half](n * half + v % half), d_whole(n * V + v), 1e-6);
+    EXPECT_EQ(d_slice[1](n * half + 3), 0.0f);  // padding column
+  }
+}
+
+TEST(Kernels, EmbeddingVocabularySliceHoldsOnlyItsTokens) {
+  const int T = 2, C = 3, N = 4, rows = 3, start = 3;  // this slice holds tokens 3, 4, 5
+  View1 wte = random_view(rows * C, 41), out("o", N * C), dwte("dwte", rows * C);
+  View1 dwpe("dwpe", T * C), r = random_view(N * C, 42);
+  IntView1 tokens("t", N);
+  const int toks[N] = {0, 4, 5, 2};
+  for (int n = 0; n < N; ++n) tokens(n) = toks[n];
+  embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, rows, C), ConstMat(), T,
+                    start);
+  embedding_backward(exec, window(dwte, 0, rows, C), window(dwpe, 0, T, C), window(r, 0, N, C),
+                     tokens, T, start);
+  exec.fence();
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) {
+      const bool held = toks[n] >= start && toks[n] < start + rows;
+      EXPECT_EQ(out(n * C + c), held ? wte((toks[n] - start) * C + c) : 0.0f);
+    }
+  for (int c = 0; c < C; ++c) {
+    EXPECT_EQ(dwte(0 * C + c), 0.0f);  // token 3 never seen
+    EXPECT_FLOAT_EQ(dwte(1 * C + c), r(1 * C + c));
+    EXPECT_FLOAT_EQ(dwte(2 * C + c), r(2 * C + c));
+  }
 }

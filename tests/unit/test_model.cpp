@@ -36,7 +36,7 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
   const ModelConfig m = tiny();
   MemoryLedger ledger;
   const int B = 2, T = 6;
-  Gpt model(m, ledger, B, T);
+  GptStage model(m, whole_model(m), nullptr, ledger, B, T, 1);
   model.init_params(3);
   // Larger weights than GPT-2's 0.02 so every path contributes visibly to the loss; h = 1e-3
   // and an absolute floor of 5e-2 on the relative error absorb float rounding of the loss.
@@ -46,8 +46,8 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
   batch(B, T, m.vocab_size, in, tg);
   const float scale = 1.0f / (B * T);
   model.zero_grads();
-  model.forward(in.data(), tg.data(), B, T);
-  model.backward(scale);
+  model.forward(0, in.data(), tg.data(), B, T);
+  model.backward(0, scale, trident::ConstVec());
   auto g = model.grads();
   double worst = 0;
   int checked = 0;
@@ -56,9 +56,9 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
       const int64_t i = s.offset + static_cast<int64_t>(mix64(k * 31 + s.offset) % s.numel());
       const float saved = p(i), h = 1e-3f;
       p(i) = saved + h;
-      const double fp = model.forward(in.data(), tg.data(), B, T) * scale;
+      const double fp = model.forward(0, in.data(), tg.data(), B, T) * scale;
       p(i) = saved - h;
-      const double fm = model.forward(in.data(), tg.data(), B, T) * scale;
+      const double fm = model.forward(0, in.data(), tg.data(), B, T) * scale;
       p(i) = saved;
       const double numeric = (fp - fm) / (2 * h);
       const double err = std::abs(numeric - g(i)) / std::max(5e-2, std::abs(numeric));
@@ -77,17 +77,18 @@ TEST(Gpt, MicroBatchesAccumulateToTheFullBatchGradient) {
   std::vector<int32_t> in, tg;
   batch(B, T, m.vocab_size, in, tg);
   MemoryLedger l1, l2;
-  Gpt whole(m, l1, B, T), split(m, l2, 2, T);
+  GptStage whole(m, whole_model(m), nullptr, l1, B, T, 1);
+  GptStage split(m, whole_model(m), nullptr, l2, 2, T, 1);
   whole.init_params(5);
   split.init_params(5);
   whole.zero_grads();
-  const double loss_whole = whole.forward(in.data(), tg.data(), B, T);
-  whole.backward(1.0f / (B * T));
+  const double loss_whole = whole.forward(0, in.data(), tg.data(), B, T);
+  whole.backward(0, 1.0f / (B * T), ConstVec());
   split.zero_grads();
   double loss_split = 0;
   for (int first = 0; first < B; first += 2) {
-    loss_split += split.forward(in.data() + first * T, tg.data() + first * T, 2, T);
-    split.backward(1.0f / (B * T));
+    loss_split += split.forward(0, in.data() + first * T, tg.data() + first * T, 2, T);
+    split.backward(0, 1.0f / (B * T), ConstVec());
   }
   EXPECT_NEAR(loss_whole, loss_split, 1e-4 * std::abs(loss_whole));
   auto a = whole.grads(), b = split.grads();
@@ -105,11 +106,11 @@ TEST(Gpt, InitialLossIsNearLogVocabAndRunsAreDeterministic) {
   std::vector<int32_t> in, tg;
   batch(B, T, m.vocab_size, in, tg);
   MemoryLedger ledger;
-  Gpt model(m, ledger, B, T);
+  GptStage model(m, whole_model(m), nullptr, ledger, B, T, 1);
   model.init_params(9);
-  const double loss = model.forward(in.data(), tg.data(), B, T) / (B * T);
+  const double loss = model.forward(0, in.data(), tg.data(), B, T) / (B * T);
   EXPECT_NEAR(loss, std::log(m.vocab_size), 0.05);
-  EXPECT_EQ(model.forward(in.data(), tg.data(), B, T) / (B * T), loss);
+  EXPECT_EQ(model.forward(0, in.data(), tg.data(), B, T) / (B * T), loss);
   EXPECT_GT(ledger.peak(MemCategory::kParams), 0u);
   EXPECT_EQ(ledger.peak(MemCategory::kParams), model.table().total_numel() * sizeof(float));
 }

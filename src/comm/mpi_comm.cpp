@@ -1,0 +1,93 @@
+// MPI backend of the collectives interface: every call checked, counts split under INT_MAX.
+#include <climits>
+
+#include "comm/comm.hpp"
+#include "core/error.hpp"
+
+namespace trident {
+namespace {
+
+int count_of(size_t n) {
+  if (n > static_cast<size_t>(INT_MAX))
+    fatal("MPI collective", __FILE__, __LINE__, "message of " + std::to_string(n) + " elements",
+          "split the buffer (bucket sizes above 2^31 elements are not supported)");
+  return static_cast<int>(n);
+}
+
+class MpiRequest final : public Request::Impl {
+ public:
+  MPI_Request request = MPI_REQUEST_NULL;
+  void wait() override { TRIDENT_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE)); }
+  bool test() override {
+    int done = 0;
+    TRIDENT_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  TRIDENT_MPI(MPI_Comm_size(comm_, &size_));
+  TRIDENT_MPI(MPI_Comm_rank(comm_, &rank_));
+}
+
+void MpiCommunicator::allreduce_sum(float* buf, size_t n) {
+  if (size_ == 1) return;
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count_of(n), MPI_FLOAT, MPI_SUM, comm_));
+}
+
+void MpiCommunicator::allreduce_max(float* buf, size_t n) {
+  if (size_ == 1) return;
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count_of(n), MPI_FLOAT, MPI_MAX, comm_));
+}
+
+void MpiCommunicator::allreduce_sum(double* buf, size_t n) {
+  if (size_ == 1) return;
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count_of(n), MPI_DOUBLE, MPI_SUM, comm_));
+}
+
+Request MpiCommunicator::iallreduce_sum(float* buf, size_t n) {
+  if (size_ == 1) return Request();
+  auto r = std::make_unique<MpiRequest>();
+  TRIDENT_MPI(
+      MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(n), MPI_FLOAT, MPI_SUM, comm_, &r->request));
+  return Request(std::move(r));
+}
+
+void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
+  TRIDENT_MPI(
+      MPI_Reduce_scatter_block(send, recv, count_of(recv_count), MPI_FLOAT, MPI_SUM, comm_));
+}
+
+void MpiCommunicator::allgather(const float* send, float* recv, size_t send_count) {
+  TRIDENT_MPI(MPI_Allgather(send, count_of(send_count), MPI_FLOAT, recv, count_of(send_count),
+                            MPI_FLOAT, comm_));
+}
+
+void MpiCommunicator::broadcast(float* buf, size_t n, int root) {
+  if (size_ == 1) return;
+  TRIDENT_MPI(MPI_Bcast(buf, count_of(n), MPI_FLOAT, root, comm_));
+}
+
+void MpiCommunicator::send(const float* buf, size_t n, int peer, int tag) {
+  TRIDENT_MPI(MPI_Send(buf, count_of(n), MPI_FLOAT, peer, tag, comm_));
+}
+
+void MpiCommunicator::recv(float* buf, size_t n, int peer, int tag) {
+  TRIDENT_MPI(MPI_Recv(buf, count_of(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE));
+}
+
+Request MpiCommunicator::isend(const float* buf, size_t n, int peer, int tag) {
+  auto r = std::make_unique<MpiRequest>();
+  TRIDENT_MPI(MPI_Isend(buf, count_of(n), MPI_FLOAT, peer, tag, comm_, &r->request));
+  return Request(std::move(r));
+}
+
+Request MpiCommunicator::irecv(float* buf, size_t n, int peer, int tag) {
+  auto r = std::make_unique<MpiRequest>();
+  TRIDENT_MPI(MPI_Irecv(buf, count_of(n), MPI_FLOAT, peer, tag, comm_, &r->request));
+  return Request(std::move(r));
+}
+
+}  // namespace trident

@@ -1,0 +1,43 @@
+// Bucketed, overlapped dp all-reduce of gradients.
+#include "parallel/data/grad_buckets.hpp"
+
+#include <algorithm>
+
+namespace trident {
+
+GradBuckets::GradBuckets(View1 grads, size_t bucket_elems, Communicator* dp)
+    : grads_(grads), dp_(dp) {
+  const int64_t n = static_cast<int64_t>(grads.extent(0));
+  const int64_t b = static_cast<int64_t>(bucket_elems);
+  for (int64_t end = n; end > 0; end -= b) {
+    begin_.push_back(std::max<int64_t>(0, end - b));
+    end_.push_back(end);
+  }
+  requests_.resize(begin_.size());
+}
+
+void GradBuckets::ready_from(int64_t offset) {
+  if (!armed_ || dp_->size() == 1) return;
+  Exec().fence();  // the gradients in the buckets must be written before they are sent
+  while (launched_ < begin_.size() && begin_[launched_] >= offset) {
+    requests_[launched_] =
+        dp_->iallreduce_sum(grads_.data() + begin_[launched_],
+                            static_cast<size_t>(end_[launched_] - begin_[launched_]));
+    ++launched_;
+  }
+  // Without an asynchronous progress thread, MPI advances non-blocking collectives only when
+  // called: test the ones in flight so they move while backward computes.
+  for (size_t k = 0; k < launched_; ++k) requests_[k].test();
+}
+
+void GradBuckets::finish() {
+  if (dp_->size() > 1) {
+    armed_ = true;
+    ready_from(0);
+    for (Request& r : requests_) r.wait();
+  }
+  launched_ = 0;
+  armed_ = false;
+}
+
+}  // namespace trident

@@ -1,0 +1,35 @@
+// Data-parallel gradient reduction in buckets, each all-reduced over dp as soon as backward has
+// finished every gradient in it, so communication overlaps the rest of backward.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/comm.hpp"
+#include "core/types.hpp"
+
+namespace trident {
+
+class GradBuckets {
+ public:
+  // Buckets of `bucket_elems` tile `grads` from its end, because backward finishes the last
+  // layers (highest offsets) first.
+  GradBuckets(View1 grads, size_t bucket_elems, Communicator* dp);
+  // Whether the coming backward pass is the last of the step (its gradients become final).
+  void arm(bool final_pass) { armed_ = final_pass; }
+  // Gradients at offsets >= `offset` are final: start every bucket lying wholly above it.
+  void ready_from(int64_t offset);
+  // Starts the remaining buckets and waits for all; leaves the dp-summed gradient.
+  void finish();
+  size_t bucket_count() const { return begin_.size(); }
+
+ private:
+  View1 grads_;
+  Communicator* dp_;
+  std::vector<int64_t> begin_, end_;  // bucket k covers [begin_[k], end_[k]); k = 0 is the last
+  std::vector<Request> requests_;
+  size_t launched_ = 0;
+  bool armed_ = false;
+};
+
+}  // namespace trident

@@ -1,0 +1,289 @@
+// Builds GPipe / 1F1B / interleaved-1F1B action lists and simulates them across ranks.
+#include "parallel/pipeline/schedule.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/error.hpp"
+
+namespace trident::pipeline {
+
+namespace {
+
+// Forward then backward, both in micro-batch order 0..m-1. Both orders hold all m activation sets,
+// but this one is FIFO like 1F1B: every rank consumes activations and gradients in the order they
+// were produced and arrive, so one FIFO activation stash and one receive order serve both
+// schedules, whereas m-1..0 would need a LIFO stash here and a FIFO one for 1F1B. The bubble is
+// the same either way.
+std::vector<Action> gpipe(int m) {
+  std::vector<Action> out;
+  for (int mb = 0; mb < m; ++mb) out.push_back({ActionType::kForward, mb, 0});
+  for (int mb = 0; mb < m; ++mb) out.push_back({ActionType::kBackward, mb, 0});
+  return out;
+}
+
+// PipeDream-Flush: rank r runs ahead by the pp-r-1 micro-batches that are still in the stages
+// below it when its first backward can arrive, so it never holds more than pp-r activation sets.
+std::vector<Action> one_f_one_b(int pp, int rank, int m) {
+  const int warmup = std::min(pp - rank - 1, m);
+  std::vector<Action> out;
+  for (int mb = 0; mb < warmup; ++mb) out.push_back({ActionType::kForward, mb, 0});
+  for (int i = 0; i < m - warmup; ++i) {
+    out.push_back({ActionType::kForward, warmup + i, 0});
+    out.push_back({ActionType::kBackward, i, 0});
+  }
+  for (int mb = m - warmup; mb < m; ++mb) out.push_back({ActionType::kBackward, mb, 0});
+  return out;
+}
+
+// Megatron's get_model_chunk_id and micro-batch mapping for virtual micro-batch k: groups of pp
+// micro-batches sweep chunk 0..v-1 (forward) or v-1..0 (backward) before the next group starts.
+Action interleaved_action(int pp, int v, int k, ActionType type) {
+  const int in_group = (k / pp) % v;
+  const int chunk = type == ActionType::kForward ? in_group : v - 1 - in_group;
+  const int microbatch = (k / (pp * v)) * pp + k % pp;
+  return {type, microbatch, chunk};
+}
+
+// Megatron's forward_backward_pipelining_with_interleaving (without its communication): every
+// rank first fills (v-1)*pp chunk-forwards so the last rank can start its last chunk, plus two per
+// rank below it: Megatron exchanges a step's activation and gradient in one batched send/recv
+// after both computations, so the gradient rank r needs must come from rank r+1's previous step.
+// (Under simulate()'s zero-latency, non-blocking sends one per rank would suffice; we keep
+// Megatron's count so the runtime may batch its exchanges the same way.)
+std::vector<Action> interleaved(int pp, int rank, int m, int v) {
+  const int total = m * v;
+  const int warmup = std::min((pp - rank - 1) * 2 + (v - 1) * pp, total);
+  std::vector<Action> out;
+  for (int k = 0; k < warmup; ++k)
+    out.push_back(interleaved_action(pp, v, k, ActionType::kForward));
+  for (int k = 0; k < total - warmup; ++k) {
+    out.push_back(interleaved_action(pp, v, warmup + k, ActionType::kForward));
+    out.push_back(interleaved_action(pp, v, k, ActionType::kBackward));
+  }
+  for (int k = total - warmup; k < total; ++k)
+    out.push_back(interleaved_action(pp, v, k, ActionType::kBackward));
+  return out;
+}
+
+std::string describe(const Action& a, int pp, int rank) {
+  std::ostringstream s;
+  s << (a.type == ActionType::kForward ? "forward" : "backward") << " mb " << a.microbatch
+    << " chunk " << a.chunk << " (stage " << virtual_stage(pp, rank, a.chunk) << ")";
+  return s.str();
+}
+
+bool fail(std::string* error, const std::string& why) {
+  if (error) *error = why;
+  return false;
+}
+
+// Each rank's list must hold exactly one forward and one backward per (micro-batch, chunk), the
+// forward first: the simulator only checks cross-rank dependencies, this checks the local ones.
+bool check_rank_list(const std::vector<Action>& actions, int pp, int rank, int m, int v,
+                     std::string* error) {
+  std::vector<int> forward_at(static_cast<size_t>(m) * v, -1), backward_at(forward_at);
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    std::ostringstream where;
+    where << "rank " << rank << " action " << i << ": ";
+    if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= v)
+      return fail(error, where.str() + describe(a, pp, rank) + " is out of range");
+    const size_t slot = static_cast<size_t>(a.microbatch) * v + a.chunk;
+    std::vector<int>& seen = a.type == ActionType::kForward ? forward_at : backward_at;
+    if (seen[slot] >= 0) return fail(error, where.str() + describe(a, pp, rank) + " repeats");
+    if (a.type == ActionType::kBackward && forward_at[slot] < 0)
+      return fail(error, where.str() + describe(a, pp, rank) + " comes before its forward");
+    seen[slot] = static_cast<int>(i);
+  }
+  for (size_t slot = 0; slot < forward_at.size(); ++slot) {
+    if (forward_at[slot] < 0 || backward_at[slot] < 0) {
+      std::ostringstream s;
+      s << "rank " << rank << " never runs the " << (forward_at[slot] < 0 ? "forward" : "backward")
+        << " of mb " << slot / v << " chunk " << slot % v;
+      return fail(error, s.str());
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool parse_schedule(const std::string& s, ScheduleKind& out) {
+  if (s == "gpipe") {
+    out = ScheduleKind::kGpipe;
+  } else if (s == "1f1b") {
+    out = ScheduleKind::kOneFOneB;
+  } else if (s == "interleaved") {
+    out = ScheduleKind::kInterleaved;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const char* schedule_name(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::kGpipe:
+      return "gpipe";
+    case ScheduleKind::kOneFOneB:
+      return "1f1b";
+    case ScheduleKind::kInterleaved:
+      return "interleaved";
+  }
+  return "unknown";
+}
+
+ActionComm action_comm(int pp, int v, int rank, const Action& a) {
+  const int stage = virtual_stage(pp, rank, a.chunk), last = pp * v - 1;
+  ActionComm c;
+  if (a.type == ActionType::kForward) {
+    if (stage > 0) c.recv_from = stage_rank(pp, stage - 1);
+    if (stage < last) c.send_to = stage_rank(pp, stage + 1);
+  } else {
+    if (stage < last) c.recv_from = stage_rank(pp, stage + 1);
+    if (stage > 0) c.send_to = stage_rank(pp, stage - 1);
+  }
+  return c;
+}
+
+std::string validate_schedule(ScheduleKind kind, int pp, int m, int v) {
+  std::ostringstream s;
+  const char* name = schedule_name(kind);
+  if (pp < 1) {
+    s << "pipeline size pp must be >= 1 (got " << pp << ")";
+  } else if (m < 1) {
+    s << "number of micro-batches must be >= 1 (got " << m << ")";
+  } else if (v < 1) {
+    s << "model chunks per rank must be >= 1 (got " << v << ")";
+  } else if (kind != ScheduleKind::kInterleaved && v != 1) {
+    s << "schedule " << name << " runs one model chunk per rank, got " << v
+      << "; use schedule interleaved for more";
+  } else if (kind == ScheduleKind::kInterleaved && pp < 2) {
+    s << "schedule interleaved needs pp >= 2 (got pp = " << pp << "); use 1f1b";
+  } else if (kind == ScheduleKind::kInterleaved && v < 2) {
+    s << "schedule interleaved needs >= 2 model chunks per rank (got " << v << "); use 1f1b";
+  } else if (kind == ScheduleKind::kInterleaved && m % pp != 0) {
+    // Megatron's mapping walks micro-batches in groups of pp per chunk, so a partial group would
+    // leave (chunk, micro-batch) pairs unscheduled.
+    const int below = m / pp * pp;
+    s << "schedule interleaved needs the number of micro-batches to be a multiple of pp = " << pp
+      << " (got " << m << "); nearest valid: ";
+    if (below > 0) s << below << " or ";
+    s << below + pp;
+  }
+  return s.str();
+}
+
+std::vector<Action> make_schedule(ScheduleKind kind, int pp, int rank, int m, int v) {
+  const std::string invalid = validate_schedule(kind, pp, m, v);
+  if (!invalid.empty()) throw InputError(invalid);
+  if (rank < 0 || rank >= pp)
+    throw std::out_of_range("pipeline rank " + std::to_string(rank) + " outside 0.." +
+                            std::to_string(pp - 1));
+  switch (kind) {
+    case ScheduleKind::kGpipe:
+      return gpipe(m);
+    case ScheduleKind::kOneFOneB:
+      return one_f_one_b(pp, rank, m);
+    case ScheduleKind::kInterleaved:
+      return interleaved(pp, rank, m, v);
+  }
+  return {};
+}
+
+int max_in_flight(const std::vector<Action>& actions, int chunk) {
+  int live = 0, peak = 0;
+  for (const Action& a : actions) {
+    if (a.chunk != chunk) continue;
+    live += a.type == ActionType::kForward ? 1 : -1;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+int max_in_flight_all_chunks(const std::vector<Action>& actions) {
+  int live = 0, peak = 0;
+  for (const Action& a : actions) {
+    live += a.type == ActionType::kForward ? 1 : -1;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, int v,
+                      std::string* error, int* steps_out) {
+  const int pp = static_cast<int>(per_rank.size());
+  if (pp < 1 || m < 1 || v < 1) return fail(error, "empty pipeline");
+  for (int r = 0; r < pp; ++r)
+    if (!check_rank_list(per_rank[r], pp, r, m, v, error)) return false;
+
+  // A send is issued when its producing compute ends; -1 = not issued yet. Indexed by
+  // stage * m + micro-batch. Zero transfer time: a receive completes as soon as the send exists.
+  const int stages = pp * v;
+  std::vector<int> forward_end(static_cast<size_t>(stages) * m, -1), backward_end(forward_end);
+  std::vector<size_t> next(pp, 0);
+  std::vector<int> clock(pp, 0);
+  // Each sweep runs every rank until it blocks on a receive; start times take the max of the
+  // rank's clock and the send time, so the sweep order does not change the timing, and a sweep
+  // without progress means every unfinished rank waits on one that waits too: a deadlock.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < pp; ++r) {
+      while (next[r] < per_rank[r].size()) {
+        const Action& a = per_rank[r][next[r]];
+        const int stage = virtual_stage(pp, r, a.chunk);
+        const bool forward = a.type == ActionType::kForward;
+        int ready = clock[r];
+        if (forward && stage > 0) {
+          const int sent = forward_end[static_cast<size_t>(stage - 1) * m + a.microbatch];
+          if (sent < 0) break;
+          ready = std::max(ready, sent);
+        } else if (!forward && stage < stages - 1) {
+          const int sent = backward_end[static_cast<size_t>(stage + 1) * m + a.microbatch];
+          if (sent < 0) break;
+          ready = std::max(ready, sent);
+        }
+        clock[r] = ready + (forward ? 1 : 2);
+        (forward ? forward_end : backward_end)[static_cast<size_t>(stage) * m + a.microbatch] =
+            clock[r];
+        ++next[r];
+        progress = true;
+      }
+    }
+  }
+
+  std::ostringstream stuck;
+  for (int r = 0; r < pp; ++r) {
+    if (next[r] == per_rank[r].size()) continue;
+    const Action& a = per_rank[r][next[r]];
+    const int stage = virtual_stage(pp, r, a.chunk);
+    const int peer = a.type == ActionType::kForward ? stage - 1 : stage + 1;
+    stuck << (stuck.tellp() > 0 ? "; " : "") << "rank " << r << " waits at action " << next[r]
+          << " (" << describe(a, pp, r) << ") for stage " << peer;
+  }
+  if (stuck.tellp() > 0) return fail(error, "deadlock: " + stuck.str());
+  if (steps_out) *steps_out = *std::max_element(clock.begin(), clock.end());
+  return true;
+}
+
+bool simulate(ScheduleKind kind, int pp, int m, int v, std::string* error, int* steps_out) {
+  const std::string invalid = validate_schedule(kind, pp, m, v);
+  if (!invalid.empty()) return fail(error, invalid);
+  std::vector<std::vector<Action>> per_rank;
+  for (int r = 0; r < pp; ++r) per_rank.push_back(make_schedule(kind, pp, r, m, v));
+  return simulate_actions(per_rank, m, v, error, steps_out);
+}
+
+double simulated_bubble(ScheduleKind kind, int pp, int m, int v) {
+  const std::string invalid = validate_schedule(kind, pp, m, v);
+  if (!invalid.empty()) throw InputError(invalid);
+  std::string error;
+  int steps = 0;
+  if (!simulate(kind, pp, m, v, &error, &steps))
+    throw std::logic_error(std::string("schedule ") + schedule_name(kind) + ": " + error);
+  return 1.0 - static_cast<double>(3 * m * v) / steps;
+}
+
+}  // namespace trident::pipeline
