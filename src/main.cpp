@@ -18,7 +18,7 @@ namespace {
 constexpr int kExitBadInput = 2;
 
 int run_train(MPI_Comm world, const std::string& config_path,
-              const std::vector<std::string>& overrides, const std::string& resume) {
+              const std::vector<std::string>& overrides, const trident::TrainOptions& options) {
   int world_size = 0;
   TRIDENT_MPI(MPI_Comm_size(world, &world_size));
   trident::Config config = trident::load_config(config_path, overrides);
@@ -29,7 +29,7 @@ int run_train(MPI_Comm world, const std::string& config_path,
     std::fprintf(stderr,
                  "warning: a tensor-parallel group spans nodes; tp traffic will cross "
                  "the network (place ranks so tp groups share a node)\n");
-  return trident::train(std::move(config), grid, {resume});
+  return trident::train(std::move(config), grid, options);
 }
 
 }  // namespace
@@ -44,13 +44,17 @@ int main(int argc, char** argv) {
     CLI::App app{"trident: 3D-parallel GPT training on Kokkos and MPI"};
     app.require_subcommand(1);
 
-    std::string config_path, resume;
+    std::string config_path;
+    trident::TrainOptions train_options;
     std::vector<std::string> overrides;
     auto* train = app.add_subcommand("train", "train a model (run under mpirun for several ranks)");
     train->add_option("--config", config_path, "run config (TOML), e.g. inputs/small.toml")
         ->required();
     train->add_option("--set", overrides, "override a key: --set run.steps=10 (repeatable)");
-    train->add_option("--resume", resume, "continue from this checkpoint (.h5)");
+    train->add_option("--resume", train_options.resume, "continue from this checkpoint (.h5)");
+    train->add_option("--dump-grads", train_options.dump_grads,
+                      "write the first step's gradients, gathered to global shapes, to this .h5 "
+                      "(checkpoint schema, /params); for layout checks");
 
     trident::GenerateOptions gen;
     auto* generate = app.add_subcommand("generate", "sample text from a checkpoint");
@@ -74,7 +78,7 @@ int main(int argc, char** argv) {
     try {
       app.parse(argc, argv);
       if (*train) {
-        status = run_train(MPI_COMM_WORLD, config_path, overrides, resume);
+        status = run_train(MPI_COMM_WORLD, config_path, overrides, train_options);
       } else if (*generate) {
         if (rank == 0) std::cout << trident::generate(gen) << std::endl;
       } else if (*prepare) {

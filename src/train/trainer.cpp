@@ -375,6 +375,13 @@ int Trainer::run() {
                       loss, step + 1));
       return 3;
     }
+    if (step == start_step && !opt_.dump_grads.empty()) {
+      std::vector<ShardBuffers> grads;
+      for (const Chunk& ch : chunks_)
+        grads.push_back({&ch.stage->local(), ch.stage->grads(), {}, {}});
+      save_checkpoint(opt_.dump_grads, c_, {step, step, c_.run.seed, 0, layout, git_revision()},
+                      grads, {par.pp, par.dp, par.tp, par.virtual_stages}, grid_.world());
+    }
     {
       ScopedPhase phase(timer_, Phase::kOptimizer);
       lr = schedule.at(step);

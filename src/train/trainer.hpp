@@ -9,7 +9,8 @@
 namespace trident {
 
 struct TrainOptions {
-  std::string resume;  // checkpoint to continue from, or empty
+  std::string resume;      // checkpoint to continue from, or empty
+  std::string dump_grads;  // write the first step's gradients here at global shape, or empty
 };
 
 // Runs training on this rank's part of `grid`. Throws InputError before any output is written

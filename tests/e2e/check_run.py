@@ -32,7 +32,7 @@ def schema(args):
             fail("one hostname per rank expected")
         rows = args.steps
         for name in ["step", "loss", "val_loss", "lr", "grad_norm", "tokens",
-                     "step_seconds_max", "step_seconds_min"]:
+                     "step_seconds_max", "step_seconds_min", "bubble"]:
             if f[name].shape != (rows,):
                 fail(f"{name} has shape {f[name].shape}, expected ({rows},)")
         if f["phase_seconds"].shape != (rows, args.ranks, len(PHASES)):
@@ -98,6 +98,28 @@ def params_equal(args):
     print("checkpoints identical")
 
 
+def grads(args):
+    """Every gradient tensor (global shape) of b matches a's to rtol of the tensor's max |a|."""
+    worst, worst_name = 0.0, ""
+    with h5py.File(args.a, "r") as fa, h5py.File(args.b, "r") as fb:
+        names = sorted(fa["params"])
+        if sorted(fb["params"]) != names:
+            fail("the two files hold different tensors")
+        for name in names:
+            a, b = fa["params"][name][:], fb["params"][name][:]
+            if a.shape != b.shape:
+                fail(f"{name}: shape {b.shape} != {a.shape}")
+            if not np.isfinite(b).all():
+                fail(f"{name}: non-finite gradient")
+            scale = max(float(np.abs(a).max()), 1e-30)
+            err = float(np.abs(a - b).max()) / scale
+            if err > worst:
+                worst, worst_name = err, name
+            if err > args.rtol:
+                fail(f"gradient {name}: max |diff| / max |serial| = {err:.3g} > {args.rtol}")
+    print(f"{len(names)} gradients agree (worst {worst:.3g} in {worst_name})")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -112,11 +134,15 @@ def main():
     c.add_argument("--min-steps", type=int, default=1)
     c.add_argument("--exact", action="store_true")
     c.add_argument("--rtol", type=float, default=1e-5)
+    g = sub.add_parser("grads")
+    g.add_argument("a")
+    g.add_argument("b")
+    g.add_argument("--rtol", type=float, default=1e-5)
     e = sub.add_parser("params-equal")
     e.add_argument("a")
     e.add_argument("b")
     args = p.parse_args()
-    {"schema": schema, "compare": compare, "params-equal": params_equal}[args.cmd](args)
+    {"schema": schema, "compare": compare, "grads": grads, "params-equal": params_equal}[args.cmd](args)
 
 
 if __name__ == "__main__":
