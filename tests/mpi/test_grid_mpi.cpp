@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <Kokkos_Core.hpp>
 #include <vector>
 
 #include "comm/grid.hpp"
@@ -40,6 +39,17 @@ void check_shape(const GridShape& shape) {
   EXPECT_EQ(members(grid.dp_comm(), world_rank), dp_expected);
   EXPECT_EQ(members(grid.pp_comm(), world_rank), pp_expected);
   EXPECT_TRUE(grid.tp_groups_node_local());  // one machine: every group shares the node
+  std::vector<int> mp_expected;
+  for (int p = 0; p < shape.pp; ++p)
+    for (int t = 0; t < shape.tp; ++t) mp_expected.push_back(grid_rank(shape, {p, c.dp, t}));
+  EXPECT_EQ(members(grid.model_parallel_comm(), world_rank), mp_expected);
+  const bool end_stage = c.pp == 0 || c.pp == shape.pp - 1;
+  ASSERT_EQ(grid.embedding_comm() != MPI_COMM_NULL, end_stage);
+  if (end_stage) {
+    std::vector<int> ends{grid_rank(shape, {0, c.dp, c.tp})};
+    if (shape.pp > 1) ends.push_back(grid_rank(shape, {shape.pp - 1, c.dp, c.tp}));
+    EXPECT_EQ(members(grid.embedding_comm(), world_rank), ends);
+  }
 }
 
 }  // namespace
@@ -51,25 +61,4 @@ TEST(GridMpi, FourRanksAllShapes) {
   check_shape({1, 2, 2});
   check_shape({2, 1, 2});
   check_shape({2, 2, 1});
-}
-
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int status = 0;
-  {
-    Kokkos::ScopeGuard kokkos(argc, argv);
-    ::testing::InitGoogleTest(&argc, argv);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank != 0) {  // one report, from rank 0
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-    }
-    status = RUN_ALL_TESTS();
-    int any_failed = 0;
-    MPI_Allreduce(&status, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    status = any_failed;
-  }
-  MPI_Finalize();
-  return status;
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "model/params.hpp"
 
@@ -86,4 +87,95 @@ TEST(Init, FollowsGpt2Scheme) {
 TEST(ModelConfigTest, FlopsPerTokenFollowsPalmFormula) {
   const ModelConfig m = gpt2_124m();
   EXPECT_DOUBLE_EQ(flops_per_token(m, 64), 6.0 * 124439808 + 12.0 * 12 * 768 * 64);
+}
+
+namespace {
+ModelConfig small_vocab_model() {
+  ModelConfig m;
+  m.n_layer = 4;
+  m.n_embd = 8;
+  m.n_head = 4;
+  m.vocab_size = 13;  // not a multiple of tp: exercises vocabulary padding
+  m.block_size = 6;
+  return m;
+}
+}  // namespace
+
+TEST(LocalParams, TensorParallelSlicesCoverEveryGlobalElementExactlyOnce) {
+  const ModelConfig m = small_vocab_model();
+  const ParamTable table(m);
+  for (int tp : {1, 2, 4}) {
+    std::map<std::string, std::vector<int>> hits;
+    for (const ParamSpec& s : table.specs()) hits[s.name].assign(s.numel(), 0);
+    int64_t padding = 0;
+    for (int r = 0; r < tp; ++r) {
+      StageLayout layout = whole_model(m);
+      layout.tp_rank = r;
+      layout.tp_size = tp;
+      const LocalParamTable local(table, m, layout);
+      for (const LocalParam& p : local.params())
+        for (int64_t i = 0; i < p.numel; ++i) {
+          const int64_t g = local.global_index(p, i);
+          if (g < 0) {
+            ++padding;
+            continue;
+          }
+          ASSERT_LT(g, p.spec->numel()) << p.spec->name;
+          hits[p.spec->name][g] += 1;
+        }
+    }
+    for (const ParamSpec& s : table.specs()) {
+      const int expected = s.tp_split_dim < 0 ? tp : 1;  // replicated tensors: once per rank
+      for (int h : hits[s.name]) ASSERT_EQ(h, tp == 1 ? 1 : expected) << s.name << " tp=" << tp;
+    }
+    EXPECT_EQ(padding, (padded_vocab(13, tp) - 13) * m.n_embd) << "tp=" << tp;
+  }
+}
+
+TEST(LocalParams, QkvSliceHoldsTheSameHeadsOfQKAndV) {
+  const ModelConfig m = small_vocab_model();  // C = 8, NH = 4, HS = 2
+  const ParamTable table(m);
+  StageLayout layout = whole_model(m);
+  layout.tp_rank = 1;
+  layout.tp_size = 2;
+  const LocalParamTable local(table, m, layout);
+  const LocalParam& qkv = local.at("h.0.attn.qkv.weight");
+  EXPECT_EQ(qkv.shape, (std::vector<int64_t>{12, 8}));
+  // Local rows 0-3 are q rows 4-7 (heads 2, 3), rows 4-7 are k rows 12-15, 8-11 v rows 20-23.
+  for (int64_t lr = 0; lr < 12; ++lr) {
+    const int64_t g = local.global_index(qkv, lr * 8);
+    EXPECT_EQ(g / 8, (lr / 4) * 8 + 4 + lr % 4) << "local row " << lr;
+  }
+  const LocalParam& proj = local.at("h.0.attn.proj.weight");  // row-parallel: columns split
+  EXPECT_EQ(proj.shape, (std::vector<int64_t>{8, 4}));
+  EXPECT_EQ(local.global_index(proj, 0), 4);
+  EXPECT_EQ(local.global_index(proj, 5), 8 + 5);
+  EXPECT_TRUE(local.at("h.0.attn.proj.bias").tp_replicated);
+  EXPECT_FALSE(local.at("wte").tp_replicated);
+  EXPECT_EQ(local.at("wte").shape, (std::vector<int64_t>{7, 8}));  // padded 14 / 2
+}
+
+TEST(LocalParams, PipelineStagesPartitionTheLayers) {
+  const ModelConfig m = small_vocab_model();
+  const ParamTable table(m);
+  for (auto [pp, v] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
+    std::map<std::string, int> holders;
+    for (int r = 0; r < pp; ++r)
+      for (int c = 0; c < v; ++c) {
+        const StageLayout s = stage_layout(m, pp, v, r, c, 1, 0);
+        EXPECT_EQ(s.has_embedding, r == 0 && c == 0);
+        EXPECT_EQ(s.has_head, r == pp - 1 && c == v - 1);
+        EXPECT_EQ(s.last_layer - s.first_layer, m.n_layer / (pp * v));
+        const LocalParamTable local(table, m, s);
+        for (const LocalParam& p : local.params()) holders[p.spec->name]++;
+      }
+    for (const ParamSpec& s : table.specs()) {
+      // The tied embedding lives on the first and the last stage.
+      const int expected = s.name == "wte" && pp * v > 1 ? 2 : 1;
+      EXPECT_EQ(holders[s.name], expected) << s.name << " pp=" << pp << " v=" << v;
+    }
+  }
+  // Interleaving: rank 0 holds virtual stages 0 and pp (layers 0 and 2 of 4 at pp = v = 2).
+  EXPECT_EQ(stage_layout(m, 2, 2, 0, 1, 1, 0).first_layer, 2);
+  EXPECT_EQ(stage_layout(m, 2, 2, 1, 0, 1, 0).first_layer, 1);
 }
