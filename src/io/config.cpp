@@ -64,6 +64,11 @@ std::vector<Field> schema(Config& c) {
        "model chunks per pipeline rank (interleaved schedule)"},
       {"parallel", "dp_bucket_mb", &c.parallel.dp_bucket_mb,
        "gradient all-reduce bucket size over dp, MiB"},
+      {"parallel", "backend_tp", &c.parallel.backend_tp,
+       "tensor-parallel collectives: auto, mpi, nccl (auto: NCCL on node-local GPU axes)"},
+      {"parallel", "backend_dp", &c.parallel.backend_dp,
+       "data-parallel collectives: auto, mpi, nccl"},
+      {"parallel", "backend_pp", &c.parallel.backend_pp, "pipeline send/recv: auto, mpi"},
   };
 }
 
@@ -297,6 +302,20 @@ void validate(Config& c, int world_size) {
   require(p.tp >= 1 && p.pp >= 1 && p.dp >= 0, "parallel.dp/tp/pp must be positive");
   require(p.virtual_stages >= 1, "parallel.virtual_stages must be at least 1");
   require(p.dp_bucket_mb > 0, "parallel.dp_bucket_mb must be positive");
+  const auto require_backend = [&](const char* key, const std::string& value) {
+    require(value == "auto" || value == "mpi" || value == "nccl",
+            fmt::format("parallel.{} = '{}' must be one of auto, mpi, nccl", key, value));
+  };
+  require_backend("backend_tp", p.backend_tp);
+  require_backend("backend_dp", p.backend_dp);
+  require_backend("backend_pp", p.backend_pp);
+  // NCCL point-to-point has no tags: transfers between two ranks match in issue order, which the
+  // pipeline's tagged, send-before-receive exchange does not guarantee (and interleaving sends
+  // equal-sized activations and gradients on the same pair). Until the pipeline orders its
+  // transfers for NCCL, they stay on MPI.
+  require(p.backend_pp != "nccl",
+          "parallel.backend_pp = 'nccl' is not supported yet: pipeline transfers are tagged MPI "
+          "messages (NCCL has no tags); use 'mpi' or 'auto'");
   pipeline::ScheduleKind kind;
   require(
       pipeline::parse_schedule(p.schedule, kind),

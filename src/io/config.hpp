@@ -50,6 +50,11 @@ struct ParallelSection {
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
   int virtual_stages = 1;         // model chunks per pipeline rank (interleaved)
   double dp_bucket_mb = 25.0;     // gradient all-reduce bucket size over dp (MiB)
+  // Collectives backend per axis: auto | mpi | nccl. "auto" is NCCL for node-local axes on a
+  // CUDA build with NCCL, MPI otherwise.
+  std::string backend_tp = "auto";
+  std::string backend_dp = "auto";
+  std::string backend_pp = "auto";
 };
 
 struct Config {

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 
+#include "comm/backend.hpp"
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -86,9 +87,14 @@ class Trainer {
       : c_(std::move(c)),
         grid_(grid),
         opt_(opt),
-        tp_(grid.tp_comm()),
-        dp_(grid.dp_comm()),
-        pp_(grid.pp_comm()),
+        // NCCL only pays off within a node: tp groups are placed on one; dp and pp span nodes
+        // unless the axis is trivial.
+        tp_(make_communicator(grid.tp_comm(), c_.parallel.backend_tp, grid.tp_groups_node_local(),
+                              "parallel.backend_tp")),
+        dp_(make_communicator(grid.dp_comm(), c_.parallel.backend_dp, grid.shape().dp == 1,
+                              "parallel.backend_dp")),
+        pp_(make_communicator(grid.pp_comm(), c_.parallel.backend_pp, grid.shape().pp == 1,
+                              "parallel.backend_pp")),
         mp_(grid.model_parallel_comm()),
         world_(grid.world()) {}
   int run();
@@ -115,7 +121,8 @@ class Trainer {
   Config c_;
   const Grid& grid_;
   TrainOptions opt_;
-  MpiCommunicator tp_, dp_, pp_, mp_, world_;
+  std::unique_ptr<Communicator> tp_, dp_, pp_;  // per-axis backend (parallel.backend_*)
+  MpiCommunicator mp_, world_;                  // host doubles: norms and losses
   std::unique_ptr<MpiCommunicator> embedding_;
   PhaseTimer timer_;
   std::vector<Chunk> chunks_;
@@ -145,13 +152,13 @@ void Trainer::build_model(MemoryLedger& ledger) {
     ch.last = ch.virtual_stage == stages_ - 1;
     const int slots = std::max(1, pipeline::max_in_flight(schedule_, chunk));
     const StageLayout layout = stage_layout(c_.model, par.pp, v, me.pp, chunk, par.tp, me.tp);
-    ch.stage = std::make_unique<GptStage>(c_.model, layout, &tp_, ledger, micro, T, slots);
+    ch.stage = std::make_unique<GptStage>(c_.model, layout, tp_.get(), ledger, micro, T, slots);
     ch.stage->set_timer(&timer_);
     ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
     ch.optimizer = std::make_unique<AdamW>(
         ch.stage->local(), ledger,
         AdamWSettings{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay});
-    ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, &dp_);
+    ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, dp_.get());
     ch.stage->set_grad_ready_hook([b = ch.buckets.get()](int64_t from) { b->ready_from(from); });
     ch.grad_recv = allocate(ledger, MemCategory::kCommBuffers, "grad_recv", N * C);
     for (int s = 0; s < slots; ++s)
@@ -183,8 +190,8 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
         ScopedPhase wait(timer_, Phase::kPpWait);
         ch.fwd_sends[slot].wait();  // the slot's previous output must have left
         if (!ch.first)
-          pp_.recv(stage.input_buffer(slot).data(), NC, prev,
-                   pp_tag(act.microbatch, ch.virtual_stage, 0));
+          pp_->recv(stage.input_buffer(slot).data(), NC, prev,
+                    pp_tag(act.microbatch, ch.virtual_stage, 0));
       }
       double loss = 0.0;
       {
@@ -194,12 +201,12 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
       }
       if (ch.last && grid_.coord().tp == 0) loss_sum += loss;  // tp ranks hold the same loss
       if (!ch.last)
-        ch.fwd_sends[slot] = pp_.isend(stage.output(slot).data(), NC, next,
-                                       pp_tag(act.microbatch, ch.virtual_stage + 1, 0));
+        ch.fwd_sends[slot] = pp_->isend(stage.output(slot).data(), NC, next,
+                                        pp_tag(act.microbatch, ch.virtual_stage + 1, 0));
     } else {
       if (!ch.last) {
         ScopedPhase wait(timer_, Phase::kPpWait);
-        pp_.recv(ch.grad_recv.data(), NC, next, pp_tag(act.microbatch, ch.virtual_stage, 1));
+        pp_->recv(ch.grad_recv.data(), NC, next, pp_tag(act.microbatch, ch.virtual_stage, 1));
       }
       const bool final_backward = ++backwards_done[act.chunk] == micro_batches_;
       ch.buckets->arm(final_backward);
@@ -211,8 +218,8 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
         ScopedPhase wait(timer_, Phase::kPpWait);
         ch.bwd_sends[slot].wait();
         Kokkos::deep_copy(window(ch.grad_send[slot], 0, NC), window(stage.input_grad(), 0, NC));
-        ch.bwd_sends[slot] = pp_.isend(ch.grad_send[slot].data(), NC, prev,
-                                       pp_tag(act.microbatch, ch.virtual_stage - 1, 1));
+        ch.bwd_sends[slot] = pp_->isend(ch.grad_send[slot].data(), NC, prev,
+                                        pp_tag(act.microbatch, ch.virtual_stage - 1, 1));
       }
     }
   }
@@ -355,6 +362,8 @@ int Trainer::run() {
       fmt::format("MFU = {:.4g} FLOP/token x tokens/s / ({} ranks x {} TFLOP/s peak per rank); "
                   "FLOP/token = 6 x params + 12 x L x C x T (PaLM)",
                   flops_token, grid_.size(), c_.run.peak_tflops));
+  log(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),
+                  pp_->backend(), backend_summary()));
   log(fmt::format("outputs: {}", run_dir.string()));
 
   const int world_size = grid_.size();

@@ -46,6 +46,8 @@ expect_bad "negative lr" "optim.lr" "${train[@]}" --set optim.lr=-0.1
 expect_bad "zero batch" "train.batch_size" "${train[@]}" --set train.batch_size=0
 expect_bad "dp mismatch" "must equal the number of MPI ranks 1" "${train[@]}" --set parallel.dp=3
 expect_bad "tp not built" "parallel.tp" "${train[@]}" --set parallel.tp=2
+expect_bad "nccl on a host build" "parallel.backend_tp = 'nccl' needs a CUDA build of Kokkos" "${train[@]}" --set parallel.backend_tp=nccl
+expect_bad "unknown backend" "parallel.backend_dp = 'gloo' must be one of auto, mpi, nccl" "${train[@]}" --set parallel.backend_dp=gloo
 expect_bad "missing data file" "/nonexistent/train.bin" "${train[@]}" --set data.train=/nonexistent/train.bin
 expect_bad "garbage data file" "has magic" "${train[@]}" --set data.train="$work/garbage.bin"
 expect_bad "truncated data file" "truncated or corrupt" "${train[@]}" --set data.val="$work/short.bin"

@@ -39,6 +39,7 @@ expect_bad "interleaved micro-batches" 2 "parallel.schedule = 'interleaved'" par
 expect_bad "interleaved needs v > 1" 2 "parallel.schedule = 'interleaved'" parallel.pp=2 parallel.schedule=interleaved
 expect_bad "v > 1 without interleaving" 2 "virtual_stages = 2" parallel.pp=2 parallel.virtual_stages=2
 expect_bad "unknown schedule" 2 "must be one of gpipe, 1f1b, interleaved" parallel.pp=2 parallel.schedule=zb
+expect_bad "nccl pipeline transfers" 2 "parallel.backend_pp = 'nccl' is not supported yet" parallel.pp=2 parallel.backend_pp=nccl
 expect_bad "batch not divisible by dp" 4 "train.batch_size = 6 must be divisible by parallel.dp = 4" train.batch_size=6
 echo "$((cases - failures)) passed, $failures failed"
 [ $failures -eq 0 ]

@@ -1,0 +1,242 @@
+// NCCL backend of the collectives interface: per-axis communicator from an MPI-broadcast id,
+// collectives on an owned CUDA stream, every NCCL and CUDA call checked.
+#include "comm/nccl_comm.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace trident {
+namespace {
+
+constexpr const char* kNcclDebugHint = "rerun with NCCL_DEBUG=INFO for NCCL's own account";
+
+std::string cuda_hint(cudaError_t rc) {
+  switch (rc) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+      return "no usable GPU or driver on this node: the NCCL backend needs one GPU per rank; "
+             "check CUDA_VISIBLE_DEVICES, or set parallel.backend_tp/dp/pp = 'mpi'";
+    case cudaErrorMemoryAllocation:
+      return "the GPU is out of memory: lower train.micro_batch_size or add pipeline stages";
+    case cudaErrorIllegalAddress:
+    case cudaErrorInvalidValue:
+      return "a buffer is not device memory or is too short: collectives over NCCL need Views "
+             "in the CUDA execution space's memory";
+    default:
+      return "";
+  }
+}
+
+std::string nccl_hint(ncclResult_t rc) {
+  switch (rc) {
+    case ncclUnhandledCudaError:
+      return std::string(
+                 "a CUDA call inside NCCL failed: each rank needs its own visible GPU "
+                 "(two ranks on one GPU cannot share a communicator); ") +
+             kNcclDebugHint;
+    case ncclSystemError:
+      return std::string(
+                 "a system call failed (sockets, shared memory: check /dev/shm is "
+                 "large enough in containers); ") +
+             kNcclDebugHint;
+    case ncclInvalidArgument:
+      return "a buffer is not device memory, or a count, peer or root is out of range";
+    case ncclInvalidUsage:
+      return std::string(
+                 "ranks issued collectives in different orders, or a host pointer was "
+                 "passed; ") +
+             kNcclDebugHint;
+    case ncclRemoteError:
+      return "a peer rank failed or the network connection to it was lost";
+    default:
+      return kNcclDebugHint;
+  }
+}
+
+void check_cuda(cudaError_t rc, const char* call, const char* file, int line) {
+  if (rc == cudaSuccess) return;
+  fatal(call, file, line, std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc),
+        cuda_hint(rc));
+}
+
+void check_nccl(ncclResult_t rc, ncclComm_t comm, const char* call, const char* file, int line) {
+  if (rc == ncclSuccess) return;
+  std::string detail = ncclGetErrorString(rc);
+  const char* last = ncclGetLastError(comm);
+  if (last && *last) detail += std::string(" (") + last + ")";
+  fatal(call, file, line, detail, nccl_hint(rc));
+}
+
+// Destructors must not abort a job that is already unwinding: report and carry on.
+void warn_cuda(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess)
+    std::fprintf(stderr, "trident: warning: %s failed during shutdown: %s\n", call,
+                 cudaGetErrorString(rc));
+}
+
+void warn_nccl(ncclResult_t rc, const char* call) {
+  if (rc != ncclSuccess)
+    std::fprintf(stderr, "trident: warning: %s failed during shutdown: %s\n", call,
+                 ncclGetErrorString(rc));
+}
+
+// Completes when the work enqueued on a stream before it was created has finished.
+class NcclRequest final : public Request::Impl {
+ public:
+  explicit NcclRequest(cudaStream_t stream) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate",
+               __FILE__, __LINE__);
+    check_cuda(cudaEventRecord(event_, stream), "cudaEventRecord", __FILE__, __LINE__);
+  }
+  ~NcclRequest() override { warn_cuda(cudaEventDestroy(event_), "cudaEventDestroy"); }
+  NcclRequest(const NcclRequest&) = delete;
+  NcclRequest& operator=(const NcclRequest&) = delete;
+  void wait() override {
+    check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize", __FILE__, __LINE__);
+  }
+  bool test() override {
+    const cudaError_t rc = cudaEventQuery(event_);
+    if (rc == cudaErrorNotReady) return false;
+    check_cuda(rc, "cudaEventQuery", __FILE__, __LINE__);
+    return true;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
+#define TRIDENT_CUDA(call) check_cuda((call), #call, __FILE__, __LINE__)
+#define TRIDENT_NCCL(call) check_nccl((call), comm_, #call, __FILE__, __LINE__)
+
+NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
+  TRIDENT_MPI(MPI_Comm_size(comm, &size_));
+  TRIDENT_MPI(MPI_Comm_rank(comm, &rank_));
+  TRIDENT_CUDA(cudaGetDevice(&device_));
+  ncclUniqueId id{};
+  if (rank_ == 0) TRIDENT_NCCL(ncclGetUniqueId(&id));
+  TRIDENT_MPI(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, comm));
+  TRIDENT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const ncclResult_t rc = ncclCommInitRank(&comm_, size_, id, rank_);
+  if (rc != ncclSuccess) {
+    const char* last = ncclGetLastError(nullptr);
+    fatal("ncclCommInitRank(&comm_, size_, id, rank_)", __FILE__, __LINE__,
+          std::string(ncclGetErrorString(rc)) + " (rank " + std::to_string(rank_) + " of " +
+              std::to_string(size_) + " on CUDA device " + std::to_string(device_) + ": " +
+              (last ? last : "") + ")",
+          "every rank of an NCCL communicator needs its own GPU: run one rank per GPU and let "
+          "Kokkos map ranks to devices; " +
+              nccl_hint(rc));
+  }
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (stream_) warn_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  if (comm_) {
+    warn_nccl(ncclCommFinalize(comm_), "ncclCommFinalize");
+    warn_nccl(ncclCommDestroy(comm_), "ncclCommDestroy");
+  }
+  if (stream_) warn_cuda(cudaStreamDestroy(stream_), "cudaStreamDestroy");
+}
+
+void NcclCommunicator::inputs_ready() const {
+  Kokkos::fence();
+}
+
+void NcclCommunicator::finish() const {
+  TRIDENT_CUDA(cudaStreamSynchronize(stream_));
+}
+
+Request NcclCommunicator::pending() const {
+  return Request(std::make_unique<NcclRequest>(stream_));
+}
+
+void NcclCommunicator::check_peer(int peer, const char* call) const {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    fatal(call, __FILE__, __LINE__,
+          "peer " + std::to_string(peer) + " on a communicator of " + std::to_string(size_) +
+              " ranks (this rank is " + std::to_string(rank_) + ")",
+          "point-to-point peers must be other ranks of the same axis");
+}
+
+void NcclCommunicator::allreduce_sum(float* buf, size_t n) {
+  if (size_ == 1 || n == 0) return;
+  inputs_ready();
+  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+  finish();
+}
+
+void NcclCommunicator::allreduce_max(float* buf, size_t n) {
+  if (size_ == 1 || n == 0) return;
+  inputs_ready();
+  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, comm_, stream_));
+  finish();
+}
+
+void NcclCommunicator::allreduce_sum(double* buf, size_t n) {
+  if (size_ == 1 || n == 0) return;
+  inputs_ready();
+  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, comm_, stream_));
+  finish();
+}
+
+Request NcclCommunicator::iallreduce_sum(float* buf, size_t n) {
+  if (size_ == 1 || n == 0) return Request();
+  inputs_ready();
+  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+  return pending();
+}
+
+void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
+  inputs_ready();
+  TRIDENT_NCCL(ncclReduceScatter(send, recv, recv_count, ncclFloat, ncclSum, comm_, stream_));
+  finish();
+}
+
+void NcclCommunicator::allgather(const float* send, float* recv, size_t send_count) {
+  inputs_ready();
+  TRIDENT_NCCL(ncclAllGather(send, recv, send_count, ncclFloat, comm_, stream_));
+  finish();
+}
+
+void NcclCommunicator::broadcast(float* buf, size_t n, int root) {
+  if (size_ == 1 || n == 0) return;
+  inputs_ready();
+  TRIDENT_NCCL(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_));
+  finish();
+}
+
+// Each p2p call is its own group, as NCCL recommends for a single send or receive; tags are
+// ignored (NCCL matches a pair's operations in issue order).
+void NcclCommunicator::send(const float* buf, size_t n, int peer, int /*tag*/) {
+  isend(buf, n, peer, 0).wait();
+}
+
+void NcclCommunicator::recv(float* buf, size_t n, int peer, int /*tag*/) {
+  irecv(buf, n, peer, 0).wait();
+}
+
+Request NcclCommunicator::isend(const float* buf, size_t n, int peer, int /*tag*/) {
+  check_peer(peer, "ncclSend");
+  inputs_ready();
+  TRIDENT_NCCL(ncclGroupStart());
+  TRIDENT_NCCL(ncclSend(buf, n, ncclFloat, peer, comm_, stream_));
+  TRIDENT_NCCL(ncclGroupEnd());
+  return pending();
+}
+
+Request NcclCommunicator::irecv(float* buf, size_t n, int peer, int /*tag*/) {
+  check_peer(peer, "ncclRecv");
+  inputs_ready();  // the receive buffer may still be read by a kernel in flight
+  TRIDENT_NCCL(ncclGroupStart());
+  TRIDENT_NCCL(ncclRecv(buf, n, ncclFloat, peer, comm_, stream_));
+  TRIDENT_NCCL(ncclGroupEnd());
+  return pending();
+}
+
+}  // namespace trident

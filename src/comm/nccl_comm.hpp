@@ -1,0 +1,61 @@
+// NCCL backend of the collectives interface: one NCCL communicator and CUDA stream per grid axis.
+#pragma once
+
+#ifndef TRIDENT_HAVE_NCCL
+#error "comm/nccl_comm.hpp needs a build with the NCCL backend (TRIDENT_HAVE_NCCL)"
+#endif
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include "comm/comm.hpp"
+
+namespace trident {
+
+// Every buffer must be device memory (a CUDA build of Kokkos); make_communicator() enforces it.
+// Collectives run on the communicator's own stream. Blocking calls fence Kokkos first (so the
+// inputs are written) and synchronise the stream before returning (so the outputs are ready);
+// non-blocking calls fence too and return a Request that waits on a CUDA event.
+//
+// NCCL has no tags: send/recv between two ranks match in issue order, and a send or receive
+// blocks the GPU until its peer posts the matching call. Two neighbours that both isend before
+// they recv therefore deadlock, which is why "auto" keeps the pipeline axis on MPI.
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `comm` (not owned): rank 0 creates the unique id, MPI_Bcast shares it,
+  // every rank joins with ncclCommInitRank on its current CUDA device.
+  explicit NcclCommunicator(MPI_Comm comm);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  const char* backend() const override { return "nccl"; }
+  cudaStream_t stream() const { return stream_; }
+
+  void allreduce_sum(float* buf, size_t n) override;
+  void allreduce_max(float* buf, size_t n) override;
+  Request iallreduce_sum(float* buf, size_t n) override;
+  void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
+  void allgather(const float* send, float* recv, size_t send_count) override;
+  void broadcast(float* buf, size_t n, int root) override;
+  void send(const float* buf, size_t n, int peer, int tag) override;
+  void recv(float* buf, size_t n, int peer, int tag) override;
+  Request isend(const float* buf, size_t n, int peer, int tag) override;
+  Request irecv(float* buf, size_t n, int peer, int tag) override;
+  void allreduce_sum(double* buf, size_t n) override;
+
+ private:
+  void inputs_ready() const;  // fence Kokkos: the kernels that wrote the inputs have finished
+  void finish() const;        // block until everything on stream_ has completed
+  Request pending() const;    // a Request that completes with the work now on stream_
+  void check_peer(int peer, const char* call) const;
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  int size_ = 1, rank_ = 0, device_ = -1;
+};
+
+}  // namespace trident
