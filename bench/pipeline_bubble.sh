@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Measures the pipeline bubble of gpipe, 1f1b and interleaved vs theory and the schedule model.
+#
+# usage: bench/pipeline_bubble.sh BUILD_DIR
+#   env: PP_LIST="2 4"  SCHEDULES="gpipe 1f1b interleaved"  STEPS=5  LAYERS_PER_STAGE=2
+#        VIRTUAL=2  MICRO=1  PYTHON=/usr/bin/python3
+# Trains the gpt2-124m layer shape (C=768, NH=12, T=64; bench/pipeline_bubble.toml) with
+# L = LAYERS_PER_STAGE x pp layers and a 256-token (byte) vocabulary, under
+# `mpirun -np pp --oversubscribe` with dp = tp = 1, for m = pp, 2 pp, 4 pp micro-batches of MICRO
+# sequences (batch_size = m x MICRO), then prints bench/pipeline_bubble.py's table. Every run's
+# output goes to BUILD_DIR/pipeline_bubble.log; timings stay in BUILD_DIR/pipeline_bubble/<run>/
+# (checkpoints are deleted after each run: the final one is ~0.35 GB per run at pp=4).
+set -euo pipefail
+
+build=${1:?usage: bench/pipeline_bubble.sh BUILD_DIR}
+build=$(cd "$build" && pwd)
+pp_list=${PP_LIST:-"2 4"}
+schedules=${SCHEDULES:-"gpipe 1f1b interleaved"}
+steps=${STEPS:-5}
+layers_per_stage=${LAYERS_PER_STAGE:-2}
+virtual=${VIRTUAL:-2}
+micro=${MICRO:-1}
+python=${PYTHON:-/usr/bin/python3}  # Debian's, which has python3-h5py
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+trident=$build/src/trident
+if [[ ! -x $trident ]]; then
+  echo "error: $trident is missing; build the trident target in $build" >&2
+  exit 2
+fi
+if [[ ! -f $root/data/kjv_train.bin || ! -f $root/data/kjv_val.bin ]]; then
+  echo "error: data/kjv_{train,val}.bin are missing; run 'make data' or" \
+    "'bash tools/prepare_kjv.sh $trident data' in $root" >&2
+  exit 2
+fi
+if ! "$python" -c 'import h5py, numpy, tomllib' 2>/dev/null; then
+  echo "error: $python cannot import h5py, numpy and tomllib (python3-h5py, Python >= 3.11)" >&2
+  exit 2
+fi
+if ((layers_per_stage % virtual != 0)); then
+  echo "error: LAYERS_PER_STAGE=$layers_per_stage must be a multiple of VIRTUAL=$virtual" \
+    "(interleaved splits each stage into VIRTUAL chunks)" >&2
+  exit 2
+fi
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# One BLAS thread per rank: the ranks already oversubscribe the cores.
+export OPENBLAS_NUM_THREADS=1
+cores=$(nproc)
+out=$build/pipeline_bubble
+log=$build/pipeline_bubble.log
+rm -rf "$out"
+mkdir -p "$out"
+: >"$log"
+
+echo "pipeline bubble: gpt2-124m layer shape (C=768 NH=12 T=64), V=256, $layers_per_stage layers" \
+  "per stage, micro-batch $micro, $steps steps per run, $cores core(s)"
+echo "raw output: $log"
+cd "$root"  # the config's data paths are relative to the repository root
+timings=()
+start=$SECONDS
+for pp in $pp_list; do
+  for schedule in $schedules; do
+    v=1
+    [[ $schedule == interleaved ]] && v=$virtual
+    for m in $pp $((2 * pp)) $((4 * pp)); do
+      name=pp${pp}_${schedule}_m${m}
+      printf '  %-24s' "$name"
+      t0=$SECONDS
+      echo "== $name" >>"$log"
+      if ! mpirun -np "$pp" --oversubscribe "$trident" train --config bench/pipeline_bubble.toml \
+        --set run.name="$name" --set run.out_dir="$out" --set run.steps="$steps" \
+        --set model.n_layer=$((layers_per_stage * pp)) --set model.vocab_size=256 \
+        --set parallel.pp="$pp" --set parallel.dp=1 --set parallel.tp=1 \
+        --set parallel.schedule="$schedule" --set parallel.virtual_stages="$v" \
+        --set train.batch_size=$((m * micro)) --set train.micro_batch_size="$micro" \
+        >>"$log" 2>&1; then
+        echo "failed; see $log" >&2
+        exit 1
+      fi
+      rm -rf "${out:?}/$name/checkpoints"
+      timings+=("$out/$name/timings.h5")
+      echo "$((SECONDS - t0)) s  (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+    done
+  done
+done
+echo "total $((SECONDS - start)) s; load average counts every runnable process on the machine," \
+  "these ranks included"
+echo
+"$python" "$here/pipeline_bubble.py" --cores "$cores" "${timings[@]}"
