@@ -40,7 +40,7 @@ run: data
 	  --prompt "And God said" --tokens 300
 
 test: data
-	cd $(BUILD) && ctest --output-on-failure --timeout 900
+	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j $(JOBS)
 
 bench: data
 	bash bench/step_vs_pytorch.sh $(BUILD)
