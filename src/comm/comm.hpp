@@ -59,7 +59,8 @@ class Communicator {
   virtual Request iallreduce_sum(float* buf, size_t n) = 0;
   // recv[recv_count] = this rank's chunk of the sum of every rank's send[size * recv_count].
   virtual void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) = 0;
-  // recv[size * send_count] = every rank's send[send_count], in rank order.
+  // recv[size * send_count] = every rank's send[send_count], in rank order. In place when
+  // send == recv + rank * send_count.
   virtual void allgather(const float* send, float* recv, size_t send_count) = 0;
   virtual void broadcast(float* buf, size_t n, int root) = 0;
   virtual void send(const float* buf, size_t n, int peer, int tag) = 0;

@@ -61,7 +61,9 @@ void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t 
 }
 
 void MpiCommunicator::allgather(const float* send, float* recv, size_t send_count) {
-  TRIDENT_MPI(MPI_Allgather(send, count_of(send_count), MPI_FLOAT, recv, count_of(send_count),
+  // In place when this rank's part already sits at its slot of recv (as NCCL allows).
+  const void* src = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
+  TRIDENT_MPI(MPI_Allgather(src, count_of(send_count), MPI_FLOAT, recv, count_of(send_count),
                             MPI_FLOAT, comm_));
 }
 

@@ -72,9 +72,10 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     for (size_t c = 0; c < mine.size(); ++c) {
       const View1 bufs[3] = {mine[c].params, mine[c].m, mine[c].v};
       for (int k = 0; k < kinds; ++k) {
+        // Buffers may carry ZeRO padding past the table's elements: send the table's part.
         auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
-        TRIDENT_MPI(MPI_Send(host.data(), static_cast<int>(host.extent(0)), MPI_FLOAT, 0,
-                             static_cast<int>(c) * 3 + k, world));
+        TRIDENT_MPI(MPI_Send(host.data(), static_cast<int>(mine[c].local->total_numel()), MPI_FLOAT,
+                             0, static_cast<int>(c) * 3 + k, world));
       }
     }
     return;

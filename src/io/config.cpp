@@ -69,6 +69,8 @@ std::vector<Field> schema(Config& c) {
       {"parallel", "backend_dp", &c.parallel.backend_dp,
        "data-parallel collectives: auto, mpi, nccl"},
       {"parallel", "backend_pp", &c.parallel.backend_pp, "pipeline send/recv: auto, mpi"},
+      {"zero", "stage", &c.zero.stage,
+       "ZeRO stage: 0 replicated, 1 optimizer states sharded over dp"},
   };
 }
 
@@ -316,6 +318,11 @@ void validate(Config& c, int world_size) {
   require(p.backend_pp != "nccl",
           "parallel.backend_pp = 'nccl' is not supported yet: pipeline transfers are tagged MPI "
           "messages (NCCL has no tags); use 'mpi' or 'auto'");
+  require(c.zero.stage >= 0 && c.zero.stage <= 3,
+          fmt::format("zero.stage = {} must be 0, 1, 2 or 3", c.zero.stage));
+  require(c.zero.stage <= 1,
+          fmt::format("zero.stage = {} is not built yet (stages 0 and 1 are); use 0 or 1",
+                      c.zero.stage));
   pipeline::ScheduleKind kind;
   require(
       pipeline::parse_schedule(p.schedule, kind),

@@ -57,6 +57,10 @@ struct ParallelSection {
   std::string backend_pp = "auto";
 };
 
+struct ZeroSection {
+  int stage = 0;  // 0: replicated optimizer; 1: optimizer states sharded over dp
+};
+
 struct Config {
   RunSection run;
   ModelConfig model;
@@ -64,6 +68,7 @@ struct Config {
   TrainSection train;
   OptimSection optim;
   ParallelSection parallel;
+  ZeroSection zero;
   std::string source;  // the file it was read from, for messages
 
   // The resolved configuration as TOML: what `from`, defaults and overrides produced.

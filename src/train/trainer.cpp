@@ -27,6 +27,7 @@
 #include "optim/schedule.hpp"
 #include "parallel/data/grad_buckets.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/zero/partition.hpp"
 
 namespace trident {
 namespace {
@@ -74,6 +75,7 @@ struct Chunk {
   std::unique_ptr<GptStage> stage;
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<GradBuckets> buckets;
+  ZeroPartition partition;  // this rank's optimizer shard (the whole buffer without ZeRO)
   int virtual_stage = 0;
   bool first = false, last = false;
   View1 grad_recv;               // [N,C] output gradient received from the next stage
@@ -107,7 +109,12 @@ class Trainer {
                      int64_t batch_index, bool train);
   double evaluate(const BatchSampler& val);
   double clip_and_step(double lr);
-  std::vector<ShardBuffers> shards() const;
+  // Parameters and full (dp-gathered, under ZeRO) optimizer moments of every chunk, for
+  // checkpoints; collective over dp when the moments are sharded.
+  std::vector<ShardBuffers> shards();
+  // Copies loaded full moments into each chunk's optimizer shard.
+  void keep_own_moments(const std::vector<ShardBuffers>& full);
+  void gather_params();
   int pp_tag(int microbatch, int receiving_stage, int direction) const {
     return (microbatch * stages_ + receiving_stage) * 2 + direction;
   }
@@ -152,12 +159,16 @@ void Trainer::build_model(MemoryLedger& ledger) {
     ch.last = ch.virtual_stage == stages_ - 1;
     const int slots = std::max(1, pipeline::max_in_flight(schedule_, chunk));
     const StageLayout layout = stage_layout(c_.model, par.pp, v, me.pp, chunk, par.tp, me.tp);
-    ch.stage = std::make_unique<GptStage>(c_.model, layout, tp_.get(), ledger, micro, T, slots);
+    const bool sharded = c_.zero.stage >= 1;
+    ch.stage = std::make_unique<GptStage>(c_.model, layout, tp_.get(), ledger, micro, T, slots,
+                                          sharded ? par.dp : 1);
     ch.stage->set_timer(&timer_);
     ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
+    ch.partition = {ch.stage->local().total_numel(), sharded ? par.dp : 1, sharded ? me.dp : 0};
     ch.optimizer = std::make_unique<AdamW>(
         ch.stage->local(), ledger,
-        AdamWSettings{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay});
+        AdamWSettings{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay},
+        ch.partition.begin(), ch.partition.end());
     ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, dp_.get());
     ch.stage->set_grad_ready_hook([b = ch.buckets.get()](int64_t from) { b->ready_from(from); });
     ch.grad_recv = allocate(ledger, MemCategory::kCommBuffers, "grad_recv", N * C);
@@ -275,12 +286,49 @@ double Trainer::clip_and_step(double lr) {
   return norm;
 }
 
-std::vector<ShardBuffers> Trainer::shards() const {
+// ZeRO-1: each dp rank updated its shard of the parameters; all-gather the updated shards so
+// every replica holds the whole (padded) buffer again.
+void Trainer::gather_params() {
+  if (c_.zero.stage < 1 || grid_.shape().dp == 1) return;
+  ScopedPhase phase(timer_, Phase::kZeroGather);
+  for (Chunk& ch : chunks_) {
+    float* params = ch.stage->params().data();
+    const int64_t shard = ch.partition.shard();
+    dp_->allgather(params + ch.partition.rank * shard, params, static_cast<size_t>(shard));
+  }
+}
+
+std::vector<ShardBuffers> Trainer::shards() {
   std::vector<ShardBuffers> out;
-  for (const Chunk& ch : chunks_)
-    out.push_back({&ch.stage->local(), ch.stage->params(), ch.optimizer->first_moment(),
-                   ch.optimizer->second_moment()});
+  for (const Chunk& ch : chunks_) {
+    View1 m = ch.optimizer->first_moment(), v = ch.optimizer->second_moment();
+    const ZeroPartition& part = ch.partition;
+    if (part.dp > 1) {  // gather the sharded moments into whole, padded buffers
+      View1 full[2] = {View1("moment_m", part.padded()), View1("moment_v", part.padded())};
+      const View1 own[2] = {m, v};
+      for (int k = 0; k < 2; ++k) {
+        const auto slot = std::make_pair(part.rank * part.shard(),
+                                         part.rank * part.shard() + (part.end() - part.begin()));
+        Kokkos::deep_copy(Kokkos::subview(full[k], slot), own[k]);
+        dp_->allgather(full[k].data() + part.rank * part.shard(), full[k].data(),
+                       static_cast<size_t>(part.shard()));
+      }
+      m = full[0];
+      v = full[1];
+    }
+    out.push_back({&ch.stage->local(), ch.stage->params(), m, v});
+  }
   return out;
+}
+
+void Trainer::keep_own_moments(const std::vector<ShardBuffers>& full) {
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const ZeroPartition& part = chunks_[c].partition;
+    if (part.dp == 1) continue;  // loaded in place
+    const auto range = std::make_pair(part.begin(), part.end());
+    Kokkos::deep_copy(chunks_[c].optimizer->first_moment(), Kokkos::subview(full[c].m, range));
+    Kokkos::deep_copy(chunks_[c].optimizer->second_moment(), Kokkos::subview(full[c].v, range));
+  }
 }
 
 int Trainer::run() {
@@ -312,7 +360,9 @@ int Trainer::run() {
   build_model(ledger);
   int start_step = 0;
   if (!opt_.resume.empty()) {
-    const CheckpointMeta meta = load_checkpoint(opt_.resume, shards());
+    const std::vector<ShardBuffers> buffers = shards();
+    const CheckpointMeta meta = load_checkpoint(opt_.resume, buffers);
+    keep_own_moments(buffers);
     start_step = static_cast<int>(meta.data_cursor);
     for (Chunk& ch : chunks_) ch.optimizer->set_steps_taken(static_cast<int>(meta.adam_steps));
     log(fmt::format("resumed from {} at step {} (written with layout {})", opt_.resume, start_step,
@@ -396,6 +446,7 @@ int Trainer::run() {
       lr = schedule.at(step);
       grad_norm = clip_and_step(lr);
     }
+    gather_params();
     const bool last = step + 1 == c_.run.steps;
     const bool want_ckpt =
         last || (c_.run.checkpoint_every > 0 && (step + 1) % c_.run.checkpoint_every == 0);
