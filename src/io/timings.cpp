@@ -2,6 +2,7 @@
 #include "io/timings.hpp"
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/timer.hpp"
 
 namespace trident {
@@ -26,12 +27,17 @@ void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t>
 }  // namespace
 
 TimingsWriter::TimingsWriter(const std::string& path, int ranks,
-                             const std::map<std::string, std::string>& attributes)
+                             const std::map<std::string, std::string>& attributes,
+                             const std::vector<double>& predicted_memory)
     : file_(h5::create_file(path)), ranks_(ranks) {
   for (const auto& [key, value] : attributes) h5::write_attr(file_, key, value);
   std::string phases;
   for (const char* p : kPhaseNames) phases += (phases.empty() ? "" : ",") + std::string(p);
   h5::write_attr(file_, "phases", phases);
+  std::string categories;
+  for (int c = 0; c < kMemCategories; ++c)
+    categories += (c ? "," : "") + std::string(mem_category_name(static_cast<MemCategory>(c)));
+  h5::write_attr(file_, "memory_categories", categories);
   h5::write_attr(file_, "format_version", static_cast<int64_t>(1));
   const hsize_t r = static_cast<hsize_t>(ranks);
   create_extendible(file_, "step", {}, H5T_STD_I64LE);
@@ -41,6 +47,18 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   create_extendible(file_, "tokens", {}, H5T_STD_I64LE);
   create_extendible(file_, "phase_seconds", {r, static_cast<hsize_t>(kPhases)}, H5T_IEEE_F64LE);
   create_extendible(file_, "peak_memory_bytes", {r}, H5T_IEEE_F64LE);
+  const hsize_t cats = static_cast<hsize_t>(kMemCategories);
+  create_extendible(file_, "peak_memory_by_category", {r, cats}, H5T_IEEE_F64LE);
+  {
+    const hsize_t dims[2] = {r, cats};
+    h5::Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+    h5::Handle dset(H5Dcreate2(file_, "predicted_memory_bytes", H5T_IEEE_F64LE, space, H5P_DEFAULT,
+                               H5P_DEFAULT, H5P_DEFAULT),
+                    H5Dclose);
+    TRIDENT_H5(static_cast<hid_t>(dset));
+    TRIDENT_H5(
+        H5Dwrite(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, predicted_memory.data()));
+  }
   TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL));
 }
 
@@ -75,6 +93,7 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("tokens", &r.tokens, H5T_NATIVE_INT64);
   append_row("phase_seconds", r.phase_seconds.data(), H5T_NATIVE_DOUBLE);
   append_row("peak_memory_bytes", r.peak_mem_bytes.data(), H5T_NATIVE_DOUBLE);
+  append_row("peak_memory_by_category", r.peak_mem_by_category.data(), H5T_NATIVE_DOUBLE);
   ++rows_;
   TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL));
 }

@@ -18,14 +18,17 @@ struct StepRecord {
   double bubble = 0;                   // mean share of the step ranks spent waiting on the pipeline
   std::vector<double> phase_seconds;   // [ranks * phases]
   std::vector<double> peak_mem_bytes;  // [ranks]
+  std::vector<double> peak_mem_by_category;  // [ranks * memory categories]
 };
 
 // Written by one rank. Every dataset is chunked and extendible along steps and flushed after
 // each row, so a killed run keeps every completed step.
 class TimingsWriter {
  public:
+  // `predicted_memory` [ranks * memory categories]: the memory model's bytes per rank.
   TimingsWriter(const std::string& path, int ranks,
-                const std::map<std::string, std::string>& attributes);
+                const std::map<std::string, std::string>& attributes,
+                const std::vector<double>& predicted_memory);
   void append(const StepRecord& r);
 
  private:

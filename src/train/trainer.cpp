@@ -28,6 +28,7 @@
 #include "parallel/data/grad_buckets.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/zero/partition.hpp"
+#include "plan/memory_model.hpp"
 
 namespace trident {
 namespace {
@@ -380,6 +381,23 @@ int Trainer::run() {
       (par.virtual_stages > 1 ? fmt::format(" v={}", par.virtual_stages) : std::string()) +
       fmt::format(" micro_batch={}", micro);
   const std::string hosts = hostnames(grid_.world());
+  // The memory model's prediction for every rank, recorded next to what the ranks allocate.
+  MemoryQuery query;
+  query.model = c_.model;
+  query.dp = par.dp;
+  query.tp = par.tp;
+  query.pp = par.pp;
+  query.virtual_stages = par.virtual_stages;
+  query.schedule = par.schedule;
+  query.zero_stage = c_.zero.stage;
+  query.micro_batch = micro;
+  query.seq_len = T;
+  query.micro_batches = micro_batches_;
+  const MemoryPrediction mine =
+      predict_rank_memory(query, grid_.coord().pp, grid_.coord().tp, grid_.coord().dp);
+  std::vector<double> predicted(static_cast<size_t>(grid_.size()) * kMemCategories);
+  TRIDENT_MPI(MPI_Gather(mine.bytes.data(), kMemCategories, MPI_DOUBLE, predicted.data(),
+                         kMemCategories, MPI_DOUBLE, 0, grid_.world()));
   std::unique_ptr<TimingsWriter> timings;
   if (grid_.rank() == 0) {
     std::filesystem::create_directories(ckpt_dir);
@@ -396,7 +414,8 @@ int Trainer::run() {
                                            {"hostnames", hosts},
                                            {"slurm_job_id", slurm ? slurm : ""},
                                            {"start_time", now_iso8601()},
-                                           {"resumed_from", opt_.resume}});
+                                           {"resumed_from", opt_.resume}},
+        predicted);
   }
   TRIDENT_MPI(MPI_Barrier(grid_.world()));
 
@@ -419,6 +438,7 @@ int Trainer::run() {
   const int world_size = grid_.size();
   std::vector<double> gathered(static_cast<size_t>(world_size) * kPhases);
   std::vector<double> gathered_mem(world_size);
+  std::vector<double> gathered_categories(static_cast<size_t>(world_size) * kMemCategories);
   double loss = 0.0, val_loss = NAN, grad_norm = 0.0, lr = 0.0, sum_ms = 0.0;
   int timed_steps = 0;
   std::string last_ckpt;
@@ -471,6 +491,11 @@ int Trainer::run() {
                            MPI_DOUBLE, 0, grid_.world()));
     TRIDENT_MPI(
         MPI_Gather(&peak_mem, 1, MPI_DOUBLE, gathered_mem.data(), 1, MPI_DOUBLE, 0, grid_.world()));
+    double categories[kMemCategories];
+    for (int cat = 0; cat < kMemCategories; ++cat)
+      categories[cat] = static_cast<double>(ledger.peak(static_cast<MemCategory>(cat)));
+    TRIDENT_MPI(MPI_Gather(categories, kMemCategories, MPI_DOUBLE, gathered_categories.data(),
+                           kMemCategories, MPI_DOUBLE, 0, grid_.world()));
     TRIDENT_MPI(MPI_Reduce(&step_s, &step_max, 1, MPI_DOUBLE, MPI_MAX, 0, grid_.world()));
     TRIDENT_MPI(MPI_Reduce(&step_s, &step_min, 1, MPI_DOUBLE, MPI_MIN, 0, grid_.world()));
     if (grid_.rank() == 0) {
@@ -485,6 +510,7 @@ int Trainer::run() {
       r.step_seconds_min = step_min;
       r.phase_seconds = gathered;
       r.peak_mem_bytes = gathered_mem;
+      r.peak_mem_by_category = gathered_categories;
       // Pipeline bubble: the share of the step the average rank spent waiting on pp.
       double wait = 0;
       for (int rank = 0; rank < world_size; ++rank)

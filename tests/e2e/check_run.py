@@ -120,6 +120,31 @@ def grads(args):
     print(f"{len(names)} gradients agree (worst {worst:.3g} in {worst_name})")
 
 
+def memory(args):
+    """The memory model's per-rank prediction against what every rank allocated: model states
+    (parameters, gradients, master weights, optimizer states) exactly, activations within 5%."""
+    with h5py.File(args.timings, "r") as f:
+        cats = f.attrs["memory_categories"].split(",")
+        predicted = f["predicted_memory_bytes"][:]
+        measured = f["peak_memory_by_category"][-1]
+    states = [cats.index(c) for c in ["params", "grads", "master_weights", "optimizer"]]
+    act = cats.index("activations")
+    worst_act = 0.0
+    for rank in range(predicted.shape[0]):
+        for c in states:
+            if predicted[rank, c] != measured[rank, c]:
+                fail(f"rank {rank} {cats[c]}: predicted {predicted[rank, c]:.0f} B, "
+                     f"allocated {measured[rank, c]:.0f} B")
+        rel = abs(predicted[rank, act] - measured[rank, act]) / measured[rank, act]
+        worst_act = max(worst_act, rel)
+        if rel > 0.05:
+            fail(f"rank {rank} activations: predicted {predicted[rank, act]:.0f} B, "
+                 f"allocated {measured[rank, act]:.0f} B ({rel:.1%} off)")
+    total = measured[:, states].sum(axis=1).max()
+    print(f"memory model: model states exact on {predicted.shape[0]} ranks (max {total:.0f} B), "
+          f"activations within {worst_act:.2%}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -138,11 +163,14 @@ def main():
     g.add_argument("a")
     g.add_argument("b")
     g.add_argument("--rtol", type=float, default=1e-5)
+    mm = sub.add_parser("memory")
+    mm.add_argument("timings")
     e = sub.add_parser("params-equal")
     e.add_argument("a")
     e.add_argument("b")
     args = p.parse_args()
-    {"schema": schema, "compare": compare, "grads": grads, "params-equal": params_equal}[args.cmd](args)
+    {"schema": schema, "compare": compare, "grads": grads, "memory": memory,
+     "params-equal": params_equal}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+// Memory model implementation: walks the same parameter table and schedule the trainer uses.
+#include "plan/memory_model.hpp"
+
+#include <algorithm>
+
+#include "model/params.hpp"
+#include "parallel/pipeline/schedule.hpp"
+#include "parallel/zero/partition.hpp"
+
+namespace trident {
+
+double MemoryPrediction::total() const {
+  double t = 0;
+  for (double b : bytes) t += b;
+  return t;
+}
+
+double MemoryPrediction::model_states() const {
+  return bytes[static_cast<int>(MemCategory::kParams)] +
+         bytes[static_cast<int>(MemCategory::kGrads)] +
+         bytes[static_cast<int>(MemCategory::kMasterWeights)] +
+         bytes[static_cast<int>(MemCategory::kOptimizer)];
+}
+
+MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank) {
+  const ModelConfig& m = q.model;
+  const ParamTable table(m);
+  pipeline::ScheduleKind kind = pipeline::ScheduleKind::kOneFOneB;
+  pipeline::parse_schedule(q.schedule, kind);
+  const auto actions =
+      pipeline::make_schedule(kind, q.pp, pp_rank, q.micro_batches, q.virtual_stages);
+  const double f = sizeof(float), N = static_cast<double>(q.micro_batch) * q.seq_len;
+  const double h = m.n_embd, t = q.tp, a = m.n_head, s = q.seq_len;
+  const double v_slice = padded_vocab(m.vocab_size, q.tp) / q.tp;
+  MemoryPrediction p;
+  auto add = [&](MemCategory c, double elements) { p.bytes[static_cast<int>(c)] += elements * f; };
+  for (int chunk = 0; chunk < q.virtual_stages; ++chunk) {
+    const StageLayout layout =
+        stage_layout(m, q.pp, q.virtual_stages, pp_rank, chunk, q.tp, tp_rank);
+    const LocalParamTable local(table, m, layout);
+    const bool sharded = q.zero_stage >= 1;
+    const ZeroPartition part{local.total_numel(), sharded ? q.dp : 1, sharded ? dp_rank : 0};
+    const double buffer = sharded ? part.padded() : local.total_numel();
+    add(MemCategory::kParams, buffer);
+    add(MemCategory::kGrads, buffer);
+    add(MemCategory::kOptimizer, 2.0 * (part.end() - part.begin()));
+
+    const int slots = std::max(1, pipeline::max_in_flight(actions, chunk));
+    const double layers = layout.last_layer - layout.first_layer;
+    double per_slot = N * h + 2 * N;  // input activation, tokens and targets
+    per_slot += layers * (4 * N * h + 4 * N * h / t + 8 * N * h / t + a * N * s / t + 4 * N);
+    if (layout.has_head) per_slot += N * h + N * v_slice + 4 * N;
+    add(MemCategory::kActivations, slots * per_slot);
+    // Workspace: projection scratch, cross-entropy reductions, backward buffers.
+    add(MemCategory::kWorkspace, N * h + 3 * N + 2 * N * h + N * h / t + 3 * N * h / t +
+                                     4 * N * h / t + q.micro_batch * (a / t) * s);
+    // Pipeline gradient buffers: one receive, one send per slot.
+    add(MemCategory::kCommBuffers, (1 + slots) * N * h);
+  }
+  return p;
+}
+
+double zero_paper_model_states(double psi, int nd, int stage, double k) {
+  switch (stage) {
+    case 0:
+      return (2 + 2 + k) * psi;
+    case 1:
+      return 4 * psi + k * psi / nd;
+    case 2:
+      return 2 * psi + (2 + k) * psi / nd;
+    default:
+      return (2 + 2 + k) * psi / nd;
+  }
+}
+
+}  // namespace trident

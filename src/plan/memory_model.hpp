@@ -1,0 +1,47 @@
+// The memory model: per-rank bytes by category for any model, layout, ZeRO stage and micro-batch,
+// derived from what trident allocates, plus the ZeRO paper's model-state formulas.
+#pragma once
+
+#include <array>
+#include <string>
+
+#include "core/memory.hpp"
+#include "model/config.hpp"
+
+namespace trident {
+
+struct MemoryQuery {
+  ModelConfig model;
+  int dp = 1, tp = 1, pp = 1, virtual_stages = 1;
+  std::string schedule = "1f1b";
+  int zero_stage = 0;
+  int micro_batch = 1, seq_len = 1, micro_batches = 1;  // per pipeline, per step
+};
+
+struct MemoryPrediction {
+  std::array<double, kMemCategories> bytes{};
+  double total() const;
+  double model_states() const;  // parameters, gradients, master weights, optimizer states
+};
+
+// Bytes rank (pp_rank, tp_rank, dp_rank) allocates, by category, for trident as built (fp32).
+// Model states: every chunk's tp slice of the parameter table (vocabulary padded to tp, the
+// buffer padded to dp under ZeRO) as parameters and gradients, and AdamW's two moments over the
+// rank's ZeRO shard. Activations per in-flight micro-batch (N = b*s tokens, h channels,
+// a heads, t = tp, V_t the vocabulary slice), in fp32 bytes:
+//   per layer   4 * (4*N*h + 4*N*h/t + 8*N*h/t + a*N*s/t + 4*N)
+//               (ln1, res_attn, ln2, res_mlp; qkv + attention output; fc and GELU outputs;
+//                softmax probabilities; LayerNorm means and reciprocal deviations)
+//   per stage   4 * (N*h + 2*N) (input activation, token ids and targets)
+//   last stage  4 * (N*h + N*V_t + 4*N) (final LayerNorm, logits, statistics, losses)
+// times the schedule's in-flight micro-batches for that chunk. Megatron's published reference
+// for one layer in fp16 with dropout is s*b*h*(34 + 5*a*s/h) bytes.
+MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank);
+
+// ZeRO (Rajbhandari et al. 2020), Figure 1: model-state bytes per device for Psi parameters on
+// Nd data-parallel devices with mixed-precision Adam (2 bytes of parameters, 2 of gradients, K
+// bytes of optimizer state per parameter): stage 0 (2+2+K)Psi, 1 (P_os) 4Psi + K Psi/Nd,
+// 2 (P_os+g) 2Psi + (2+K)Psi/Nd, 3 (P_os+g+p) (2+2+K)Psi/Nd.
+double zero_paper_model_states(double psi, int nd, int stage, double k = 12.0);
+
+}  // namespace trident

@@ -1,0 +1,72 @@
+// The memory model: the ZeRO paper's Figure 1, and how trident's prediction scales with layout.
+#include <gtest/gtest.h>
+
+#include "plan/memory_model.hpp"
+
+using namespace trident;
+
+TEST(MemoryModel, ReproducesZeroPaperFigure1) {
+  // Psi = 7.5B parameters, Nd = 64 GPUs, K = 12: 120, 31.4, 16.6 and 1.9 GB per device.
+  const double psi = 7.5e9, gb = 1e9;
+  EXPECT_NEAR(zero_paper_model_states(psi, 64, 0) / gb, 120.0, 0.05);
+  EXPECT_NEAR(zero_paper_model_states(psi, 64, 1) / gb, 31.4, 0.05);
+  EXPECT_NEAR(zero_paper_model_states(psi, 64, 2) / gb, 16.6, 0.05);
+  EXPECT_NEAR(zero_paper_model_states(psi, 64, 3) / gb, 1.9, 0.05);
+}
+
+namespace {
+MemoryQuery gpt2_query() {
+  MemoryQuery q;
+  q.model.n_layer = 12;
+  q.model.n_embd = 768;
+  q.model.n_head = 12;
+  q.model.vocab_size = 50257;
+  q.model.block_size = 1024;
+  q.micro_batch = 4;
+  q.seq_len = 64;
+  q.micro_batches = 1;
+  return q;
+}
+double bytes(const MemoryPrediction& p, MemCategory c) {
+  return p.bytes[static_cast<int>(c)];
+}
+}  // namespace
+
+TEST(MemoryModel, SerialGpt2ModelStatesAreSixteenBytesPerParameter) {
+  const MemoryPrediction p = predict_rank_memory(gpt2_query(), 0, 0, 0);
+  // fp32: 4 (parameters) + 4 (gradients) + 8 (AdamW moments) bytes per parameter.
+  EXPECT_EQ(p.model_states(), 16.0 * 124439808);
+  EXPECT_GT(bytes(p, MemCategory::kActivations), 0);
+}
+
+TEST(MemoryModel, ZeroOneShardsOnlyTheOptimizerStates) {
+  MemoryQuery q = gpt2_query();
+  q.dp = 4;
+  const MemoryPrediction base = predict_rank_memory(q, 0, 0, 0);
+  q.zero_stage = 1;
+  const MemoryPrediction z1 = predict_rank_memory(q, 0, 0, 1);
+  EXPECT_NEAR(bytes(z1, MemCategory::kOptimizer), bytes(base, MemCategory::kOptimizer) / 4, 16);
+  EXPECT_NEAR(bytes(z1, MemCategory::kParams), bytes(base, MemCategory::kParams), 16);
+  EXPECT_EQ(bytes(z1, MemCategory::kActivations), bytes(base, MemCategory::kActivations));
+}
+
+TEST(MemoryModel, TensorAndPipelineParallelismSplitModelStates) {
+  MemoryQuery q = gpt2_query();
+  const double serial = predict_rank_memory(q, 0, 0, 0).model_states();
+  q.tp = 2;
+  const double tp2 = predict_rank_memory(q, 0, 0, 0).model_states();
+  // Everything but LayerNorms, row-parallel biases and wpe is split.
+  EXPECT_LT(tp2, 0.52 * serial);
+  EXPECT_GT(tp2, 0.5 * serial);
+  q.tp = 1;
+  q.pp = 4;
+  q.micro_batches = 4;
+  const double first = predict_rank_memory(q, 0, 0, 0).model_states();
+  const double middle = predict_rank_memory(q, 1, 0, 0).model_states();
+  EXPECT_GT(first, middle);  // the first stage also holds the embeddings
+  // 1F1B: stage r keeps min(pp - r, m) micro-batches in flight: 4 on the first, 3 on the next,
+  // whose layers and inputs are the same size.
+  const double act_first = bytes(predict_rank_memory(q, 0, 0, 0), MemCategory::kActivations);
+  const double act_middle = bytes(predict_rank_memory(q, 1, 0, 0), MemCategory::kActivations);
+  EXPECT_DOUBLE_EQ(act_first / act_middle, 4.0 / 3.0);
+}
