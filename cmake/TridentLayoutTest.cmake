@@ -1,10 +1,14 @@
 # trident_add_layout_test(DP TP PP SCHEDULE V [ZERO]): one ctest named after the layout that
 # checks it against the serial run (tests/e2e/layout_vs_serial.sh): 20 losses and the first
-# gradients. ZERO is the ZeRO stage (default 0).
+# gradients. ZERO is the ZeRO stage (default 0), OFFLOAD the optimizer offload (default none).
 function(trident_add_layout_test dp tp pp schedule v)
   set(zero 0)
+  set(offload none)
   if(ARGC GREATER 5)
     set(zero ${ARGV5})
+  endif()
+  if(ARGC GREATER 6)
+    set(offload ${ARGV6})
   endif()
   set(name "layout.dp${dp}_tp${tp}_pp${pp}")
   if(pp GREATER 1)
@@ -16,10 +20,13 @@ function(trident_add_layout_test dp tp pp schedule v)
   if(zero GREATER 0)
     string(APPEND name "_zero${zero}")
   endif()
+  if(NOT offload STREQUAL "none")
+    string(APPEND name "_offload_${offload}")
+  endif()
   add_test(NAME ${name}
            COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/layout_vs_serial.sh ${TRIDENT_EXE}
                    ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/${name} ${dp} ${tp} ${pp}
-                   ${schedule} ${v} ${zero})
+                   ${schedule} ${v} ${zero} ${offload})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${TRIDENT_TEST_ENV}" TIMEOUT 300
                                           LABELS layout)
 endfunction()

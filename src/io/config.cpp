@@ -71,6 +71,11 @@ std::vector<Field> schema(Config& c) {
       {"parallel", "backend_pp", &c.parallel.backend_pp, "pipeline send/recv: auto, mpi"},
       {"zero", "stage", &c.zero.stage,
        "ZeRO stage: 0 replicated, 1 optimizer states sharded over dp"},
+      {"offload", "optimizer", &c.offload.optimizer,
+       "optimizer states: none, host (device builds), nvme (files under nvme_dir)"},
+      {"offload", "nvme_dir", &c.offload.nvme_dir, "directory for nvme-offloaded states"},
+      {"offload", "buffer_mb", &c.offload.buffer_mb,
+       "resident buffer per moment while streaming from nvme, MiB"},
   };
 }
 
@@ -323,6 +328,15 @@ void validate(Config& c, int world_size) {
   require(c.zero.stage <= 1,
           fmt::format("zero.stage = {} is not built yet (stages 0 and 1 are); use 0 or 1",
                       c.zero.stage));
+  const OffloadSection& off = c.offload;
+  require(off.optimizer == "none" || off.optimizer == "host" || off.optimizer == "nvme",
+          fmt::format("offload.optimizer = '{}' must be one of none, host, nvme", off.optimizer));
+  require(off.buffer_mb > 0, "offload.buffer_mb must be positive");
+  if (off.optimizer == "nvme")
+    require(std::filesystem::is_directory(off.nvme_dir),
+            fmt::format("offload.nvme_dir = '{}' is not a directory (create it, or point it at "
+                        "an NVMe mount)",
+                        off.nvme_dir));
   pipeline::ScheduleKind kind;
   require(
       pipeline::parse_schedule(p.schedule, kind),

@@ -61,6 +61,12 @@ struct ZeroSection {
   int stage = 0;  // 0: replicated optimizer; 1: optimizer states sharded over dp
 };
 
+struct OffloadSection {
+  std::string optimizer = "none";  // none | host | nvme
+  std::string nvme_dir = "/tmp";   // where nvme-offloaded optimizer states live
+  double buffer_mb = 16.0;         // resident buffer per moment while streaming from nvme
+};
+
 struct Config {
   RunSection run;
   ModelConfig model;
@@ -69,6 +75,7 @@ struct Config {
   OptimSection optim;
   ParallelSection parallel;
   ZeroSection zero;
+  OffloadSection offload;
   std::string source;  // the file it was read from, for messages
 
   // The resolved configuration as TOML: what `from`, defaults and overrides produced.

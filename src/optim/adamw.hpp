@@ -1,12 +1,14 @@
 // AdamW over a rank's parameters, or over its ZeRO shard of them: moments in flat fp32 buffers
-// covering [begin, end) of the flat parameter buffer, decay only where the table says.
+// covering [begin, end) of the flat parameter buffer, resident or streamed from files through a
+// bounded buffer (NVMe offload); decay only where the table says.
 #pragma once
 
-#include <algorithm>
+#include <memory>
+#include <string>
 
 #include "core/memory.hpp"
-#include "kernels/adamw.hpp"
 #include "model/params.hpp"
+#include "parallel/zero/nvme_store.hpp"
 
 namespace trident {
 
@@ -14,51 +16,43 @@ struct AdamWSettings {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
 
+// Where the moments live. `path_prefix` + ".m" / ".v" name the files when streamed.
+struct MomentStorage {
+  bool nvme = false;
+  std::string path_prefix;
+  int64_t buffer_elements = 1 << 22;  // per moment, resident while streaming
+};
+
 class AdamW {
  public:
-  // Updates elements [begin, end) of the flat buffers; the whole buffer by default.
+  // Updates elements [begin, end) of the flat buffers; the whole table by default.
   AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s, int64_t begin = 0,
-        int64_t end = -1)
-      : table_(table), s_(s), begin_(begin), end_(end < 0 ? table.total_numel() : end) {
-    m_ = allocate(ledger, MemCategory::kOptimizer, "adam_m", end_ - begin_);
-    v_ = allocate(ledger, MemCategory::kOptimizer, "adam_v", end_ - begin_);
-  }
+        int64_t end = -1, const MomentStorage& storage = {});
 
   // One step on `params` from `grads` (full flat buffers), the gradient first multiplied by
   // `grad_scale` (clipping). Only this optimizer's range is touched.
-  void step(const View1& params, const View1& grads, double lr, float grad_scale) {
-    ++step_;
-    for (const LocalParam& p : table_.params()) {
-      const int64_t lo = std::max(begin_, p.offset), hi = std::min(end_, p.offset + p.numel);
-      if (lo >= hi) continue;
-      const float decay = p.spec->weight_decay ? static_cast<float>(s_.weight_decay) : 0.0f;
-      const kernels::AdamWHyper h{static_cast<float>(lr),
-                                  static_cast<float>(s_.beta1),
-                                  static_cast<float>(s_.beta2),
-                                  static_cast<float>(s_.eps),
-                                  decay,
-                                  step_};
-      const size_t n = static_cast<size_t>(hi - lo), moment = static_cast<size_t>(lo - begin_);
-      kernels::adamw_update(exec_, window(params, lo, n), window(m_, moment, n),
-                            window(v_, moment, n), window(grads, lo, n), h, grad_scale);
-    }
-    exec_.fence();
-  }
+  void step(const View1& params, const View1& grads, double lr, float grad_scale);
 
-  // Moments for elements [begin(), end()) of the flat buffer.
-  View1 first_moment() const { return m_; }
-  View1 second_moment() const { return v_; }
+  // Copies the moments of [begin(), end()) into / out of m[0, end-begin), v[0, end-begin).
+  void read_moments(const View1& m, const View1& v) const;
+  void write_moments(const View1& m, const View1& v);
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
+  bool streamed() const { return m_file_ != nullptr; }
   int steps_taken() const { return step_; }
   void set_steps_taken(int s) { step_ = s; }
 
  private:
+  // Updates [lo, hi) of the flat buffers with moments m(i - base), v(i - base).
+  void update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
+              int64_t hi, const View1& m, const View1& v, int64_t base);
+
   const LocalParamTable& table_;
   AdamWSettings s_;
   int64_t begin_, end_;
   Exec exec_;
-  View1 m_, v_;
+  View1 m_, v_;  // all moments, or the streaming buffers
+  std::unique_ptr<NvmeStore> m_file_, v_file_;
   int step_ = 0;
 };
 

@@ -43,7 +43,9 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     const double buffer = sharded ? part.padded() : local.total_numel();
     add(MemCategory::kParams, buffer);
     add(MemCategory::kGrads, buffer);
-    add(MemCategory::kOptimizer, 2.0 * (part.end() - part.begin()));
+    const double shard = static_cast<double>(part.end() - part.begin());
+    add(MemCategory::kOptimizer,
+        2.0 * (q.offload_nvme ? std::min<double>(shard, q.offload_buffer_elements) : shard));
 
     const int slots = std::max(1, pipeline::max_in_flight(actions, chunk));
     const double layers = layout.last_layer - layout.first_layer;

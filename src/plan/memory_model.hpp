@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string>
 
 #include "core/memory.hpp"
@@ -15,6 +16,8 @@ struct MemoryQuery {
   int dp = 1, tp = 1, pp = 1, virtual_stages = 1;
   std::string schedule = "1f1b";
   int zero_stage = 0;
+  bool offload_nvme = false;            // optimizer states streamed from files
+  int64_t offload_buffer_elements = 0;  // resident elements per moment while streaming
   int micro_batch = 1, seq_len = 1, micro_batches = 1;  // per pipeline, per step
 };
 

@@ -166,10 +166,17 @@ void Trainer::build_model(MemoryLedger& ledger) {
     ch.stage->set_timer(&timer_);
     ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
     ch.partition = {ch.stage->local().total_numel(), sharded ? par.dp : 1, sharded ? me.dp : 0};
+    MomentStorage storage;
+    storage.nvme = c_.offload.optimizer == "nvme";
+    storage.path_prefix = (std::filesystem::path(c_.offload.nvme_dir) /
+                           fmt::format("{}.rank{}.chunk{}", c_.run.name, grid_.rank(), chunk))
+                              .string();
+    storage.buffer_elements =
+        std::max<int64_t>(1, static_cast<int64_t>(c_.offload.buffer_mb * 1048576.0 / 4));
     ch.optimizer = std::make_unique<AdamW>(
         ch.stage->local(), ledger,
         AdamWSettings{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay},
-        ch.partition.begin(), ch.partition.end());
+        ch.partition.begin(), ch.partition.end(), storage);
     ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, dp_.get());
     ch.stage->set_grad_ready_hook([b = ch.buckets.get()](int64_t from) { b->ready_from(from); });
     ch.grad_recv = allocate(ledger, MemCategory::kCommBuffers, "grad_recv", N * C);
@@ -302,22 +309,17 @@ void Trainer::gather_params() {
 std::vector<ShardBuffers> Trainer::shards() {
   std::vector<ShardBuffers> out;
   for (const Chunk& ch : chunks_) {
-    View1 m = ch.optimizer->first_moment(), v = ch.optimizer->second_moment();
+    // Whole, padded moment buffers: this rank's shard read out of the optimizer (resident or
+    // streamed), the other dp ranks' shards all-gathered under ZeRO.
     const ZeroPartition& part = ch.partition;
-    if (part.dp > 1) {  // gather the sharded moments into whole, padded buffers
-      View1 full[2] = {View1("moment_m", part.padded()), View1("moment_v", part.padded())};
-      const View1 own[2] = {m, v};
-      for (int k = 0; k < 2; ++k) {
-        const auto slot = std::make_pair(part.rank * part.shard(),
-                                         part.rank * part.shard() + (part.end() - part.begin()));
-        Kokkos::deep_copy(Kokkos::subview(full[k], slot), own[k]);
-        dp_->allgather(full[k].data() + part.rank * part.shard(), full[k].data(),
+    View1 full[2] = {View1("moment_m", part.padded()), View1("moment_v", part.padded())};
+    const auto own = std::make_pair(part.rank * part.shard(), part.padded());
+    ch.optimizer->read_moments(Kokkos::subview(full[0], own), Kokkos::subview(full[1], own));
+    if (part.dp > 1)
+      for (View1& buf : full)
+        dp_->allgather(buf.data() + part.rank * part.shard(), buf.data(),
                        static_cast<size_t>(part.shard()));
-      }
-      m = full[0];
-      v = full[1];
-    }
-    out.push_back({&ch.stage->local(), ch.stage->params(), m, v});
+    out.push_back({&ch.stage->local(), ch.stage->params(), full[0], full[1]});
   }
   return out;
 }
@@ -325,10 +327,9 @@ std::vector<ShardBuffers> Trainer::shards() {
 void Trainer::keep_own_moments(const std::vector<ShardBuffers>& full) {
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const ZeroPartition& part = chunks_[c].partition;
-    if (part.dp == 1) continue;  // loaded in place
-    const auto range = std::make_pair(part.begin(), part.end());
-    Kokkos::deep_copy(chunks_[c].optimizer->first_moment(), Kokkos::subview(full[c].m, range));
-    Kokkos::deep_copy(chunks_[c].optimizer->second_moment(), Kokkos::subview(full[c].v, range));
+    const auto range = std::make_pair(part.begin(), part.total);
+    chunks_[c].optimizer->write_moments(Kokkos::subview(full[c].m, range),
+                                        Kokkos::subview(full[c].v, range));
   }
 }
 
@@ -393,6 +394,9 @@ int Trainer::run() {
   query.micro_batch = micro;
   query.seq_len = T;
   query.micro_batches = micro_batches_;
+  query.offload_nvme = c_.offload.optimizer == "nvme";
+  query.offload_buffer_elements =
+      std::max<int64_t>(1, static_cast<int64_t>(c_.offload.buffer_mb * 1048576.0 / 4));
   const MemoryPrediction mine =
       predict_rank_memory(query, grid_.coord().pp, grid_.coord().tp, grid_.coord().dp);
   std::vector<double> predicted(static_cast<size_t>(grid_.size()) * kMemCategories);
@@ -433,6 +437,14 @@ int Trainer::run() {
                   flops_token, grid_.size(), c_.run.peak_tflops));
   log(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),
                   pp_->backend(), backend_summary()));
+  if (c_.offload.optimizer == "host" && std::is_same_v<Exec::memory_space, Kokkos::HostSpace>)
+    log("offload.optimizer = host: this build is host-only, so the optimizer states already live "
+        "in host memory; same as none");
+  if (c_.offload.optimizer == "nvme")
+    log(
+        fmt::format("offload.optimizer = nvme: AdamW moments streamed from {} through {} MiB "
+                    "buffers",
+                    c_.offload.nvme_dir, c_.offload.buffer_mb));
   log(fmt::format("outputs: {}", run_dir.string()));
 
   const int world_size = grid_.size();

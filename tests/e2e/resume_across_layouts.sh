@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A checkpoint holds global tensors whatever wrote it: train 10 steps at 2x2x2 with ZeRO-1 and
-# resume from step 5 at other layouts and stages; the next losses match the uninterrupted run
+# resume from step 5 at other layouts, stages and offload; the next losses match the uninterrupted run
 # (bit for bit on the same layout, to 1e-5 across layouts).
 set -euo pipefail
 trident=$1 src=$2 work=$3
@@ -24,4 +24,8 @@ train dp4_zero1 4 4 1 1 1 --resume "$ckpt"
 $check compare "$work/full/tiny/timings.h5" "$work/dp4_zero1/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
 train tp4_pp2 8 1 4 2 0 --resume "$ckpt" --set parallel.schedule=gpipe
 $check compare "$work/full/tiny/timings.h5" "$work/tp4_pp2/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+train dp2_nvme 2 2 1 1 1 --resume "$ckpt" --set offload.optimizer=nvme \
+  --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01
+$check compare "$work/full/tiny/timings.h5" "$work/dp2_nvme/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+if ls "$work"/*.m "$work"/*.v > /dev/null 2>&1; then echo "FAIL: offload files left behind"; exit 1; fi
 echo "resume across layouts: ok"
