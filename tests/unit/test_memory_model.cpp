@@ -17,11 +17,7 @@ TEST(MemoryModel, ReproducesZeroPaperFigure1) {
 namespace {
 MemoryQuery gpt2_query() {
   MemoryQuery q;
-  q.model.n_layer = 12;
-  q.model.n_embd = 768;
-  q.model.n_head = 12;
-  q.model.vocab_size = 50257;
-  q.model.block_size = 1024;
+  q.model = ModelConfig{"custom", 12, 768, 12, 50257, 1024};  // L, C, NH, V, block
   q.micro_batch = 4;
   q.seq_len = 64;
   q.micro_batches = 1;

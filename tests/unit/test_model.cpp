@@ -12,13 +12,7 @@ using namespace trident;
 namespace {
 
 ModelConfig tiny() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_embd = 16;
-  m.n_head = 2;
-  m.vocab_size = 11;
-  m.block_size = 8;
-  return m;
+  return ModelConfig{"custom", 2, 16, 2, 11, 8};  // L, C, NH, V, block
 }
 
 void batch(int B, int T, int V, std::vector<int32_t>& in, std::vector<int32_t>& tg) {

@@ -33,12 +33,7 @@ TEST(NvmeStore, StartsZeroRoundTripsAndRemovesItsFile) {
 }
 
 TEST(AdamWOffload, StreamedMomentsMatchResidentOnesBitForBit) {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_embd = 16;
-  m.n_head = 2;
-  m.vocab_size = 40;
-  m.block_size = 8;
+  const ModelConfig m{"custom", 2, 16, 2, 40, 8};  // L, C, NH, V, block
   const ParamTable table(m);
   const LocalParamTable local(table, m, whole_model(m));
   const int64_t n = local.total_numel();

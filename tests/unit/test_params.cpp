@@ -10,13 +10,7 @@ using namespace trident;
 
 namespace {
 ModelConfig gpt2_124m() {
-  ModelConfig m;
-  m.n_layer = 12;
-  m.n_embd = 768;
-  m.n_head = 12;
-  m.vocab_size = 50257;
-  m.block_size = 1024;
-  return m;
+  return ModelConfig{"custom", 12, 768, 12, 50257, 1024};  // L, C, NH, V, block
 }
 }  // namespace
 
@@ -91,13 +85,8 @@ TEST(ModelConfigTest, FlopsPerTokenFollowsPalmFormula) {
 
 namespace {
 ModelConfig small_vocab_model() {
-  ModelConfig m;
-  m.n_layer = 4;
-  m.n_embd = 8;
-  m.n_head = 4;
-  m.vocab_size = 13;  // not a multiple of tp: exercises vocabulary padding
-  m.block_size = 6;
-  return m;
+  // L, C, NH, V, block; V is not a multiple of tp: exercises vocabulary padding.
+  return ModelConfig{"custom", 4, 8, 4, 13, 6};
 }
 }  // namespace
 
