@@ -72,7 +72,6 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     for (size_t c = 0; c < mine.size(); ++c) {
       const View1 bufs[3] = {mine[c].params, mine[c].m, mine[c].v};
       for (int k = 0; k < kinds; ++k) {
-        // Buffers may carry ZeRO padding past the table's elements: send the table's part.
         auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
         TRIDENT_MPI(MPI_Send(host.data(), static_cast<int>(mine[c].local->total_numel()), MPI_FLOAT,
                              0, static_cast<int>(c) * 3 + k, world));
@@ -88,7 +87,8 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     for (int c = 0; c < geo.v; ++c) {
       const LocalParamTable local(
           table, config.model,
-          stage_layout(config.model, geo.pp, geo.v, coord.pp, c, geo.tp, coord.tp));
+          stage_layout(config.model, geo.pp, geo.v, coord.pp, c, geo.tp, coord.tp),
+          geo.unit_alignment);
       for (int k = 0; k < kinds; ++k) {
         std::vector<float> shard(static_cast<size_t>(local.total_numel()));
         if (r == 0) {

@@ -34,6 +34,7 @@ struct ShardBuffers {
 // Where every chunk of every rank sits: enough to rebuild any rank's LocalParamTable.
 struct ShardGeometry {
   int pp = 1, dp = 1, tp = 1, v = 1;
+  int64_t unit_alignment = 1;  // the ranks' LocalParamTable unit padding (dp under ZeRO)
 };
 
 // Gathers every rank's shards to rank 0 of `world` (dp replica 0 only: the others are copies)

@@ -48,8 +48,9 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
 }
 
 GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp,
-                   MemoryLedger& ledger, int max_batch, int max_seq, int slots, int64_t pad_to)
-    : m_(m), layout_(layout), table_(m), local_(table_, m, layout), tp_(tp) {
+                   MemoryLedger& ledger, int max_batch, int max_seq, int slots,
+                   int64_t unit_alignment)
+    : m_(m), layout_(layout), table_(m), local_(table_, m, layout, unit_alignment), tp_(tp) {
   const int tps = layout.tp_size;
   C_tp_ = m.n_embd / tps;
   NH_tp_ = m.n_head / tps;
@@ -59,9 +60,8 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   vocab_valid_ = std::clamp(m.vocab_size - vocab_start_, 0, V_tp_);
   const size_t N = static_cast<size_t>(max_batch) * max_seq;
   const size_t C = m.n_embd, T = max_seq;
-  const int64_t padded = (local_.total_numel() + pad_to - 1) / pad_to * pad_to;
-  params_ = allocate(ledger, MemCategory::kParams, "params", padded);
-  grads_ = allocate(ledger, MemCategory::kGrads, "grads", padded);
+  params_ = allocate(ledger, MemCategory::kParams, "params", local_.total_numel());
+  grads_ = allocate(ledger, MemCategory::kGrads, "grads", local_.total_numel());
   p_ = stage_tensors(local_, layout, params_);
   g_ = stage_tensors(local_, layout, grads_);
   auto act = [&](const char* label, size_t n) {

@@ -65,10 +65,10 @@ struct ActivationSlot {
 class GptStage {
  public:
   // `tp` may be null when layout.tp_size == 1. `slots` activation sets of [max_batch, max_seq].
-  // The flat parameter and gradient buffers are padded with zeros to a multiple of `pad_to`
-  // (ZeRO shards them into dp equal parts).
+  // Each unit of the flat parameter and gradient buffers is padded with zeros to a multiple of
+  // `unit_alignment` (dp under ZeRO, which shards every unit into dp equal parts).
   GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp, MemoryLedger& ledger,
-           int max_batch, int max_seq, int slots, int64_t pad_to = 1);
+           int max_batch, int max_seq, int slots, int64_t unit_alignment = 1);
 
   const ModelConfig& config() const { return m_; }
   const StageLayout& layout() const { return layout_; }

@@ -88,8 +88,19 @@ int padded_vocab(int vocab_size, int tp_size) {
 }
 
 LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
-                                 const StageLayout& layout)
+                                 const StageLayout& layout, int64_t unit_alignment)
     : layout_(layout), vocab_size_(m.vocab_size) {
+  // Unit of a held parameter: 0 for the embeddings, 1 + l for block l, n_layer + 1 for ln_f.
+  auto unit_of = [&](const ParamSpec& spec) {
+    return spec.layer < 0 ? 0 : spec.layer >= m.n_layer ? m.n_layer + 1 : spec.layer + 1;
+  };
+  int current_unit = -1;
+  auto close_unit = [&] {
+    if (units_.empty()) return;
+    ParamUnit& u = units_.back();
+    u.padded = (u.numel + unit_alignment - 1) / unit_alignment * unit_alignment;
+    total_ = u.offset + u.padded;
+  };
   for (const ParamSpec& spec : table.specs()) {
     bool held = false;
     if (spec.name == "wte")
@@ -101,6 +112,11 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
     else
       held = spec.layer >= layout.first_layer && spec.layer < layout.last_layer;
     if (!held) continue;
+    if (unit_of(spec) != current_unit) {
+      close_unit();
+      current_unit = unit_of(spec);
+      units_.push_back({total_, 0, 0});
+    }
     LocalParam p;
     p.spec = &spec;
     p.shape = spec.shape;
@@ -112,10 +128,11 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
     }
     p.numel = 1;
     for (int64_t d : p.shape) p.numel *= d;
-    p.offset = total_;
-    total_ += p.numel;
+    p.offset = units_.back().offset + units_.back().numel;
+    units_.back().numel += p.numel;
     params_.push_back(p);
   }
+  close_unit();
 }
 
 const LocalParam& LocalParamTable::at(const std::string& name) const {

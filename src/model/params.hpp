@@ -63,15 +63,28 @@ struct LocalParam {
   bool tp_replicated = true;  // every tp rank holds the whole tensor
 };
 
-// The rank's parameters: the rows of the global table its stage holds, sliced for its tp rank.
-// The local <-> global index map is a pure function of the layout, so any rank can compute
-// where any other rank's elements live (initialisation, gathering, checkpoints).
+// A group of consecutive parameters that ZeRO moves together: the embeddings, one transformer
+// block, or the final LayerNorm. Its segment [offset, offset + padded) of the flat buffer is
+// padded with zeros to a multiple of the unit alignment (dp under ZeRO), so every dp rank owns
+// an equal, contiguous shard of every unit, and a unit is all-gathered or reduce-scattered as
+// one equal-count collective.
+struct ParamUnit {
+  int64_t offset = 0, numel = 0, padded = 0;
+};
+
+// The rank's parameters: the rows of the global table its stage holds, sliced for its tp rank,
+// laid out unit by unit in one flat buffer. The local <-> global index map is a pure function of
+// the layout, so any rank can compute where any other rank's elements live (initialisation,
+// gathering, checkpoints).
 class LocalParamTable {
  public:
-  LocalParamTable(const ParamTable& table, const ModelConfig& m, const StageLayout& layout);
+  LocalParamTable(const ParamTable& table, const ModelConfig& m, const StageLayout& layout,
+                  int64_t unit_alignment = 1);
   const std::vector<LocalParam>& params() const { return params_; }
+  const std::vector<ParamUnit>& units() const { return units_; }
   const LocalParam& at(const std::string& name) const;
   bool holds(const std::string& name) const;
+  // Elements in the flat buffer, unit padding included.
   int64_t total_numel() const { return total_; }
   // Global flat index (row-major in the global shape) of local element i, or -1 for an element
   // of vocabulary padding that has no global counterpart.
@@ -81,7 +94,8 @@ class LocalParamTable {
   StageLayout layout_;
   int vocab_size_;
   std::vector<LocalParam> params_;
-  int64_t total_ = 0;
+  std::vector<ParamUnit> units_;
+  int64_t total_ = 0;  // the flat buffer, unit padding included
 };
 
 // Counter-based initial value: a pure function of (seed, parameter name, global element

@@ -1,4 +1,4 @@
-// AdamW implementation: the per-tensor update over a range, resident or streamed in blocks.
+// AdamW implementation: the per-tensor update over owned segments, resident or streamed.
 #include "optim/adamw.hpp"
 
 #include <algorithm>
@@ -7,16 +7,17 @@
 
 namespace trident {
 
-AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s, int64_t begin,
-             int64_t end, const MomentStorage& storage)
-    : table_(table), s_(s), begin_(begin), end_(end < 0 ? table.total_numel() : end) {
-  const int64_t n = end_ - begin_;
+AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s,
+             std::vector<Segment> owned, const MomentStorage& storage)
+    : table_(table), s_(s), owned_(std::move(owned)) {
+  if (owned_.empty()) owned_ = zero_shard(table, 1, 0);
+  for (const Segment& seg : owned_) count_ += seg.size();
   if (storage.nvme) {
-    m_file_ = std::make_unique<NvmeStore>(storage.path_prefix + ".m", n);
-    v_file_ = std::make_unique<NvmeStore>(storage.path_prefix + ".v", n);
+    m_file_ = std::make_unique<NvmeStore>(storage.path_prefix + ".m", count_);
+    v_file_ = std::make_unique<NvmeStore>(storage.path_prefix + ".v", count_);
   }
   // Streamed moments keep only a bounded buffer resident (and accounted).
-  const int64_t resident = storage.nvme ? std::min(n, storage.buffer_elements) : n;
+  const int64_t resident = storage.nvme ? std::min(count_, storage.buffer_elements) : count_;
   m_ = allocate(ledger, MemCategory::kOptimizer, "adam_m", resident);
   v_ = allocate(ledger, MemCategory::kOptimizer, "adam_v", resident);
 }
@@ -42,54 +43,75 @@ void AdamW::update(const View1& params, const View1& grads, double lr, float gra
 void AdamW::step(const View1& params, const View1& grads, double lr, float grad_scale) {
   ++step_;
   if (!streamed()) {
-    update(params, grads, lr, grad_scale, begin_, end_, m_, v_, begin_);
+    for_pieces(0, count_, [&](int64_t flat, int64_t n, int64_t moment) {
+      update(params, grads, lr, grad_scale, flat, flat + n, m_, v_, flat - moment);
+    });
     exec_.fence();
     return;
   }
   const int64_t block = static_cast<int64_t>(m_.extent(0));
   auto m_host = Kokkos::create_mirror_view(m_);
   auto v_host = Kokkos::create_mirror_view(v_);
-  for (int64_t lo = begin_; lo < end_; lo += block) {
-    const int64_t count = std::min(block, end_ - lo);
-    m_file_->read(lo - begin_, count, m_host.data());
-    v_file_->read(lo - begin_, count, v_host.data());
+  for (int64_t lo = 0; lo < count_; lo += block) {
+    const int64_t n = std::min(block, count_ - lo);
+    m_file_->read(lo, n, m_host.data());
+    v_file_->read(lo, n, v_host.data());
     Kokkos::deep_copy(m_, m_host);
     Kokkos::deep_copy(v_, v_host);
-    update(params, grads, lr, grad_scale, lo, lo + count, m_, v_, lo);
+    // Buffer element j holds moment lo + j.
+    for_pieces(lo, lo + n, [&](int64_t flat, int64_t len, int64_t moment) {
+      update(params, grads, lr, grad_scale, flat, flat + len, m_, v_, flat - (moment - lo));
+    });
     exec_.fence();
     Kokkos::deep_copy(m_host, m_);
     Kokkos::deep_copy(v_host, v_);
-    m_file_->write(lo - begin_, count, m_host.data());
-    v_file_->write(lo - begin_, count, v_host.data());
+    m_file_->write(lo, n, m_host.data());
+    v_file_->write(lo, n, v_host.data());
   }
 }
 
 void AdamW::read_moments(const View1& m, const View1& v) const {
-  const auto range = std::make_pair(int64_t{0}, end_ - begin_);
-  if (!streamed()) {
-    Kokkos::deep_copy(Kokkos::subview(m, range), m_);
-    Kokkos::deep_copy(Kokkos::subview(v, range), v_);
-    return;
+  auto m_out = Kokkos::create_mirror_view(m);
+  auto v_out = Kokkos::create_mirror_view(v);
+  Kokkos::deep_copy(m_out, m);
+  Kokkos::deep_copy(v_out, v);
+  std::vector<float> mb(static_cast<size_t>(count_)), vb(static_cast<size_t>(count_));
+  if (streamed()) {
+    m_file_->read(0, count_, mb.data());
+    v_file_->read(0, count_, vb.data());
+  } else {
+    auto mh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m_);
+    auto vh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v_);
+    std::copy(mh.data(), mh.data() + count_, mb.begin());
+    std::copy(vh.data(), vh.data() + count_, vb.begin());
   }
-  auto m_host = Kokkos::create_mirror_view(m);
-  auto v_host = Kokkos::create_mirror_view(v);
-  m_file_->read(0, end_ - begin_, m_host.data());
-  v_file_->read(0, end_ - begin_, v_host.data());
-  Kokkos::deep_copy(m, m_host);
-  Kokkos::deep_copy(v, v_host);
+  for_pieces(0, count_, [&](int64_t flat, int64_t n, int64_t moment) {
+    std::copy(mb.begin() + moment, mb.begin() + moment + n, m_out.data() + flat);
+    std::copy(vb.begin() + moment, vb.begin() + moment + n, v_out.data() + flat);
+  });
+  Kokkos::deep_copy(m, m_out);
+  Kokkos::deep_copy(v, v_out);
 }
 
 void AdamW::write_moments(const View1& m, const View1& v) {
-  const auto range = std::make_pair(int64_t{0}, end_ - begin_);
-  if (!streamed()) {
-    Kokkos::deep_copy(m_, Kokkos::subview(m, range));
-    Kokkos::deep_copy(v_, Kokkos::subview(v, range));
+  auto m_in = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m);
+  auto v_in = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  std::vector<float> mb(static_cast<size_t>(count_)), vb(static_cast<size_t>(count_));
+  for_pieces(0, count_, [&](int64_t flat, int64_t n, int64_t moment) {
+    std::copy(m_in.data() + flat, m_in.data() + flat + n, mb.begin() + moment);
+    std::copy(v_in.data() + flat, v_in.data() + flat + n, vb.begin() + moment);
+  });
+  if (streamed()) {
+    m_file_->write(0, count_, mb.data());
+    v_file_->write(0, count_, vb.data());
     return;
   }
-  auto m_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m);
-  auto v_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  m_file_->write(0, end_ - begin_, m_host.data());
-  v_file_->write(0, end_ - begin_, v_host.data());
+  auto mh = Kokkos::create_mirror_view(m_);
+  auto vh = Kokkos::create_mirror_view(v_);
+  std::copy(mb.begin(), mb.end(), mh.data());
+  std::copy(vb.begin(), vb.end(), vh.data());
+  Kokkos::deep_copy(m_, mh);
+  Kokkos::deep_copy(v_, vh);
 }
 
 }  // namespace trident

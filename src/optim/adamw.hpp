@@ -1,6 +1,6 @@
-// AdamW over a rank's parameters, or over its ZeRO shard of them: moments in flat fp32 buffers
-// covering [begin, end) of the flat parameter buffer, resident or streamed from files through a
-// bounded buffer (NVMe offload); decay only where the table says.
+// AdamW over a rank's parameters, or over its ZeRO shard of them: moments in one compact fp32
+// buffer covering the owned segments of the flat parameter buffer, resident or streamed from
+// files through a bounded buffer (NVMe offload); decay only where the table says.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,9 @@
 #include "core/memory.hpp"
 #include "model/params.hpp"
 #include "parallel/zero/nvme_store.hpp"
+#include "parallel/zero/partition.hpp"
+
+#include <vector>
 
 namespace trident {
 
@@ -25,31 +28,42 @@ struct MomentStorage {
 
 class AdamW {
  public:
-  // Updates elements [begin, end) of the flat buffers; the whole table by default.
-  AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s, int64_t begin = 0,
-        int64_t end = -1, const MomentStorage& storage = {});
+  // Updates the `owned` segments of the flat buffers (every unit whole when empty).
+  AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s,
+        std::vector<Segment> owned = {}, const MomentStorage& storage = {});
 
   // One step on `params` from `grads` (full flat buffers), the gradient first multiplied by
   // `grad_scale` (clipping). Only this optimizer's range is touched.
   void step(const View1& params, const View1& grads, double lr, float grad_scale);
 
-  // Copies the moments of [begin(), end()) into / out of m[0, end-begin), v[0, end-begin).
+  // Copies the owned moments into / out of full-layout buffers (flat-buffer positions).
   void read_moments(const View1& m, const View1& v) const;
   void write_moments(const View1& m, const View1& v);
-  int64_t begin() const { return begin_; }
-  int64_t end() const { return end_; }
+  const std::vector<Segment>& owned() const { return owned_; }
+  int64_t moment_count() const { return count_; }
   bool streamed() const { return m_file_ != nullptr; }
   int steps_taken() const { return step_; }
   void set_steps_taken(int s) { step_ = s; }
 
  private:
-  // Updates [lo, hi) of the flat buffers with moments m(i - base), v(i - base).
+  // Updates flat [lo, hi) with moments m(i - base), v(i - base).
   void update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
               int64_t hi, const View1& m, const View1& v, int64_t base);
+  // Calls f(flat_begin, count, moment_begin) for the owned pieces of moment range [lo, hi).
+  template <class F>
+  void for_pieces(int64_t lo, int64_t hi, F&& f) const {
+    int64_t moment = 0;
+    for (const Segment& seg : owned_) {
+      const int64_t a = std::max(lo, moment), b = std::min(hi, moment + seg.size());
+      if (a < b) f(seg.begin + (a - moment), b - a, a);
+      moment += seg.size();
+    }
+  }
 
   const LocalParamTable& table_;
   AdamWSettings s_;
-  int64_t begin_, end_;
+  std::vector<Segment> owned_;
+  int64_t count_ = 0;  // owned elements (moments per kind)
   Exec exec_;
   View1 m_, v_;  // all moments, or the streaming buffers
   std::unique_ptr<NvmeStore> m_file_, v_file_;

@@ -37,13 +37,13 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
   for (int chunk = 0; chunk < q.virtual_stages; ++chunk) {
     const StageLayout layout =
         stage_layout(m, q.pp, q.virtual_stages, pp_rank, chunk, q.tp, tp_rank);
-    const LocalParamTable local(table, m, layout);
     const bool sharded = q.zero_stage >= 1;
-    const ZeroPartition part{local.total_numel(), sharded ? q.dp : 1, sharded ? dp_rank : 0};
-    const double buffer = sharded ? part.padded() : local.total_numel();
-    add(MemCategory::kParams, buffer);
-    add(MemCategory::kGrads, buffer);
-    const double shard = static_cast<double>(part.end() - part.begin());
+    const LocalParamTable local(table, m, layout, sharded ? q.dp : 1);
+    add(MemCategory::kParams, local.total_numel());
+    add(MemCategory::kGrads, local.total_numel());
+    double shard = 0;
+    for (const Segment& seg : zero_shard(local, sharded ? q.dp : 1, sharded ? dp_rank : 0))
+      shard += seg.size();
     add(MemCategory::kOptimizer,
         2.0 * (q.offload_nvme ? std::min<double>(shard, q.offload_buffer_elements) : shard));
 

@@ -76,7 +76,7 @@ struct Chunk {
   std::unique_ptr<GptStage> stage;
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<GradBuckets> buckets;
-  ZeroPartition partition;  // this rank's optimizer shard (the whole buffer without ZeRO)
+  int shard_dp = 1, shard_rank = 0;  // ZeRO: every unit split into shard_dp parts, ours shard_rank
   int virtual_stage = 0;
   bool first = false, last = false;
   View1 grad_recv;               // [N,C] output gradient received from the next stage
@@ -113,9 +113,15 @@ class Trainer {
   // Parameters and full (dp-gathered, under ZeRO) optimizer moments of every chunk, for
   // checkpoints; collective over dp when the moments are sharded.
   std::vector<ShardBuffers> shards();
+  ShardGeometry geometry() const {
+    const auto& par = c_.parallel;
+    return {par.pp, par.dp, par.tp, par.virtual_stages, c_.zero.stage >= 1 ? par.dp : 1};
+  }
   // Copies loaded full moments into each chunk's optimizer shard.
   void keep_own_moments(const std::vector<ShardBuffers>& full);
   void gather_params();
+  // In-place all-gather over dp of every unit's shards of a flat buffer laid out like `ch`'s.
+  void allgather_units(const Chunk& ch, const View1& buffer);
   int pp_tag(int microbatch, int receiving_stage, int direction) const {
     return (microbatch * stages_ + receiving_stage) * 2 + direction;
   }
@@ -161,11 +167,12 @@ void Trainer::build_model(MemoryLedger& ledger) {
     const int slots = std::max(1, pipeline::max_in_flight(schedule_, chunk));
     const StageLayout layout = stage_layout(c_.model, par.pp, v, me.pp, chunk, par.tp, me.tp);
     const bool sharded = c_.zero.stage >= 1;
+    ch.shard_dp = sharded ? par.dp : 1;
+    ch.shard_rank = sharded ? me.dp : 0;
     ch.stage = std::make_unique<GptStage>(c_.model, layout, tp_.get(), ledger, micro, T, slots,
-                                          sharded ? par.dp : 1);
+                                          ch.shard_dp);
     ch.stage->set_timer(&timer_);
     ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
-    ch.partition = {ch.stage->local().total_numel(), sharded ? par.dp : 1, sharded ? me.dp : 0};
     MomentStorage storage;
     storage.nvme = c_.offload.optimizer == "nvme";
     storage.path_prefix = (std::filesystem::path(c_.offload.nvme_dir) /
@@ -176,7 +183,7 @@ void Trainer::build_model(MemoryLedger& ledger) {
     ch.optimizer = std::make_unique<AdamW>(
         ch.stage->local(), ledger,
         AdamWSettings{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay},
-        ch.partition.begin(), ch.partition.end(), storage);
+        zero_shard(ch.stage->local(), ch.shard_dp, ch.shard_rank), storage);
     ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, dp_.get());
     ch.stage->set_grad_ready_hook([b = ch.buckets.get()](int64_t from) { b->ready_from(from); });
     ch.grad_recv = allocate(ledger, MemCategory::kCommBuffers, "grad_recv", N * C);
@@ -294,43 +301,42 @@ double Trainer::clip_and_step(double lr) {
   return norm;
 }
 
-// ZeRO-1: each dp rank updated its shard of the parameters; all-gather the updated shards so
-// every replica holds the whole (padded) buffer again.
+// ZeRO-1: each dp rank updated its shard of every unit; all-gather the updated shards so every
+// replica holds the whole buffer again (one equal-count, in-place collective per unit).
 void Trainer::gather_params() {
   if (c_.zero.stage < 1 || grid_.shape().dp == 1) return;
   ScopedPhase phase(timer_, Phase::kZeroGather);
-  for (Chunk& ch : chunks_) {
-    float* params = ch.stage->params().data();
-    const int64_t shard = ch.partition.shard();
-    dp_->allgather(params + ch.partition.rank * shard, params, static_cast<size_t>(shard));
+  for (Chunk& ch : chunks_) allgather_units(ch, ch.stage->params());
+}
+
+void Trainer::allgather_units(const Chunk& ch, const View1& buffer) {
+  for (const ParamUnit& u : ch.stage->local().units()) {
+    const int64_t part = u.padded / ch.shard_dp;
+    dp_->allgather(buffer.data() + u.offset + ch.shard_rank * part, buffer.data() + u.offset,
+                   static_cast<size_t>(part));
   }
 }
 
 std::vector<ShardBuffers> Trainer::shards() {
   std::vector<ShardBuffers> out;
   for (const Chunk& ch : chunks_) {
-    // Whole, padded moment buffers: this rank's shard read out of the optimizer (resident or
-    // streamed), the other dp ranks' shards all-gathered under ZeRO.
-    const ZeroPartition& part = ch.partition;
-    View1 full[2] = {View1("moment_m", part.padded()), View1("moment_v", part.padded())};
-    const auto own = std::make_pair(part.rank * part.shard(), part.padded());
-    ch.optimizer->read_moments(Kokkos::subview(full[0], own), Kokkos::subview(full[1], own));
-    if (part.dp > 1)
-      for (View1& buf : full)
-        dp_->allgather(buf.data() + part.rank * part.shard(), buf.data(),
-                       static_cast<size_t>(part.shard()));
-    out.push_back({&ch.stage->local(), ch.stage->params(), full[0], full[1]});
+    // Whole moment buffers: this rank's segments read out of the optimizer (resident or
+    // streamed), the other dp ranks' segments all-gathered under ZeRO.
+    const int64_t n = ch.stage->local().total_numel();
+    View1 m("moment_m", n), v("moment_v", n);
+    ch.optimizer->read_moments(m, v);
+    if (ch.shard_dp > 1) {
+      allgather_units(ch, m);
+      allgather_units(ch, v);
+    }
+    out.push_back({&ch.stage->local(), ch.stage->params(), m, v});
   }
   return out;
 }
 
 void Trainer::keep_own_moments(const std::vector<ShardBuffers>& full) {
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    const ZeroPartition& part = chunks_[c].partition;
-    const auto range = std::make_pair(part.begin(), part.total);
-    chunks_[c].optimizer->write_moments(Kokkos::subview(full[c].m, range),
-                                        Kokkos::subview(full[c].v, range));
-  }
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    chunks_[c].optimizer->write_moments(full[c].m, full[c].v);
 }
 
 int Trainer::run() {
@@ -471,7 +477,7 @@ int Trainer::run() {
       for (const Chunk& ch : chunks_)
         grads.push_back({&ch.stage->local(), ch.stage->grads(), {}, {}});
       save_checkpoint(opt_.dump_grads, c_, {step, step, c_.run.seed, 0, layout, git_revision()},
-                      grads, {par.pp, par.dp, par.tp, par.virtual_stages}, grid_.world());
+                      grads, geometry(), grid_.world());
     }
     {
       ScopedPhase phase(timer_, Phase::kOptimizer);
@@ -488,7 +494,7 @@ int Trainer::run() {
       save_checkpoint(last_ckpt, c_,
                       {step + 1, step + 1, c_.run.seed, chunks_[0].optimizer->steps_taken(), layout,
                        git_revision()},
-                      shards(), {par.pp, par.dp, par.tp, par.virtual_stages}, grid_.world());
+                      shards(), geometry(), grid_.world());
     }
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -35,17 +35,19 @@ TEST(NvmeStore, StartsZeroRoundTripsAndRemovesItsFile) {
 TEST(AdamWOffload, StreamedMomentsMatchResidentOnesBitForBit) {
   const ModelConfig m{"custom", 2, 16, 2, 40, 8};  // L, C, NH, V, block
   const ParamTable table(m);
-  const LocalParamTable local(table, m, whole_model(m));
-  const int64_t n = local.total_numel();
-  for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, n}, {n / 3, 2 * n / 3}}) {
+  // Whole buffer (no ZeRO), and rank 1's shard of every unit when dp = 3.
+  for (auto [dp, rank] : {std::pair{1, 0}, std::pair{3, 1}}) {
+    const LocalParamTable local(table, m, whole_model(m), dp);
+    const int64_t n = local.total_numel();
     MemoryLedger l1, l2;
-    AdamW resident(local, l1, AdamWSettings{}, begin, end);
+    AdamW resident(local, l1, AdamWSettings{}, zero_shard(local, dp, rank));
     MomentStorage storage;
     storage.nvme = true;
     storage.path_prefix = temp("adamw");
-    storage.buffer_elements = 100;  // many blocks, the last one short
-    AdamW streamed(local, l2, AdamWSettings{}, begin, end, storage);
+    storage.buffer_elements = 100;  // many blocks crossing unit boundaries, the last one short
+    AdamW streamed(local, l2, AdamWSettings{}, zero_shard(local, dp, rank), storage);
     EXPECT_EQ(l2.peak(MemCategory::kOptimizer), 2 * 100 * sizeof(float));
+    EXPECT_EQ(resident.moment_count() * dp, n);
     View1 p1("p1", n), p2("p2", n), g("g", n);
     for (int64_t i = 0; i < n; ++i) {
       p1(i) = p2(i) = 0.01f * static_cast<float>(i % 17);
@@ -56,14 +58,16 @@ TEST(AdamWOffload, StreamedMomentsMatchResidentOnesBitForBit) {
       streamed.step(p2, g, 1e-2, 0.7f);
     }
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(p1(i), p2(i)) << i;
-    View1 m1("m1", end - begin), v1("v1", end - begin), m2("m2", end - begin),
-        v2("v2", end - begin);
+    View1 m1("m1", n), v1("v1", n), m2("m2", n), v2("v2", n);
     resident.read_moments(m1, v1);
     streamed.read_moments(m2, v2);
-    for (int64_t i = 0; i < end - begin; ++i) {
+    int64_t owned_nonzero = 0;
+    for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(m1(i), m2(i));
       ASSERT_EQ(v1(i), v2(i));
+      owned_nonzero += v1(i) != 0.0f;
     }
+    EXPECT_GT(owned_nonzero, 0);
     // Writing moments back (a resumed run) and stepping again still agrees.
     streamed.write_moments(m1, v1);
     resident.step(p1, g, 1e-2, 1.0f);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "model/params.hpp"
+#include "parallel/zero/partition.hpp"
 
 using namespace trident;
 
@@ -167,4 +168,45 @@ TEST(LocalParams, PipelineStagesPartitionTheLayers) {
   // Interleaving: rank 0 holds virtual stages 0 and pp (layers 0 and 2 of 4 at pp = v = 2).
   EXPECT_EQ(stage_layout(m, 2, 2, 0, 1, 1, 0).first_layer, 2);
   EXPECT_EQ(stage_layout(m, 2, 2, 1, 0, 1, 0).first_layer, 1);
+}
+
+TEST(LocalParams, UnitsArePaddedForZeroAndShardedEvenly) {
+  const ModelConfig m = small_vocab_model();  // 4 layers
+  const ParamTable table(m);
+  const int dp = 3;
+  for (auto [pp, rank] : {std::pair{1, 0}, std::pair{2, 1}}) {
+    const StageLayout layout = stage_layout(m, pp, 1, rank, 0, 1, 0);
+    const LocalParamTable plain(table, m, layout), padded(table, m, layout, dp);
+    // Units: the embeddings (wte alone on a last stage), one per block, the final LayerNorm.
+    const size_t blocks = static_cast<size_t>(layout.last_layer - layout.first_layer);
+    const size_t embedding_unit = padded.holds("wte") || padded.holds("wpe") ? 1 : 0;
+    ASSERT_EQ(padded.units().size(), embedding_unit + blocks + (layout.has_head ? 1 : 0));
+    int64_t end = 0;
+    for (size_t u = 0; u < padded.units().size(); ++u) {
+      const ParamUnit& unit = padded.units()[u];
+      EXPECT_EQ(unit.offset, end);  // units tile the buffer
+      EXPECT_EQ(unit.padded % dp, 0);
+      EXPECT_LT(unit.padded - unit.numel, dp);
+      EXPECT_EQ(unit.numel, plain.units()[u].numel);
+      end = unit.offset + unit.padded;
+    }
+    EXPECT_EQ(padded.total_numel(), end);
+    // Every real element is owned by exactly one dp rank.
+    std::vector<int> owners(static_cast<size_t>(end), 0);
+    for (int r = 0; r < dp; ++r)
+      for (const Segment& seg : zero_shard(padded, dp, r)) {
+        EXPECT_EQ(seg.size() * dp, [&] {
+          for (const ParamUnit& u : padded.units())
+            if (seg.begin >= u.offset && seg.begin < u.offset + u.padded) return u.padded;
+          return int64_t{-1};
+        }());
+        for (int64_t i = seg.begin; i < seg.end; ++i) owners[static_cast<size_t>(i)]++;
+      }
+    for (int o : owners) EXPECT_EQ(o, 1);
+    // Parameters keep their global index map whatever the padding.
+    for (const LocalParam& p : padded.params()) {
+      const LocalParam& q = plain.at(p.spec->name);
+      EXPECT_EQ(padded.global_index(p, p.numel - 1), plain.global_index(q, q.numel - 1));
+    }
+  }
 }
