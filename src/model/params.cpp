@@ -90,9 +90,11 @@ int padded_vocab(int vocab_size, int tp_size) {
 LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
                                  const StageLayout& layout, int64_t unit_alignment)
     : layout_(layout), vocab_size_(m.vocab_size) {
-  // Unit of a held parameter: 0 for the embeddings, 1 + l for block l, n_layer + 1 for ln_f.
+  // Unit of a held parameter: 0 for wte, 1 for wpe, 2 + l for block l, n_layer + 2 for ln_f.
+  // wte is a unit of its own so the first and the last stage, which both hold it, shard it alike.
   auto unit_of = [&](const ParamSpec& spec) {
-    return spec.layer < 0 ? 0 : spec.layer >= m.n_layer ? m.n_layer + 1 : spec.layer + 1;
+    if (spec.layer < 0) return spec.name == "wte" ? 0 : 1;
+    return spec.layer >= m.n_layer ? m.n_layer + 2 : spec.layer + 2;
   };
   int current_unit = -1;
   auto close_unit = [&] {

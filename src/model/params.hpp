@@ -63,8 +63,8 @@ struct LocalParam {
   bool tp_replicated = true;  // every tp rank holds the whole tensor
 };
 
-// A group of consecutive parameters that ZeRO moves together: the embeddings, one transformer
-// block, or the final LayerNorm. Its segment [offset, offset + padded) of the flat buffer is
+// A group of consecutive parameters that ZeRO moves together: the token embedding, the position
+// embedding, one transformer block, or the final LayerNorm. Its segment [offset, offset + padded) of the flat buffer is
 // padded with zeros to a multiple of the unit alignment (dp under ZeRO), so every dp rank owns
 // an equal, contiguous shard of every unit, and a unit is all-gathered or reduce-scattered as
 // one equal-count collective.

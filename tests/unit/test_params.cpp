@@ -177,10 +177,10 @@ TEST(LocalParams, UnitsArePaddedForZeroAndShardedEvenly) {
   for (auto [pp, rank] : {std::pair{1, 0}, std::pair{2, 1}}) {
     const StageLayout layout = stage_layout(m, pp, 1, rank, 0, 1, 0);
     const LocalParamTable plain(table, m, layout), padded(table, m, layout, dp);
-    // Units: the embeddings (wte alone on a last stage), one per block, the final LayerNorm.
+    // Units: wte, wpe (first stage), one per block, the final LayerNorm (last stage).
     const size_t blocks = static_cast<size_t>(layout.last_layer - layout.first_layer);
-    const size_t embedding_unit = padded.holds("wte") || padded.holds("wpe") ? 1 : 0;
-    ASSERT_EQ(padded.units().size(), embedding_unit + blocks + (layout.has_head ? 1 : 0));
+    const size_t embedding_units = (padded.holds("wte") ? 1 : 0) + (padded.holds("wpe") ? 1 : 0);
+    ASSERT_EQ(padded.units().size(), embedding_units + blocks + (layout.has_head ? 1 : 0));
     int64_t end = 0;
     for (size_t u = 0; u < padded.units().size(); ++u) {
       const ParamUnit& unit = padded.units()[u];
