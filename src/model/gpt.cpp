@@ -21,13 +21,18 @@ using namespace kernels;
 
 StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
                            const View1& flat) {
+  return stage_tensors(local, layout, [&](const LocalParam& p) { return flat.data() + p.offset; });
+}
+
+StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
+                           const TensorLocator& where) {
   auto vec = [&](const std::string& name) {
     const LocalParam& p = local.at(name);
-    return window(flat, p.offset, p.numel);
+    return Vec(where(p), p.numel);
   };
   auto mat = [&](const std::string& name) {
     const LocalParam& p = local.at(name);
-    return window(flat, p.offset, p.shape[0], p.shape[1]);
+    return Mat(where(p), p.shape[0], p.shape[1]);
   };
   StageTensors t;
   if (local.holds("wte")) t.wte = mat("wte");
@@ -49,7 +54,7 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
 
 GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp,
                    MemoryLedger& ledger, int max_batch, int max_seq, int slots,
-                   int64_t unit_alignment)
+                   int64_t unit_alignment, bool full_grads)
     : m_(m), layout_(layout), table_(m), local_(table_, m, layout, unit_alignment), tp_(tp) {
   const int tps = layout.tp_size;
   C_tp_ = m.n_embd / tps;
@@ -61,9 +66,11 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   const size_t N = static_cast<size_t>(max_batch) * max_seq;
   const size_t C = m.n_embd, T = max_seq;
   params_ = allocate(ledger, MemCategory::kParams, "params", local_.total_numel());
-  grads_ = allocate(ledger, MemCategory::kGrads, "grads", local_.total_numel());
   p_ = stage_tensors(local_, layout, params_);
-  g_ = stage_tensors(local_, layout, grads_);
+  if (full_grads) {
+    grads_ = allocate(ledger, MemCategory::kGrads, "grads", local_.total_numel());
+    g_ = stage_tensors(local_, layout, grads_);
+  }
   auto act = [&](const char* label, size_t n) {
     return allocate(ledger, MemCategory::kActivations, label, n);
   };
@@ -128,7 +135,17 @@ void GptStage::init_params(uint64_t seed) {
 }
 
 void GptStage::zero_grads() {
-  Kokkos::deep_copy(exec_, grads_, 0.0f);
+  if (grads_.extent(0) > 0) Kokkos::deep_copy(exec_, grads_, 0.0f);
+}
+
+void GptStage::unit_done(const std::string& first_param) {
+  if (!unit_done_) return;
+  exec_.fence();
+  const int64_t offset = local_.at(first_param).offset;
+  const auto& units = local_.units();
+  for (size_t u = 0; u < units.size(); ++u)
+    if (units[u].offset <= offset && offset < units[u].offset + units[u].padded)
+      unit_done_(static_cast<int>(u));
 }
 
 void GptStage::tp_allreduce(const View1& buf, size_t n) {
@@ -256,6 +273,7 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
     layernorm_backward(exec_, dres, g_.lnf_w, g_.lnf_b, dln, window(x_last, 0, N, C), p_.lnf_w,
                        a.lnf_mean, a.lnf_rstd);
     grads_ready_from(local_.at("ln_f.weight").offset);
+    unit_done("ln_f.weight");
   } else {
     Kokkos::deep_copy(exec_, window(dresidual_, 0, static_cast<size_t>(N) * C), grad_output);
   }
@@ -285,13 +303,16 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
     tp_allreduce(dln_, static_cast<size_t>(N) * C);
     layernorm_backward(exec_, dres, g.ln1_w, g.ln1_b, dln, window(x, 0, N, C), w.ln1_w, b.ln1_mean,
                        b.ln1_rstd);
-    grads_ready_from(
-        local_.at("h." + std::to_string(layout_.first_layer + i) + ".ln_1.weight").offset);
+    const std::string first = "h." + std::to_string(layout_.first_layer + i) + ".ln_1.weight";
+    grads_ready_from(local_.at(first).offset);
+    unit_done(first);
   }
   if (layout_.has_embedding)
     embedding_backward(exec_, g_.wte, g_.wpe, dres, a.tokens, T, vocab_start_);
   exec_.fence();
   grads_ready_from(0);
+  if (layout_.has_embedding) unit_done("wpe");
+  if (local_.holds("wte")) unit_done("wte");
 }
 
 }  // namespace trident

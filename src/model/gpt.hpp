@@ -35,7 +35,12 @@ struct StageTensors {
   Vec lnf_w, lnf_b;                  // [C]
 };
 
-// Windows onto the stage's tensors (its layers, embedding and head as the layout says).
+// Windows onto the stage's tensors (its layers, embedding and head as the layout says), each
+// parameter's data at where(param).
+using TensorLocator = std::function<float*(const LocalParam&)>;
+StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
+                           const TensorLocator& where);
+// The same, every parameter at its offset in one flat buffer.
 StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
                            const View1& flat);
 
@@ -67,8 +72,11 @@ class GptStage {
   // `tp` may be null when layout.tp_size == 1. `slots` activation sets of [max_batch, max_seq].
   // Each unit of the flat parameter and gradient buffers is padded with zeros to a multiple of
   // `unit_alignment` (dp under ZeRO, which shards every unit into dp equal parts).
+  // With `full_grads` false no gradient buffer is allocated: the caller places every unit's
+  // gradients with redirect_grads (ZeRO-2 keeps only a few units' gradients at once).
   GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp, MemoryLedger& ledger,
-           int max_batch, int max_seq, int slots, int64_t unit_alignment = 1);
+           int max_batch, int max_seq, int slots, int64_t unit_alignment = 1,
+           bool full_grads = true);
 
   const ModelConfig& config() const { return m_; }
   const StageLayout& layout() const { return layout_; }
@@ -82,6 +90,11 @@ class GptStage {
   // Called during backward with an offset into grads(): every gradient at or above it has
   // received this backward's contribution (data parallelism starts reducing those).
   void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
+  // Backward writes parameter p's gradient at where(p) instead of grads().
+  void redirect_grads(const TensorLocator& where) { g_ = stage_tensors(local_, layout_, where); }
+  // Called during backward with a unit index (into local().units()) once this backward has
+  // written that unit's whole contribution.
+  void set_unit_done_hook(std::function<void(int)> hook) { unit_done_ = std::move(hook); }
 
   // Fills this rank's parameters from the counter-based initialiser (its slice only).
   void init_params(uint64_t seed);
@@ -115,6 +128,8 @@ class GptStage {
   Communicator* tp_;
   PhaseTimer* timer_ = nullptr;
   std::function<void(int64_t)> grad_ready_;
+  std::function<void(int)> unit_done_;
+  void unit_done(const std::string& first_param);
   void grads_ready_from(int64_t offset) {
     if (grad_ready_) grad_ready_(offset);
   }

@@ -64,10 +64,10 @@ struct LocalParam {
 };
 
 // A group of consecutive parameters that ZeRO moves together: the token embedding, the position
-// embedding, one transformer block, or the final LayerNorm. Its segment [offset, offset + padded) of the flat buffer is
-// padded with zeros to a multiple of the unit alignment (dp under ZeRO), so every dp rank owns
-// an equal, contiguous shard of every unit, and a unit is all-gathered or reduce-scattered as
-// one equal-count collective.
+// embedding, one transformer block, or the final LayerNorm. Its segment [offset, offset + padded)
+// of the flat buffer is padded with zeros to a multiple of the unit alignment (dp under ZeRO), so
+// every dp rank owns an equal, contiguous shard of every unit, and a unit is all-gathered or
+// reduce-scattered as one equal-count collective.
 struct ParamUnit {
   int64_t offset = 0, numel = 0, padded = 0;
 };

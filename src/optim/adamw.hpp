@@ -34,7 +34,14 @@ class AdamW {
 
   // One step on `params` from `grads` (full flat buffers), the gradient first multiplied by
   // `grad_scale` (clipping). Only this optimizer's range is touched.
-  void step(const View1& params, const View1& grads, double lr, float grad_scale);
+  void step(const View1& params, const View1& grads, double lr, float grad_scale) {
+    step_impl(params, grads, lr, grad_scale, false);
+  }
+  // The same with `shard_grads` holding only the owned gradients, compact in owned-segment order
+  // (ZeRO-2: the reduce-scattered gradient).
+  void step_shard(const View1& params, const View1& shard_grads, double lr, float grad_scale) {
+    step_impl(params, shard_grads, lr, grad_scale, true);
+  }
 
   // Copies the owned moments into / out of full-layout buffers (flat-buffer positions).
   void read_moments(const View1& m, const View1& v) const;
@@ -46,9 +53,11 @@ class AdamW {
   void set_steps_taken(int s) { step_ = s; }
 
  private:
-  // Updates flat [lo, hi) with moments m(i - base), v(i - base).
+  void step_impl(const View1& params, const View1& grads, double lr, float grad_scale,
+                 bool compact_grads);
+  // Updates flat [lo, hi) with moments m(i - base), v(i - base), gradient grads(i - grad_base).
   void update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
-              int64_t hi, const View1& m, const View1& v, int64_t base);
+              int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base);
   // Calls f(flat_begin, count, moment_begin) for the owned pieces of moment range [lo, hi).
   template <class F>
   void for_pieces(int64_t lo, int64_t hi, F&& f) const {

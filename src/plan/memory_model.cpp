@@ -40,10 +40,31 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     const bool sharded = q.zero_stage >= 1;
     const LocalParamTable local(table, m, layout, sharded ? q.dp : 1);
     add(MemCategory::kParams, local.total_numel());
-    add(MemCategory::kGrads, local.total_numel());
     double shard = 0;
     for (const Segment& seg : zero_shard(local, sharded ? q.dp : 1, sharded ? dp_rank : 0))
       shard += seg.size();
+    if (q.zero_stage >= 2) {
+      // The reduced shard, a working buffer for each of wte, wpe and ln_f, two alternating
+      // block-sized ones, and the largest unit part for the reduce-scatter result.
+      double working = 0, largest_block = 0, largest_part = 0;
+      int blocks = 0;
+      for (const ParamUnit& u : local.units()) {
+        largest_part = std::max<double>(largest_part, u.padded / q.dp);
+        bool block = false;
+        for (const LocalParam& p : local.params())
+          if (p.offset == u.offset) block = p.spec->layer >= 0 && p.spec->layer < m.n_layer;
+        if (block) {
+          ++blocks;
+          largest_block = std::max<double>(largest_block, u.padded);
+        } else {
+          working += u.padded;
+        }
+      }
+      add(MemCategory::kGrads, shard + working + std::min(blocks, 2) * largest_block);
+      add(MemCategory::kCommBuffers, largest_part);
+    } else {
+      add(MemCategory::kGrads, local.total_numel());
+    }
     add(MemCategory::kOptimizer,
         2.0 * (q.offload_nvme ? std::min<double>(shard, q.offload_buffer_elements) : shard));
 

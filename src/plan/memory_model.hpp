@@ -28,10 +28,12 @@ struct MemoryPrediction {
 };
 
 // Bytes rank (pp_rank, tp_rank, dp_rank) allocates, by category, for trident as built (fp32).
-// Model states: every chunk's tp slice of the parameter table (vocabulary padded to tp, the
-// buffer padded to dp under ZeRO) as parameters and gradients, and AdamW's two moments over the
-// rank's ZeRO shard. Activations per in-flight micro-batch (N = b*s tokens, h channels,
-// a heads, t = tp, V_t the vocabulary slice), in fp32 bytes:
+// Model states: every chunk's tp slice of the parameter table (vocabulary padded to tp, each
+// unit padded to dp under ZeRO) as parameters; gradients likewise, or under ZeRO-2 the rank's
+// shard plus working buffers for wte, wpe, ln_f and two blocks; AdamW's two moments over the
+// rank's ZeRO shard (or only the streaming buffers with nvme offload). Activations per in-flight
+// micro-batch (N = b*s tokens, h channels, a heads, t = tp, V_t the vocabulary slice), in fp32
+// bytes:
 //   per layer   4 * (4*N*h + 4*N*h/t + 8*N*h/t + a*N*s/t + 4*N)
 //               (ln1, res_attn, ln2, res_mlp; qkv + attention output; fc and GELU outputs;
 //                softmax probabilities; LayerNorm means and reciprocal deviations)

@@ -27,6 +27,7 @@
 #include "optim/schedule.hpp"
 #include "parallel/data/grad_buckets.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/zero/grad_shards.hpp"
 #include "parallel/zero/partition.hpp"
 #include "plan/memory_model.hpp"
 
@@ -75,7 +76,8 @@ void check_resume_compatible(const Config& ours, const std::string& path) {
 struct Chunk {
   std::unique_ptr<GptStage> stage;
   std::unique_ptr<AdamW> optimizer;
-  std::unique_ptr<GradBuckets> buckets;
+  std::unique_ptr<GradBuckets> buckets;     // ZeRO 0/1: dp all-reduce of the whole gradient
+  std::unique_ptr<GradShards> grad_shards;  // ZeRO 2: reduce-scatter unit by unit
   int shard_dp = 1, shard_rank = 0;  // ZeRO: every unit split into shard_dp parts, ours shard_rank
   int virtual_stage = 0;
   bool first = false, last = false;
@@ -110,6 +112,8 @@ class Trainer {
                      int64_t batch_index, bool train);
   double evaluate(const BatchSampler& val);
   double clip_and_step(double lr);
+  int unit_of(const Chunk& ch, const LocalParam& p) const;
+  View1 full_grads(const Chunk& ch);
   // Parameters and full (dp-gathered, under ZeRO) optimizer moments of every chunk, for
   // checkpoints; collective over dp when the moments are sharded.
   std::vector<ShardBuffers> shards();
@@ -169,8 +173,9 @@ void Trainer::build_model(MemoryLedger& ledger) {
     const bool sharded = c_.zero.stage >= 1;
     ch.shard_dp = sharded ? par.dp : 1;
     ch.shard_rank = sharded ? me.dp : 0;
+    const bool zero2 = c_.zero.stage >= 2;
     ch.stage = std::make_unique<GptStage>(c_.model, layout, tp_.get(), ledger, micro, T, slots,
-                                          ch.shard_dp);
+                                          ch.shard_dp, !zero2);
     ch.stage->set_timer(&timer_);
     ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
     MomentStorage storage;
@@ -184,8 +189,13 @@ void Trainer::build_model(MemoryLedger& ledger) {
         ch.stage->local(), ledger,
         AdamWSettings{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay},
         zero_shard(ch.stage->local(), ch.shard_dp, ch.shard_rank), storage);
-    ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, dp_.get());
-    ch.stage->set_grad_ready_hook([b = ch.buckets.get()](int64_t from) { b->ready_from(from); });
+    if (zero2) {
+      ch.grad_shards =
+          std::make_unique<GradShards>(*ch.stage, ch.shard_dp, dp_.get(), ledger, &timer_);
+    } else {
+      ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, dp_.get());
+      ch.stage->set_grad_ready_hook([b = ch.buckets.get()](int64_t from) { b->ready_from(from); });
+    }
     ch.grad_recv = allocate(ledger, MemCategory::kCommBuffers, "grad_recv", N * C);
     for (int s = 0; s < slots; ++s)
       ch.grad_send.push_back(allocate(ledger, MemCategory::kCommBuffers, "grad_send", N * C));
@@ -235,7 +245,7 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
         pp_->recv(ch.grad_recv.data(), NC, next, pp_tag(act.microbatch, ch.virtual_stage, 1));
       }
       const bool final_backward = ++backwards_done[act.chunk] == micro_batches_;
-      ch.buckets->arm(final_backward);
+      if (ch.buckets) ch.buckets->arm(final_backward);
       {
         ScopedPhase phase(timer_, Phase::kBackward);
         stage.backward(slot, loss_scale, window(ch.grad_recv, 0, NC));
@@ -259,7 +269,8 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
   if (train) {
     {
       ScopedPhase phase(timer_, Phase::kDpComm);
-      for (Chunk& ch : chunks_) ch.buckets->finish();
+      for (Chunk& ch : chunks_)
+        if (ch.buckets) ch.buckets->finish();
     }
     // The tied embedding: the first and the last stage each hold wte and a part of its
     // gradient. Summing over them commutes with the dp sum, so it may come after it.
@@ -268,7 +279,14 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
       for (Chunk& ch : chunks_)
         if (ch.first || ch.last) {
           const LocalParam& wte = ch.stage->local().at("wte");
-          embedding_->allreduce_sum(ch.stage->grads().data() + wte.offset, wte.numel);
+          if (ch.grad_shards) {  // the wte unit is sharded alike on both stages
+            const int u = unit_of(ch, wte);
+            embedding_->allreduce_sum(
+                ch.grad_shards->shard().data() + ch.grad_shards->shard_offset(u),
+                static_cast<size_t>(ch.grad_shards->shard_size(u)));
+          } else {
+            embedding_->allreduce_sum(ch.stage->grads().data() + wte.offset, wte.numel);
+          }
         }
     }
   }
@@ -286,19 +304,69 @@ double Trainer::evaluate(const BatchSampler& val) {
 // replicated over tp only on tp rank 0, the tied embedding only on the first stage. Returns it.
 double Trainer::clip_and_step(double lr) {
   double local = 0.0;
+  const bool sharded_grads = c_.zero.stage >= 2;
   for (const Chunk& ch : chunks_)
     for (const LocalParam& p : ch.stage->local().params()) {
       if (p.tp_replicated && grid_.coord().tp != 0) continue;
       if (p.spec->name == "wte" && !ch.first) continue;
-      local += kernels::sum_of_squares(Exec(), window(ch.stage->grads(), p.offset, p.numel));
+      if (!sharded_grads) {
+        local += kernels::sum_of_squares(Exec(), window(ch.stage->grads(), p.offset, p.numel));
+        continue;
+      }
+      // ZeRO-2: this rank holds the reduced gradient of its shard of each unit only.
+      const int u = unit_of(ch, p);
+      const ParamUnit& unit = ch.stage->local().units()[u];
+      const int64_t part = ch.grad_shards->shard_size(u);
+      const int64_t own_begin = unit.offset + ch.shard_rank * part, own_end = own_begin + part;
+      const int64_t a = std::max(own_begin, p.offset), b = std::min(own_end, p.offset + p.numel);
+      if (a < b)
+        local += kernels::sum_of_squares(
+            Exec(),
+            window(ch.grad_shards->shard(), ch.grad_shards->shard_offset(u) + (a - own_begin),
+                   static_cast<size_t>(b - a)));
     }
-  mp_.allreduce_sum(&local, 1);
+  // One model replica's norm: over pp x tp, and over dp too when dp ranks hold different shards.
+  if (sharded_grads)
+    world_.allreduce_sum(&local, 1);
+  else
+    mp_.allreduce_sum(&local, 1);
   const double norm = std::sqrt(local);
   const double max_norm = c_.optim.max_norm;
   const float clip =
       max_norm > 0 && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
-  for (Chunk& ch : chunks_) ch.optimizer->step(ch.stage->params(), ch.stage->grads(), lr, clip);
+  for (Chunk& ch : chunks_) {
+    if (sharded_grads)
+      ch.optimizer->step_shard(ch.stage->params(), ch.grad_shards->shard(), lr, clip);
+    else
+      ch.optimizer->step(ch.stage->params(), ch.stage->grads(), lr, clip);
+  }
   return norm;
+}
+
+int Trainer::unit_of(const Chunk& ch, const LocalParam& p) const {
+  const auto& units = ch.stage->local().units();
+  for (size_t u = 0; u < units.size(); ++u)
+    if (units[u].offset <= p.offset && p.offset < units[u].offset + units[u].padded)
+      return static_cast<int>(u);
+  return -1;
+}
+
+// The whole gradient at flat positions: the buffer itself, or under ZeRO-2 the shards gathered.
+View1 Trainer::full_grads(const Chunk& ch) {
+  if (!ch.grad_shards) return ch.stage->grads();
+  const LocalParamTable& local = ch.stage->local();
+  View1 full("full_grads", local.total_numel());
+  for (size_t u = 0; u < local.units().size(); ++u) {
+    const int64_t part = ch.grad_shards->shard_size(static_cast<int>(u));
+    const int64_t at = local.units()[u].offset + ch.shard_rank * part;
+    Kokkos::deep_copy(
+        Kokkos::subview(full, std::make_pair(at, at + part)),
+        Kokkos::subview(ch.grad_shards->shard(),
+                        std::make_pair(ch.grad_shards->shard_offset(static_cast<int>(u)),
+                                       ch.grad_shards->shard_offset(static_cast<int>(u)) + part)));
+  }
+  allgather_units(ch, full);
+  return full;
 }
 
 // ZeRO-1: each dp rank updated its shard of every unit; all-gather the updated shards so every
@@ -463,7 +531,10 @@ int Trainer::run() {
   for (int step = start_step; step < c_.run.steps; ++step) {
     timer_.reset();
     const auto t0 = std::chrono::steady_clock::now();
-    for (Chunk& ch : chunks_) ch.stage->zero_grads();
+    for (Chunk& ch : chunks_) {
+      ch.stage->zero_grads();
+      if (ch.grad_shards) ch.grad_shards->zero();
+    }
     loss = run_actions(schedule_, train_sampler, step, true);
     world_.allreduce_sum(&loss, 1);
     loss /= static_cast<double>(tokens_per_step);
@@ -474,8 +545,7 @@ int Trainer::run() {
     }
     if (step == start_step && !opt_.dump_grads.empty()) {
       std::vector<ShardBuffers> grads;
-      for (const Chunk& ch : chunks_)
-        grads.push_back({&ch.stage->local(), ch.stage->grads(), {}, {}});
+      for (const Chunk& ch : chunks_) grads.push_back({&ch.stage->local(), full_grads(ch), {}, {}});
       save_checkpoint(opt_.dump_grads, c_, {step, step, c_.run.seed, 0, layout, git_revision()},
                       grads, geometry(), grid_.world());
     }

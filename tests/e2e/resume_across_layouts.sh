@@ -22,6 +22,9 @@ train serial 1 1 1 1 0 --resume "$ckpt"
 $check compare "$work/full/tiny/timings.h5" "$work/serial/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
 train dp4_zero1 4 4 1 1 1 --resume "$ckpt"
 $check compare "$work/full/tiny/timings.h5" "$work/dp4_zero1/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+train dp2_zero2 8 2 2 2 2 --resume "$ckpt" --set parallel.schedule=interleaved \
+  --set parallel.virtual_stages=2 --set train.micro_batch_size=1
+$check compare "$work/full/tiny/timings.h5" "$work/dp2_zero2/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
 train tp4_pp2 8 1 4 2 0 --resume "$ckpt" --set parallel.schedule=gpipe
 $check compare "$work/full/tiny/timings.h5" "$work/tp4_pp2/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
 train dp2_nvme 2 2 1 1 1 --resume "$ckpt" --set offload.optimizer=nvme \

@@ -66,3 +66,17 @@ TEST(MemoryModel, TensorAndPipelineParallelismSplitModelStates) {
   const double act_middle = bytes(predict_rank_memory(q, 1, 0, 0), MemCategory::kActivations);
   EXPECT_DOUBLE_EQ(act_first / act_middle, 4.0 / 3.0);
 }
+
+TEST(MemoryModel, ZeroTwoShardsGradientsButKeepsWorkingBuffers) {
+  MemoryQuery q = gpt2_query();
+  q.dp = 8;
+  q.zero_stage = 1;
+  const MemoryPrediction z1 = predict_rank_memory(q, 0, 0, 0);
+  q.zero_stage = 2;
+  const MemoryPrediction z2 = predict_rank_memory(q, 0, 0, 0);
+  const double full = bytes(z1, MemCategory::kGrads);
+  // Shard (1/8), plus wte, wpe and ln_f (~31% of GPT-2 small) and two of twelve blocks.
+  EXPECT_LT(bytes(z2, MemCategory::kGrads), 0.65 * full);
+  EXPECT_GT(bytes(z2, MemCategory::kGrads), full / 8);
+  EXPECT_EQ(bytes(z2, MemCategory::kOptimizer), bytes(z1, MemCategory::kOptimizer));
+}
