@@ -62,6 +62,7 @@ class Communicator {
   // recv[size * send_count] = every rank's send[send_count], in rank order. In place when
   // send == recv + rank * send_count.
   virtual void allgather(const float* send, float* recv, size_t send_count) = 0;
+  virtual Request iallgather(const float* send, float* recv, size_t send_count) = 0;
   virtual void broadcast(float* buf, size_t n, int root) = 0;
   virtual void send(const float* buf, size_t n, int peer, int tag) = 0;
   virtual void recv(float* buf, size_t n, int peer, int tag) = 0;
@@ -85,6 +86,7 @@ class MpiCommunicator final : public Communicator {
   Request iallreduce_sum(float* buf, size_t n) override;
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
   void allgather(const float* send, float* recv, size_t send_count) override;
+  Request iallgather(const float* send, float* recv, size_t send_count) override;
   void broadcast(float* buf, size_t n, int root) override;
   void send(const float* buf, size_t n, int peer, int tag) override;
   void recv(float* buf, size_t n, int peer, int tag) override;

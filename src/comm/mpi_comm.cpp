@@ -67,6 +67,14 @@ void MpiCommunicator::allgather(const float* send, float* recv, size_t send_coun
                             MPI_FLOAT, comm_));
 }
 
+Request MpiCommunicator::iallgather(const float* send, float* recv, size_t send_count) {
+  auto r = std::make_unique<MpiRequest>();
+  const void* src = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
+  TRIDENT_MPI(MPI_Iallgather(src, count_of(send_count), MPI_FLOAT, recv, count_of(send_count),
+                             MPI_FLOAT, comm_, &r->request));
+  return Request(std::move(r));
+}
+
 void MpiCommunicator::broadcast(float* buf, size_t n, int root) {
   if (size_ == 1) return;
   TRIDENT_MPI(MPI_Bcast(buf, count_of(n), MPI_FLOAT, root, comm_));

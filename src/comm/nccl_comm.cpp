@@ -204,6 +204,12 @@ void NcclCommunicator::allgather(const float* send, float* recv, size_t send_cou
   finish();
 }
 
+Request NcclCommunicator::iallgather(const float* send, float* recv, size_t send_count) {
+  inputs_ready();
+  TRIDENT_NCCL(ncclAllGather(send, recv, send_count, ncclFloat, comm_, stream_));
+  return pending();
+}
+
 void NcclCommunicator::broadcast(float* buf, size_t n, int root) {
   if (size_ == 1 || n == 0) return;
   inputs_ready();

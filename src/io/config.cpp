@@ -70,7 +70,8 @@ std::vector<Field> schema(Config& c) {
        "data-parallel collectives: auto, mpi, nccl"},
       {"parallel", "backend_pp", &c.parallel.backend_pp, "pipeline send/recv: auto, mpi"},
       {"zero", "stage", &c.zero.stage,
-       "ZeRO stage: 0 replicated, 1 optimizer states sharded over dp, 2 gradients too"},
+       "ZeRO stage: 0 replicated; sharded over dp: 1 optimizer states, 2 + gradients, 3 + "
+       "parameters"},
       {"offload", "optimizer", &c.offload.optimizer,
        "optimizer states: none, host (device builds), nvme (files under nvme_dir)"},
       {"offload", "nvme_dir", &c.offload.nvme_dir, "directory for nvme-offloaded states"},
@@ -325,9 +326,6 @@ void validate(Config& c, int world_size) {
           "messages (NCCL has no tags); use 'mpi' or 'auto'");
   require(c.zero.stage >= 0 && c.zero.stage <= 3,
           fmt::format("zero.stage = {} must be 0, 1, 2 or 3", c.zero.stage));
-  require(c.zero.stage <= 2,
-          fmt::format("zero.stage = {} is not built yet (stages 0, 1 and 2 are); use 0, 1 or 2",
-                      c.zero.stage));
   const OffloadSection& off = c.offload;
   require(off.optimizer == "none" || off.optimizer == "host" || off.optimizer == "nvme",
           fmt::format("offload.optimizer = '{}' must be one of none, host, nvme", off.optimizer));

@@ -54,8 +54,12 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
 
 GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp,
                    MemoryLedger& ledger, int max_batch, int max_seq, int slots,
-                   int64_t unit_alignment, bool full_grads)
-    : m_(m), layout_(layout), table_(m), local_(table_, m, layout, unit_alignment), tp_(tp) {
+                   const StageBuffers& buffers)
+    : m_(m),
+      layout_(layout),
+      table_(m),
+      local_(table_, m, layout, buffers.unit_alignment),
+      tp_(tp) {
   const int tps = layout.tp_size;
   C_tp_ = m.n_embd / tps;
   NH_tp_ = m.n_head / tps;
@@ -65,9 +69,11 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   vocab_valid_ = std::clamp(m.vocab_size - vocab_start_, 0, V_tp_);
   const size_t N = static_cast<size_t>(max_batch) * max_seq;
   const size_t C = m.n_embd, T = max_seq;
-  params_ = allocate(ledger, MemCategory::kParams, "params", local_.total_numel());
-  p_ = stage_tensors(local_, layout, params_);
-  if (full_grads) {
+  if (buffers.full_params) {
+    params_ = allocate(ledger, MemCategory::kParams, "params", local_.total_numel());
+    p_ = stage_tensors(local_, layout, params_);
+  }
+  if (buffers.full_grads) {
     grads_ = allocate(ledger, MemCategory::kGrads, "grads", local_.total_numel());
     g_ = stage_tensors(local_, layout, grads_);
   }
@@ -125,6 +131,7 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
 }
 
 void GptStage::init_params(uint64_t seed) {
+  if (params_.extent(0) == 0) return;  // sharded parameters are initialised by their owner
   auto host = Kokkos::create_mirror_view(params_);
   for (const LocalParam& p : local_.params())
     for (int64_t i = 0; i < p.numel; ++i) {
@@ -138,14 +145,23 @@ void GptStage::zero_grads() {
   if (grads_.extent(0) > 0) Kokkos::deep_copy(exec_, grads_, 0.0f);
 }
 
-void GptStage::unit_done(const std::string& first_param) {
-  if (!unit_done_) return;
-  exec_.fence();
-  const int64_t offset = local_.at(first_param).offset;
+int GptStage::unit_index(const std::string& name) const {
+  const int64_t offset = local_.at(name).offset;
   const auto& units = local_.units();
   for (size_t u = 0; u < units.size(); ++u)
     if (units[u].offset <= offset && offset < units[u].offset + units[u].padded)
-      unit_done_(static_cast<int>(u));
+      return static_cast<int>(u);
+  return -1;
+}
+
+void GptStage::unit_done(const std::string& first_param) {
+  if (!unit_done_) return;
+  exec_.fence();
+  unit_done_(unit_index(first_param));
+}
+
+void GptStage::need(const std::string& name, const std::string& next) {
+  if (unit_needed_) unit_needed_(unit_index(name), next.empty() ? -1 : unit_index(next));
 }
 
 void GptStage::tp_allreduce(const View1& buf, size_t n) {
@@ -217,12 +233,17 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   const bool adds_bias = layout_.tp_rank == 0;  // row-parallel biases: added once per tp group
   const AttentionShape shape{B, T, NH_tp_, m_.head_size()};
   if (layout_.has_embedding) {
+    need("wte", "");
+    need("wpe", block_param(0));
     embedding_forward(exec_, window(a.input, 0, N, C), a.tokens, p_.wte,
                       adds_bias ? ConstMat(p_.wpe) : ConstMat(), T, vocab_start_);
     tp_allreduce(a.input, static_cast<size_t>(N) * C);
   }
   View1 x = a.input;
   for (size_t i = 0; i < a.blocks.size(); ++i) {
+    need(block_param(static_cast<int>(i)), i + 1 < a.blocks.size()
+                                               ? block_param(static_cast<int>(i) + 1)
+                                               : (layout_.has_head ? "ln_f.weight" : ""));
     const BlockTensors& w = p_.blocks[i];
     BlockActivations& b = a.blocks[i];
     layernorm_forward(exec_, window(b.ln1, 0, N, C), b.ln1_mean, b.ln1_rstd, window(x, 0, N, C),
@@ -250,6 +271,8 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     exec_.fence();
     return 0.0;
   }
+  need("ln_f.weight", "");
+  need("wte", "");
   layernorm_forward(exec_, window(a.lnf, 0, N, C), a.lnf_mean, a.lnf_rstd, window(x, 0, N, C),
                     p_.lnf_w, p_.lnf_b);
   linear_forward(exec_, window(a.logits, 0, N, V_tp_), window(a.lnf, 0, N, C), p_.wte, ConstVec());
@@ -263,6 +286,8 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
   const Mat dln = window(dln_, 0, N, C);
   const Mat dres = window(dresidual_, 0, N, C);
   if (layout_.has_head) {
+    need("ln_f.weight", "");
+    need("wte", block_param(static_cast<int>(a.blocks.size()) - 1));
     const Mat dlogits = window(a.logits, 0, N, V_tp_);  // the gradient replaces the logits
     cross_entropy_backward(exec_, dlogits, dlogits, a.lse, a.targets, vocab_start_, vocab_valid_,
                            loss_scale);
@@ -278,6 +303,7 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
     Kokkos::deep_copy(exec_, window(dresidual_, 0, static_cast<size_t>(N) * C), grad_output);
   }
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
+    need(block_param(i), block_param(i - 1));
     const BlockTensors& w = p_.blocks[i];
     const BlockTensors& g = g_.blocks[i];
     const BlockActivations& b = a.blocks[i];

@@ -67,16 +67,22 @@ struct ActivationSlot {
   int B = 0, T = 0;
 };
 
+// How a stage holds its parameters and gradients (see GptStage's constructor).
+struct StageBuffers {
+  int64_t unit_alignment = 1;  // pad every unit to a multiple of this (dp under ZeRO)
+  bool full_params = true, full_grads = true;
+};
+
 class GptStage {
  public:
   // `tp` may be null when layout.tp_size == 1. `slots` activation sets of [max_batch, max_seq].
   // Each unit of the flat parameter and gradient buffers is padded with zeros to a multiple of
   // `unit_alignment` (dp under ZeRO, which shards every unit into dp equal parts).
-  // With `full_grads` false no gradient buffer is allocated: the caller places every unit's
-  // gradients with redirect_grads (ZeRO-2 keeps only a few units' gradients at once).
+  // With `buffers.full_grads` (`full_params`) false no gradient (parameter) buffer is
+  // allocated: the caller places every unit with redirect_grads (redirect_params); ZeRO-2 and 3
+  // keep only a few units whole at once.
   GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp, MemoryLedger& ledger,
-           int max_batch, int max_seq, int slots, int64_t unit_alignment = 1,
-           bool full_grads = true);
+           int max_batch, int max_seq, int slots, const StageBuffers& buffers = {});
 
   const ModelConfig& config() const { return m_; }
   const StageLayout& layout() const { return layout_; }
@@ -92,6 +98,13 @@ class GptStage {
   void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
   // Backward writes parameter p's gradient at where(p) instead of grads().
   void redirect_grads(const TensorLocator& where) { g_ = stage_tensors(local_, layout_, where); }
+  // Forward and backward read parameter p at where(p) instead of params().
+  void redirect_params(const TensorLocator& where) { p_ = stage_tensors(local_, layout_, where); }
+  // Called before forward or backward reads a unit's parameters, with the unit the pass will
+  // need next (-1: none), so the caller can gather it and start gathering the next (ZeRO-3).
+  void set_unit_needed_hook(std::function<void(int, int)> hook) { unit_needed_ = std::move(hook); }
+  // Index into local().units() of the unit holding parameter `name`.
+  int unit_index(const std::string& name) const;
   // Called during backward with a unit index (into local().units()) once this backward has
   // written that unit's whole contribution.
   void set_unit_done_hook(std::function<void(int)> hook) { unit_done_ = std::move(hook); }
@@ -129,7 +142,14 @@ class GptStage {
   PhaseTimer* timer_ = nullptr;
   std::function<void(int64_t)> grad_ready_;
   std::function<void(int)> unit_done_;
+  std::function<void(int, int)> unit_needed_;
   void unit_done(const std::string& first_param);
+  // unit_needed_ for the unit of `name`, announcing the unit of `next` ("" for none).
+  void need(const std::string& name, const std::string& next);
+  std::string block_param(int i) const {  // first parameter of local block i ("" if none)
+    if (i < 0 || i >= layout_.last_layer - layout_.first_layer) return "";
+    return "h." + std::to_string(layout_.first_layer + i) + ".ln_1.weight";
+  }
   void grads_ready_from(int64_t offset) {
     if (grad_ready_) grad_ready_(offset);
   }

@@ -23,7 +23,8 @@ AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s
 }
 
 void AdamW::update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
-                   int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base) {
+                   int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base,
+                   int64_t param_base) {
   for (const LocalParam& p : table_.params()) {
     const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
     if (a >= b) continue;
@@ -35,19 +36,19 @@ void AdamW::update(const View1& params, const View1& grads, double lr, float gra
                                 decay,
                                 step_};
     const size_t count = static_cast<size_t>(b - a), moment = static_cast<size_t>(a - base);
-    kernels::adamw_update(exec_, window(params, a, count), window(m, moment, count),
+    kernels::adamw_update(exec_, window(params, a - param_base, count), window(m, moment, count),
                           window(v, moment, count), window(grads, a - grad_base, count), h,
                           grad_scale);
   }
 }
 
 void AdamW::step_impl(const View1& params, const View1& grads, double lr, float grad_scale,
-                      bool compact_grads) {
+                      bool compact_params, bool compact_grads) {
   ++step_;
   if (!streamed()) {
     for_pieces(0, count_, [&](int64_t flat, int64_t n, int64_t moment) {
       update(params, grads, lr, grad_scale, flat, flat + n, m_, v_, flat - moment,
-             compact_grads ? flat - moment : 0);
+             compact_grads ? flat - moment : 0, compact_params ? flat - moment : 0);
     });
     exec_.fence();
     return;
@@ -64,7 +65,7 @@ void AdamW::step_impl(const View1& params, const View1& grads, double lr, float 
     // Buffer element j holds moment lo + j.
     for_pieces(lo, lo + n, [&](int64_t flat, int64_t len, int64_t moment) {
       update(params, grads, lr, grad_scale, flat, flat + len, m_, v_, flat - (moment - lo),
-             compact_grads ? flat - moment : 0);
+             compact_grads ? flat - moment : 0, compact_params ? flat - moment : 0);
     });
     exec_.fence();
     Kokkos::deep_copy(m_host, m_);

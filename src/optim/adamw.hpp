@@ -35,12 +35,14 @@ class AdamW {
   // One step on `params` from `grads` (full flat buffers), the gradient first multiplied by
   // `grad_scale` (clipping). Only this optimizer's range is touched.
   void step(const View1& params, const View1& grads, double lr, float grad_scale) {
-    step_impl(params, grads, lr, grad_scale, false);
+    step_impl(params, grads, lr, grad_scale, false, false);
   }
   // The same with `shard_grads` holding only the owned gradients, compact in owned-segment order
-  // (ZeRO-2: the reduce-scattered gradient).
-  void step_shard(const View1& params, const View1& shard_grads, double lr, float grad_scale) {
-    step_impl(params, shard_grads, lr, grad_scale, true);
+  // (ZeRO-2: the reduce-scattered gradient), and with `compact_params` the parameters too
+  // (ZeRO-3: the rank holds only its shard of them).
+  void step_shard(const View1& params, const View1& shard_grads, double lr, float grad_scale,
+                  bool compact_params = false) {
+    step_impl(params, shard_grads, lr, grad_scale, compact_params, true);
   }
 
   // Copies the owned moments into / out of full-layout buffers (flat-buffer positions).
@@ -54,10 +56,12 @@ class AdamW {
 
  private:
   void step_impl(const View1& params, const View1& grads, double lr, float grad_scale,
-                 bool compact_grads);
-  // Updates flat [lo, hi) with moments m(i - base), v(i - base), gradient grads(i - grad_base).
+                 bool compact_params, bool compact_grads);
+  // Updates flat [lo, hi) with moments m(i - base), v(i - base), gradient grads(i - grad_base),
+  // parameter params(i - param_base).
   void update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
-              int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base);
+              int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base,
+              int64_t param_base);
   // Calls f(flat_begin, count, moment_begin) for the owned pieces of moment range [lo, hi).
   template <class F>
   void for_pieces(int64_t lo, int64_t hi, F&& f) const {

@@ -39,7 +39,6 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
         stage_layout(m, q.pp, q.virtual_stages, pp_rank, chunk, q.tp, tp_rank);
     const bool sharded = q.zero_stage >= 1;
     const LocalParamTable local(table, m, layout, sharded ? q.dp : 1);
-    add(MemCategory::kParams, local.total_numel());
     double shard = 0;
     for (const Segment& seg : zero_shard(local, sharded ? q.dp : 1, sharded ? dp_rank : 0))
       shard += seg.size();
@@ -62,8 +61,13 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
       }
       add(MemCategory::kGrads, shard + working + std::min(blocks, 2) * largest_block);
       add(MemCategory::kCommBuffers, largest_part);
+      // ZeRO-3 holds parameters the same way: the shard and the same working buffers.
+      add(MemCategory::kParams, q.zero_stage >= 3
+                                    ? shard + working + std::min(blocks, 2) * largest_block
+                                    : local.total_numel());
     } else {
       add(MemCategory::kGrads, local.total_numel());
+      add(MemCategory::kParams, local.total_numel());
     }
     add(MemCategory::kOptimizer,
         2.0 * (q.offload_nvme ? std::min<double>(shard, q.offload_buffer_elements) : shard));

@@ -28,6 +28,7 @@
 #include "parallel/data/grad_buckets.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/zero/grad_shards.hpp"
+#include "parallel/zero/param_shards.hpp"
 #include "parallel/zero/partition.hpp"
 #include "plan/memory_model.hpp"
 
@@ -76,8 +77,9 @@ void check_resume_compatible(const Config& ours, const std::string& path) {
 struct Chunk {
   std::unique_ptr<GptStage> stage;
   std::unique_ptr<AdamW> optimizer;
-  std::unique_ptr<GradBuckets> buckets;     // ZeRO 0/1: dp all-reduce of the whole gradient
-  std::unique_ptr<GradShards> grad_shards;  // ZeRO 2: reduce-scatter unit by unit
+  std::unique_ptr<GradBuckets> buckets;       // ZeRO 0/1: dp all-reduce of the whole gradient
+  std::unique_ptr<GradShards> grad_shards;    // ZeRO 2+: reduce-scatter unit by unit
+  std::unique_ptr<ParamShards> param_shards;  // ZeRO 3: gather units just in time
   int shard_dp = 1, shard_rank = 0;  // ZeRO: every unit split into shard_dp parts, ours shard_rank
   int virtual_stage = 0;
   bool first = false, last = false;
@@ -173,11 +175,17 @@ void Trainer::build_model(MemoryLedger& ledger) {
     const bool sharded = c_.zero.stage >= 1;
     ch.shard_dp = sharded ? par.dp : 1;
     ch.shard_rank = sharded ? me.dp : 0;
-    const bool zero2 = c_.zero.stage >= 2;
+    const bool zero2 = c_.zero.stage >= 2, zero3 = c_.zero.stage >= 3;
     ch.stage = std::make_unique<GptStage>(c_.model, layout, tp_.get(), ledger, micro, T, slots,
-                                          ch.shard_dp, !zero2);
+                                          StageBuffers{ch.shard_dp, !zero3, !zero2});
     ch.stage->set_timer(&timer_);
-    ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
+    if (zero3) {
+      ch.param_shards = std::make_unique<ParamShards>(*ch.stage, ch.shard_dp, ch.shard_rank,
+                                                      dp_.get(), ledger, &timer_);
+      ch.param_shards->init(static_cast<uint64_t>(c_.run.seed));
+    } else {
+      ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
+    }
     MomentStorage storage;
     storage.nvme = c_.offload.optimizer == "nvme";
     storage.path_prefix = (std::filesystem::path(c_.offload.nvme_dir) /
@@ -335,10 +343,14 @@ double Trainer::clip_and_step(double lr) {
   const float clip =
       max_norm > 0 && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
   for (Chunk& ch : chunks_) {
-    if (sharded_grads)
+    if (ch.param_shards) {  // ZeRO-3: parameters, gradients and moments all sharded
+      ch.optimizer->step_shard(ch.param_shards->shard(), ch.grad_shards->shard(), lr, clip, true);
+      ch.param_shards->invalidate();
+    } else if (sharded_grads) {
       ch.optimizer->step_shard(ch.stage->params(), ch.grad_shards->shard(), lr, clip);
-    else
+    } else {
       ch.optimizer->step(ch.stage->params(), ch.stage->grads(), lr, clip);
+    }
   }
   return norm;
 }
@@ -372,7 +384,7 @@ View1 Trainer::full_grads(const Chunk& ch) {
 // ZeRO-1: each dp rank updated its shard of every unit; all-gather the updated shards so every
 // replica holds the whole buffer again (one equal-count, in-place collective per unit).
 void Trainer::gather_params() {
-  if (c_.zero.stage < 1 || grid_.shape().dp == 1) return;
+  if (c_.zero.stage < 1 || c_.zero.stage >= 3 || grid_.shape().dp == 1) return;
   ScopedPhase phase(timer_, Phase::kZeroGather);
   for (Chunk& ch : chunks_) allgather_units(ch, ch.stage->params());
 }
@@ -397,14 +409,17 @@ std::vector<ShardBuffers> Trainer::shards() {
       allgather_units(ch, m);
       allgather_units(ch, v);
     }
-    out.push_back({&ch.stage->local(), ch.stage->params(), m, v});
+    out.push_back({&ch.stage->local(),
+                   ch.param_shards ? ch.param_shards->gather_full() : ch.stage->params(), m, v});
   }
   return out;
 }
 
 void Trainer::keep_own_moments(const std::vector<ShardBuffers>& full) {
-  for (size_t c = 0; c < chunks_.size(); ++c)
+  for (size_t c = 0; c < chunks_.size(); ++c) {
     chunks_[c].optimizer->write_moments(full[c].m, full[c].v);
+    if (chunks_[c].param_shards) chunks_[c].param_shards->scatter_full(full[c].params);
+  }
 }
 
 int Trainer::run() {

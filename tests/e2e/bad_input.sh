@@ -48,7 +48,6 @@ expect_bad "dp mismatch" "must equal the number of MPI ranks 1" "${train[@]}" --
 expect_bad "tp not built" "parallel.tp" "${train[@]}" --set parallel.tp=2
 expect_bad "nccl on a host build" "parallel.backend_tp = 'nccl' needs a CUDA build of Kokkos" "${train[@]}" --set parallel.backend_tp=nccl
 expect_bad "unknown backend" "parallel.backend_dp = 'gloo' must be one of auto, mpi, nccl" "${train[@]}" --set parallel.backend_dp=gloo
-expect_bad "zero stage not built" "zero.stage = 3 is not built yet (stages 0, 1 and 2 are)" "${train[@]}" --set zero.stage=3
 expect_bad "zero stage out of range" "zero.stage = 5 must be 0, 1, 2 or 3" "${train[@]}" --set zero.stage=5
 expect_bad "unknown offload" "offload.optimizer = 'disk' must be one of none, host, nvme" "${train[@]}" --set offload.optimizer=disk
 expect_bad "missing nvme dir" "offload.nvme_dir = '/nonexistent/nvme' is not a directory" "${train[@]}" --set offload.optimizer=nvme --set offload.nvme_dir=/nonexistent/nvme

@@ -80,3 +80,15 @@ TEST(MemoryModel, ZeroTwoShardsGradientsButKeepsWorkingBuffers) {
   EXPECT_GT(bytes(z2, MemCategory::kGrads), full / 8);
   EXPECT_EQ(bytes(z2, MemCategory::kOptimizer), bytes(z1, MemCategory::kOptimizer));
 }
+
+TEST(MemoryModel, ZeroThreeShardsParametersLikeGradients) {
+  MemoryQuery q = gpt2_query();
+  q.dp = 8;
+  q.zero_stage = 2;
+  const MemoryPrediction z2 = predict_rank_memory(q, 0, 0, 0);
+  q.zero_stage = 3;
+  const MemoryPrediction z3 = predict_rank_memory(q, 0, 0, 0);
+  EXPECT_EQ(bytes(z3, MemCategory::kParams), bytes(z3, MemCategory::kGrads));
+  EXPECT_EQ(bytes(z3, MemCategory::kGrads), bytes(z2, MemCategory::kGrads));
+  EXPECT_LT(bytes(z3, MemCategory::kParams), 0.65 * bytes(z2, MemCategory::kParams));
+}

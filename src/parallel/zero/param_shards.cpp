@@ -1,0 +1,122 @@
+// ZeRO-3 parameter sharding implementation.
+#include "parallel/zero/param_shards.hpp"
+
+#include <algorithm>
+
+#include "model/params.hpp"
+
+namespace trident {
+
+ParamShards::ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_comm,
+                         MemoryLedger& ledger, PhaseTimer* timer)
+    : stage_(stage), dp_(dp), dp_rank_(dp_rank), comm_(dp_comm), timer_(timer) {
+  const LocalParamTable& local = stage.local();
+  const auto& units = local.units();
+  int64_t total = 0, largest_block = 0;
+  std::vector<bool> is_block(units.size(), false);
+  for (size_t u = 0; u < units.size(); ++u) {
+    shard_offset_.push_back(total);
+    total += units[u].padded / dp;
+  }
+  for (const LocalParam& p : local.params())
+    if (p.spec->layer >= 0 && p.spec->layer < stage.config().n_layer)
+      for (size_t u = 0; u < units.size(); ++u)
+        if (units[u].offset == p.offset) {
+          is_block[u] = true;
+          largest_block = std::max(largest_block, units[u].padded);
+        }
+  shard_ = allocate(ledger, MemCategory::kParams, "param_shard", total);
+  int blocks_seen = 0, block_buffers[2] = {-1, -1};
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (is_block[u]) {
+      int& slot = block_buffers[blocks_seen++ % 2];
+      if (slot < 0) {
+        slot = static_cast<int>(buffers_.size());
+        buffers_.push_back(allocate(ledger, MemCategory::kParams, "block_params", largest_block));
+      }
+      buffer_of_unit_.push_back(slot);
+    } else {
+      buffer_of_unit_.push_back(static_cast<int>(buffers_.size()));
+      buffers_.push_back(allocate(ledger, MemCategory::kParams, "unit_params", units[u].padded));
+    }
+  }
+  resident_.assign(buffers_.size(), -1);
+  pending_.resize(buffers_.size());
+  stage.redirect_params([this, &local](const LocalParam& p) {
+    const auto& us = local.units();
+    for (size_t u = 0; u < us.size(); ++u)
+      if (us[u].offset <= p.offset && p.offset < us[u].offset + us[u].padded)
+        return buffers_[buffer_of_unit_[u]].data() + (p.offset - us[u].offset);
+    return static_cast<float*>(nullptr);
+  });
+  stage.set_unit_needed_hook([this](int u, int next) { need(u, next); });
+}
+
+void ParamShards::init(uint64_t seed) {
+  const LocalParamTable& local = stage_.local();
+  const auto& units = local.units();
+  auto host = Kokkos::create_mirror_view(shard_);
+  Kokkos::deep_copy(host, 0.0f);
+  for (size_t u = 0; u < units.size(); ++u) {
+    const int64_t part = units[u].padded / dp_;
+    const int64_t begin = units[u].offset + dp_rank_ * part, end = begin + part;
+    for (const LocalParam& p : local.params()) {
+      const int64_t a = std::max(begin, p.offset), b = std::min(end, p.offset + p.numel);
+      for (int64_t i = a; i < b; ++i) {
+        const int64_t g = local.global_index(p, i - p.offset);
+        host(shard_offset_[u] + (i - begin)) = g < 0 ? 0.0f : initial_value(seed, *p.spec, g);
+      }
+    }
+  }
+  Kokkos::deep_copy(shard_, host);
+  invalidate();
+}
+
+void ParamShards::start_gather(int u) {
+  const int b = buffer_of_unit_[u];
+  pending_[b].wait();  // the buffer's previous gather, if any, must land first
+  const int64_t part = stage_.local().units()[u].padded / dp_;
+  pending_[b] = comm_->iallgather(shard_.data() + shard_offset_[u], buffers_[b].data(),
+                                  static_cast<size_t>(part));
+  resident_[b] = u;
+}
+
+void ParamShards::need(int u, int next) {
+  ScopedPhase phase(timer_, Phase::kZeroGather);
+  const int b = buffer_of_unit_[u];
+  if (resident_[b] != u) start_gather(u);
+  pending_[b].wait();
+  if (next >= 0 && buffer_of_unit_[next] != b && resident_[buffer_of_unit_[next]] != next)
+    start_gather(next);  // prefetch: overlaps with this unit's compute
+}
+
+void ParamShards::invalidate() {
+  for (Request& r : pending_) r.wait();
+  std::fill(resident_.begin(), resident_.end(), -1);
+}
+
+View1 ParamShards::gather_full() {
+  invalidate();
+  const LocalParamTable& local = stage_.local();
+  View1 full("full_params", local.total_numel());
+  for (size_t u = 0; u < local.units().size(); ++u) {
+    const ParamUnit& unit = local.units()[u];
+    comm_->allgather(shard_.data() + shard_offset_[u], full.data() + unit.offset,
+                     static_cast<size_t>(unit.padded / dp_));
+  }
+  return full;
+}
+
+void ParamShards::scatter_full(const View1& full) {
+  const LocalParamTable& local = stage_.local();
+  for (size_t u = 0; u < local.units().size(); ++u) {
+    const ParamUnit& unit = local.units()[u];
+    const int64_t part = unit.padded / dp_, at = unit.offset + dp_rank_ * part;
+    Kokkos::deep_copy(
+        Kokkos::subview(shard_, std::make_pair(shard_offset_[u], shard_offset_[u] + part)),
+        Kokkos::subview(full, std::make_pair(at, at + part)));
+  }
+  invalidate();
+}
+
+}  // namespace trident

@@ -1,0 +1,48 @@
+// ZeRO-3: parameters sharded over dp like the optimizer states; a unit's parameters are
+// all-gathered just before forward or backward reads them, the next unit's gather is started
+// ahead, and block buffers are reused (released) as the pass moves on.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/comm.hpp"
+#include "core/memory.hpp"
+#include "core/timer.hpp"
+#include "model/gpt.hpp"
+
+namespace trident {
+
+class ParamShards {
+ public:
+  // Redirects `stage`'s parameters into working buffers: one each for wte, wpe and ln_f, two
+  // alternating ones for the blocks (the current block and the one being prefetched).
+  ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_comm, MemoryLedger& ledger,
+              PhaseTimer* timer);
+  // Fills this rank's shard from the counter-based initialiser.
+  void init(uint64_t seed);
+  // The owned parameters, compact in owned-segment order (AdamW::step_shard).
+  View1 shard() const { return shard_; }
+  // Makes unit u resident (waiting for its prefetch, or gathering it) and starts gathering
+  // `next` (-1: none) into its buffer.
+  void need(int u, int next);
+  // The shard changed (optimizer step, checkpoint load): every gathered unit is stale.
+  void invalidate();
+  // The whole parameters at flat positions (checkpoints), and back (loading).
+  View1 gather_full();
+  void scatter_full(const View1& full);
+
+ private:
+  void start_gather(int u);
+  GptStage& stage_;
+  int dp_, dp_rank_;
+  Communicator* comm_;
+  PhaseTimer* timer_;
+  View1 shard_;
+  std::vector<View1> buffers_;
+  std::vector<int> buffer_of_unit_, resident_;  // unit -> buffer; buffer -> unit gathered (or -1)
+  std::vector<Request> pending_;                // buffer -> its gather in flight
+  std::vector<int64_t> shard_offset_;           // unit -> offset in shard_
+};
+
+}  // namespace trident
