@@ -10,6 +10,8 @@
 #include "core/error.hpp"
 #include "io/config.hpp"
 #include "io/prepare.hpp"
+#include "plan/memory_model.hpp"
+#include "plan/planner.hpp"
 #include "train/generate.hpp"
 #include "train/trainer.hpp"
 
@@ -30,6 +32,34 @@ int run_train(MPI_Comm world, const std::string& config_path,
                  "warning: a tensor-parallel group spans nodes; tp traffic will cross "
                  "the network (place ranks so tp groups share a node)\n");
   return trident::train(std::move(config), grid, options);
+}
+
+void print_plan(const trident::PlanModel& m, const trident::PlanCluster& c, double batch_tokens,
+                int top) {
+  const trident::PlanResult r = trident::plan_layouts(m, c, batch_tokens);
+  const double psi = m.param_count();
+  std::printf(
+      "model: %.3gB parameters, L=%d h=%d heads=%d seq=%d | cluster: %d x %.0f GB GPUs, %d "
+      "per node | batch %.0f tokens\n",
+      psi / 1e9, m.layers, m.hidden, m.heads, m.seq, c.gpus, c.gpu_mem_gb, c.gpus_per_node,
+      batch_tokens);
+  std::printf(
+      "model states per GPU with ZeRO over all %d GPUs (bf16 + fp32 Adam, K = 12): "
+      "baseline %.1f GB, P_os %.1f GB, P_os+g %.1f GB, P_os+g+p %.1f GB\n",
+      c.gpus, trident::zero_paper_model_states(psi, c.gpus, 0) / 1e9,
+      trident::zero_paper_model_states(psi, c.gpus, 1) / 1e9,
+      trident::zero_paper_model_states(psi, c.gpus, 2) / 1e9,
+      trident::zero_paper_model_states(psi, c.gpus, 3) / 1e9);
+  std::printf("%d layouts considered, %zu fit; fastest first:\n", r.considered, r.feasible.size());
+  std::printf("%-70s %9s %9s %9s %9s %9s\n", "layout", "mem GB", "states", "activ.", "step s",
+              "tok/s/GPU");
+  for (int i = 0; i < top && i < static_cast<int>(r.feasible.size()); ++i) {
+    const auto& k = r.feasible[i];
+    std::printf("%-70s %9.1f %9.1f %9.1f %9.2f %9.0f\n", k.describe().c_str(), k.memory_gb(),
+                k.params_gb + k.grads_gb + k.optimizer_gb, k.activations_gb, k.step_seconds,
+                batch_tokens / k.step_seconds / c.gpus);
+  }
+  std::printf("RECOMMEND %s\nwhy: %s\n", r.recommendation.c_str(), r.reasons.c_str());
 }
 
 }  // namespace
@@ -75,12 +105,49 @@ int main(int argc, char** argv) {
     prepare->add_option("--val-fraction", prep.val_fraction, "share held out for validation")
         ->capture_default_str();
 
+    trident::PlanModel plan_model;
+    trident::PlanCluster cluster;
+    std::string plan_config;
+    double batch_tokens = 1 << 20;
+    int top = 10;
+    auto* plan = app.add_subcommand("plan", "recommend a layout for a model on a GPU cluster");
+    plan->add_option("--config", plan_config, "take the model from this run config's [model]");
+    plan->add_option("--params", plan_model.params, "parameters (default 12 L h^2 + V h)");
+    plan->add_option("--layers", plan_model.layers, "transformer layers L");
+    plan->add_option("--hidden", plan_model.hidden, "hidden size h");
+    plan->add_option("--heads", plan_model.heads, "attention heads");
+    plan->add_option("--seq", plan_model.seq, "sequence length")->capture_default_str();
+    plan->add_option("--vocab", plan_model.vocab, "vocabulary")->capture_default_str();
+    plan->add_option("--gpus", cluster.gpus, "GPUs")->capture_default_str();
+    plan->add_option("--gpus-per-node", cluster.gpus_per_node, "GPUs per node")
+        ->capture_default_str();
+    plan->add_option("--gpu-mem", cluster.gpu_mem_gb, "memory per GPU, GB")->capture_default_str();
+    plan->add_option("--peak-tflops", cluster.peak_tflops, "bf16 peak per GPU")
+        ->capture_default_str();
+    plan->add_option("--intra-bw", cluster.intra_gbs, "per-GPU bandwidth in a node, GB/s")
+        ->capture_default_str();
+    plan->add_option("--inter-bw", cluster.inter_gbs, "per-GPU bandwidth between nodes, GB/s")
+        ->capture_default_str();
+    plan->add_option("--batch-tokens", batch_tokens, "global batch in tokens")
+        ->capture_default_str();
+    plan->add_option("--top", top, "layouts to list")->capture_default_str();
+
     try {
       app.parse(argc, argv);
       if (*train) {
         status = run_train(MPI_COMM_WORLD, config_path, overrides, train_options);
       } else if (*generate) {
         if (rank == 0) std::cout << trident::generate(gen) << std::endl;
+      } else if (*plan) {
+        if (!plan_config.empty()) {
+          const trident::Config c = trident::load_config(plan_config, {});
+          plan_model.layers = c.model.n_layer;
+          plan_model.hidden = c.model.n_embd;
+          plan_model.heads = c.model.n_head;
+          plan_model.vocab = c.model.vocab_size;
+          plan_model.seq = c.model.block_size;
+        }
+        if (rank == 0) print_plan(plan_model, cluster, batch_tokens, top);
       } else if (*prepare) {
         if (rank == 0) trident::prepare_byte_corpus(prep);
       }
