@@ -146,12 +146,7 @@ void GptStage::zero_grads() {
 }
 
 int GptStage::unit_index(const std::string& name) const {
-  const int64_t offset = local_.at(name).offset;
-  const auto& units = local_.units();
-  for (size_t u = 0; u < units.size(); ++u)
-    if (units[u].offset <= offset && offset < units[u].offset + units[u].padded)
-      return static_cast<int>(u);
-  return -1;
+  return local_.unit_of(local_.at(name));
 }
 
 void GptStage::unit_done(const std::string& first_param) {

@@ -137,6 +137,13 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
   close_unit();
 }
 
+int LocalParamTable::unit_of(const LocalParam& p) const {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].offset <= p.offset && p.offset < units_[u].offset + units_[u].padded)
+      return static_cast<int>(u);
+  return -1;
+}
+
 const LocalParam& LocalParamTable::at(const std::string& name) const {
   for (const auto& p : params_)
     if (p.spec->name == name) return p;

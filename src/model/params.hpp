@@ -82,6 +82,8 @@ class LocalParamTable {
                   int64_t unit_alignment = 1);
   const std::vector<LocalParam>& params() const { return params_; }
   const std::vector<ParamUnit>& units() const { return units_; }
+  // Index into units() of the unit holding p.
+  int unit_of(const LocalParam& p) const;
   const LocalParam& at(const std::string& name) const;
   bool holds(const std::string& name) const;
   // Elements in the flat buffer, unit padding included.

@@ -6,6 +6,7 @@
 #include "model/params.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/zero/partition.hpp"
+#include "parallel/zero/unit_buffers.hpp"
 
 namespace trident {
 
@@ -43,28 +44,16 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     for (const Segment& seg : zero_shard(local, sharded ? q.dp : 1, sharded ? dp_rank : 0))
       shard += seg.size();
     if (q.zero_stage >= 2) {
-      // The reduced shard, a working buffer for each of wte, wpe and ln_f, two alternating
-      // block-sized ones, and the largest unit part for the reduce-scatter result.
-      double working = 0, largest_block = 0, largest_part = 0;
-      int blocks = 0;
-      for (const ParamUnit& u : local.units()) {
+      // The reduced shard, the unit working buffers (UnitBuffers), and the largest unit part
+      // for the reduce-scatter result.
+      double working = 0, largest_part = 0;
+      for (int64_t size : plan_unit_buffers(local, m.n_layer).buffer_sizes) working += size;
+      for (const ParamUnit& u : local.units())
         largest_part = std::max<double>(largest_part, u.padded / q.dp);
-        bool block = false;
-        for (const LocalParam& p : local.params())
-          if (p.offset == u.offset) block = p.spec->layer >= 0 && p.spec->layer < m.n_layer;
-        if (block) {
-          ++blocks;
-          largest_block = std::max<double>(largest_block, u.padded);
-        } else {
-          working += u.padded;
-        }
-      }
-      add(MemCategory::kGrads, shard + working + std::min(blocks, 2) * largest_block);
+      add(MemCategory::kGrads, shard + working);
       add(MemCategory::kCommBuffers, largest_part);
       // ZeRO-3 holds parameters the same way: the shard and the same working buffers.
-      add(MemCategory::kParams, q.zero_stage >= 3
-                                    ? shard + working + std::min(blocks, 2) * largest_block
-                                    : local.total_numel());
+      add(MemCategory::kParams, q.zero_stage >= 3 ? shard + working : local.total_numel());
     } else {
       add(MemCategory::kGrads, local.total_numel());
       add(MemCategory::kParams, local.total_numel());

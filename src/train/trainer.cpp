@@ -114,7 +114,6 @@ class Trainer {
                      int64_t batch_index, bool train);
   double evaluate(const BatchSampler& val);
   double clip_and_step(double lr);
-  int unit_of(const Chunk& ch, const LocalParam& p) const;
   View1 full_grads(const Chunk& ch);
   // Parameters and full (dp-gathered, under ZeRO) optimizer moments of every chunk, for
   // checkpoints; collective over dp when the moments are sharded.
@@ -288,7 +287,7 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
         if (ch.first || ch.last) {
           const LocalParam& wte = ch.stage->local().at("wte");
           if (ch.grad_shards) {  // the wte unit is sharded alike on both stages
-            const int u = unit_of(ch, wte);
+            const int u = ch.stage->local().unit_of(wte);
             embedding_->allreduce_sum(
                 ch.grad_shards->shard().data() + ch.grad_shards->shard_offset(u),
                 static_cast<size_t>(ch.grad_shards->shard_size(u)));
@@ -322,7 +321,7 @@ double Trainer::clip_and_step(double lr) {
         continue;
       }
       // ZeRO-2: this rank holds the reduced gradient of its shard of each unit only.
-      const int u = unit_of(ch, p);
+      const int u = ch.stage->local().unit_of(p);
       const ParamUnit& unit = ch.stage->local().units()[u];
       const int64_t part = ch.grad_shards->shard_size(u);
       const int64_t own_begin = unit.offset + ch.shard_rank * part, own_end = own_begin + part;
@@ -353,14 +352,6 @@ double Trainer::clip_and_step(double lr) {
     }
   }
   return norm;
-}
-
-int Trainer::unit_of(const Chunk& ch, const LocalParam& p) const {
-  const auto& units = ch.stage->local().units();
-  for (size_t u = 0; u < units.size(); ++u)
-    if (units[u].offset <= p.offset && p.offset < units[u].offset + units[u].padded)
-      return static_cast<int>(u);
-  return -1;
 }
 
 // The whole gradient at flat positions: the buffer itself, or under ZeRO-2 the shards gathered.

@@ -9,6 +9,7 @@
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
+#include "parallel/zero/unit_buffers.hpp"
 
 namespace trident {
 
@@ -34,10 +35,9 @@ class GradShards {
   int dp_;
   Communicator* comm_;
   PhaseTimer* timer_;
-  View1 shard_, received_;             // owned gradients; one unit's reduce-scatter result
-  std::vector<View1> buffers_;         // working buffers
-  std::vector<int> buffer_of_unit_;    // unit -> index into buffers_
+  UnitBuffers buffers_;                // working buffers backward writes into
   std::vector<int64_t> shard_offset_;  // unit -> offset in shard_
+  View1 shard_, received_;             // owned gradients; one unit's reduce-scatter result
 };
 
 }  // namespace trident

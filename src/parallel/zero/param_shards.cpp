@@ -9,46 +9,19 @@ namespace trident {
 
 ParamShards::ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_comm,
                          MemoryLedger& ledger, PhaseTimer* timer)
-    : stage_(stage), dp_(dp), dp_rank_(dp_rank), comm_(dp_comm), timer_(timer) {
-  const LocalParamTable& local = stage.local();
-  const auto& units = local.units();
-  int64_t total = 0, largest_block = 0;
-  std::vector<bool> is_block(units.size(), false);
-  for (size_t u = 0; u < units.size(); ++u) {
-    shard_offset_.push_back(total);
-    total += units[u].padded / dp;
-  }
-  for (const LocalParam& p : local.params())
-    if (p.spec->layer >= 0 && p.spec->layer < stage.config().n_layer)
-      for (size_t u = 0; u < units.size(); ++u)
-        if (units[u].offset == p.offset) {
-          is_block[u] = true;
-          largest_block = std::max(largest_block, units[u].padded);
-        }
-  shard_ = allocate(ledger, MemCategory::kParams, "param_shard", total);
-  int blocks_seen = 0, block_buffers[2] = {-1, -1};
-  for (size_t u = 0; u < units.size(); ++u) {
-    if (is_block[u]) {
-      int& slot = block_buffers[blocks_seen++ % 2];
-      if (slot < 0) {
-        slot = static_cast<int>(buffers_.size());
-        buffers_.push_back(allocate(ledger, MemCategory::kParams, "block_params", largest_block));
-      }
-      buffer_of_unit_.push_back(slot);
-    } else {
-      buffer_of_unit_.push_back(static_cast<int>(buffers_.size()));
-      buffers_.push_back(allocate(ledger, MemCategory::kParams, "unit_params", units[u].padded));
-    }
-  }
-  resident_.assign(buffers_.size(), -1);
-  pending_.resize(buffers_.size());
-  stage.redirect_params([this, &local](const LocalParam& p) {
-    const auto& us = local.units();
-    for (size_t u = 0; u < us.size(); ++u)
-      if (us[u].offset <= p.offset && p.offset < us[u].offset + us[u].padded)
-        return buffers_[buffer_of_unit_[u]].data() + (p.offset - us[u].offset);
-    return static_cast<float*>(nullptr);
-  });
+    : stage_(stage),
+      dp_(dp),
+      dp_rank_(dp_rank),
+      comm_(dp_comm),
+      timer_(timer),
+      buffers_(stage.local(), stage.config().n_layer, ledger, MemCategory::kParams, "unit_params"),
+      shard_offset_(unit_shard_offsets(stage.local(), dp)) {
+  const auto& units = stage.local().units();
+  shard_ = allocate(ledger, MemCategory::kParams, "param_shard",
+                    units.empty() ? 0 : shard_offset_.back() + units.back().padded / dp);
+  resident_.assign(buffers_.all().size(), -1);
+  pending_.resize(buffers_.all().size());
+  stage.redirect_params([this](const LocalParam& p) { return buffers_.locate(p); });
   stage.set_unit_needed_hook([this](int u, int next) { need(u, next); });
 }
 
@@ -73,20 +46,21 @@ void ParamShards::init(uint64_t seed) {
 }
 
 void ParamShards::start_gather(int u) {
-  const int b = buffer_of_unit_[u];
+  const int b = buffers_.index_of_unit(u);
   pending_[b].wait();  // the buffer's previous gather, if any, must land first
   const int64_t part = stage_.local().units()[u].padded / dp_;
-  pending_[b] = comm_->iallgather(shard_.data() + shard_offset_[u], buffers_[b].data(),
+  pending_[b] = comm_->iallgather(shard_.data() + shard_offset_[u], buffers_.of_unit(u).data(),
                                   static_cast<size_t>(part));
   resident_[b] = u;
 }
 
 void ParamShards::need(int u, int next) {
   ScopedPhase phase(timer_, Phase::kZeroGather);
-  const int b = buffer_of_unit_[u];
+  const int b = buffers_.index_of_unit(u);
   if (resident_[b] != u) start_gather(u);
   pending_[b].wait();
-  if (next >= 0 && buffer_of_unit_[next] != b && resident_[buffer_of_unit_[next]] != next)
+  if (next >= 0 && buffers_.index_of_unit(next) != b &&
+      resident_[buffers_.index_of_unit(next)] != next)
     start_gather(next);  // prefetch: overlaps with this unit's compute
 }
 

@@ -10,6 +10,7 @@
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
+#include "parallel/zero/unit_buffers.hpp"
 
 namespace trident {
 
@@ -38,11 +39,11 @@ class ParamShards {
   int dp_, dp_rank_;
   Communicator* comm_;
   PhaseTimer* timer_;
+  UnitBuffers buffers_;                // where forward and backward read the parameters
+  std::vector<int64_t> shard_offset_;  // unit -> offset in shard_
   View1 shard_;
-  std::vector<View1> buffers_;
-  std::vector<int> buffer_of_unit_, resident_;  // unit -> buffer; buffer -> unit gathered (or -1)
-  std::vector<Request> pending_;                // buffer -> its gather in flight
-  std::vector<int64_t> shard_offset_;           // unit -> offset in shard_
+  std::vector<int> resident_;     // buffer -> unit gathered into it (or -1)
+  std::vector<Request> pending_;  // buffer -> its gather in flight
 };
 
 }  // namespace trident
