@@ -74,6 +74,8 @@ std::vector<Field> schema(Config& c) {
        "parameters"},
       {"offload", "optimizer", &c.offload.optimizer,
        "optimizer states: none, host (device builds), nvme (files under nvme_dir)"},
+      {"offload", "params", &c.offload.params,
+       "ZeRO-3 parameter shards: none or nvme (needs optimizer = nvme)"},
       {"offload", "nvme_dir", &c.offload.nvme_dir, "directory for nvme-offloaded states"},
       {"offload", "buffer_mb", &c.offload.buffer_mb,
        "resident buffer per moment while streaming from nvme, MiB"},
@@ -330,7 +332,12 @@ void validate(Config& c, int world_size) {
   require(off.optimizer == "none" || off.optimizer == "host" || off.optimizer == "nvme",
           fmt::format("offload.optimizer = '{}' must be one of none, host, nvme", off.optimizer));
   require(off.buffer_mb > 0, "offload.buffer_mb must be positive");
-  if (off.optimizer == "nvme")
+  require(off.params == "none" || off.params == "nvme",
+          fmt::format("offload.params = '{}' must be none or nvme", off.params));
+  require(off.params == "none" || (c.zero.stage == 3 && off.optimizer == "nvme"),
+          "offload.params = 'nvme' needs zero.stage = 3 (sharded parameters) and "
+          "offload.optimizer = 'nvme' (the optimizer streams them)");
+  if (off.optimizer == "nvme" || off.params == "nvme")
     require(std::filesystem::is_directory(off.nvme_dir),
             fmt::format("offload.nvme_dir = '{}' is not a directory (create it, or point it at "
                         "an NVMe mount)",

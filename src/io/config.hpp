@@ -63,6 +63,7 @@ struct ZeroSection {
 
 struct OffloadSection {
   std::string optimizer = "none";  // none | host | nvme
+  std::string params = "none";     // none | nvme (ZeRO-3 parameter shards in files)
   std::string nvme_dir = "/tmp";   // where nvme-offloaded optimizer states live
   double buffer_mb = 16.0;         // resident buffer per moment while streaming from nvme
 };

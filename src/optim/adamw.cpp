@@ -20,6 +20,10 @@ AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s
   const int64_t resident = storage.nvme ? std::min(count_, storage.buffer_elements) : count_;
   m_ = allocate(ledger, MemCategory::kOptimizer, "adam_m", resident);
   v_ = allocate(ledger, MemCategory::kOptimizer, "adam_v", resident);
+  if (storage.params) {
+    param_file_ = storage.params;
+    p_ = allocate(ledger, MemCategory::kParams, "param_stream", resident);
+  }
 }
 
 void AdamW::update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
@@ -56,22 +60,35 @@ void AdamW::step_impl(const View1& params, const View1& grads, double lr, float 
   const int64_t block = static_cast<int64_t>(m_.extent(0));
   auto m_host = Kokkos::create_mirror_view(m_);
   auto v_host = Kokkos::create_mirror_view(v_);
+  auto p_host = Kokkos::create_mirror_view(p_);
+  const bool stream_params = param_file_ != nullptr && compact_params;
   for (int64_t lo = 0; lo < count_; lo += block) {
     const int64_t n = std::min(block, count_ - lo);
     m_file_->read(lo, n, m_host.data());
     v_file_->read(lo, n, v_host.data());
     Kokkos::deep_copy(m_, m_host);
     Kokkos::deep_copy(v_, v_host);
-    // Buffer element j holds moment lo + j.
+    if (stream_params) {
+      param_file_->read(lo, n, p_host.data());
+      Kokkos::deep_copy(p_, p_host);
+    }
+    // Buffer element j holds moment (and streamed parameter) lo + j.
     for_pieces(lo, lo + n, [&](int64_t flat, int64_t len, int64_t moment) {
-      update(params, grads, lr, grad_scale, flat, flat + len, m_, v_, flat - (moment - lo),
-             compact_grads ? flat - moment : 0, compact_params ? flat - moment : 0);
+      update(stream_params ? p_ : params, grads, lr, grad_scale, flat, flat + len, m_, v_,
+             flat - (moment - lo), compact_grads ? flat - moment : 0,
+             stream_params    ? flat - (moment - lo)
+             : compact_params ? flat - moment
+                              : 0);
     });
     exec_.fence();
     Kokkos::deep_copy(m_host, m_);
     Kokkos::deep_copy(v_host, v_);
     m_file_->write(lo, n, m_host.data());
     v_file_->write(lo, n, v_host.data());
+    if (stream_params) {
+      Kokkos::deep_copy(p_host, p_);
+      param_file_->write(lo, n, p_host.data());
+    }
   }
 }
 

@@ -24,6 +24,9 @@ struct MomentStorage {
   bool nvme = false;
   std::string path_prefix;
   int64_t buffer_elements = 1 << 22;  // per moment, resident while streaming
+  // ZeRO-3 parameter offload: the compact parameter shard lives in this file and is streamed
+  // through the same blocks as the moments (needs nvme moments).
+  NvmeStore* params = nullptr;
 };
 
 class AdamW {
@@ -79,6 +82,8 @@ class AdamW {
   int64_t count_ = 0;  // owned elements (moments per kind)
   Exec exec_;
   View1 m_, v_;  // all moments, or the streaming buffers
+  View1 p_;      // streaming buffer for offloaded parameters
+  NvmeStore* param_file_ = nullptr;
   std::unique_ptr<NvmeStore> m_file_, v_file_;
   int step_ = 0;
 };

@@ -53,7 +53,16 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
       add(MemCategory::kGrads, shard + working);
       add(MemCategory::kCommBuffers, largest_part);
       // ZeRO-3 holds parameters the same way: the shard and the same working buffers.
-      add(MemCategory::kParams, q.zero_stage >= 3 ? shard + working : local.total_numel());
+      if (q.zero_stage >= 3 && q.offload_params_nvme) {
+        // No resident shard: a staging part per working buffer, and the optimizer's stream.
+        double staging = 0;
+        for (int64_t size : plan_unit_buffers(local, m.n_layer).buffer_sizes)
+          staging += size / q.dp;
+        add(MemCategory::kParams,
+            working + staging + std::min<double>(shard, q.offload_buffer_elements));
+      } else {
+        add(MemCategory::kParams, q.zero_stage >= 3 ? shard + working : local.total_numel());
+      }
     } else {
       add(MemCategory::kGrads, local.total_numel());
       add(MemCategory::kParams, local.total_numel());

@@ -17,6 +17,7 @@ struct MemoryQuery {
   std::string schedule = "1f1b";
   int zero_stage = 0;
   bool offload_nvme = false;            // optimizer states streamed from files
+  bool offload_params_nvme = false;     // ZeRO-3 parameter shards streamed from files
   int64_t offload_buffer_elements = 0;  // resident elements per moment while streaming
   int micro_batch = 1, seq_len = 1, micro_batches = 1;  // per pipeline, per step
 };

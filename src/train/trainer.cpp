@@ -179,8 +179,14 @@ void Trainer::build_model(MemoryLedger& ledger) {
                                           StageBuffers{ch.shard_dp, !zero3, !zero2});
     ch.stage->set_timer(&timer_);
     if (zero3) {
+      const std::string params_file =
+          c_.offload.params == "nvme"
+              ? (std::filesystem::path(c_.offload.nvme_dir) /
+                 fmt::format("{}.rank{}.chunk{}.params", c_.run.name, grid_.rank(), chunk))
+                    .string()
+              : std::string();
       ch.param_shards = std::make_unique<ParamShards>(*ch.stage, ch.shard_dp, ch.shard_rank,
-                                                      dp_.get(), ledger, &timer_);
+                                                      dp_.get(), ledger, &timer_, params_file);
       ch.param_shards->init(static_cast<uint64_t>(c_.run.seed));
     } else {
       ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
@@ -192,6 +198,7 @@ void Trainer::build_model(MemoryLedger& ledger) {
                               .string();
     storage.buffer_elements =
         std::max<int64_t>(1, static_cast<int64_t>(c_.offload.buffer_mb * 1048576.0 / 4));
+    if (ch.param_shards) storage.params = ch.param_shards->store();
     ch.optimizer = std::make_unique<AdamW>(
         ch.stage->local(), ledger,
         AdamWSettings{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay},
@@ -475,6 +482,7 @@ int Trainer::run() {
   query.seq_len = T;
   query.micro_batches = micro_batches_;
   query.offload_nvme = c_.offload.optimizer == "nvme";
+  query.offload_params_nvme = c_.offload.params == "nvme";
   query.offload_buffer_elements =
       std::max<int64_t>(1, static_cast<int64_t>(c_.offload.buffer_mb * 1048576.0 / 4));
   const MemoryPrediction mine =

@@ -51,6 +51,8 @@ expect_bad "unknown backend" "parallel.backend_dp = 'gloo' must be one of auto, 
 expect_bad "zero stage out of range" "zero.stage = 5 must be 0, 1, 2 or 3" "${train[@]}" --set zero.stage=5
 expect_bad "unknown offload" "offload.optimizer = 'disk' must be one of none, host, nvme" "${train[@]}" --set offload.optimizer=disk
 expect_bad "missing nvme dir" "offload.nvme_dir = '/nonexistent/nvme' is not a directory" "${train[@]}" --set offload.optimizer=nvme --set offload.nvme_dir=/nonexistent/nvme
+expect_bad "params offload without zero 3" "offload.params = 'nvme' needs zero.stage = 3" "${train[@]}" --set offload.params=nvme --set offload.optimizer=nvme
+expect_bad "unknown params offload" "offload.params = 'host' must be none or nvme" "${train[@]}" --set offload.params=host
 expect_bad "missing data file" "/nonexistent/train.bin" "${train[@]}" --set data.train=/nonexistent/train.bin
 expect_bad "garbage data file" "has magic" "${train[@]}" --set data.train="$work/garbage.bin"
 expect_bad "truncated data file" "truncated or corrupt" "${train[@]}" --set data.val="$work/short.bin"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The flagship check for one layout: 20 steps of the tiny model at dp x tp x pp (schedule, v,
-# ZeRO stage, optimizer offload; nvme streams the moments through 10 KiB buffers)
+# ZeRO stage, offload: nvme streams the moments through 10 KiB buffers, nvme+params the ZeRO-3
+# parameter shards too)
 # give the serial run's losses to a relative 1e-5, and the first step's gradients, gathered to
 # global shapes, match the serial ones to 1e-5 of each tensor's largest entry. Small dp
 # buckets (20 KiB) so the overlapped bucketed all-reduce runs many buckets per step.
@@ -20,7 +21,8 @@ mpirun -np "$ranks" --oversubscribe "$trident" train "${common[@]}" \
   --set run.out_dir="$work/layout" --set parallel.dp="$dp" --set parallel.tp="$tp" \
   --set parallel.pp="$pp" --set parallel.schedule="$schedule" --set parallel.virtual_stages="$v" \
   --set train.micro_batch_size="$micro" --set parallel.dp_bucket_mb=0.02 --set zero.stage="$zero" \
-  --set offload.optimizer="$offload" --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01 \
+  --set offload.optimizer="${offload%+params}" --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01 \
+  --set offload.params="$([ "$offload" = nvme+params ] && echo nvme || echo none)" \
   --dump-grads "$work/layout_grads.h5" > "$work/layout.log"
 grep "^layout" "$work/layout.log"
 $check schema "$work/layout/tiny/timings.h5" --steps 20 --ranks "$ranks"

@@ -27,7 +27,9 @@ train dp2_zero2 8 2 2 2 2 --resume "$ckpt" --set parallel.schedule=interleaved \
 $check compare "$work/full/tiny/timings.h5" "$work/dp2_zero2/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
 train dp4_zero3 8 4 1 2 3 --resume "$ckpt"
 $check compare "$work/full/tiny/timings.h5" "$work/dp4_zero3/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
-train zero3_same 8 2 2 2 3 --resume "$work/dp4_zero3/tiny/checkpoints/step_000010.h5" --set run.steps=12
+train zero3_offload 8 2 2 2 3 --resume "$ckpt" --set offload.optimizer=nvme \
+  --set offload.params=nvme --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01
+$check compare "$work/full/tiny/timings.h5" "$work/zero3_offload/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
 train tp4_pp2 8 1 4 2 0 --resume "$ckpt" --set parallel.schedule=gpipe
 $check compare "$work/full/tiny/timings.h5" "$work/tp4_pp2/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
 train dp2_nvme 2 2 1 1 1 --resume "$ckpt" --set offload.optimizer=nvme \

@@ -8,7 +8,7 @@
 namespace trident {
 
 ParamShards::ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_comm,
-                         MemoryLedger& ledger, PhaseTimer* timer)
+                         MemoryLedger& ledger, PhaseTimer* timer, const std::string& nvme_path)
     : stage_(stage),
       dp_(dp),
       dp_rank_(dp_rank),
@@ -17,8 +17,14 @@ ParamShards::ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_
       buffers_(stage.local(), stage.config().n_layer, ledger, MemCategory::kParams, "unit_params"),
       shard_offset_(unit_shard_offsets(stage.local(), dp)) {
   const auto& units = stage.local().units();
-  shard_ = allocate(ledger, MemCategory::kParams, "param_shard",
-                    units.empty() ? 0 : shard_offset_.back() + units.back().padded / dp);
+  const int64_t total = units.empty() ? 0 : shard_offset_.back() + units.back().padded / dp;
+  if (nvme_path.empty()) {
+    shard_ = allocate(ledger, MemCategory::kParams, "param_shard", total);
+  } else {
+    store_ = std::make_unique<NvmeStore>(nvme_path, total);
+    for (const View1& b : buffers_.all())
+      staging_.push_back(allocate(ledger, MemCategory::kParams, "param_staging", b.extent(0) / dp));
+  }
   resident_.assign(buffers_.all().size(), -1);
   pending_.resize(buffers_.all().size());
   stage.redirect_params([this](const LocalParam& p) { return buffers_.locate(p); });
@@ -28,8 +34,8 @@ ParamShards::ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_
 void ParamShards::init(uint64_t seed) {
   const LocalParamTable& local = stage_.local();
   const auto& units = local.units();
-  auto host = Kokkos::create_mirror_view(shard_);
-  Kokkos::deep_copy(host, 0.0f);
+  const int64_t total = units.empty() ? 0 : shard_offset_.back() + units.back().padded / dp_;
+  Kokkos::View<float*, Kokkos::HostSpace> host("init_shard", total);
   for (size_t u = 0; u < units.size(); ++u) {
     const int64_t part = units[u].padded / dp_;
     const int64_t begin = units[u].offset + dp_rank_ * part, end = begin + part;
@@ -41,7 +47,10 @@ void ParamShards::init(uint64_t seed) {
       }
     }
   }
-  Kokkos::deep_copy(shard_, host);
+  if (store_)
+    store_->write(0, total, host.data());
+  else
+    Kokkos::deep_copy(shard_, host);
   invalidate();
 }
 
@@ -49,8 +58,16 @@ void ParamShards::start_gather(int u) {
   const int b = buffers_.index_of_unit(u);
   pending_[b].wait();  // the buffer's previous gather, if any, must land first
   const int64_t part = stage_.local().units()[u].padded / dp_;
-  pending_[b] = comm_->iallgather(shard_.data() + shard_offset_[u], buffers_.of_unit(u).data(),
-                                  static_cast<size_t>(part));
+  const float* mine = nullptr;
+  if (store_) {  // offloaded: stage this unit's part of the shard first
+    auto host = Kokkos::create_mirror_view(staging_[b]);
+    store_->read(shard_offset_[u], part, host.data());
+    Kokkos::deep_copy(staging_[b], host);
+    mine = staging_[b].data();
+  } else {
+    mine = shard_.data() + shard_offset_[u];
+  }
+  pending_[b] = comm_->iallgather(mine, buffers_.of_unit(u).data(), static_cast<size_t>(part));
   resident_[b] = u;
 }
 
@@ -73,9 +90,16 @@ View1 ParamShards::gather_full() {
   invalidate();
   const LocalParamTable& local = stage_.local();
   View1 full("full_params", local.total_numel());
+  View1 shard = shard_;
+  if (store_) {
+    shard = View1("shard_read", store_->size());
+    auto host = Kokkos::create_mirror_view(shard);
+    store_->read(0, store_->size(), host.data());
+    Kokkos::deep_copy(shard, host);
+  }
   for (size_t u = 0; u < local.units().size(); ++u) {
     const ParamUnit& unit = local.units()[u];
-    comm_->allgather(shard_.data() + shard_offset_[u], full.data() + unit.offset,
+    comm_->allgather(shard.data() + shard_offset_[u], full.data() + unit.offset,
                      static_cast<size_t>(unit.padded / dp_));
   }
   return full;
@@ -83,9 +107,14 @@ View1 ParamShards::gather_full() {
 
 void ParamShards::scatter_full(const View1& full) {
   const LocalParamTable& local = stage_.local();
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
   for (size_t u = 0; u < local.units().size(); ++u) {
     const ParamUnit& unit = local.units()[u];
     const int64_t part = unit.padded / dp_, at = unit.offset + dp_rank_ * part;
+    if (store_) {
+      store_->write(shard_offset_[u], part, host.data() + at);
+      continue;
+    }
     Kokkos::deep_copy(
         Kokkos::subview(shard_, std::make_pair(shard_offset_[u], shard_offset_[u] + part)),
         Kokkos::subview(full, std::make_pair(at, at + part)));

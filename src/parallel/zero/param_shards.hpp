@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/comm.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
+#include "parallel/zero/nvme_store.hpp"
 #include "parallel/zero/unit_buffers.hpp"
 
 namespace trident {
@@ -18,12 +21,16 @@ class ParamShards {
  public:
   // Redirects `stage`'s parameters into working buffers: one each for wte, wpe and ln_f, two
   // alternating ones for the blocks (the current block and the one being prefetched).
+  // With `nvme_path`, the shard itself lives in that file (parameter offload): a unit's part is
+  // read into a staging buffer for its gather, and the optimizer streams the file.
   ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_comm, MemoryLedger& ledger,
-              PhaseTimer* timer);
+              PhaseTimer* timer, const std::string& nvme_path = "");
   // Fills this rank's shard from the counter-based initialiser.
   void init(uint64_t seed);
-  // The owned parameters, compact in owned-segment order (AdamW::step_shard).
+  // The owned parameters, compact in owned-segment order (AdamW::step_shard); empty when
+  // offloaded, then store() holds them.
   View1 shard() const { return shard_; }
+  NvmeStore* store() const { return store_.get(); }
   // Makes unit u resident (waiting for its prefetch, or gathering it) and starts gathering
   // `next` (-1: none) into its buffer.
   void need(int u, int next);
@@ -42,6 +49,8 @@ class ParamShards {
   UnitBuffers buffers_;                // where forward and backward read the parameters
   std::vector<int64_t> shard_offset_;  // unit -> offset in shard_
   View1 shard_;
+  std::unique_ptr<NvmeStore> store_;
+  std::vector<View1> staging_;    // buffer -> its unit's part read from the store
   std::vector<int> resident_;     // buffer -> unit gathered into it (or -1)
   std::vector<Request> pending_;  // buffer -> its gather in flight
 };
