@@ -39,7 +39,6 @@ class Request {
     impl_.reset();
     return true;
   }
-  bool active() const { return impl_ != nullptr; }
 
  private:
   std::unique_ptr<Impl> impl_;

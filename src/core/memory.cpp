@@ -33,10 +33,6 @@ void MemoryLedger::add(MemCategory c, size_t bytes) {
   if (total > peak_total_) peak_total_ = total;
 }
 
-void MemoryLedger::release(MemCategory c, size_t bytes) {
-  current_[static_cast<int>(c)] -= bytes;
-}
-
 size_t MemoryLedger::current_total() const {
   size_t total = 0;
   for (size_t b : current_) total += b;

@@ -51,7 +51,6 @@ class AdamW {
   // Copies the owned moments into / out of full-layout buffers (flat-buffer positions).
   void read_moments(const View1& m, const View1& v) const;
   void write_moments(const View1& m, const View1& v);
-  const std::vector<Segment>& owned() const { return owned_; }
   int64_t moment_count() const { return count_; }
   bool streamed() const { return m_file_ != nullptr; }
   int steps_taken() const { return step_; }

@@ -21,7 +21,6 @@ class GradBuckets {
   void ready_from(int64_t offset);
   // Starts the remaining buckets and waits for all; leaves the dp-summed gradient.
   void finish();
-  size_t bucket_count() const { return begin_.size(); }
 
  private:
   View1 grads_;
