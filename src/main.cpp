@@ -1,6 +1,7 @@
 // The `trident` executable: train | generate | prepare subcommands.
 #include <mpi.h>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
 #include <cstdio>
@@ -43,13 +44,15 @@ void print_plan(const trident::PlanModel& m, const trident::PlanCluster& c, doub
       "per node | batch %.0f tokens\n",
       psi / 1e9, m.layers, m.hidden, m.heads, m.seq, c.gpus, c.gpu_mem_gb, c.gpus_per_node,
       batch_tokens);
+  // One decimal, as the ZeRO paper prints them; three significant digits below 1 GB.
+  auto gb = [&](int stage) {
+    const double v = trident::zero_paper_model_states(psi, c.gpus, stage) / 1e9;
+    return v >= 1 ? fmt::format("{:.1f}", v) : fmt::format("{:.3g}", v);
+  };
   std::printf(
       "model states per GPU with ZeRO over all %d GPUs (bf16 + fp32 Adam, K = 12): "
-      "baseline %.1f GB, P_os %.1f GB, P_os+g %.1f GB, P_os+g+p %.1f GB\n",
-      c.gpus, trident::zero_paper_model_states(psi, c.gpus, 0) / 1e9,
-      trident::zero_paper_model_states(psi, c.gpus, 1) / 1e9,
-      trident::zero_paper_model_states(psi, c.gpus, 2) / 1e9,
-      trident::zero_paper_model_states(psi, c.gpus, 3) / 1e9);
+      "baseline %s GB, P_os %s GB, P_os+g %s GB, P_os+g+p %s GB\n",
+      c.gpus, gb(0).c_str(), gb(1).c_str(), gb(2).c_str(), gb(3).c_str());
   std::printf("%d layouts considered, %zu fit; fastest first:\n", r.considered, r.feasible.size());
   std::printf("%-70s %9s %9s %9s %9s %9s\n", "layout", "mem GB", "states", "activ.", "step s",
               "tok/s/GPU");

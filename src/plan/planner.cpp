@@ -53,6 +53,8 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
   const double psi = m.param_count();
   const double sequences = std::floor(global_batch_tokens / m.seq);
   PlanResult result;
+  PlanCandidate smallest;  // the least memory of any layout, feasible or not
+  smallest.other_gb = 1e300;
   for (int tp = 1; tp <= std::min(8, c.gpus); tp *= 2) {
     if (m.heads % tp != 0 || tp > c.gpus_per_node) continue;  // tp stays inside a node
     for (int pp = 1; pp <= m.layers; ++pp) {
@@ -85,6 +87,7 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
               if (recompute == "full") act += layer_activation_bytes(m, b, tp, "none");
               k.activations_gb = act / kGB;
               k.other_gb = kOverheadGB;
+              if (k.memory_gb() < smallest.memory_gb()) smallest = k;
               if (k.memory_gb() > c.gpu_mem_gb) continue;
               // Time per step.
               const double factor = recompute == "full" ? 4.0 / 3 : 1.0;
@@ -118,18 +121,31 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
       }
     }
   }
+  // Fastest first; among equally fast layouts the one with clearly less memory, and among those
+  // the simplest (fewer ZeRO stages, no offload or recomputation, fewer parallel axes).
+  auto complexity = [](const PlanCandidate& k) {
+    return k.zero + (k.offload == "host" ? 2 : 0) +
+           (k.recompute == "full"        ? 2
+            : k.recompute == "selective" ? 1
+                                         : 0) +
+           (k.tp > 1) + (k.pp > 1);
+  };
   std::stable_sort(result.feasible.begin(), result.feasible.end(),
-                   [](const PlanCandidate& a, const PlanCandidate& b) {
+                   [&](const PlanCandidate& a, const PlanCandidate& b) {
                      if (std::abs(a.step_seconds - b.step_seconds) > 1e-3 * a.step_seconds)
                        return a.step_seconds < b.step_seconds;
-                     return a.memory_gb() < b.memory_gb();
+                     const double ma = a.memory_gb(), mb = b.memory_gb();
+                     if (std::abs(ma - mb) > 0.05 * std::max(ma, mb)) return ma < mb;
+                     return complexity(a) < complexity(b);
                    });
   if (result.feasible.empty()) {
     result.recommendation = "none";
     result.reasons = fmt::format(
-        "no layout fits {} GB per GPU: even ZeRO-3 over {} GPUs needs {:.1f} GB of model states "
-        "per GPU; add GPUs",
-        c.gpu_mem_gb, c.gpus, zero_paper_model_states(psi, c.gpus, 3) / kGB);
+        "no layout fits {} GB per GPU: the smallest ({}) needs {:.3g} GB: model states {:.3g} "
+        "GB, activations {:.3g} GB, runtime {:.3g} GB; add GPUs or memory",
+        c.gpu_mem_gb, smallest.describe(), smallest.memory_gb(),
+        smallest.params_gb + smallest.grads_gb + smallest.optimizer_gb, smallest.activations_gb,
+        smallest.other_gb);
     return result;
   }
   const PlanCandidate& best = result.feasible.front();
