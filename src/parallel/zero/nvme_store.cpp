@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.hpp"
 
@@ -30,30 +31,30 @@ NvmeStore::~NvmeStore() {
   ::unlink(path_.c_str());
 }
 
-void NvmeStore::read(int64_t offset, int64_t count, float* dst) const {
-  char* p = reinterpret_cast<char*>(dst);
+namespace {
+// Positional I/O of a whole range, retrying short transfers.
+template <typename Buffer, typename Call>
+void transfer(int fd, Buffer* data, int64_t offset, int64_t count, Call call, const char* name,
+              const std::string& path) {
+  auto* p = reinterpret_cast<std::conditional_t<std::is_const_v<Buffer>, const char, char>*>(data);
   size_t left = static_cast<size_t>(count) * sizeof(float);
   off_t at = static_cast<off_t>(offset * sizeof(float));
   while (left > 0) {
-    const ssize_t got = ::pread(fd_, p, left, at);
-    if (got <= 0) io_failure("pread", path_);
-    p += got;
-    at += got;
-    left -= static_cast<size_t>(got);
+    const ssize_t done = call(fd, p, left, at);
+    if (done <= 0) io_failure(name, path);
+    p += done;
+    at += done;
+    left -= static_cast<size_t>(done);
   }
+}
+}  // namespace
+
+void NvmeStore::read(int64_t offset, int64_t count, float* dst) const {
+  transfer(fd_, dst, offset, count, ::pread, "pread", path_);
 }
 
 void NvmeStore::write(int64_t offset, int64_t count, const float* src) {
-  const char* p = reinterpret_cast<const char*>(src);
-  size_t left = static_cast<size_t>(count) * sizeof(float);
-  off_t at = static_cast<off_t>(offset * sizeof(float));
-  while (left > 0) {
-    const ssize_t put = ::pwrite(fd_, p, left, at);
-    if (put <= 0) io_failure("pwrite", path_);
-    p += put;
-    at += put;
-    left -= static_cast<size_t>(put);
-  }
+  transfer(fd_, src, offset, count, ::pwrite, "pwrite", path_);
 }
 
 }  // namespace trident
