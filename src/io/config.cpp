@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "model/recompute.hpp"
 #include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
@@ -79,6 +80,11 @@ std::vector<Field> schema(Config& c) {
       {"offload", "nvme_dir", &c.offload.nvme_dir, "directory for nvme-offloaded states"},
       {"offload", "buffer_mb", &c.offload.buffer_mb,
        "resident buffer per moment while streaming from nvme, MiB"},
+      {"recompute", "policy", &c.recompute.policy,
+       "activation recomputation: none, selective (attention probabilities), full (whole "
+       "blocks from their input)"},
+      {"recompute", "layers", &c.recompute.layers,
+       "full: recompute the first N blocks of each pipeline stage / model chunk (0: all)"},
   };
 }
 
@@ -371,6 +377,17 @@ void validate(Config& c, int world_size) {
   require(m.n_layer % (p.pp * p.virtual_stages) == 0,
           fmt::format("model.n_layer = {} must be divisible by parallel.pp * virtual_stages = {}",
                       m.n_layer, p.pp * p.virtual_stages));
+  RecomputePolicy policy;
+  require(parse_recompute(c.recompute.policy, policy),
+          fmt::format("recompute.policy = '{}' must be one of none, selective, full",
+                      c.recompute.policy));
+  const int chunk_layers = m.n_layer / (p.pp * p.virtual_stages);
+  require(c.recompute.layers >= 0 && c.recompute.layers <= chunk_layers,
+          fmt::format("recompute.layers = {} must be between 0 (all) and the {} blocks of a "
+                      "pipeline stage's model chunk",
+                      c.recompute.layers, chunk_layers));
+  require(c.recompute.layers == 0 || policy == RecomputePolicy::kFull,
+          "recompute.layers applies only to recompute.policy = 'full'");
   const int micro_batches = per_rank / c.train.micro_batch_size;
   const std::string why = pipeline::validate_schedule(kind, p.pp, micro_batches, p.virtual_stages);
   require(why.empty(), fmt::format("parallel.schedule = '{}' with pp = {}, virtual_stages = {} and "

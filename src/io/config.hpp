@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/recompute.hpp"
 
 namespace trident {
 
@@ -68,6 +69,17 @@ struct OffloadSection {
   double buffer_mb = 16.0;         // resident buffer per moment while streaming from nvme
 };
 
+struct RecomputeSection {
+  std::string policy = "none";  // none | selective | full
+  int layers = 0;               // full: the first N blocks of each model chunk (0: all)
+  Recompute resolved() const {  // after validate()
+    Recompute r;
+    parse_recompute(policy, r.policy);
+    r.layers = layers;
+    return r;
+  }
+};
+
 struct Config {
   RunSection run;
   ModelConfig model;
@@ -77,6 +89,7 @@ struct Config {
   ParallelSection parallel;
   ZeroSection zero;
   OffloadSection offload;
+  RecomputeSection recompute;
   std::string source;  // the file it was read from, for messages
 
   // The resolved configuration as TOML: what `from`, defaults and overrides produced.

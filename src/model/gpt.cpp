@@ -80,25 +80,31 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   auto act = [&](const char* label, size_t n) {
     return allocate(ledger, MemCategory::kActivations, label, n);
   };
+  recompute_ = buffers.recompute;
+  // Everything of a block except its output, which a recomputed block still keeps per slot.
+  auto block_internals = [&](BlockActivations& b, bool with_att) {
+    b.ln1 = act("ln1", N * C);
+    b.ln1_mean = act("ln1_mean", N);
+    b.ln1_rstd = act("ln1_rstd", N);
+    b.qkv = act("qkv", N * 3 * C_tp_);
+    if (with_att) b.att = act("att", N * NH_tp_ * T);
+    b.atty = act("atty", N * C_tp_);
+    b.res_attn = act("res_attn", N * C);
+    b.ln2 = act("ln2", N * C);
+    b.ln2_mean = act("ln2_mean", N);
+    b.ln2_rstd = act("ln2_rstd", N);
+    b.fch = act("fch", N * F_tp_);
+    b.fch_gelu = act("fch_gelu", N * F_tp_);
+  };
+  const int n_blocks = layout.last_layer - layout.first_layer;
   for (int s = 0; s < slots; ++s) {
     ActivationSlot a;
     a.tokens = allocate_int(ledger, MemCategory::kActivations, "tokens", N);
     a.targets = allocate_int(ledger, MemCategory::kActivations, "targets", N);
     a.input = act("input", N * C);
-    for (int l = layout.first_layer; l < layout.last_layer; ++l) {
+    for (int i = 0; i < n_blocks; ++i) {
       BlockActivations b;
-      b.ln1 = act("ln1", N * C);
-      b.ln1_mean = act("ln1_mean", N);
-      b.ln1_rstd = act("ln1_rstd", N);
-      b.qkv = act("qkv", N * 3 * C_tp_);
-      b.att = act("att", N * NH_tp_ * T);
-      b.atty = act("atty", N * C_tp_);
-      b.res_attn = act("res_attn", N * C);
-      b.ln2 = act("ln2", N * C);
-      b.ln2_mean = act("ln2_mean", N);
-      b.ln2_rstd = act("ln2_rstd", N);
-      b.fch = act("fch", N * F_tp_);
-      b.fch_gelu = act("fch_gelu", N * F_tp_);
+      if (!recompute_.full_block(i)) block_internals(b, !recompute_.selective());
       b.res_mlp = act("res_mlp", N * C);
       a.blocks.push_back(b);
     }
@@ -112,6 +118,10 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
     }
     slots_.push_back(a);
   }
+  if (n_blocks > 0 && recompute_.full_block(0))
+    block_internals(recomputed_, true);
+  else if (n_blocks > 0 && recompute_.selective())
+    recomputed_.att = act("att", N * NH_tp_ * T);
   // create_mirror, not create_mirror_view: on host spaces the latter would alias slot 0's
   // tokens, and staging a later micro-batch would overwrite them before slot 0's backward.
   tokens_host_ = Kokkos::create_mirror(slots_[0].tokens);
@@ -210,6 +220,57 @@ double GptStage::cross_entropy(ActivationSlot& a, int N) {
   return total;
 }
 
+void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, const View1& x,
+                             int B, int T, bool complete) {
+  const int N = B * T, C = m_.n_embd;
+  const AttentionShape shape{B, T, NH_tp_, m_.head_size()};
+  const bool adds_bias = layout_.tp_rank == 0;  // row-parallel biases: added once per tp group
+  layernorm_forward(exec_, window(b.ln1, 0, N, C), b.ln1_mean, b.ln1_rstd, window(x, 0, N, C),
+                    w.ln1_w, w.ln1_b);
+  linear_forward(exec_, window(b.qkv, 0, N, 3 * C_tp_), window(b.ln1, 0, N, C), w.qkv_w, w.qkv_b);
+  attention_forward(exec_, window(b.atty, 0, N, C_tp_), window(b.att, 0, N * NH_tp_, T),
+                    window(b.qkv, 0, N, 3 * C_tp_), shape);
+  linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.atty, 0, N, C_tp_), w.proj_w,
+                 adds_bias ? ConstVec(w.proj_b) : ConstVec());
+  tp_allreduce(scratch_c_, static_cast<size_t>(N) * C);
+  residual_forward(exec_, window(b.res_attn, 0, N * C), window(x, 0, N * C),
+                   window(scratch_c_, 0, N * C));
+  layernorm_forward(exec_, window(b.ln2, 0, N, C), b.ln2_mean, b.ln2_rstd,
+                    window(b.res_attn, 0, N, C), w.ln2_w, w.ln2_b);
+  linear_forward(exec_, window(b.fch, 0, N, F_tp_), window(b.ln2, 0, N, C), w.fc_w, w.fc_b);
+  gelu_forward(exec_, window(b.fch_gelu, 0, N * F_tp_), window(b.fch, 0, N * F_tp_));
+  if (!complete) return;
+  linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.fch_gelu, 0, N, F_tp_), w.fcproj_w,
+                 adds_bias ? ConstVec(w.fcproj_b) : ConstVec());
+  tp_allreduce(scratch_c_, static_cast<size_t>(N) * C);
+  residual_forward(exec_, window(b.res_mlp, 0, N * C), window(b.res_attn, 0, N * C),
+                   window(scratch_c_, 0, N * C));
+}
+
+BlockActivations GptStage::activations_for_backward(const ActivationSlot& a, int i,
+                                                    const View1& x) {
+  const BlockActivations& kept = a.blocks[i];
+  const int N = a.B * a.T;
+  if (recompute_.full_block(i)) {
+    ScopedPhase phase(timer_, Phase::kRecompute);
+    BlockActivations b = recomputed_;
+    b.res_mlp = kept.res_mlp;
+    block_forward(p_.blocks[i], b, x, a.B, a.T, false);
+    return b;
+  }
+  if (recompute_.selective()) {
+    ScopedPhase phase(timer_, Phase::kRecompute);
+    BlockActivations b = kept;
+    b.att = recomputed_.att;
+    // The attention output is kept; its recomputed copy lands in datty_, which the projection's
+    // backward overwrites next.
+    attention_forward(exec_, window(datty_, 0, N, C_tp_), window(b.att, 0, N * NH_tp_, a.T),
+                      window(b.qkv, 0, N, 3 * C_tp_), {a.B, a.T, NH_tp_, m_.head_size()});
+    return b;
+  }
+  return kept;
+}
+
 double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T) {
   ActivationSlot& a = slots_[slot];
   a.B = B;
@@ -226,7 +287,6 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
                       Kokkos::subview(targets_host_, std::make_pair(0, N)));
   }
   const bool adds_bias = layout_.tp_rank == 0;  // row-parallel biases: added once per tp group
-  const AttentionShape shape{B, T, NH_tp_, m_.head_size()};
   if (layout_.has_embedding) {
     need("wte", "");
     need("wpe", block_param(0));
@@ -239,28 +299,16 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     need(block_param(static_cast<int>(i)), i + 1 < a.blocks.size()
                                                ? block_param(static_cast<int>(i) + 1)
                                                : (layout_.has_head ? "ln_f.weight" : ""));
-    const BlockTensors& w = p_.blocks[i];
-    BlockActivations& b = a.blocks[i];
-    layernorm_forward(exec_, window(b.ln1, 0, N, C), b.ln1_mean, b.ln1_rstd, window(x, 0, N, C),
-                      w.ln1_w, w.ln1_b);
-    linear_forward(exec_, window(b.qkv, 0, N, 3 * C_tp_), window(b.ln1, 0, N, C), w.qkv_w, w.qkv_b);
-    attention_forward(exec_, window(b.atty, 0, N, C_tp_), window(b.att, 0, N * NH_tp_, T),
-                      window(b.qkv, 0, N, 3 * C_tp_), shape);
-    linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.atty, 0, N, C_tp_), w.proj_w,
-                   adds_bias ? ConstVec(w.proj_b) : ConstVec());
-    tp_allreduce(scratch_c_, static_cast<size_t>(N) * C);
-    residual_forward(exec_, window(b.res_attn, 0, N * C), window(x, 0, N * C),
-                     window(scratch_c_, 0, N * C));
-    layernorm_forward(exec_, window(b.ln2, 0, N, C), b.ln2_mean, b.ln2_rstd,
-                      window(b.res_attn, 0, N, C), w.ln2_w, w.ln2_b);
-    linear_forward(exec_, window(b.fch, 0, N, F_tp_), window(b.ln2, 0, N, C), w.fc_w, w.fc_b);
-    gelu_forward(exec_, window(b.fch_gelu, 0, N * F_tp_), window(b.fch, 0, N * F_tp_));
-    linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.fch_gelu, 0, N, F_tp_), w.fcproj_w,
-                   adds_bias ? ConstVec(w.fcproj_b) : ConstVec());
-    tp_allreduce(scratch_c_, static_cast<size_t>(N) * C);
-    residual_forward(exec_, window(b.res_mlp, 0, N * C), window(b.res_attn, 0, N * C),
-                     window(scratch_c_, 0, N * C));
-    x = b.res_mlp;
+    // Blocks whose activations are not kept compute them in the shared recompute buffers.
+    BlockActivations b = a.blocks[i];
+    if (recompute_.full_block(static_cast<int>(i))) {
+      b = recomputed_;
+      b.res_mlp = a.blocks[i].res_mlp;
+    } else if (recompute_.selective()) {
+      b.att = recomputed_.att;
+    }
+    block_forward(p_.blocks[i], b, x, B, T, true);
+    x = a.blocks[i].res_mlp;
   }
   if (!layout_.has_head) {
     exec_.fence();
@@ -301,8 +349,8 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
     need(block_param(i), block_param(i - 1));
     const BlockTensors& w = p_.blocks[i];
     const BlockTensors& g = g_.blocks[i];
-    const BlockActivations& b = a.blocks[i];
     const View1 x = i == 0 ? a.input : a.blocks[i - 1].res_mlp;
+    const BlockActivations b = activations_for_backward(a, i, x);
     const Mat dfch = window(dfch_, 0, N, F_tp_);
     // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
     linear_backward(exec_, dfch, g.fcproj_w, g.fcproj_b, dres, window(b.fch_gelu, 0, N, F_tp_),

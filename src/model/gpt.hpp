@@ -11,6 +11,7 @@
 #include "core/types.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
+#include "model/recompute.hpp"
 
 namespace trident {
 
@@ -44,7 +45,8 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
 StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
                            const View1& flat);
 
-// What forward keeps for backward, per block and micro-batch.
+// What forward keeps for backward, per block and micro-batch. A block recomputed whole keeps
+// only res_mlp; under selective recomputation att is not kept.
 struct BlockActivations {
   View1 ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
   View1 qkv;                      // [N,3C_tp]
@@ -67,10 +69,11 @@ struct ActivationSlot {
   int B = 0, T = 0;
 };
 
-// How a stage holds its parameters and gradients (see GptStage's constructor).
+// How a stage holds its parameters, gradients and activations (see GptStage's constructor).
 struct StageBuffers {
   int64_t unit_alignment = 1;  // pad every unit to a multiple of this (dp under ZeRO)
   bool full_params = true, full_grads = true;
+  Recompute recompute;
 };
 
 class GptStage {
@@ -133,6 +136,12 @@ class GptStage {
   void tp_allreduce(const View1& buf, size_t n);
   void tp_allreduce_max(const View1& buf, size_t n);
   double cross_entropy(ActivationSlot& a, int N);
+  // Block forward from x into b (b.res_mlp is the output). `complete` false stops after the
+  // GELU: what backward needs when recomputing, without the last projection and its all-reduce.
+  void block_forward(const BlockTensors& w, const BlockActivations& b, const View1& x, int B, int T,
+                     bool complete);
+  // The activations block i's backward reads: slot a's, or recomputed into shared buffers.
+  BlockActivations activations_for_backward(const ActivationSlot& a, int i, const View1& x);
 
   ModelConfig m_;
   StageLayout layout_;
@@ -158,6 +167,8 @@ class GptStage {
   View1 params_, grads_;
   StageTensors p_, g_;
   std::vector<ActivationSlot> slots_;
+  Recompute recompute_;
+  BlockActivations recomputed_;  // one block's recomputed activations, shared by all slots
   IntView1::HostMirror tokens_host_, targets_host_;
   View1 scratch_c_;          // [N,C] projection outputs before their all-reduce
   View1 row_max_, row_sum_;  // [N], [2N]: vocabulary-parallel cross-entropy reductions

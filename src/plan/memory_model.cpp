@@ -71,11 +71,21 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
         2.0 * (q.offload_nvme ? std::min<double>(shard, q.offload_buffer_elements) : shard));
 
     const int slots = std::max(1, pipeline::max_in_flight(actions, chunk));
-    const double layers = layout.last_layer - layout.first_layer;
+    const int layers = layout.last_layer - layout.first_layer;
+    // One block's activations other than its output, and the attention probabilities.
+    const double probabilities = a * N * s / t;
+    const double internals = 3 * N * h + 4 * N * h / t + 8 * N * h / t + probabilities + 4 * N;
     double per_slot = N * h + 2 * N;  // input activation, tokens and targets
-    per_slot += layers * (4 * N * h + 4 * N * h / t + 8 * N * h / t + a * N * s / t + 4 * N);
+    for (int i = 0; i < layers; ++i) {
+      per_slot += N * h;  // the block's output
+      if (!q.recompute.full_block(i))
+        per_slot += internals - (q.recompute.selective() ? probabilities : 0);
+    }
     if (layout.has_head) per_slot += N * h + N * v_slice + 4 * N;
     add(MemCategory::kActivations, slots * per_slot);
+    // Recomputation's shared buffers: one block's internals, or its attention probabilities.
+    if (layers > 0 && q.recompute.full_block(0)) add(MemCategory::kActivations, internals);
+    if (layers > 0 && q.recompute.selective()) add(MemCategory::kActivations, probabilities);
     // Workspace: projection scratch, cross-entropy reductions, backward buffers.
     add(MemCategory::kWorkspace, N * h + 3 * N + 2 * N * h + N * h / t + 3 * N * h / t +
                                      4 * N * h / t + q.micro_batch * (a / t) * s);

@@ -8,6 +8,7 @@
 
 #include "core/memory.hpp"
 #include "model/config.hpp"
+#include "model/recompute.hpp"
 
 namespace trident {
 
@@ -20,6 +21,7 @@ struct MemoryQuery {
   bool offload_params_nvme = false;     // ZeRO-3 parameter shards streamed from files
   int64_t offload_buffer_elements = 0;  // resident elements per moment while streaming
   int micro_batch = 1, seq_len = 1, micro_batches = 1;  // per pipeline, per step
+  Recompute recompute;
 };
 
 struct MemoryPrediction {
@@ -40,7 +42,9 @@ struct MemoryPrediction {
 //                softmax probabilities; LayerNorm means and reciprocal deviations)
 //   per stage   4 * (N*h + 2*N) (input activation, token ids and targets)
 //   last stage  4 * (N*h + N*V_t + 4*N) (final LayerNorm, logits, statistics, losses)
-// times the schedule's in-flight micro-batches for that chunk. Megatron's published reference
+// times the schedule's in-flight micro-batches for that chunk. Selective recomputation drops
+// a*N*s/t per layer and adds one shared copy per chunk; a block recomputed whole keeps only its
+// output (N*h) and the chunk adds one shared set of the rest. Megatron's published reference
 // for one layer in fp16 with dropout is s*b*h*(34 + 5*a*s/h) bytes.
 MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank);
 

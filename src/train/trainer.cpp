@@ -175,8 +175,9 @@ void Trainer::build_model(MemoryLedger& ledger) {
     ch.shard_dp = sharded ? par.dp : 1;
     ch.shard_rank = sharded ? me.dp : 0;
     const bool zero2 = c_.zero.stage >= 2, zero3 = c_.zero.stage >= 3;
-    ch.stage = std::make_unique<GptStage>(c_.model, layout, tp_.get(), ledger, micro, T, slots,
-                                          StageBuffers{ch.shard_dp, !zero3, !zero2});
+    ch.stage = std::make_unique<GptStage>(
+        c_.model, layout, tp_.get(), ledger, micro, T, slots,
+        StageBuffers{ch.shard_dp, !zero3, !zero2, c_.recompute.resolved()});
     ch.stage->set_timer(&timer_);
     if (zero3) {
       const std::string params_file =
@@ -467,7 +468,11 @@ int Trainer::run() {
   const std::string layout =
       grid_.describe() + (par.pp > 1 ? fmt::format(" schedule={}", par.schedule) : std::string()) +
       (par.virtual_stages > 1 ? fmt::format(" v={}", par.virtual_stages) : std::string()) +
-      fmt::format(" micro_batch={}", micro);
+      fmt::format(" micro_batch={}", micro) +
+      (c_.recompute.policy != "none"
+           ? fmt::format(" recompute={}{}", c_.recompute.policy,
+                         c_.recompute.layers > 0 ? fmt::format(":{}", c_.recompute.layers) : "")
+           : std::string());
   const std::string hosts = hostnames(grid_.world());
   // The memory model's prediction for every rank, recorded next to what the ranks allocate.
   MemoryQuery query;
@@ -481,6 +486,7 @@ int Trainer::run() {
   query.micro_batch = micro;
   query.seq_len = T;
   query.micro_batches = micro_batches_;
+  query.recompute = c_.recompute.resolved();
   query.offload_nvme = c_.offload.optimizer == "nvme";
   query.offload_params_nvme = c_.offload.params == "nvme";
   query.offload_buffer_elements =

@@ -63,6 +63,9 @@ expect_bad "resume truncated" "truncated or corrupt" "${train[@]}" --resume "$wo
 expect_bad "resume other model" "holds a different model" "${train[@]}" --set model.n_layer=3 --resume "$good_ckpt"
 expect_bad "generate garbage" "not a readable HDF5 file" "$trident" generate --ckpt "$work/garbage.h5" --prompt hi
 expect_bad "generate temperature" "--temperature must be positive" "$trident" generate --ckpt "$good_ckpt" --temperature 0
+expect_bad "recompute policy" "recompute.policy = 'most' must be one of none, selective, full" "${train[@]}" --set recompute.policy=most
+expect_bad "recompute layers without full" "recompute.layers applies only to recompute.policy = 'full'" "${train[@]}" --set recompute.layers=1
+expect_bad "recompute too many layers" "recompute.layers = 9 must be between 0" "${train[@]}" --set recompute.policy=full --set recompute.layers=9
 expect_bad "unknown option" "--bogus" "$trident" train --config inputs/tiny.toml --bogus
 expect_bad "no subcommand" "subcommand" "$trident"
 

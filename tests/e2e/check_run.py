@@ -145,6 +145,32 @@ def memory(args):
           f"activations within {worst_act:.2%}")
 
 
+def phase(args):
+    """A phase's time on every step and rank: positive (phase-positive) or zero (phase-zero)."""
+    with h5py.File(args.timings, "r") as f:
+        seconds = f["phase_seconds"][:, :, PHASES.index(args.phase)]
+    if args.cmd == "phase-positive" and not (seconds > 0).all():
+        fail(f"phase {args.phase} is zero on some step and rank")
+    if args.cmd == "phase-zero" and (seconds != 0).any():
+        fail(f"phase {args.phase} is timed ({seconds.max():.3g} s) where nothing runs it")
+    print(f"phase {args.phase}: total {seconds.sum():.4f} s over {seconds.size} step-ranks")
+
+
+def peak_activations(path):
+    with h5py.File(path, "r") as f:
+        cats = f.attrs["memory_categories"].split(",")
+        return f["peak_memory_by_category"][-1][:, cats.index("activations")]
+
+
+def activations_less(args):
+    """b's activation peak is below a's on every rank (recomputation saves memory)."""
+    a, b = peak_activations(args.a), peak_activations(args.b)
+    if a.shape != b.shape or not (b < a).all():
+        fail(f"activations per rank: {b.tolist()} not all below {a.tolist()}")
+    print(f"activations per rank {a.tolist()} -> {b.tolist()} B "
+          f"(max {b.max() / a.max():.1%} of before)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -165,12 +191,20 @@ def main():
     g.add_argument("--rtol", type=float, default=1e-5)
     mm = sub.add_parser("memory")
     mm.add_argument("timings")
+    for name in ["phase-positive", "phase-zero"]:
+        ph = sub.add_parser(name)
+        ph.add_argument("timings")
+        ph.add_argument("phase", choices=PHASES)
+    al = sub.add_parser("activations-less")
+    al.add_argument("a")
+    al.add_argument("b")
     e = sub.add_parser("params-equal")
     e.add_argument("a")
     e.add_argument("b")
     args = p.parse_args()
     {"schema": schema, "compare": compare, "grads": grads, "memory": memory,
-     "params-equal": params_equal}[args.cmd](args)
+     "params-equal": params_equal, "phase-positive": phase, "phase-zero": phase,
+     "activations-less": activations_less}[args.cmd](args)
 
 
 if __name__ == "__main__":
