@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "model/recompute.hpp"
+#include "optim/schedule.hpp"
 #include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
@@ -57,6 +58,10 @@ std::vector<Field> schema(Config& c) {
       {"optim", "beta2", &c.optim.beta2, "AdamW beta2"},
       {"optim", "eps", &c.optim.eps, "AdamW epsilon"},
       {"optim", "max_norm", &c.optim.max_norm, "global gradient-norm clip (0: off)"},
+      {"optim", "lr_scaling", &c.optim.lr_scaling,
+       "scale lr with the global batch: none, linear, sqrt (relative to base_batch_tokens)"},
+      {"optim", "base_batch_tokens", &c.optim.base_batch_tokens,
+       "global batch in tokens at which optim.lr was tuned (for lr_scaling)"},
       {"parallel", "dp", &c.parallel.dp, "data-parallel replicas (0: world size / (tp*pp))"},
       {"parallel", "tp", &c.parallel.tp, "tensor-parallel ranks"},
       {"parallel", "pp", &c.parallel.pp, "pipeline stages"},
@@ -314,6 +319,14 @@ void validate(Config& c, int world_size) {
   require(op.beta2 >= 0 && op.beta2 < 1, "optim.beta2 must be in [0, 1)");
   require(op.eps > 0, "optim.eps must be positive");
   require(op.max_norm >= 0, "optim.max_norm must not be negative (0 disables clipping)");
+  LrScaling scaling = LrScaling::kNone;
+  require(parse_lr_scaling(op.lr_scaling, scaling),
+          fmt::format("optim.lr_scaling = '{}' must be one of none, linear, sqrt", op.lr_scaling));
+  require(scaling == LrScaling::kNone || op.base_batch_tokens > 0,
+          fmt::format("optim.lr_scaling = '{}' needs optim.base_batch_tokens > 0 (the global "
+                      "batch in tokens at which optim.lr was tuned)",
+                      op.lr_scaling));
+  require(op.base_batch_tokens >= 0, "optim.base_batch_tokens must not be negative");
   ParallelSection& p = c.parallel;
   require(p.tp >= 1 && p.pp >= 1 && p.dp >= 0, "parallel.dp/tp/pp must be positive");
   require(p.virtual_stages >= 1, "parallel.virtual_stages must be at least 1");
@@ -377,7 +390,7 @@ void validate(Config& c, int world_size) {
   require(m.n_layer % (p.pp * p.virtual_stages) == 0,
           fmt::format("model.n_layer = {} must be divisible by parallel.pp * virtual_stages = {}",
                       m.n_layer, p.pp * p.virtual_stages));
-  RecomputePolicy policy;
+  RecomputePolicy policy = RecomputePolicy::kNone;
   require(parse_recompute(c.recompute.policy, policy),
           fmt::format("recompute.policy = '{}' must be one of none, selective, full",
                       c.recompute.policy));

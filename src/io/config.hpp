@@ -41,7 +41,9 @@ struct OptimSection {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double max_norm = 1.0;  // global-norm clipping; 0 disables it
+  double max_norm = 1.0;            // global-norm clipping; 0 disables it
+  std::string lr_scaling = "none";  // none | linear | sqrt: lr scaled with the global batch
+  int64_t base_batch_tokens = 0;    // the global batch (tokens) at which lr was tuned
 };
 
 struct ParallelSection {

@@ -1,9 +1,35 @@
-// Learning-rate schedule: linear warmup, then cosine decay to a floor.
+// Learning-rate schedule: scaling with the global batch, linear warmup, then cosine decay.
 #pragma once
 
 #include <cmath>
+#include <string>
 
 namespace trident {
+
+enum class LrScaling { kNone, kLinear, kSqrt };
+
+// "none" | "linear" | "sqrt"; false for anything else.
+inline bool parse_lr_scaling(const std::string& name, LrScaling& out) {
+  if (name == "none")
+    out = LrScaling::kNone;
+  else if (name == "linear")
+    out = LrScaling::kLinear;
+  else if (name == "sqrt")
+    out = LrScaling::kSqrt;
+  else
+    return false;
+  return true;
+}
+
+// The peak lr for a global batch of `batch_tokens`, given `base_lr` tuned at
+// `base_batch_tokens`: unchanged, proportional to the batch (Goyal et al. 2017, with warmup), or
+// to its square root (the variance argument; Krizhevsky 2014, Malladi et al. 2022 for Adam).
+inline double scaled_lr(double base_lr, LrScaling scaling, double batch_tokens,
+                        double base_batch_tokens) {
+  if (scaling == LrScaling::kNone) return base_lr;
+  const double ratio = batch_tokens / base_batch_tokens;
+  return base_lr * (scaling == LrScaling::kLinear ? ratio : std::sqrt(ratio));
+}
 
 struct LrSchedule {
   double peak_lr = 6e-4;

@@ -458,8 +458,11 @@ int Trainer::run() {
     log(fmt::format("resumed from {} at step {} (written with layout {})", opt_.resume, start_step,
                     meta.layout));
   }
-  const LrSchedule schedule{c_.optim.lr, c_.optim.min_lr_ratio, c_.optim.warmup_steps,
-                            c_.run.steps};
+  LrScaling scaling = LrScaling::kNone;
+  parse_lr_scaling(c_.optim.lr_scaling, scaling);
+  const double peak_lr = scaled_lr(c_.optim.lr, scaling, static_cast<double>(tokens_per_step),
+                                   static_cast<double>(c_.optim.base_batch_tokens));
+  const LrSchedule schedule{peak_lr, c_.optim.min_lr_ratio, c_.optim.warmup_steps, c_.run.steps};
   inputs_.resize(static_cast<size_t>(micro) * T);
   targets_.resize(static_cast<size_t>(micro) * T);
 
@@ -512,7 +515,8 @@ int Trainer::run() {
                                            {"hostnames", hosts},
                                            {"slurm_job_id", slurm ? slurm : ""},
                                            {"start_time", now_iso8601()},
-                                           {"resumed_from", opt_.resume}},
+                                           {"resumed_from", opt_.resume},
+                                           {"peak_lr", fmt::format("{:.17g}", peak_lr)}},
         predicted);
   }
   TRIDENT_MPI(MPI_Barrier(grid_.world()));
@@ -529,6 +533,15 @@ int Trainer::run() {
       fmt::format("MFU = {:.4g} FLOP/token x tokens/s / ({} ranks x {} TFLOP/s peak per rank); "
                   "FLOP/token = 6 x params + 12 x L x C x T (PaLM)",
                   flops_token, grid_.size(), c_.run.peak_tflops));
+  if (scaling == LrScaling::kNone)
+    log(fmt::format("lr: peak {:.4g}, {} warmup steps, cosine to {:.4g}", peak_lr,
+                    c_.optim.warmup_steps, peak_lr * c_.optim.min_lr_ratio));
+  else
+    log(fmt::format(
+        "lr: peak {:.4g} = optim.lr {:.4g} x {}({} / {} tokens), {} warmup steps, "
+        "cosine to {:.4g}",
+        peak_lr, c_.optim.lr, c_.optim.lr_scaling == "sqrt" ? "sqrt" : "", tokens_per_step,
+        c_.optim.base_batch_tokens, c_.optim.warmup_steps, peak_lr * c_.optim.min_lr_ratio));
   log(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),
                   pp_->backend(), backend_summary()));
   if (c_.offload.optimizer == "host" && std::is_same_v<Exec::memory_space, Kokkos::HostSpace>)

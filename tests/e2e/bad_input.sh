@@ -66,6 +66,8 @@ expect_bad "generate temperature" "--temperature must be positive" "$trident" ge
 expect_bad "recompute policy" "recompute.policy = 'most' must be one of none, selective, full" "${train[@]}" --set recompute.policy=most
 expect_bad "recompute layers without full" "recompute.layers applies only to recompute.policy = 'full'" "${train[@]}" --set recompute.layers=1
 expect_bad "recompute too many layers" "recompute.layers = 9 must be between 0" "${train[@]}" --set recompute.policy=full --set recompute.layers=9
+expect_bad "lr scaling name" "optim.lr_scaling = 'cubic' must be one of none, linear, sqrt" "${train[@]}" --set optim.lr_scaling=cubic
+expect_bad "lr scaling without base" "needs optim.base_batch_tokens > 0" "${train[@]}" --set optim.lr_scaling=linear
 expect_bad "unknown option" "--bogus" "$trident" train --config inputs/tiny.toml --bogus
 expect_bad "no subcommand" "subcommand" "$trident"
 

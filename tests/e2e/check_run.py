@@ -63,12 +63,19 @@ def schema(args):
     print(f"timings schema ok: {rows} rows x {args.ranks} ranks x {len(PHASES)} phases")
 
 
-def losses(path):
+def losses(path, column="loss"):
     with h5py.File(path, "r") as f:
-        return dict(zip(f["step"][:].tolist(), f["loss"][:].tolist()))
+        return dict(zip(f["step"][:].tolist(), f[column][:].tolist()))
 
 
 def compare(args):
+    """Losses (and with --norms the clipping norms too) of b against a, step by step."""
+    if args.norms:
+        a, b = losses(args.a, "grad_norm"), losses(args.b, "grad_norm")
+        for s in sorted(set(a) & set(b)):
+            rel = abs(a[s] - b[s]) / max(abs(a[s]), 1e-30)
+            if rel > args.rtol or (args.exact and a[s] != b[s]):
+                fail(f"step {s}: gradient norm {a[s]} vs {b[s]} (relative {rel:.3g})")
     a, b = losses(args.a), losses(args.b)
     common = sorted(set(a) & set(b))
     if args.from_step:
@@ -85,7 +92,7 @@ def compare(args):
             worst = max(worst, rel)
             if rel > args.rtol:
                 fail(f"step {s}: loss {a[s]} vs {b[s]}, relative difference {rel:.3g} > {args.rtol}")
-    print(f"losses agree on steps {common[0]}..{common[-1]}"
+    print(f"losses{' and gradient norms' if args.norms else ''} agree on steps {common[0]}..{common[-1]}"
           + (" bit for bit" if args.exact else f" (worst relative difference {worst:.3g})"))
 
 
@@ -185,6 +192,7 @@ def main():
     c.add_argument("--min-steps", type=int, default=1)
     c.add_argument("--exact", action="store_true")
     c.add_argument("--rtol", type=float, default=1e-5)
+    c.add_argument("--norms", action="store_true", help="compare the gradient norms too")
     g = sub.add_parser("grads")
     g.add_argument("a")
     g.add_argument("b")

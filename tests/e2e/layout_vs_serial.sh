@@ -2,7 +2,8 @@
 # The flagship check for one layout: 20 steps of the tiny model at dp x tp x pp (schedule, v,
 # ZeRO stage, offload: nvme streams the moments through 10 KiB buffers, nvme+params the ZeRO-3
 # parameter shards too)
-# give the serial run's losses to a relative 1e-5, and the first step's gradients, gathered to
+# give the serial run's losses and global gradient norms (the clipping norm, reduced over every
+# axis and shard) to a relative 1e-5, and the first step's gradients, gathered to
 # global shapes, match the serial ones to 1e-5 of each tensor's largest entry. Small dp
 # buckets (20 KiB) so the overlapped bucketed all-reduce runs many buckets per step.
 set -euo pipefail
@@ -26,6 +27,6 @@ mpirun -np "$ranks" --oversubscribe "$trident" train "${common[@]}" \
   --dump-grads "$work/layout_grads.h5" > "$work/layout.log"
 grep "^layout" "$work/layout.log"
 $check schema "$work/layout/tiny/timings.h5" --steps 20 --ranks "$ranks"
-$check compare "$work/serial/tiny/timings.h5" "$work/layout/tiny/timings.h5" --min-steps 20 --rtol 1e-5
+$check compare "$work/serial/tiny/timings.h5" "$work/layout/tiny/timings.h5" --min-steps 20 --rtol 1e-5 --norms
 $check grads "$work/serial_grads.h5" "$work/layout_grads.h5" --rtol 1e-5
 $check memory "$work/layout/tiny/timings.h5"

@@ -28,7 +28,7 @@ run full --set recompute.policy=full
 run full1 --set recompute.policy=full --set recompute.layers=1
 for name in selective full full1; do
   echo "== $name"
-  $check compare "$work/none/tiny/timings.h5" "$work/$name/tiny/timings.h5" --min-steps 8 --exact
+  $check compare "$work/none/tiny/timings.h5" "$work/$name/tiny/timings.h5" --min-steps 8 --exact --norms
   $check grads "$work/none.grads.h5" "$work/$name.grads.h5" --rtol 0
   $check phase-positive "$work/$name/tiny/timings.h5" recompute
 done
