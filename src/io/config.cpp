@@ -85,6 +85,11 @@ std::vector<Field> schema(Config& c) {
       {"offload", "nvme_dir", &c.offload.nvme_dir, "directory for nvme-offloaded states"},
       {"offload", "buffer_mb", &c.offload.buffer_mb,
        "resident buffer per moment while streaming from nvme, MiB"},
+      {"dp", "sync", &c.dp.sync,
+       "data-parallel updates: sync, async (gradients applied one step late, the reduction "
+       "overlapping the next step), local_sgd (local steps, averaged every local_steps)"},
+      {"dp", "local_steps", &c.dp.local_steps,
+       "local_sgd: steps per averaging round; the round's last step is synchronous"},
       {"recompute", "policy", &c.recompute.policy,
        "activation recomputation: none, selective (attention probabilities), full (whole "
        "blocks from their input)"},
@@ -401,6 +406,18 @@ void validate(Config& c, int world_size) {
                       c.recompute.layers, chunk_layers));
   require(c.recompute.layers == 0 || policy == RecomputePolicy::kFull,
           "recompute.layers applies only to recompute.policy = 'full'");
+  require(c.dp.sync == "sync" || c.dp.sync == "async" || c.dp.sync == "local_sgd",
+          fmt::format("dp.sync = '{}' must be one of sync, async, local_sgd", c.dp.sync));
+  require(c.dp.local_steps >= 1, "dp.local_steps must be at least 1");
+  require(c.dp.sync != "async" || c.zero.stage <= 1,
+          fmt::format("dp.sync = 'async' needs zero.stage 0 or 1, not {}: ZeRO-2 and 3 "
+                      "reduce-scatter gradients during backward, async reduces the whole "
+                      "gradient after it",
+                      c.zero.stage));
+  require(c.dp.sync != "local_sgd" || c.zero.stage == 0,
+          fmt::format("dp.sync = 'local_sgd' needs zero.stage = 0, not {}: each replica keeps "
+                      "its own optimizer states between averaging rounds",
+                      c.zero.stage));
   const int micro_batches = per_rank / c.train.micro_batch_size;
   const std::string why = pipeline::validate_schedule(kind, p.pp, micro_batches, p.virtual_stages);
   require(why.empty(), fmt::format("parallel.schedule = '{}' with pp = {}, virtual_stages = {} and "

@@ -71,6 +71,14 @@ struct OffloadSection {
   double buffer_mb = 16.0;         // resident buffer per moment while streaming from nvme
 };
 
+struct DpSection {
+  // sync: gradients all-reduced every step. async: the reduction started after a step's backward
+  // is applied at the next step (staleness 1). local_sgd: replicas step on their own gradients;
+  // every local_steps-th step is synchronous and then parameters and moments are averaged.
+  std::string sync = "sync";
+  int local_steps = 4;  // H for local_sgd
+};
+
 struct RecomputeSection {
   std::string policy = "none";  // none | selective | full
   int layers = 0;               // full: the first N blocks of each model chunk (0: all)
@@ -92,6 +100,7 @@ struct Config {
   ZeroSection zero;
   OffloadSection offload;
   RecomputeSection recompute;
+  DpSection dp;
   std::string source;  // the file it was read from, for messages
 
   // The resolved configuration as TOML: what `from`, defaults and overrides produced.

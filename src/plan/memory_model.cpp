@@ -89,6 +89,10 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     // Workspace: projection scratch, cross-entropy reductions, backward buffers.
     add(MemCategory::kWorkspace, N * h + 3 * N + 2 * N * h + N * h / t + 3 * N * h / t +
                                      4 * N * h / t + q.micro_batch * (a / t) * s);
+    // async: the gradient in flight; local_sgd: both moments staged for averaging.
+    if (q.dp_sync == "async") add(MemCategory::kCommBuffers, local.total_numel());
+    if (q.dp_sync == "local_sgd" && q.dp > 1)
+      add(MemCategory::kCommBuffers, 2.0 * local.total_numel());
     // Pipeline gradient buffers: one receive, one send per slot.
     add(MemCategory::kCommBuffers, (1 + slots) * N * h);
   }

@@ -22,6 +22,7 @@ struct MemoryQuery {
   int64_t offload_buffer_elements = 0;  // resident elements per moment while streaming
   int micro_batch = 1, seq_len = 1, micro_batches = 1;  // per pipeline, per step
   Recompute recompute;
+  std::string dp_sync = "sync";  // async and local_sgd (dp > 1) hold extra gradient-sized buffers
 };
 
 struct MemoryPrediction {

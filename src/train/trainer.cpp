@@ -22,6 +22,7 @@
 #include "io/dataset.hpp"
 #include "io/timings.hpp"
 #include "kernels/adamw.hpp"
+#include "kernels/elementwise.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/schedule.hpp"
@@ -86,6 +87,10 @@ struct Chunk {
   View1 grad_recv;               // [N,C] output gradient received from the next stage
   std::vector<View1> grad_send;  // per slot [N,C] input gradient sent to the previous one
   std::vector<Request> fwd_sends, bwd_sends;  // per slot, waited on before the slot is reused
+  View1 async_grads;      // dp.sync = async: the gradient whose reduction is in flight
+  Request async_pending;  // that reduction
+  bool async_in_flight = false;
+  View1 replica_m, replica_v;  // dp.sync = local_sgd: moments staged for averaging
 };
 
 class Trainer {
@@ -113,7 +118,13 @@ class Trainer {
   double run_actions(const std::vector<pipeline::Action>& actions, const BatchSampler& sampler,
                      int64_t batch_index, bool train);
   double evaluate(const BatchSampler& val);
-  double clip_and_step(double lr);
+  // Clips by the global norm of grad_scale x the gradient, steps every chunk's optimizer.
+  double clip_and_step(double lr, double grad_scale);
+  // dp.sync = async: waits for the previous step's reduction, puts its result where the
+  // optimizer reads gradients, starts reducing this step's. False when nothing was in flight.
+  bool exchange_async_gradients();
+  // dp.sync = local_sgd: parameters and AdamW moments averaged over dp.
+  void average_replicas();
   View1 full_grads(const Chunk& ch);
   // Parameters and full (dp-gathered, under ZeRO) optimizer moments of every chunk, for
   // checkpoints; collective over dp when the moments are sharded.
@@ -147,6 +158,7 @@ class Trainer {
   std::vector<Chunk> chunks_;
   std::vector<pipeline::Action> schedule_, eval_actions_;
   int stages_ = 1, micro_batches_ = 1;
+  bool reduce_over_dp_ = true;  // this step's backward reduces gradients over dp (ZeRO 0/1)
   std::vector<int32_t> inputs_, targets_;
 };
 
@@ -211,6 +223,13 @@ void Trainer::build_model(MemoryLedger& ledger) {
       ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, dp_.get());
       ch.stage->set_grad_ready_hook([b = ch.buckets.get()](int64_t from) { b->ready_from(from); });
     }
+    const int64_t local_numel = ch.stage->local().total_numel();
+    if (c_.dp.sync == "async")
+      ch.async_grads = allocate(ledger, MemCategory::kCommBuffers, "async_grads", local_numel);
+    if (c_.dp.sync == "local_sgd" && par.dp > 1) {
+      ch.replica_m = allocate(ledger, MemCategory::kCommBuffers, "replica_m", local_numel);
+      ch.replica_v = allocate(ledger, MemCategory::kCommBuffers, "replica_v", local_numel);
+    }
     ch.grad_recv = allocate(ledger, MemCategory::kCommBuffers, "grad_recv", N * C);
     for (int s = 0; s < slots; ++s)
       ch.grad_send.push_back(allocate(ledger, MemCategory::kCommBuffers, "grad_send", N * C));
@@ -229,6 +248,8 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
   std::vector<int> backwards_done(chunks_.size(), 0);
   double loss_sum = 0.0;
   for (const pipeline::Action& act : actions) {
+    // MPI advances non-blocking collectives only inside MPI calls: let an async reduction move.
+    for (Chunk& c : chunks_) c.async_pending.test();
     Chunk& ch = chunks_[act.chunk];
     GptStage& stage = *ch.stage;
     const int slot = act.microbatch % stage.slots();
@@ -260,7 +281,7 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
         pp_->recv(ch.grad_recv.data(), NC, next, pp_tag(act.microbatch, ch.virtual_stage, 1));
       }
       const bool final_backward = ++backwards_done[act.chunk] == micro_batches_;
-      if (ch.buckets) ch.buckets->arm(final_backward);
+      if (ch.buckets) ch.buckets->arm(final_backward && reduce_over_dp_);
       {
         ScopedPhase phase(timer_, Phase::kBackward);
         stage.backward(slot, loss_scale, window(ch.grad_recv, 0, NC));
@@ -285,7 +306,7 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
     {
       ScopedPhase phase(timer_, Phase::kDpComm);
       for (Chunk& ch : chunks_)
-        if (ch.buckets) ch.buckets->finish();
+        if (ch.buckets && reduce_over_dp_) ch.buckets->finish();
     }
     // The tied embedding: the first and the last stage each hold wte and a part of its
     // gradient. Summing over them commutes with the dp sum, so it may come after it.
@@ -317,7 +338,7 @@ double Trainer::evaluate(const BatchSampler& val) {
 
 // Global gradient norm over one model replica (pp x tp), each tensor counted once: tensors
 // replicated over tp only on tp rank 0, the tied embedding only on the first stage. Returns it.
-double Trainer::clip_and_step(double lr) {
+double Trainer::clip_and_step(double lr, double grad_scale) {
   double local = 0.0;
   const bool sharded_grads = c_.zero.stage >= 2;
   for (const Chunk& ch : chunks_)
@@ -345,10 +366,10 @@ double Trainer::clip_and_step(double lr) {
     world_.allreduce_sum(&local, 1);
   else
     mp_.allreduce_sum(&local, 1);
-  const double norm = std::sqrt(local);
+  const double norm = grad_scale * std::sqrt(local);
   const double max_norm = c_.optim.max_norm;
-  const float clip =
-      max_norm > 0 && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
+  const float clip = static_cast<float>(
+      grad_scale * (max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0));
   for (Chunk& ch : chunks_) {
     if (ch.param_shards) {  // ZeRO-3: parameters, gradients and moments all sharded
       ch.optimizer->step_shard(ch.param_shards->shard(), ch.grad_shards->shard(), lr, clip, true);
@@ -360,6 +381,37 @@ double Trainer::clip_and_step(double lr) {
     }
   }
   return norm;
+}
+
+bool Trainer::exchange_async_gradients() {
+  ScopedPhase phase(timer_, Phase::kDpComm);
+  bool had_one = false;
+  for (Chunk& ch : chunks_) {
+    had_one = ch.async_in_flight;
+    ch.async_pending.wait();
+    kernels::swap_values(Exec(), ch.stage->grads(), ch.async_grads);
+    Exec().fence();
+    if (grid_.shape().dp > 1)
+      ch.async_pending = dp_->iallreduce_sum(ch.async_grads.data(), ch.async_grads.extent(0));
+    ch.async_in_flight = true;
+  }
+  return had_one;
+}
+
+void Trainer::average_replicas() {
+  const int dp = grid_.shape().dp;
+  if (dp == 1) return;
+  ScopedPhase phase(timer_, Phase::kDpComm);
+  const float inverse = 1.0f / static_cast<float>(dp);
+  for (Chunk& ch : chunks_) {
+    ch.optimizer->read_moments(ch.replica_m, ch.replica_v);
+    for (const View1& x : {ch.stage->params(), ch.replica_m, ch.replica_v}) {
+      dp_->allreduce_sum(x.data(), x.extent(0));
+      kernels::scale(Exec(), x, inverse);
+    }
+    Exec().fence();
+    ch.optimizer->write_moments(ch.replica_m, ch.replica_v);
+  }
 }
 
 // The whole gradient at flat positions: the buffer itself, or under ZeRO-2 the shards gathered.
@@ -490,6 +542,7 @@ int Trainer::run() {
   query.seq_len = T;
   query.micro_batches = micro_batches_;
   query.recompute = c_.recompute.resolved();
+  query.dp_sync = c_.dp.sync;
   query.offload_nvme = c_.offload.optimizer == "nvme";
   query.offload_params_nvme = c_.offload.params == "nvme";
   query.offload_buffer_elements =
@@ -561,8 +614,20 @@ int Trainer::run() {
   double loss = 0.0, val_loss = NAN, grad_norm = 0.0, lr = 0.0, sum_ms = 0.0;
   int timed_steps = 0;
   std::string last_ckpt;
+  const bool async = c_.dp.sync == "async", local_sgd = c_.dp.sync == "local_sgd";
+  bool replicas_diverged = false;  // local_sgd: a local step since the last average
+  if (async && start_step > 0)
+    log("dp.sync = async: the gradient in flight when the checkpoint was written is not stored; "
+        "the first resumed step makes no update");
   for (int step = start_step; step < c_.run.steps; ++step) {
     timer_.reset();
+    const bool last = step + 1 == c_.run.steps;
+    const bool want_ckpt =
+        last || (c_.run.checkpoint_every > 0 && (step + 1) % c_.run.checkpoint_every == 0);
+    // local_sgd synchronises every local_steps-th step, and before checkpoints, so that a
+    // checkpoint holds one model.
+    const bool synchronous = !local_sgd || (step + 1) % c_.dp.local_steps == 0 || want_ckpt;
+    reduce_over_dp_ = !async && synchronous;
     const auto t0 = std::chrono::steady_clock::now();
     for (Chunk& ch : chunks_) {
       ch.stage->zero_grads();
@@ -576,7 +641,10 @@ int Trainer::run() {
                       loss, step + 1));
       return 3;
     }
-    if (step == start_step && !opt_.dump_grads.empty()) {
+    // async applies the gradient reduced during the previous step; the first has none.
+    const bool update = !async || exchange_async_gradients();
+    const bool first_update = step == start_step + (async ? 1 : 0);
+    if (first_update && !opt_.dump_grads.empty()) {
       std::vector<ShardBuffers> grads;
       for (const Chunk& ch : chunks_) grads.push_back({&ch.stage->local(), full_grads(ch), {}, {}});
       save_checkpoint(opt_.dump_grads, c_, {step, step, c_.run.seed, 0, layout, git_revision()},
@@ -585,12 +653,16 @@ int Trainer::run() {
     {
       ScopedPhase phase(timer_, Phase::kOptimizer);
       lr = schedule.at(step);
-      grad_norm = clip_and_step(lr);
+      // A local step's gradient is normalised by the global batch: scale it to the replica's.
+      grad_norm =
+          update ? clip_and_step(lr, reduce_over_dp_ || async ? 1.0 : grid_.shape().dp) : 0.0;
+    }
+    if (local_sgd && !synchronous) replicas_diverged = true;
+    if (local_sgd && synchronous && replicas_diverged) {
+      average_replicas();
+      replicas_diverged = false;
     }
     gather_params();
-    const bool last = step + 1 == c_.run.steps;
-    const bool want_ckpt =
-        last || (c_.run.checkpoint_every > 0 && (step + 1) % c_.run.checkpoint_every == 0);
     if (want_ckpt) {
       ScopedPhase phase(timer_, Phase::kIo);
       last_ckpt = (ckpt_dir / fmt::format("step_{:06d}.h5", step + 1)).string();
@@ -654,6 +726,7 @@ int Trainer::run() {
         log(fmt::format("eval  {:>5}/{} | val loss {:.4f}", step + 1, c_.run.steps, val_loss));
     }
   }
+  for (Chunk& ch : chunks_) ch.async_pending.wait();  // the last step's reduction has no use
   if (grid_.rank() == 0) {
     const double ms = timed_steps ? sum_ms / timed_steps : 0.0;
     const double tok_s = ms > 0 ? tokens_per_step / (ms / 1e3) : 0.0;

@@ -68,6 +68,10 @@ expect_bad "recompute layers without full" "recompute.layers applies only to rec
 expect_bad "recompute too many layers" "recompute.layers = 9 must be between 0" "${train[@]}" --set recompute.policy=full --set recompute.layers=9
 expect_bad "lr scaling name" "optim.lr_scaling = 'cubic' must be one of none, linear, sqrt" "${train[@]}" --set optim.lr_scaling=cubic
 expect_bad "lr scaling without base" "needs optim.base_batch_tokens > 0" "${train[@]}" --set optim.lr_scaling=linear
+expect_bad "dp sync name" "dp.sync = 'eventually' must be one of sync, async, local_sgd" "${train[@]}" --set dp.sync=eventually
+expect_bad "async with ZeRO-2" "dp.sync = 'async' needs zero.stage 0 or 1, not 2" "${train[@]}" --set dp.sync=async --set zero.stage=2
+expect_bad "local_sgd with ZeRO-1" "dp.sync = 'local_sgd' needs zero.stage = 0, not 1" "${train[@]}" --set dp.sync=local_sgd --set zero.stage=1
+expect_bad "local_sgd zero steps" "dp.local_steps must be at least 1" "${train[@]}" --set dp.sync=local_sgd --set dp.local_steps=0
 expect_bad "unknown option" "--bogus" "$trident" train --config inputs/tiny.toml --bogus
 expect_bad "no subcommand" "subcommand" "$trident"
 

@@ -96,6 +96,32 @@ def compare(args):
           + (" bit for bit" if args.exact else f" (worst relative difference {worst:.3g})"))
 
 
+def delayed(args):
+    """b (dp.sync = async) applies a's gradients one step late: the same first loss, no first
+    update (norm 0), and its second update is a's first (the same norm, bit for bit)."""
+    loss_a, loss_b = losses(args.a), losses(args.b)
+    norm_a, norm_b = losses(args.a, "grad_norm"), losses(args.b, "grad_norm")
+    if loss_a[1] != loss_b[1]:
+        fail(f"first losses differ: {loss_a[1]!r} vs {loss_b[1]!r}")
+    if norm_b[1] != 0.0:
+        fail(f"the delayed run updated at step 1 (norm {norm_b[1]})")
+    if norm_b[2] != norm_a[1]:
+        fail(f"the delayed run's second update has norm {norm_b[2]!r}, not the first gradient's "
+             f"{norm_a[1]!r}")
+    if loss_b[2] == loss_a[2]:
+        fail("step 2 loss is unchanged by the delay")
+    print(f"delayed by one step: norms {norm_b[2]:.6f} (step 2) == {norm_a[1]:.6f} (step 1)")
+
+
+def differs(args):
+    """b's losses differ from a's from --from-step on (a different algorithm really ran)."""
+    a, b = losses(args.a), losses(args.b)
+    same = [s for s in sorted(set(a) & set(b)) if s >= args.from_step and a[s] == b[s]]
+    if same:
+        fail(f"losses identical at steps {same}")
+    print(f"losses differ from step {args.from_step} on")
+
+
 def params_equal(args):
     with h5py.File(args.a, "r") as fa, h5py.File(args.b, "r") as fb:
         for group in ["params", "optim/m", "optim/v"]:
@@ -206,13 +232,18 @@ def main():
     al = sub.add_parser("activations-less")
     al.add_argument("a")
     al.add_argument("b")
+    for name in ["delayed", "differs"]:
+        d = sub.add_parser(name)
+        d.add_argument("a")
+        d.add_argument("b")
+        d.add_argument("--from-step", type=int, default=1)
     e = sub.add_parser("params-equal")
     e.add_argument("a")
     e.add_argument("b")
     args = p.parse_args()
     {"schema": schema, "compare": compare, "grads": grads, "memory": memory,
      "params-equal": params_equal, "phase-positive": phase, "phase-zero": phase,
-     "activations-less": activations_less}[args.cmd](args)
+     "activations-less": activations_less, "delayed": delayed, "differs": differs}[args.cmd](args)
 
 
 if __name__ == "__main__":
