@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Synchronous vs asynchronous data parallelism on the small model at dp = 2: throughput of
-# sync, async and local_sgd (median step time after the first, measured in the same run), and
+# sync, async and local_sgd (mean step time after the first: local_sgd's cost is periodic), and
 # a convergence comparison (training loss every 50 steps, final validation loss).
 # usage: bench/dp_sync.sh BUILD_DIR [STEPS] [LOCAL_STEPS]
 set -euo pipefail
@@ -31,8 +31,8 @@ for arg in sys.argv[2:]:
     name, path = arg.split("=", 1)
     with h5py.File(path, "r") as f:
         runs[name] = dict(loss=f["loss"][:], val=f["val_loss"][-1],
-                          step_s=float(np.median(f["step_seconds_max"][1:])),
-                          dp_s=float(np.median(f["phase_seconds"][1:, :, 5].max(axis=1))),
+                          step_s=float(np.mean(f["step_seconds_max"][1:])),
+                          dp_s=float(np.mean(f["phase_seconds"][1:, :, 5].max(axis=1))),
                           tokens=int(f["tokens"][0]))
 base = runs["sync"]["step_s"]
 print(f"small model, dp = 2 (2 ranks), local_sgd every {local_steps} steps")
