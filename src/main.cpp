@@ -53,7 +53,8 @@ void print_plan(const trident::PlanModel& m, const trident::PlanCluster& c, doub
       "model states per GPU with ZeRO over all %d GPUs (bf16 + fp32 Adam, K = 12): "
       "baseline %s GB, P_os %s GB, P_os+g %s GB, P_os+g+p %s GB\n",
       c.gpus, gb(0).c_str(), gb(1).c_str(), gb(2).c_str(), gb(3).c_str());
-  std::printf("%d layouts considered, %zu fit; fastest first:\n", r.considered, r.feasible.size());
+  std::printf("%d layouts considered, %zu fit; the recommendation, then fastest first:\n",
+              r.considered, r.feasible.size());
   std::printf("%-70s %9s %9s %9s %9s %9s\n", "layout", "mem GB", "states", "activ.", "step s",
               "tok/s/GPU");
   for (int i = 0; i < top && i < static_cast<int>(r.feasible.size()); ++i) {

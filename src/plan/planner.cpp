@@ -1,23 +1,24 @@
-// The planner's memory and time model (documented in planner.hpp and the README).
+// The planner's memory and time model and its choice of layout (assumptions in planner.hpp).
 #include "plan/planner.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <tuple>
 
 #include "core/error.hpp"
-#include "plan/memory_model.hpp"
 
 namespace trident {
 namespace {
 
 constexpr double kGB = 1e9;
-constexpr double kOverheadGB = 1.0;  // runtime context and workspace, per GPU
 
 // Korthikanti et al. 2022, bytes per layer per micro-batch in 16-bit, tensor parallel t, no
 // sequence parallelism: none s*b*h*(10 + 24/t + 5*a*s/(h*t)); selective drops the attention
-// scores; full keeps only the layer input (2*s*b*h).
+// scores; full keeps only the layer input (2*s*b*h, replicated across tp without sequence
+// parallelism).
 double layer_activation_bytes(const PlanModel& m, int b, int t, const std::string& recompute) {
   const double s = m.seq, h = m.hidden, a = m.heads;
   if (recompute == "full") return 2 * s * b * h;
@@ -25,8 +26,36 @@ double layer_activation_bytes(const PlanModel& m, int b, int t, const std::strin
   return recompute == "selective" ? base : base + s * b * h * 5 * a * s / (h * t);
 }
 
-double all_reduce_seconds(double bytes, int n, double gbs) {
-  return n <= 1 ? 0 : 2.0 * (n - 1) / n * bytes / (gbs * kGB);
+// Ring all-gather or reduce-scatter of `bytes` (the full tensor) over n ranks, per GPU.
+double ring_seconds(double bytes, int n, double gbs) {
+  return n <= 1 ? 0 : (n - 1.0) / n * bytes / (gbs * kGB);
+}
+
+// What a transfer costs when it can overlap `window` seconds of independent compute.
+double exposed(double transfer, double window) {
+  return transfer - kPlanOverlapEfficiency * std::min(transfer, window);
+}
+
+double gemm_efficiency(double width) {
+  return width / (width + kPlanGemmHalfWidth);
+}
+
+// 0: data parallel only; 1: tensor parallel inside a node; 2: pipelined (with or without tp).
+int model_parallel_level(const PlanCandidate& k) {
+  return k.pp > 1 ? 2 : k.tp > 1 ? 1 : 0;
+}
+
+int recompute_rank(const std::string& r) {
+  return r == "full" ? 2 : r == "selective" ? 1 : 0;
+}
+
+// Simplest first: no offload, fewer ZeRO stages, less recomputation; then faster.
+auto simplicity(const PlanCandidate& k) {
+  return std::make_tuple(k.offload == "host", k.zero, recompute_rank(k.recompute), k.step_seconds);
+}
+
+std::string percent(double slower) {
+  return fmt::format("{:.0f}%", 100 * slower);
 }
 
 }  // namespace
@@ -41,7 +70,8 @@ std::string PlanCandidate::describe() const {
                      zero, offload, recompute, micro_batch);
 }
 
-PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_batch_tokens) {
+PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_batch_tokens,
+                        const PlanPolicy& policy) {
   if (m.layers < 1 || m.hidden < 1 || m.heads < 1 || m.hidden % m.heads != 0 || m.seq < 1)
     throw InputError(
         "plan: the model needs --layers, --hidden and --heads (heads dividing "
@@ -51,119 +81,309 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
   if (global_batch_tokens < m.seq)
     throw InputError("plan: --batch-tokens must hold at least one sequence");
   const double psi = m.param_count();
-  const double sequences = std::floor(global_batch_tokens / m.seq);
+  const double h = m.hidden, s = m.seq, V = m.vocab;
+  // The embedding (wte, wpe) sits on the first stage and, tied, feeds the head on the last; the
+  // blocks are split evenly over the stages.
+  const double psi_embedding = std::min(psi, (V + s) * h);
+  const double psi_blocks = psi - psi_embedding;
+  const double layer_flops = 6 * psi_blocks / m.layers + 12 * h * s;  // per token, fwd + bwd
+  const double head_flops = 6 * V * h;                                // per token, last stage
+  const double usable_gb = kPlanUsableMemoryFraction * c.gpu_mem_gb;
+  const auto sequences = static_cast<long long>(std::floor(global_batch_tokens / m.seq));
+
   PlanResult result;
-  PlanCandidate smallest;  // the least memory of any layout, feasible or not
-  smallest.other_gb = 1e300;
+  std::vector<PlanCandidate> all;  // every layout evaluated, feasible or not
+  std::vector<bool> fits;
   for (int tp = 1; tp <= std::min(8, c.gpus); tp *= 2) {
     if (m.heads % tp != 0 || tp > c.gpus_per_node) continue;  // tp stays inside a node
     for (int pp = 1; pp <= m.layers; ++pp) {
-      if (m.layers % pp != 0 || c.gpus % (tp * pp) != 0) continue;
-      const int dp = c.gpus / (tp * pp);
-      const double psi_rank = psi / (tp * pp);
-      // dp groups are contiguous after tp: they stay on NVLink while tp * dp fits a node.
-      const double dp_gbs = tp * dp <= c.gpus_per_node ? c.intra_gbs : c.inter_gbs;
+      if (m.layers % pp != 0 || tp * pp > c.gpus) continue;
+      int dp = c.gpus / (tp * pp);
+      while (sequences % dp != 0) --dp;
+      const int layers = m.layers / pp;
+      const double psi_rank = (psi_blocks / pp + psi_embedding) / tp;
+      const double block_params = psi_blocks / m.layers / tp;
+      // dp groups are contiguous after tp: they stay on NVLink while tp * dp fits a node. Stage
+      // neighbours are tp * dp ranks apart: some hop crosses nodes unless the whole world fits one.
+      const double dp_gbs =
+          tp * dp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
+      const double pp_gbs =
+          tp * dp * pp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
+      const double flops_per_second =
+          c.peak_tflops * 1e12 * c.mfu * gemm_efficiency(h / tp) / gemm_efficiency(h);
+      const long long per_pipeline = sequences / dp;  // sequences per step per dp rank
       for (int zero = 0; zero <= 3; ++zero) {
         if (zero > 0 && dp == 1) continue;
         for (const std::string offload : {"none", "host"}) {
           if (offload == "host" && zero == 3) continue;  // ZeRO-Offload pairs with stage 2
           for (const std::string recompute : {"none", "selective", "full"}) {
-            for (int b : {1, 2, 4, 8}) {
-              const double per_pipeline = sequences / dp;
-              if (per_pipeline < b || std::fmod(per_pipeline, b) != 0) continue;
+            for (int b = 1; b <= 32 && b <= per_pipeline; b *= 2) {
+              if (per_pipeline % b != 0) continue;
               const int micro_batches = static_cast<int>(per_pipeline / b);
               ++result.considered;
               PlanCandidate k;
               k.dp = dp, k.tp = tp, k.pp = pp, k.zero = zero, k.micro_batch = b;
               k.micro_batches = micro_batches;
               k.offload = offload, k.recompute = recompute;
+
+              // Memory per GPU.
               const double shard = zero >= 1 ? dp : 1;
               k.params_gb = 2 * psi_rank / (zero >= 3 ? dp : 1) / kGB;
               k.grads_gb = 2 * psi_rank / (zero >= 2 ? dp : 1) / kGB;
               k.optimizer_gb = offload == "host" ? 0 : 12 * psi_rank / shard / kGB;
-              const int in_flight = std::min(pp, micro_batches);  // 1F1B, first stage
-              double act =
-                  layer_activation_bytes(m, b, tp, recompute) * (m.layers / pp) * in_flight;
-              if (recompute == "full") act += layer_activation_bytes(m, b, tp, "none");
-              k.activations_gb = act / kGB;
-              k.other_gb = kOverheadGB;
-              if (k.memory_gb() < smallest.memory_gb()) smallest = k;
-              if (k.memory_gb() > c.gpu_mem_gb) continue;
-              // Time per step.
-              const double factor = recompute == "full" ? 4.0 / 3 : 1.0;
-              const double flops =
-                  (6 * psi + 12.0 * m.layers * m.hidden * m.seq) * global_batch_tokens * factor;
-              // Narrower tensor-parallel GEMMs and more pipeline boundaries run less efficiently:
-              // 8% per doubling of tp, 3% per doubling of pp (typical of published sweeps).
-              const double efficiency =
-                  c.mfu * std::pow(0.92, std::log2(tp)) * std::pow(0.97, std::log2(pp));
-              k.compute_seconds = flops / (c.gpus * c.peak_tflops * 1e12 * efficiency);
-              k.bubble_seconds = k.compute_seconds * (pp - 1.0) / micro_batches;
-              const double act_bytes = 2.0 * m.seq * b * m.hidden;
+              const double unit_buffers = 2 * (2 * block_params + psi_embedding / tp);
+              k.buffers_gb = (zero >= 2 ? unit_buffers : 0) + (zero >= 3 ? unit_buffers : 0);
+              k.buffers_gb /= kGB;
+              const double per_layer = layer_activation_bytes(m, b, tp, recompute);
+              const double working =
+                  recompute == "full" ? layer_activation_bytes(m, b, tp, "none") : 0;
+              const double logits = 4 * s * b * V / tp;
+              const double first_stage = per_layer * layers * std::min(pp, micro_batches) + working;
+              const double last_stage = per_layer * layers + working + logits;
+              k.activations_gb = (pp == 1 ? last_stage : std::max(first_stage, last_stage)) / kGB;
+              k.other_gb = kPlanRuntimeGB;
+              const bool fit = k.memory_gb() <= usable_gb;
+
+              // Time per step, set by the slowest (last) stage.
+              const double tokens = s * b;
+              const double stage_flops = (layers * layer_flops + head_flops) / tp * tokens;
+              const double attention_core = 4 * h * s * kPlanAttentionCoreSlowdown;
+              double extra_flops = 0;
+              if (recompute == "selective") extra_flops = layers * attention_core / tp * tokens;
+              if (recompute == "full")
+                extra_flops = layers * (2 * psi_blocks / m.layers + attention_core) / tp * tokens;
+              const double forward = stage_flops / 3 / flops_per_second;
+              const double micro = (stage_flops + extra_flops) / flops_per_second;
+              const double backward = micro - forward;
+              // Megatron's f/g operators: 2 all-reduces forward, 2 backward, 2 more when the
+              // forward is recomputed; an all-reduce is a reduce-scatter and an all-gather.
               const int tp_collectives = recompute == "full" ? 6 : 4;
-              k.tp_seconds = micro_batches * (m.layers / pp) * tp_collectives *
-                             all_reduce_seconds(act_bytes, tp, c.intra_gbs);
-              // Gradient reduction (half hidden behind backward); ZeRO-3 also gathers the
-              // parameters for every micro-batch's forward and backward (half hidden).
-              double dp_time = all_reduce_seconds(2 * psi_rank, dp, dp_gbs);
-              if (zero == 3)
-                dp_time += 2 * micro_batches * all_reduce_seconds(psi_rank, dp, dp_gbs);
-              k.dp_seconds = 0.5 * dp_time;
+              const double tp_micro =
+                  tp_collectives * layers * 2 * ring_seconds(2 * tokens * h, tp, c.intra_gbs);
+              k.compute_seconds = micro_batches * micro;
+              k.recompute_seconds = micro_batches * extra_flops / flops_per_second;
+              k.tp_seconds = micro_batches * tp_micro;
+              // 1F1B bubble, plus each micro-batch's activation forward and gradient backward.
+              k.bubble_seconds = pp == 1
+                                     ? 0
+                                     : (pp - 1) * (micro + tp_micro) +
+                                           2.0 * micro_batches * 2 * tokens * h / (pp_gbs * kGB);
+              // One bf16 pass of the rank's parameters or gradients over dp, and the compute each
+              // ZeRO stage can hide it behind (planner.hpp).
+              const double g = ring_seconds(2 * psi_rank, dp, dp_gbs);
+              switch (zero) {
+                case 0:
+                  k.dp_traffic_seconds = 2 * g;
+                  k.dp_seconds = exposed(2 * g, backward);
+                  break;
+                case 1:
+                  k.dp_traffic_seconds = 2 * g;
+                  k.dp_seconds = exposed(g, backward) + exposed(g, forward);
+                  break;
+                case 2:
+                  k.dp_traffic_seconds = (micro_batches + 1) * g;
+                  k.dp_seconds = micro_batches * exposed(g, backward) + exposed(g, forward);
+                  break;
+                default:
+                  k.dp_traffic_seconds = 3.0 * micro_batches * g;
+                  k.dp_seconds = micro_batches * (exposed(g, forward) + exposed(2 * g, backward));
+              }
               if (offload == "host")
                 k.offload_seconds = 4 * psi_rank / shard / (c.pcie_gbs * kGB) +
                                     16 * psi_rank / shard / (c.host_adam_gbs * kGB);
               k.step_seconds = k.compute_seconds + k.bubble_seconds + k.tp_seconds + k.dp_seconds +
                                k.offload_seconds;
-              result.feasible.push_back(k);
+              all.push_back(k);
+              fits.push_back(fit);
             }
           }
         }
       }
     }
   }
-  // Fastest first; among equally fast layouts the one with clearly less memory, and among those
-  // the simplest (fewer ZeRO stages, no offload or recomputation, fewer parallel axes).
-  auto complexity = [](const PlanCandidate& k) {
-    return k.zero + (k.offload == "host" ? 2 : 0) +
-           (k.recompute == "full"        ? 2
-            : k.recompute == "selective" ? 1
-                                         : 0) +
-           (k.tp > 1) + (k.pp > 1);
+
+  // The fastest feasible layout, and the least memory of any layout, among those matching `pred`.
+  struct Best {
+    const PlanCandidate* fastest = nullptr;
+    const PlanCandidate* smallest = nullptr;
   };
-  std::stable_sort(result.feasible.begin(), result.feasible.end(),
-                   [&](const PlanCandidate& a, const PlanCandidate& b) {
-                     if (std::abs(a.step_seconds - b.step_seconds) > 1e-3 * a.step_seconds)
-                       return a.step_seconds < b.step_seconds;
-                     const double ma = a.memory_gb(), mb = b.memory_gb();
-                     if (std::abs(ma - mb) > 0.05 * std::max(ma, mb)) return ma < mb;
-                     return complexity(a) < complexity(b);
-                   });
-  if (result.feasible.empty()) {
+  auto best_of = [&](const std::function<bool(const PlanCandidate&)>& pred) {
+    Best best;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const PlanCandidate& k = all[i];
+      if (!pred(k)) continue;
+      if (!best.smallest || k.memory_gb() < best.smallest->memory_gb()) best.smallest = &k;
+      if (fits[i] && (!best.fastest || k.step_seconds < best.fastest->step_seconds))
+        best.fastest = &k;
+    }
+    return best;
+  };
+  const Best overall = best_of([](const PlanCandidate&) { return true; });
+  if (!overall.fastest) {
+    const PlanCandidate& k = *overall.smallest;
     result.recommendation = "none";
     result.reasons = fmt::format(
-        "no layout fits {} GB per GPU: the smallest ({}) needs {:.3g} GB: model states {:.3g} "
-        "GB, activations {:.3g} GB, runtime {:.3g} GB; add GPUs or memory",
-        c.gpu_mem_gb, smallest.describe(), smallest.memory_gb(),
-        smallest.params_gb + smallest.grads_gb + smallest.optimizer_gb, smallest.activations_gb,
-        smallest.other_gb);
+        "no layout fits {} GB per GPU ({:.3g} GB usable): the smallest ({}) needs {:.3g} GB: model "
+        "states {:.3g} GB, ZeRO buffers {:.3g} GB, activations {:.3g} GB, runtime {:.3g} GB; add "
+        "GPUs or memory",
+        c.gpu_mem_gb, usable_gb, k.describe(), k.memory_gb(), k.model_states_gb(), k.buffers_gb,
+        k.activations_gb, k.other_gb);
     return result;
   }
-  const PlanCandidate& best = result.feasible.front();
+  const double fastest = overall.fastest->step_seconds;
+  result.fastest_seconds = fastest;
+
+  // The fewest model-parallel axes whose best layout is within the model-parallel tolerance of
+  // the fastest; then, at that level, the simplest layout within the time tolerance of its best.
+  int level = 0;
+  Best at_level;
+  for (; level <= 2; ++level) {
+    at_level = best_of([&](const PlanCandidate& k) { return model_parallel_level(k) == level; });
+    if (at_level.fastest &&
+        at_level.fastest->step_seconds <= (1 + policy.model_parallel_tolerance) * fastest)
+      break;
+  }
+  const double level_best = at_level.fastest->step_seconds;
+  const PlanCandidate* chosen = at_level.fastest;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const PlanCandidate& k = all[i];
+    if (fits[i] && model_parallel_level(k) == level &&
+        k.step_seconds <= (1 + policy.time_tolerance) * level_best &&
+        simplicity(k) < simplicity(*chosen))
+      chosen = &k;
+  }
+  const PlanCandidate best = *chosen;
+
+  for (size_t i = 0; i < all.size(); ++i)
+    if (fits[i]) result.feasible.push_back(all[i]);
+  std::stable_sort(result.feasible.begin(), result.feasible.end(),
+                   [](const PlanCandidate& a, const PlanCandidate& b) {
+                     return a.step_seconds < b.step_seconds;
+                   });
+  auto same = [&](const PlanCandidate& k) { return k.describe() == best.describe(); };
+  std::stable_partition(result.feasible.begin(), result.feasible.end(), same);
   result.recommendation = best.describe();
-  std::string why = fmt::format(
-      "fits in {:.1f} of {} GB (model states {:.1f} GB, activations {:.1f} GB); predicted "
-      "{:.2f} s per step: compute {:.2f}, pipeline bubble {:.2f}, tensor-parallel {:.2f}, "
-      "data-parallel {:.2f}, offload {:.2f}",
-      best.memory_gb(), c.gpu_mem_gb, best.params_gb + best.grads_gb + best.optimizer_gb,
-      best.activations_gb, best.step_seconds, best.compute_seconds, best.bubble_seconds,
-      best.tp_seconds, best.dp_seconds, best.offload_seconds);
-  if (best.zero > 0)
-    why += fmt::format("; ZeRO-{} because the replicated model states would need {:.1f} GB",
-                       best.zero, 16 * psi / (best.tp * best.pp) / kGB);
-  if (best.tp > 1) why += "; tensor parallelism inside a node, on NVLink";
-  if (best.pp > 1) why += fmt::format("; {} pipeline stages", best.pp);
-  if (best.offload == "host") why += "; optimizer states offloaded to host memory";
-  result.reasons = why;
+
+  // Reasons, one line per decision.
+  std::vector<std::string> why;
+  const double over = best.step_seconds / fastest - 1;
+  // How a family of alternatives fares against `reference` seconds: its fastest layout and how
+  // much slower it is, or, when none fits, what the smallest needs.
+  auto alternative = [&](const Best& alt, double reference, const std::string& than) {
+    if (alt.fastest)
+      return fmt::format("the best layout ({}) is {} slower than {}", alt.fastest->describe(),
+                         percent(alt.fastest->step_seconds / reference - 1), than);
+    if (alt.smallest)
+      return fmt::format("nothing fits (the smallest, {}, needs {:.1f} GB)",
+                         alt.smallest->describe(), alt.smallest->memory_gb());
+    return std::string("no such layout");
+  };
+  auto than_this = [&](const Best& alt) { return alternative(alt, best.step_seconds, "this one"); };
+  auto than_fastest = [&](const Best& alt) { return alternative(alt, fastest, "the fastest"); };
+  why.push_back(fmt::format(
+      "memory: {:.1f} of {:.1f} GB usable per GPU ({:.0f}% of {} GB, the rest is headroom for "
+      "fragmentation): model states {:.1f} GB, ZeRO buffers {:.1f} GB, activations {:.1f} GB "
+      "(micro-batch {}, recompute {}), runtime {:.1f} GB",
+      best.memory_gb(), usable_gb, 100 * kPlanUsableMemoryFraction, c.gpu_mem_gb,
+      best.model_states_gb(), best.buffers_gb, best.activations_gb, best.micro_batch,
+      best.recompute, best.other_gb));
+  why.push_back(fmt::format(
+      "time: {:.2f} s per step: compute {:.2f} (of which recompute {:.2f}), pipeline {:.2f}, "
+      "tensor-parallel {:.2f}, data-parallel {:.2f} exposed of {:.2f} transferred, offload "
+      "{:.2f}{}",
+      best.step_seconds, best.compute_seconds, best.recompute_seconds, best.bubble_seconds,
+      best.tp_seconds, best.dp_seconds, best.dp_traffic_seconds, best.offload_seconds,
+      over > 1e-9
+          ? fmt::format("; {} slower than the fastest layout, preferred as simpler", percent(over))
+          : std::string("; the fastest layout")));
+  if (best.gpus() < c.gpus)
+    why.push_back(fmt::format(
+        "uses {} of the {} GPUs: dp = {} is the largest count that divides the {} sequences of "
+        "the batch",
+        best.gpus(), c.gpus, best.dp, sequences));
+
+  // Model parallelism.
+  const std::string tolerance = percent(policy.model_parallel_tolerance);
+  if (level == 0) {
+    if (model_parallel_level(*overall.fastest) == 0)
+      why.push_back(c.gpus == 1 ? "no tensor or pipeline parallelism: one GPU"
+                                : "no tensor or pipeline parallelism: no model-parallel layout "
+                                  "is faster");
+    else
+      why.push_back(fmt::format(
+          "no tensor or pipeline parallelism: the fastest layout ({}) is only {} faster, within "
+          "the {} a model-parallel layout must gain to be worth its model surgery",
+          overall.fastest->describe(), percent(best.step_seconds / fastest - 1), tolerance));
+  } else {
+    const Best pure = best_of([](const PlanCandidate& k) { return model_parallel_level(k) == 0; });
+    const Best tp_only =
+        best_of([](const PlanCandidate& k) { return model_parallel_level(k) == 1; });
+    if (level == 1)
+      why.push_back(fmt::format(
+          "tensor parallelism (tp={}) inside a node, on NVLink: without model parallelism {}; "
+          "model parallelism is taken when it gains more than {}",
+          best.tp, than_fastest(pure), tolerance));
+    else
+      why.push_back(
+          fmt::format("pipeline parallelism (pp={}{}): without model parallelism {}; with tensor "
+                      "parallelism only {}; each is taken when it gains more than {}",
+                      best.pp, best.tp > 1 ? fmt::format(", tp={} inside a node", best.tp) : "",
+                      than_fastest(pure), than_fastest(tp_only), tolerance));
+    if (level == 1) {
+      const Best piped =
+          best_of([](const PlanCandidate& k) { return model_parallel_level(k) == 2; });
+      if (piped.fastest && piped.fastest->step_seconds < level_best)
+        why.push_back(fmt::format(
+            "no pipeline parallelism: the best pipelined layout ({}) is only {} faster than the "
+            "best without it, within the {} tolerated",
+            piped.fastest->describe(), percent(level_best / piped.fastest->step_seconds - 1),
+            tolerance));
+    }
+  }
+
+  // ZeRO stage, at the chosen model-parallel level.
+  auto at_chosen_level = [&](const std::function<bool(const PlanCandidate&)>& pred) {
+    return best_of([&](const PlanCandidate& k) {
+      return model_parallel_level(k) == level && k.tp == best.tp && k.pp == best.pp && pred(k);
+    });
+  };
+  const double replicated_gb = 16 * (psi_blocks / best.pp + psi_embedding) / best.tp / kGB;
+  std::string zero_line;
+  if (best.zero == 0)
+    zero_line = best.dp == 1 ? std::string("no ZeRO: a single data-parallel replica")
+                             : fmt::format("no ZeRO: the replicated model states ({:.1f} GB) fit",
+                                           replicated_gb);
+  else
+    zero_line = fmt::format(
+        "ZeRO-{}: replicated, the model states would need {:.1f} GB per GPU; with a lower stage "
+        "{}",
+        best.zero, replicated_gb,
+        than_this(at_chosen_level([&](const PlanCandidate& k) { return k.zero < best.zero; })));
+  if (best.zero < 3 && best.dp > 1) {
+    const Best higher = at_chosen_level([&](const PlanCandidate& k) { return k.zero > best.zero; });
+    if (higher.fastest && higher.fastest->step_seconds < best.step_seconds)
+      zero_line += fmt::format("; a higher stage would gain only {}, within the {} tolerated",
+                               percent(best.step_seconds / higher.fastest->step_seconds - 1),
+                               percent(policy.time_tolerance));
+    else if (higher.fastest)
+      zero_line += "; with a higher stage " + than_this(higher);
+  }
+  why.push_back(zero_line);
+  if (best.offload == "host")
+    why.push_back(fmt::format(
+        "optimizer states offloaded to host memory (ZeRO-Offload): without offload {}",
+        than_this(at_chosen_level([](const PlanCandidate& k) { return k.offload == "none"; }))));
+  if (best.recompute != "none")
+    why.push_back(fmt::format(
+        "{} recomputation ({:.2f} s per step): {} at micro-batch {}; with less recomputation {}",
+        best.recompute, best.recompute_seconds,
+        best.recompute == "full" ? "keeps only each layer's input" : "drops the attention scores",
+        best.micro_batch, than_this(at_chosen_level([&](const PlanCandidate& k) {
+          return k.zero == best.zero && k.offload == best.offload &&
+                 recompute_rank(k.recompute) < recompute_rank(best.recompute);
+        }))));
+  result.reasons = why.front();
+  for (size_t i = 1; i < why.size(); ++i) result.reasons += "\n  " + why[i];
   return result;
 }
 

@@ -7,8 +7,10 @@
 
 namespace trident {
 
-// The model as the planner sees it (mixed-precision training: bf16 weights and gradients, fp32
-// master weights and Adam moments, i.e. 2 + 2 + 12 bytes per parameter).
+// The model as the planner sees it. Mixed-precision training as in the ZeRO paper (Rajbhandari
+// et al. 2020): bf16 weights and gradients, fp32 master weights and Adam moments, i.e. 2 + 2 + 12
+// bytes per parameter before sharding. (Megatron-LM accumulates bf16 gradients in fp32, 2 more
+// bytes where the gradient is replicated; not modelled.)
 struct PlanModel {
   double params = 0;  // Psi; 0: 12 L h^2 + V h
   int layers = 0, hidden = 0, heads = 0, seq = 2048, vocab = 50257;
@@ -26,28 +28,101 @@ struct PlanCluster {
   double host_adam_gbs = 10;  // host memory streamed by a CPU Adam step, GB/s
 };
 
+// The assumptions of the model, each a documented constant (README, "Planning a layout").
+//
+// Memory. A layout fits when its predicted bytes, including a fixed runtime reserve, stay under
+// kPlanUsableMemoryFraction of HBM: the caching allocator fragments and NCCL, cuBLAS and the CUDA
+// context take memory the model does not see, so a layout predicted at 95% of HBM does not run.
+inline constexpr double kPlanUsableMemoryFraction = 0.9;
+inline constexpr double kPlanRuntimeGB = 2.0;  // CUDA context, NCCL and cuBLAS workspaces
+// Activations per layer and micro-batch follow Korthikanti et al. 2022 without sequence
+// parallelism (trident has none): s b h (10 + 24/t + 5 a s/(h t)) bytes; selective recomputation
+// drops the attention core's 5 a s/(h t) term; full keeps the layer input (2 s b h) plus one
+// layer's working set during recomputation. 1F1B keeps min(pp, micro-batches) micro-batches in
+// flight on the first stage; the last stage also holds the fp32 logits (4 s b V / t). ZeRO-2
+// keeps gradient working buffers for two blocks and the embedding (trident's unit buffers),
+// ZeRO-3 the same again for parameters (the block being computed and the one prefetched).
+//
+// Compute runs at mfu of the peak, scaled by a tensor-parallel shard's GEMM efficiency
+// w / (w + kPlanGemmHalfWidth) relative to the unsharded width (w = h / t): a rule of thumb for
+// how cuBLAS throughput falls as the [h, h/t] weight shards narrow. Recomputation repeats the
+// forward GEMMs it drops and the attention core (Q K^T, softmax, times V), which is memory-bound
+// and charged kPlanAttentionCoreSlowdown times its FLOP share; with 4 this reproduces Korthikanti
+// et al.'s measured overheads (Table 4, 22B: selective 7%, full 39%).
+inline constexpr double kPlanGemmHalfWidth = 128;
+inline constexpr double kPlanAttentionCoreSlowdown = 4.0;
+//
+// Communication. Tensor parallelism: 4 all-reduces of s b h bf16 per layer per micro-batch (6 with
+// full recomputation) on NVLink, on the critical path (Megatron-LM, Shoeybi et al. 2019); tp stays
+// inside a node. Pipeline: the 1F1B bubble (p - 1) micro-batch times, the slowest (last) stage
+// carrying the output layer, and stage-to-stage transfers (Narayanan et al. 2021). Data parallel,
+// per GPU on its dp group's link (NVLink while the group fits a node, else the inter-node link at
+// kPlanNetworkEfficiency of its rate), each transfer overlapped with the compute that does not
+// depend on it: ZeRO-0 all-reduces the accumulated gradients during the last micro-batch's
+// backward; ZeRO-1 reduce-scatters them there and all-gathers the updated parameters during the
+// next step's first forward; ZeRO-2 reduce-scatters every micro-batch's gradients during its
+// backward (the full gradient is never kept), plus that all-gather; ZeRO-3 all-gathers the
+// parameters for each micro-batch's forward and again for its backward, and reduce-scatters the
+// gradients in the backward: 3 x micro-batches x Psi / (tp pp) bf16 per step, so it needs large
+// micro-batches, which its freed memory allows. Overlap is imperfect (NCCL kernels take SMs and
+// HBM bandwidth, prefetch stalls): an overlapped transfer still costs (1 - kPlanOverlapEfficiency)
+// of its time, and whatever exceeds its window costs in full. The two constants are fit to
+// Narayanan et al. 2021, Table 3 (ZeRO-3 on 25 GB/s per GPU: throughput falls 1.8x from
+// micro-batch 4 to 2, and is 6-19% under PTD-P at micro-batch 4).
+inline constexpr double kPlanNetworkEfficiency = 0.65;
+inline constexpr double kPlanOverlapEfficiency = 0.8;
+//
+// The world is pp x dp x tp with tp <= GPUs per node and a power of two dividing the heads, pp
+// dividing the layers, and dp the largest count <= gpus / (tp pp) that divides the global batch
+// of sequences (so a layout may leave a few GPUs idle). The global batch is fixed in tokens, as
+// practitioners fix it for convergence.
+
+// The choice among feasible layouts. The time model is not better than about 5%, so among layouts
+// within time_tolerance of the fastest the planner takes the simplest: no offload, then fewer ZeRO
+// stages, then less recomputation. Model parallelism needs model surgery (Megatron-style layers,
+// a partitioned model and a pipeline schedule) that ZeRO data parallelism does not, and
+// practitioners stay with ZeRO/FSDP stacks below ~175B although Megatron-style 3D layouts run
+// faster (in this model 3D is ~25% faster at 30-70B, because ZeRO-3 without tp must recompute
+// everything to fit a micro-batch large enough to hide its gathers). So the planner adds tensor
+// parallelism (inside a node), and then pipeline parallelism, only when the best layout without
+// it is more than model_parallel_tolerance slower than the fastest overall: a stated preference,
+// not physics.
+inline constexpr double kPlanTimeTolerance = 0.05;
+inline constexpr double kPlanModelParallelTolerance = 0.35;
+struct PlanPolicy {
+  double time_tolerance = kPlanTimeTolerance;
+  double model_parallel_tolerance = kPlanModelParallelTolerance;
+};
+
 struct PlanCandidate {
   int dp = 1, tp = 1, pp = 1, zero = 0, micro_batch = 1, micro_batches = 1;
   std::string offload = "none";    // none | host (optimizer states and step on the CPU)
   std::string recompute = "none";  // none | selective | full
-  double params_gb = 0, grads_gb = 0, optimizer_gb = 0, activations_gb = 0, other_gb = 0;
-  double step_seconds = 0, compute_seconds = 0, bubble_seconds = 0, tp_seconds = 0, dp_seconds = 0,
-         offload_seconds = 0;
+  // Per GPU, on the most loaded pipeline stage. buffers: ZeRO-2/3 working buffers; other: runtime.
+  double params_gb = 0, grads_gb = 0, optimizer_gb = 0, activations_gb = 0, buffers_gb = 0,
+         other_gb = 0;
+  // Per step. compute includes recompute; bubble includes stage-to-stage transfers; dp is the
+  // exposed part of dp_traffic (gradient reduction, ZeRO gathers).
+  double step_seconds = 0, compute_seconds = 0, recompute_seconds = 0, bubble_seconds = 0,
+         tp_seconds = 0, dp_seconds = 0, dp_traffic_seconds = 0, offload_seconds = 0;
   double memory_gb() const {
-    return params_gb + grads_gb + optimizer_gb + activations_gb + other_gb;
+    return params_gb + grads_gb + optimizer_gb + activations_gb + buffers_gb + other_gb;
   }
+  double model_states_gb() const { return params_gb + grads_gb + optimizer_gb; }
+  int gpus() const { return dp * tp * pp; }
   std::string describe() const;
 };
 
 struct PlanResult {
-  std::vector<PlanCandidate> feasible;  // fastest first
+  std::vector<PlanCandidate> feasible;  // the recommendation first, then fastest first
   int considered = 0;
-  std::string recommendation, reasons;
+  double fastest_seconds = 0;
+  std::string recommendation, reasons;  // reasons: one line per decision
 };
 
 // Enumerates layouts for `global_batch_tokens` tokens per step. Throws InputError for a model
 // or cluster that makes no sense.
 PlanResult plan_layouts(const PlanModel& model, const PlanCluster& cluster,
-                        double global_batch_tokens);
+                        double global_batch_tokens, const PlanPolicy& policy = {});
 
 }  // namespace trident

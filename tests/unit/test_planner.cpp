@@ -14,6 +14,25 @@ PlanModel model(int layers, int hidden, int heads) {
   m.heads = heads;
   return m;
 }
+
+PlanCluster nodes_of_eight(int nodes) {
+  PlanCluster c;  // 8 x 80 GB per node, 25 GB/s per GPU between nodes
+  c.gpus = 8 * nodes;
+  return c;
+}
+
+// The recommendation for a model on a cluster, with every feasible layout inside the headroom.
+PlanCandidate recommend(const PlanModel& m, const PlanCluster& c, double tokens) {
+  const PlanResult r = plan_layouts(m, c, tokens);
+  EXPECT_FALSE(r.feasible.empty()) << r.reasons;
+  if (r.feasible.empty()) return {};
+  EXPECT_EQ(r.feasible.front().describe(), r.recommendation);
+  for (const PlanCandidate& k : r.feasible)
+    EXPECT_LE(k.memory_gb(), kPlanUsableMemoryFraction * c.gpu_mem_gb);
+  return r.feasible.front();
+}
+
+constexpr double kMillion = 1 << 20;  // tokens
 }  // namespace
 
 TEST(Planner, SevenBillionOnEightNodesIsDataParallelWithZeroOneOrTwo) {
@@ -65,4 +84,133 @@ TEST(Planner, RejectsNonsense) {
   EXPECT_THROW(plan_layouts(model(32, 4096, 30), c, 1 << 20), InputError);  // heads !| hidden
   c.gpus = 0;
   EXPECT_THROW(plan_layouts(model(32, 4096, 32), c, 1 << 20), InputError);
+}
+
+// The practitioners' recipe on 8 x 80 GB nodes, each line at a realistic scale and global batch
+// (fixed in tokens). Up to ~7B: data parallelism, with ZeRO-1/2 once the replicated Adam states
+// stop fitting.
+TEST(Planner, RecipeOneBillionOnOneNodeIsDataParallel) {
+  const PlanCandidate best = recommend(model(24, 2048, 16), nodes_of_eight(1), kMillion / 2);
+  EXPECT_EQ(best.tp, 1) << best.describe();
+  EXPECT_EQ(best.pp, 1) << best.describe();
+  EXPECT_EQ(best.dp, 8) << best.describe();
+  EXPECT_LE(best.zero, 2) << best.describe();  // 21 GB of replicated states fit: plain DP
+}
+
+TEST(Planner, RecipeSevenBillionOnEightNodesIsZeroOneOrTwoAtOneAndTwoMillionTokens) {
+  for (double tokens : {kMillion, 2 * kMillion}) {
+    const PlanCandidate best = recommend(model(32, 4096, 32), nodes_of_eight(8), tokens);
+    EXPECT_EQ(best.tp, 1) << best.describe();
+    EXPECT_EQ(best.pp, 1) << best.describe();
+    EXPECT_EQ(best.dp, 64) << best.describe();
+    EXPECT_TRUE(best.zero == 1 || best.zero == 2) << best.describe();
+  }
+}
+
+// 13-70B: ZeRO-3 without model parallelism. ZeRO-3 re-gathers the parameters every micro-batch,
+// so it needs micro-batches large enough to hide that traffic, which its freed memory allows.
+TEST(Planner, RecipeThirteenBillionOnSixteenNodesIsZeroThree) {
+  const PlanCandidate best = recommend(model(40, 5120, 40), nodes_of_eight(16), kMillion);
+  EXPECT_EQ(best.tp, 1) << best.describe();
+  EXPECT_EQ(best.pp, 1) << best.describe();
+  EXPECT_EQ(best.zero, 3) << best.describe();
+  EXPECT_GE(best.micro_batch, 4) << best.describe();
+}
+
+TEST(Planner, RecipeThirtyBillionOnSixteenNodesIsZeroThree) {
+  for (const PlanModel& m : {model(60, 6656, 52), model(48, 7168, 56)}) {
+    const PlanCandidate best = recommend(m, nodes_of_eight(16), 2 * kMillion);
+    EXPECT_EQ(best.tp, 1) << best.describe();
+    EXPECT_EQ(best.pp, 1) << best.describe();
+    EXPECT_EQ(best.zero, 3) << best.describe();
+  }
+}
+
+TEST(Planner, RecipeSeventyBillionOnSixteenNodesIsZeroThree) {
+  const PlanCandidate best = recommend(model(80, 8192, 64), nodes_of_eight(16), 2 * kMillion);
+  EXPECT_EQ(best.tp, 1) << best.describe();
+  EXPECT_EQ(best.pp, 1) << best.describe();
+  EXPECT_EQ(best.zero, 3) << best.describe();
+}
+
+// ZeRO-3 at 70B is a preference for the simpler layout, not the fastest one: without it the
+// planner takes model parallelism.
+TEST(Planner, SeventyBillionWithoutThePreferenceForDataParallelismGoesModelParallel) {
+  PlanPolicy speed_only;
+  speed_only.model_parallel_tolerance = 0;
+  const PlanResult r =
+      plan_layouts(model(80, 8192, 64), nodes_of_eight(16), 2 * kMillion, speed_only);
+  ASSERT_FALSE(r.feasible.empty());
+  const PlanCandidate& best = r.feasible.front();
+  EXPECT_TRUE(best.tp > 1 || best.pp > 1) << best.describe();
+}
+
+// 70-175B: ZeRO-3 plus tensor parallelism inside a node. With a 2M-token batch on 512 GPUs each
+// GPU gets two sequences: too few for ZeRO-3 alone to hide its gathers; tp raises the sequences
+// per data-parallel rank and shrinks activations.
+TEST(Planner, RecipeOneHundredSeventyFiveBillionOnSixtyFourNodesIsZeroThreeWithTensorParallelism) {
+  const PlanResult r = plan_layouts(model(96, 12288, 96), nodes_of_eight(64), 2 * kMillion);
+  ASSERT_FALSE(r.feasible.empty());
+  const PlanCandidate& best = r.feasible.front();
+  EXPECT_EQ(best.zero, 3) << best.describe();
+  EXPECT_TRUE(best.tp == 2 || best.tp == 4 || best.tp == 8) << best.describe();
+  EXPECT_EQ(best.pp, 1) << best.describe();
+  EXPECT_NE(r.reasons.find("tensor parallelism (tp="), std::string::npos) << r.reasons;
+}
+
+// 400B+: tp x pp x dp. At a trillion parameters ZeRO-3 with tensor parallelism fits only
+// micro-batches of 1-2 sequences, whose compute cannot hide the parameter gathers.
+TEST(Planner, RecipeATrillionOnOneHundredTwentyEightNodesIsThreeD) {
+  const PlanCandidate best = recommend(model(128, 25600, 160), nodes_of_eight(128), 4 * kMillion);
+  EXPECT_GT(best.tp, 1) << best.describe();
+  EXPECT_GT(best.pp, 1) << best.describe();
+  EXPECT_GT(best.dp, 1) << best.describe();
+}
+
+// At 530B on 512 GPUs this model still fits ZeRO-3 + tp at micro-batch 4 and predicts it within a
+// few percent of tp x pp x dp, so the simpler layout wins; what it does establish is that ZeRO-3
+// alone no longer fits and that the 3D layout is as fast.
+TEST(Planner, FiveHundredThirtyBillionOnSixtyFourNodesNeedsTensorParallelismAndThreeDIsAsFast) {
+  const PlanResult r = plan_layouts(model(105, 20480, 128), nodes_of_eight(64), 4 * kMillion);
+  ASSERT_FALSE(r.feasible.empty());
+  EXPECT_GT(r.feasible.front().tp, 1) << r.feasible.front().describe();
+  bool three_d_within_tolerance = false;
+  for (const PlanCandidate& k : r.feasible) {
+    EXPECT_GT(k.tp * k.pp, 1) << k.describe();  // ZeRO-3 data parallelism alone does not fit
+    if (k.tp > 1 && k.pp > 1 && k.dp > 1 &&
+        k.step_seconds <= (1 + kPlanTimeTolerance) * r.fastest_seconds)
+      three_d_within_tolerance = true;
+  }
+  EXPECT_TRUE(three_d_within_tolerance);
+}
+
+// A single small GPU: ZeRO-Offload, the optimizer states and step on the host.
+TEST(Planner, RecipeOneBillionOnOneSixteenGigabyteGpuOffloadsTheOptimizer) {
+  PlanCluster c;
+  c.gpus = 1;
+  c.gpus_per_node = 1;
+  c.gpu_mem_gb = 16;
+  const PlanCandidate best = recommend(model(24, 2048, 16), c, 65536);
+  EXPECT_EQ(best.offload, "host") << best.describe();
+  EXPECT_EQ(best.dp, 1);
+}
+
+TEST(Planner, ReasonsNameTheHeadroomTheZeroStageAndTheModelParallelism) {
+  const PlanResult r = plan_layouts(model(40, 5120, 40), nodes_of_eight(16), kMillion);
+  for (const char* part :
+       {"headroom", "ZeRO-3:", "with a lower stage", "no tensor or pipeline parallelism", "time:"})
+    EXPECT_NE(r.reasons.find(part), std::string::npos) << part << " in\n" << r.reasons;
+}
+
+// The runtime reserve and the 90% headroom both count: a model whose states alone would fit in
+// HBM but not in the usable share is infeasible.
+TEST(Planner, ALayoutThatFillsTheWholeGpuDoesNotFit) {
+  PlanCluster c;
+  c.gpus = 1;
+  c.gpus_per_node = 1;
+  c.gpu_mem_gb = 16;
+  PlanModel m = model(24, 2048, 16);
+  m.params = 0.98e9;  // 16 bytes each: 15.7 GB, under 16 GB of HBM, over the 14.4 GB usable
+  const PlanResult r = plan_layouts(m, c, 2048);
+  for (const PlanCandidate& k : r.feasible) EXPECT_EQ(k.offload, "host") << k.describe();
 }
