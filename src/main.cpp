@@ -89,6 +89,22 @@ int main(int argc, char** argv) {
     train->add_option("--dump-grads", train_options.dump_grads,
                       "write the first step's gradients, gathered to global shapes, to this .h5 "
                       "(checkpoint schema, /params); for layout checks");
+    std::string inject_overflow;
+    train
+        ->add_option("--inject-overflow", inject_overflow,
+                     "STEP:RANK: that rank's gradient becomes infinite at that step (tests fp16 "
+                     "loss scaling)")
+        ->check([&](const std::string& v) {
+          const auto colon = v.find(':');
+          try {
+            if (colon == std::string::npos) throw std::invalid_argument(v);
+            train_options.inject_overflow_step = std::stoi(v.substr(0, colon));
+            train_options.inject_overflow_rank = std::stoi(v.substr(colon + 1));
+          } catch (const std::exception&) {
+            return std::string("--inject-overflow takes STEP:RANK, e.g. 3:1");
+          }
+          return std::string();
+        });
 
     trident::GenerateOptions gen;
     auto* generate = app.add_subcommand("generate", "sample text from a checkpoint");

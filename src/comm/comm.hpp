@@ -62,6 +62,8 @@ class Communicator {
   // send == recv + rank * send_count.
   virtual void allgather(const float* send, float* recv, size_t send_count) = 0;
   virtual Request iallgather(const float* send, float* recv, size_t send_count) = 0;
+  // The same for 16-bit values (bf16 / fp16 bit patterns, gathered unchanged).
+  virtual void allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) = 0;
   virtual void broadcast(float* buf, size_t n, int root) = 0;
   virtual void send(const float* buf, size_t n, int peer, int tag) = 0;
   virtual void recv(float* buf, size_t n, int peer, int tag) = 0;
@@ -86,6 +88,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
   void allgather(const float* send, float* recv, size_t send_count) override;
   Request iallgather(const float* send, float* recv, size_t send_count) override;
+  void allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
   void broadcast(float* buf, size_t n, int root) override;
   void send(const float* buf, size_t n, int peer, int tag) override;
   void recv(float* buf, size_t n, int peer, int tag) override;

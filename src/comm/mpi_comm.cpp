@@ -75,6 +75,12 @@ Request MpiCommunicator::iallgather(const float* send, float* recv, size_t send_
   return Request(std::move(r));
 }
 
+void MpiCommunicator::allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
+  const void* src = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
+  TRIDENT_MPI(MPI_Allgather(src, count_of(send_count), MPI_UINT16_T, recv, count_of(send_count),
+                            MPI_UINT16_T, comm_));
+}
+
 void MpiCommunicator::broadcast(float* buf, size_t n, int root) {
   if (size_ == 1) return;
   TRIDENT_MPI(MPI_Bcast(buf, count_of(n), MPI_FLOAT, root, comm_));

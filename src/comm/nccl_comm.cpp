@@ -210,6 +210,13 @@ Request NcclCommunicator::iallgather(const float* send, float* recv, size_t send
   return pending();
 }
 
+void NcclCommunicator::allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
+  inputs_ready();
+  // A gather moves bits without arithmetic: any 16-bit NCCL type carries bf16 and fp16 alike.
+  TRIDENT_NCCL(ncclAllGather(send, recv, send_count, ncclFloat16, comm_, stream_));
+  finish();
+}
+
 void NcclCommunicator::broadcast(float* buf, size_t n, int root) {
   if (size_ == 1 || n == 0) return;
   inputs_ready();

@@ -41,6 +41,7 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
   void allgather(const float* send, float* recv, size_t send_count) override;
   Request iallgather(const float* send, float* recv, size_t send_count) override;
+  void allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
   void broadcast(float* buf, size_t n, int root) override;
   void send(const float* buf, size_t n, int peer, int tag) override;
   void recv(float* buf, size_t n, int peer, int tag) override;

@@ -49,4 +49,9 @@ IntView1 allocate_int(MemoryLedger& ledger, MemCategory c, const std::string& la
   return IntView1(label, n);
 }
 
+HalfView1 allocate_half(MemoryLedger& ledger, MemCategory c, const std::string& label, size_t n) {
+  ledger.add(c, n * sizeof(uint16_t));
+  return HalfView1(label, n);
+}
+
 }  // namespace trident

@@ -39,5 +39,6 @@ class MemoryLedger {
 // Allocates a zero-initialised flat float buffer and records it in the ledger.
 View1 allocate(MemoryLedger& ledger, MemCategory c, const std::string& label, size_t n);
 IntView1 allocate_int(MemoryLedger& ledger, MemCategory c, const std::string& label, size_t n);
+HalfView1 allocate_half(MemoryLedger& ledger, MemCategory c, const std::string& label, size_t n);
 
 }  // namespace trident

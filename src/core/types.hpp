@@ -18,6 +18,8 @@ using Device = Kokkos::Device<Exec, MemSpace>;
 // Owning flat buffers. The model flattens [B,T,C] to [N,C] for GEMMs.
 using View1 = Kokkos::View<float*, Kokkos::LayoutRight, Device>;
 using IntView1 = Kokkos::View<int32_t*, Kokkos::LayoutRight, Device>;
+// 16-bit storage (bf16 or fp16 bit patterns, see core/half.hpp).
+using HalfView1 = Kokkos::View<uint16_t*, Kokkos::LayoutRight, Device>;
 
 // Unmanaged windows over flat buffers: what kernels take. A kernel never owns memory, and a
 // parameter or activation is a window (offset, shape) into one flat allocation.

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "model/recompute.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/pipeline/schedule.hpp"
@@ -85,6 +86,16 @@ std::vector<Field> schema(Config& c) {
       {"offload", "nvme_dir", &c.offload.nvme_dir, "directory for nvme-offloaded states"},
       {"offload", "buffer_mb", &c.offload.buffer_mb,
        "resident buffer per moment while streaming from nvme, MiB"},
+      {"precision", "compute", &c.precision.compute,
+       "fp32, or bf16 / fp16 parameters and activations (fp32 arithmetic, gradients and master "
+       "weights)"},
+      {"precision", "loss_scale", &c.precision.loss_scale, "fp16: initial dynamic loss scale"},
+      {"precision", "growth_interval", &c.precision.growth_interval,
+       "fp16: steps without overflow before the loss scale doubles"},
+      {"precision", "backoff", &c.precision.backoff,
+       "fp16: factor applied to the loss scale on overflow"},
+      {"precision", "hysteresis", &c.precision.hysteresis,
+       "fp16: overflowing steps (each skipped) before the scale is lowered"},
       {"dp", "sync", &c.dp.sync,
        "data-parallel updates: sync, async (gradients applied one step late, the reduction "
        "overlapping the next step), local_sgd (local steps, averaged every local_steps)"},
@@ -406,6 +417,20 @@ void validate(Config& c, int world_size) {
                       c.recompute.layers, chunk_layers));
   require(c.recompute.layers == 0 || policy == RecomputePolicy::kFull,
           "recompute.layers applies only to recompute.policy = 'full'");
+  Precision precision = Precision::kFp32;
+  require(
+      parse_precision(c.precision.compute, precision),
+      fmt::format("precision.compute = '{}' must be one of fp32, bf16, fp16", c.precision.compute));
+  require(c.precision.loss_scale >= 1 && std::isfinite(c.precision.loss_scale),
+          "precision.loss_scale must be at least 1");
+  require(c.precision.growth_interval >= 1, "precision.growth_interval must be at least 1");
+  require(c.precision.backoff > 0 && c.precision.backoff < 1,
+          "precision.backoff must be in (0, 1)");
+  require(c.precision.hysteresis >= 1, "precision.hysteresis must be at least 1");
+  require(precision == Precision::kFp32 || c.zero.stage <= 2,
+          fmt::format("precision.compute = '{}' needs zero.stage 0, 1 or 2: ZeRO-3 gathers fp32 "
+                      "parameter shards (16-bit ZeRO-3 is not built yet)",
+                      c.precision.compute));
   require(c.dp.sync == "sync" || c.dp.sync == "async" || c.dp.sync == "local_sgd",
           fmt::format("dp.sync = '{}' must be one of sync, async, local_sgd", c.dp.sync));
   require(c.dp.local_steps >= 1, "dp.local_steps must be at least 1");

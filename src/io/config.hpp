@@ -71,6 +71,18 @@ struct OffloadSection {
   double buffer_mb = 16.0;         // resident buffer per moment while streaming from nvme
 };
 
+struct PrecisionSection {
+  // fp32, or bf16 / fp16 storage of parameters and activations with fp32 arithmetic, fp32
+  // gradients and fp32 master weights in the optimizer.
+  std::string compute = "fp32";
+  // fp16 dynamic loss scaling: the initial scale, doubled after growth_interval steps without
+  // overflow, multiplied by backoff after `hysteresis` overflowing steps (each one skipped).
+  double loss_scale = 65536.0;
+  int growth_interval = 1000;
+  double backoff = 0.5;
+  int hysteresis = 2;
+};
+
 struct DpSection {
   // sync: gradients all-reduced every step. async: the reduction started after a step's backward
   // is applied at the next step (staleness 1). local_sgd: replicas step on their own gradients;
@@ -101,6 +113,7 @@ struct Config {
   OffloadSection offload;
   RecomputeSection recompute;
   DpSection dp;
+  PrecisionSection precision;
   std::string source;  // the file it was read from, for messages
 
   // The resolved configuration as TOML: what `from`, defaults and overrides produced.

@@ -41,10 +41,11 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   h5::write_attr(file_, "format_version", static_cast<int64_t>(1));
   const hsize_t r = static_cast<hsize_t>(ranks);
   create_extendible(file_, "step", {}, H5T_STD_I64LE);
-  for (const char* name :
-       {"loss", "val_loss", "lr", "grad_norm", "step_seconds_max", "step_seconds_min", "bubble"})
+  for (const char* name : {"loss", "val_loss", "lr", "grad_norm", "loss_scale", "step_seconds_max",
+                           "step_seconds_min", "bubble"})
     create_extendible(file_, name, {}, H5T_IEEE_F64LE);
   create_extendible(file_, "tokens", {}, H5T_STD_I64LE);
+  create_extendible(file_, "skipped", {}, H5T_STD_I64LE);
   create_extendible(file_, "phase_seconds", {r, static_cast<hsize_t>(kPhases)}, H5T_IEEE_F64LE);
   create_extendible(file_, "peak_memory_bytes", {r}, H5T_IEEE_F64LE);
   const hsize_t cats = static_cast<hsize_t>(kMemCategories);
@@ -87,6 +88,8 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("val_loss", &r.val_loss, H5T_NATIVE_DOUBLE);
   append_row("lr", &r.lr, H5T_NATIVE_DOUBLE);
   append_row("grad_norm", &r.grad_norm, H5T_NATIVE_DOUBLE);
+  append_row("loss_scale", &r.loss_scale, H5T_NATIVE_DOUBLE);
+  append_row("skipped", &r.skipped, H5T_NATIVE_INT64);
   append_row("step_seconds_max", &r.step_seconds_max, H5T_NATIVE_DOUBLE);
   append_row("step_seconds_min", &r.step_seconds_min, H5T_NATIVE_DOUBLE);
   append_row("bubble", &r.bubble, H5T_NATIVE_DOUBLE);

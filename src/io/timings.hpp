@@ -13,6 +13,8 @@ namespace trident {
 struct StepRecord {
   int64_t step = 0;
   double loss = 0, val_loss = 0, lr = 0, grad_norm = 0;
+  double loss_scale = 1;  // fp16 dynamic loss scale used by this step
+  int64_t skipped = 0;    // 1 when the step made no update (fp16 overflow)
   int64_t tokens = 0;
   double step_seconds_max = 0, step_seconds_min = 0;
   double bubble = 0;                   // mean share of the step ranks spent waiting on the pipeline

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/attention.hpp"
+#include "kernels/cast.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
@@ -69,7 +70,17 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   vocab_valid_ = std::clamp(m.vocab_size - vocab_start_, 0, V_tp_);
   const size_t N = static_cast<size_t>(max_batch) * max_seq;
   const size_t C = m.n_embd, T = max_seq;
-  if (buffers.full_params) {
+  precision_ = buffers.precision;
+  half_ = precision_ != Precision::kFp32;
+  if (half_) {
+    // 16-bit parameters; each op reads its unit expanded to fp32 (see need()).
+    params16_ = allocate_half(ledger, MemCategory::kParams, "params16", local_.total_numel());
+    expanded_ = std::make_unique<UnitBuffers>(local_, m.n_layer, ledger, MemCategory::kWorkspace,
+                                              "expanded_params");
+    expanded_unit_.assign(expanded_->all().size(), -1);
+    p_ =
+        stage_tensors(local_, layout, [this](const LocalParam& p) { return expanded_->locate(p); });
+  } else if (buffers.full_params) {
     params_ = allocate(ledger, MemCategory::kParams, "params", local_.total_numel());
     p_ = stage_tensors(local_, layout, params_);
   }
@@ -80,55 +91,100 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   auto act = [&](const char* label, size_t n) {
     return allocate(ledger, MemCategory::kActivations, label, n);
   };
+  auto act16 = [&](const char* label, size_t n) {
+    return allocate_half(ledger, MemCategory::kActivations, label, n);
+  };
+  auto work = [&](const char* label, size_t n) {
+    return allocate(ledger, MemCategory::kWorkspace, label, n);
+  };
   recompute_ = buffers.recompute;
   // Everything of a block except its output, which a recomputed block still keeps per slot.
-  auto block_internals = [&](BlockActivations& b, bool with_att) {
-    b.ln1 = act("ln1", N * C);
-    b.ln1_mean = act("ln1_mean", N);
-    b.ln1_rstd = act("ln1_rstd", N);
-    b.qkv = act("qkv", N * 3 * C_tp_);
-    if (with_att) b.att = act("att", N * NH_tp_ * T);
-    b.atty = act("atty", N * C_tp_);
-    b.res_attn = act("res_attn", N * C);
-    b.ln2 = act("ln2", N * C);
-    b.ln2_mean = act("ln2_mean", N);
-    b.ln2_rstd = act("ln2_rstd", N);
-    b.fch = act("fch", N * F_tp_);
-    b.fch_gelu = act("fch_gelu", N * F_tp_);
+  auto block_internals = [&](BlockActivations& b, bool with_att, MemCategory c) {
+    auto f = [&](const char* label, size_t n) { return allocate(ledger, c, label, n); };
+    b.ln1 = f("ln1", N * C);
+    b.ln1_mean = f("ln1_mean", N);
+    b.ln1_rstd = f("ln1_rstd", N);
+    b.qkv = f("qkv", N * 3 * C_tp_);
+    if (with_att) b.att = f("att", N * NH_tp_ * T);
+    b.atty = f("atty", N * C_tp_);
+    b.res_attn = f("res_attn", N * C);
+    b.ln2 = f("ln2", N * C);
+    b.ln2_mean = f("ln2_mean", N);
+    b.ln2_rstd = f("ln2_rstd", N);
+    b.fch = f("fch", N * F_tp_);
+    b.fch_gelu = f("fch_gelu", N * F_tp_);
   };
   const int n_blocks = layout.last_layer - layout.first_layer;
   for (int s = 0; s < slots; ++s) {
     ActivationSlot a;
     a.tokens = allocate_int(ledger, MemCategory::kActivations, "tokens", N);
     a.targets = allocate_int(ledger, MemCategory::kActivations, "targets", N);
-    a.input = act("input", N * C);
+    if (half_)
+      a.input16 = act16("input16", N * C);
+    else
+      a.input = act("input", N * C);
     for (int i = 0; i < n_blocks; ++i) {
       BlockActivations b;
-      if (!recompute_.full_block(i)) block_internals(b, !recompute_.selective());
-      b.res_mlp = act("res_mlp", N * C);
+      BlockStash st;
+      const bool kept = !recompute_.full_block(i), with_att = !recompute_.selective();
+      if (kept && !half_) block_internals(b, with_att, MemCategory::kActivations);
+      if (kept && half_) {
+        b.ln1_mean = act("ln1_mean", N);
+        b.ln1_rstd = act("ln1_rstd", N);
+        b.ln2_mean = act("ln2_mean", N);
+        b.ln2_rstd = act("ln2_rstd", N);
+        st.ln1 = act16("ln1", N * C);
+        st.qkv = act16("qkv", N * 3 * C_tp_);
+        if (with_att) st.att = act16("att", N * NH_tp_ * T);
+        st.atty = act16("atty", N * C_tp_);
+        st.res_attn = act16("res_attn", N * C);
+        st.ln2 = act16("ln2", N * C);
+        st.fch = act16("fch", N * F_tp_);
+        st.fch_gelu = act16("fch_gelu", N * F_tp_);
+      }
+      if (half_)
+        st.res_mlp = act16("res_mlp", N * C);
+      else
+        b.res_mlp = act("res_mlp", N * C);
       a.blocks.push_back(b);
+      a.stash.push_back(st);
     }
     if (layout.has_head) {
-      a.lnf = act("lnf", N * C);
+      if (half_) {
+        a.lnf16 = act16("lnf", N * C);
+        a.logits16 = act16("logits", N * V_tp_);
+      } else {
+        a.lnf = act("lnf", N * C);
+        a.logits = act("logits", N * V_tp_);
+      }
       a.lnf_mean = act("lnf_mean", N);
       a.lnf_rstd = act("lnf_rstd", N);
-      a.logits = act("logits", N * V_tp_);
       a.losses = act("losses", N);
       a.lse = act("lse", N);
+    } else if (half_) {
+      a.output = allocate(ledger, MemCategory::kCommBuffers, "output", N * C);
     }
     slots_.push_back(a);
   }
-  if (n_blocks > 0 && recompute_.full_block(0))
-    block_internals(recomputed_, true);
-  else if (n_blocks > 0 && recompute_.selective())
+  if (half_) {
+    // One block's activations in fp32, its input, the stage input and the head's tensors.
+    block_internals(work_, true, MemCategory::kWorkspace);
+    work_.res_mlp = work("work_res_mlp", N * C);
+    work_x_ = work("work_x", N * C);
+    work_input_ = work("work_input", N * C);
+    if (layout.has_head) {
+      work_lnf_ = work("work_lnf", N * C);
+      work_logits_ = work("work_logits", N * V_tp_);
+    }
+  } else if (n_blocks > 0 && recompute_.full_block(0)) {
+    block_internals(recomputed_, true, MemCategory::kActivations);
+  } else if (n_blocks > 0 && recompute_.selective()) {
     recomputed_.att = act("att", N * NH_tp_ * T);
+  }
   // create_mirror, not create_mirror_view: on host spaces the latter would alias slot 0's
   // tokens, and staging a later micro-batch would overwrite them before slot 0's backward.
   tokens_host_ = Kokkos::create_mirror(slots_[0].tokens);
   targets_host_ = Kokkos::create_mirror(slots_[0].targets);
-  auto work = [&](const char* label, size_t n) {
-    return allocate(ledger, MemCategory::kWorkspace, label, n);
-  };
   scratch_c_ = work("scratch_c", N * C);
   row_max_ = work("row_max", N);
   row_sum_ = work("row_sum", 2 * N);  // sums, then target logits: one all-reduce for both
@@ -141,6 +197,17 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
 }
 
 void GptStage::init_params(uint64_t seed) {
+  if (half_) {
+    auto host = Kokkos::create_mirror_view(params16_);
+    for (const LocalParam& p : local_.params())
+      for (int64_t i = 0; i < p.numel; ++i) {
+        const int64_t g = local_.global_index(p, i);
+        host(p.offset + i) = to_half(g < 0 ? 0.0f : initial_value(seed, *p.spec, g), precision_);
+      }
+    Kokkos::deep_copy(params16_, host);
+    invalidate_expanded();
+    return;
+  }
   if (params_.extent(0) == 0) return;  // sharded parameters are initialised by their owner
   auto host = Kokkos::create_mirror_view(params_);
   for (const LocalParam& p : local_.params())
@@ -149,6 +216,22 @@ void GptStage::init_params(uint64_t seed) {
       host(p.offset + i) = g < 0 ? 0.0f : initial_value(seed, *p.spec, g);
     }
   Kokkos::deep_copy(params_, host);
+}
+
+void GptStage::invalidate_expanded() {
+  std::fill(expanded_unit_.begin(), expanded_unit_.end(), -1);
+}
+
+void GptStage::round(const View1& v, size_t n) {
+  kernels::round_in_place(exec_, window(v, 0, n), n, precision_);
+}
+
+void GptStage::stash(const HalfView1& dst, const View1& src, size_t n) {
+  kernels::store_half(exec_, dst, 0, window(src, 0, n), n, precision_);
+}
+
+void GptStage::restore(const View1& dst, const HalfView1& src, size_t n) {
+  kernels::load_half(exec_, window(dst, 0, n), src, 0, n, precision_);
 }
 
 void GptStage::zero_grads() {
@@ -166,6 +249,16 @@ void GptStage::unit_done(const std::string& first_param) {
 }
 
 void GptStage::need(const std::string& name, const std::string& next) {
+  if (half_) {  // expand the unit's 16-bit parameters into its fp32 working buffer
+    const int u = unit_index(name);
+    const int buffer = expanded_->index_of_unit(u);
+    if (expanded_unit_[buffer] != u) {
+      const ParamUnit& unit = local_.units()[u];
+      kernels::load_half(exec_, window(expanded_->of_unit(u), 0, unit.padded), params16_,
+                         unit.offset, unit.padded, precision_);
+      expanded_unit_[buffer] = u;
+    }
+  }
   if (unit_needed_) unit_needed_(unit_index(name), next.empty() ? -1 : unit_index(next));
 }
 
@@ -184,6 +277,7 @@ void GptStage::tp_allreduce_max(const View1& buf, size_t n) {
 }
 
 Vec GptStage::input_buffer(int slot) const {
+  if (half_) return window(work_input_, 0, work_input_.extent(0));  // stashed by forward(slot)
   const ActivationSlot& a = slots_[slot];
   return window(a.input, 0, a.input.extent(0));
 }
@@ -191,6 +285,7 @@ Vec GptStage::input_buffer(int slot) const {
 Vec GptStage::output(int slot) const {
   const ActivationSlot& a = slots_[slot];
   const size_t n = static_cast<size_t>(a.B) * a.T * m_.n_embd;
+  if (half_) return window(a.output, 0, n);
   return window(a.blocks.empty() ? a.input : a.blocks.back().res_mlp, 0, n);
 }
 
@@ -200,11 +295,11 @@ Vec GptStage::input_grad() const {
 
 ConstMat GptStage::logits(int slot) const {
   const ActivationSlot& a = slots_[slot];
-  return window(a.logits, 0, static_cast<size_t>(a.B) * a.T, V_tp_);
+  return window(half_ ? work_logits_ : a.logits, 0, static_cast<size_t>(a.B) * a.T, V_tp_);
 }
 
-double GptStage::cross_entropy(ActivationSlot& a, int N) {
-  const ConstMat logits = window(a.logits, 0, N, V_tp_);
+double GptStage::cross_entropy(ActivationSlot& a, const View1& logits_buffer, int N) {
+  const ConstMat logits = window(logits_buffer, 0, N, V_tp_);
   cross_entropy_row_max(exec_, row_max_, logits, vocab_valid_);
   tp_allreduce_max(row_max_, N);
   const Vec sums = window(row_sum_, 0, N), target_logit = window(row_sum_, N, N);
@@ -223,52 +318,123 @@ double GptStage::cross_entropy(ActivationSlot& a, int N) {
 void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, const View1& x,
                              int B, int T, bool complete) {
   const int N = B * T, C = m_.n_embd;
+  const size_t NC = static_cast<size_t>(N) * C;
   const AttentionShape shape{B, T, NH_tp_, m_.head_size()};
   const bool adds_bias = layout_.tp_rank == 0;  // row-parallel biases: added once per tp group
+  // Under 16-bit storage every output is rounded as it is produced, so the next op reads what a
+  // 16-bit tensor would hold (fp32 arithmetic inside each op, as on tensor cores).
   layernorm_forward(exec_, window(b.ln1, 0, N, C), b.ln1_mean, b.ln1_rstd, window(x, 0, N, C),
                     w.ln1_w, w.ln1_b);
+  round(b.ln1, NC);
   linear_forward(exec_, window(b.qkv, 0, N, 3 * C_tp_), window(b.ln1, 0, N, C), w.qkv_w, w.qkv_b);
+  round(b.qkv, static_cast<size_t>(N) * 3 * C_tp_);
   attention_forward(exec_, window(b.atty, 0, N, C_tp_), window(b.att, 0, N * NH_tp_, T),
                     window(b.qkv, 0, N, 3 * C_tp_), shape);
+  round(b.att, static_cast<size_t>(N) * NH_tp_ * T);
+  round(b.atty, static_cast<size_t>(N) * C_tp_);
   linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.atty, 0, N, C_tp_), w.proj_w,
                  adds_bias ? ConstVec(w.proj_b) : ConstVec());
-  tp_allreduce(scratch_c_, static_cast<size_t>(N) * C);
-  residual_forward(exec_, window(b.res_attn, 0, N * C), window(x, 0, N * C),
-                   window(scratch_c_, 0, N * C));
+  tp_allreduce(scratch_c_, NC);
+  round(scratch_c_, NC);
+  residual_forward(exec_, window(b.res_attn, 0, NC), window(x, 0, NC), window(scratch_c_, 0, NC));
+  round(b.res_attn, NC);
   layernorm_forward(exec_, window(b.ln2, 0, N, C), b.ln2_mean, b.ln2_rstd,
                     window(b.res_attn, 0, N, C), w.ln2_w, w.ln2_b);
+  round(b.ln2, NC);
   linear_forward(exec_, window(b.fch, 0, N, F_tp_), window(b.ln2, 0, N, C), w.fc_w, w.fc_b);
+  round(b.fch, static_cast<size_t>(N) * F_tp_);
   gelu_forward(exec_, window(b.fch_gelu, 0, N * F_tp_), window(b.fch, 0, N * F_tp_));
+  round(b.fch_gelu, static_cast<size_t>(N) * F_tp_);
   if (!complete) return;
   linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.fch_gelu, 0, N, F_tp_), w.fcproj_w,
                  adds_bias ? ConstVec(w.fcproj_b) : ConstVec());
-  tp_allreduce(scratch_c_, static_cast<size_t>(N) * C);
-  residual_forward(exec_, window(b.res_mlp, 0, N * C), window(b.res_attn, 0, N * C),
-                   window(scratch_c_, 0, N * C));
+  tp_allreduce(scratch_c_, NC);
+  round(scratch_c_, NC);
+  residual_forward(exec_, window(b.res_mlp, 0, NC), window(b.res_attn, 0, NC),
+                   window(scratch_c_, 0, NC));
+  round(b.res_mlp, NC);
+}
+
+BlockActivations GptStage::forward_buffers(const ActivationSlot& a, int i) {
+  if (half_) {  // computed in fp32 working buffers, then kept in 16 bits (keep())
+    BlockActivations b = work_;
+    if (!recompute_.full_block(i)) {  // the statistics are kept in fp32 as they are written
+      const BlockActivations& kept = a.blocks[i];
+      b.ln1_mean = kept.ln1_mean, b.ln1_rstd = kept.ln1_rstd;
+      b.ln2_mean = kept.ln2_mean, b.ln2_rstd = kept.ln2_rstd;
+    }
+    return b;
+  }
+  BlockActivations b = a.blocks[i];
+  if (recompute_.full_block(i)) {
+    b = recomputed_;
+    b.res_mlp = a.blocks[i].res_mlp;
+  } else if (recompute_.selective()) {
+    b.att = recomputed_.att;
+  }
+  return b;
+}
+
+void GptStage::keep(const ActivationSlot& a, int i, const BlockActivations& b) {
+  if (!half_) return;
+  const BlockStash& st = a.stash[i];
+  const size_t N = static_cast<size_t>(a.B) * a.T, C = m_.n_embd;
+  stash(st.res_mlp, b.res_mlp, N * C);
+  if (recompute_.full_block(i)) return;
+  stash(st.ln1, b.ln1, N * C);
+  stash(st.qkv, b.qkv, N * 3 * C_tp_);
+  if (!recompute_.selective()) stash(st.att, b.att, N * NH_tp_ * a.T);
+  stash(st.atty, b.atty, N * C_tp_);
+  stash(st.res_attn, b.res_attn, N * C);
+  stash(st.ln2, b.ln2, N * C);
+  stash(st.fch, b.fch, N * F_tp_);
+  stash(st.fch_gelu, b.fch_gelu, N * F_tp_);
+}
+
+View1 GptStage::block_input(const ActivationSlot& a, int i) {
+  if (!half_) return i == 0 ? a.input : a.blocks[i - 1].res_mlp;
+  const size_t NC = static_cast<size_t>(a.B) * a.T * m_.n_embd;
+  restore(work_x_, i == 0 ? a.input16 : a.stash[i - 1].res_mlp, NC);
+  return work_x_;
 }
 
 BlockActivations GptStage::activations_for_backward(const ActivationSlot& a, int i,
                                                     const View1& x) {
-  const BlockActivations& kept = a.blocks[i];
   const int N = a.B * a.T;
   if (recompute_.full_block(i)) {
     ScopedPhase phase(timer_, Phase::kRecompute);
-    BlockActivations b = recomputed_;
-    b.res_mlp = kept.res_mlp;
+    BlockActivations b = half_ ? work_ : recomputed_;
+    if (!half_) b.res_mlp = a.blocks[i].res_mlp;
     block_forward(p_.blocks[i], b, x, a.B, a.T, false);
     return b;
   }
+  BlockActivations b = a.blocks[i];
+  if (half_) {
+    const BlockStash& st = a.stash[i];
+    const size_t NC = static_cast<size_t>(N) * m_.n_embd;
+    const BlockActivations kept = b;
+    b = work_;
+    b.ln1_mean = kept.ln1_mean, b.ln1_rstd = kept.ln1_rstd;
+    b.ln2_mean = kept.ln2_mean, b.ln2_rstd = kept.ln2_rstd;
+    restore(b.ln1, st.ln1, NC);
+    restore(b.qkv, st.qkv, static_cast<size_t>(N) * 3 * C_tp_);
+    if (!recompute_.selective()) restore(b.att, st.att, static_cast<size_t>(N) * NH_tp_ * a.T);
+    restore(b.atty, st.atty, static_cast<size_t>(N) * C_tp_);
+    restore(b.res_attn, st.res_attn, NC);
+    restore(b.ln2, st.ln2, NC);
+    restore(b.fch, st.fch, static_cast<size_t>(N) * F_tp_);
+    restore(b.fch_gelu, st.fch_gelu, static_cast<size_t>(N) * F_tp_);
+  }
   if (recompute_.selective()) {
     ScopedPhase phase(timer_, Phase::kRecompute);
-    BlockActivations b = kept;
-    b.att = recomputed_.att;
+    if (!half_) b.att = recomputed_.att;
     // The attention output is kept; its recomputed copy lands in datty_, which the projection's
     // backward overwrites next.
     attention_forward(exec_, window(datty_, 0, N, C_tp_), window(b.att, 0, N * NH_tp_, a.T),
                       window(b.qkv, 0, N, 3 * C_tp_), {a.B, a.T, NH_tp_, m_.head_size()});
-    return b;
+    round(b.att, static_cast<size_t>(N) * NH_tp_ * a.T);
   }
-  return kept;
+  return b;
 }
 
 double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T) {
@@ -276,6 +442,7 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   a.B = B;
   a.T = T;
   const int N = B * T, C = m_.n_embd;
+  const size_t NC = static_cast<size_t>(N) * C;
   if (tokens || targets) {
     for (int n = 0; n < N; ++n) {
       tokens_host_(n) = tokens ? tokens[n] : 0;
@@ -287,91 +454,124 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
                       Kokkos::subview(targets_host_, std::make_pair(0, N)));
   }
   const bool adds_bias = layout_.tp_rank == 0;  // row-parallel biases: added once per tp group
+  const View1 input = half_ ? work_input_ : a.input;
   if (layout_.has_embedding) {
     need("wte", "");
     need("wpe", block_param(0));
-    embedding_forward(exec_, window(a.input, 0, N, C), a.tokens, p_.wte,
+    embedding_forward(exec_, window(input, 0, N, C), a.tokens, p_.wte,
                       adds_bias ? ConstMat(p_.wpe) : ConstMat(), T, vocab_start_);
-    tp_allreduce(a.input, static_cast<size_t>(N) * C);
+    tp_allreduce(input, NC);
   }
-  View1 x = a.input;
+  View1 x = input;
+  if (half_) {  // keep the input in 16 bits; blocks read it from work_x_
+    round(input, NC);
+    stash(a.input16, input, NC);
+    Kokkos::deep_copy(exec_, window(work_x_, 0, NC), window(input, 0, NC));
+    x = work_x_;
+  }
   for (size_t i = 0; i < a.blocks.size(); ++i) {
     need(block_param(static_cast<int>(i)), i + 1 < a.blocks.size()
                                                ? block_param(static_cast<int>(i) + 1)
                                                : (layout_.has_head ? "ln_f.weight" : ""));
-    // Blocks whose activations are not kept compute them in the shared recompute buffers.
-    BlockActivations b = a.blocks[i];
-    if (recompute_.full_block(static_cast<int>(i))) {
-      b = recomputed_;
-      b.res_mlp = a.blocks[i].res_mlp;
-    } else if (recompute_.selective()) {
-      b.att = recomputed_.att;
-    }
+    const BlockActivations b = forward_buffers(a, static_cast<int>(i));
     block_forward(p_.blocks[i], b, x, B, T, true);
-    x = a.blocks[i].res_mlp;
+    keep(a, static_cast<int>(i), b);
+    if (half_)
+      Kokkos::deep_copy(exec_, window(work_x_, 0, NC), window(b.res_mlp, 0, NC));
+    else
+      x = b.res_mlp;
   }
   if (!layout_.has_head) {
+    if (half_) Kokkos::deep_copy(exec_, window(a.output, 0, NC), window(x, 0, NC));
     exec_.fence();
     return 0.0;
   }
   need("ln_f.weight", "");
   need("wte", "");
-  layernorm_forward(exec_, window(a.lnf, 0, N, C), a.lnf_mean, a.lnf_rstd, window(x, 0, N, C),
+  const View1 lnf = half_ ? work_lnf_ : a.lnf, logits = half_ ? work_logits_ : a.logits;
+  layernorm_forward(exec_, window(lnf, 0, N, C), a.lnf_mean, a.lnf_rstd, window(x, 0, N, C),
                     p_.lnf_w, p_.lnf_b);
-  linear_forward(exec_, window(a.logits, 0, N, V_tp_), window(a.lnf, 0, N, C), p_.wte, ConstVec());
-  return targets ? cross_entropy(a, N) : 0.0;
+  round(lnf, NC);
+  linear_forward(exec_, window(logits, 0, N, V_tp_), window(lnf, 0, N, C), p_.wte, ConstVec());
+  round(logits, static_cast<size_t>(N) * V_tp_);
+  if (half_) {
+    stash(a.lnf16, lnf, NC);
+    stash(a.logits16, logits, static_cast<size_t>(N) * V_tp_);
+  }
+  return targets ? cross_entropy(a, logits, N) : 0.0;
 }
 
 void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output) {
   ActivationSlot& a = slots_[slot];
   const int B = a.B, T = a.T, N = B * T, C = m_.n_embd;
+  const size_t NC = static_cast<size_t>(N) * C;
   const AttentionShape shape{B, T, NH_tp_, m_.head_size()};
   const Mat dln = window(dln_, 0, N, C);
   const Mat dres = window(dresidual_, 0, N, C);
+  const int n_blocks = static_cast<int>(a.blocks.size());
+  // Under 16-bit storage activation gradients are rounded like activations, so an fp16 overflow
+  // shows as infinity in the gradients, as it would on a device.
   if (layout_.has_head) {
     need("ln_f.weight", "");
-    need("wte", block_param(static_cast<int>(a.blocks.size()) - 1));
-    const Mat dlogits = window(a.logits, 0, N, V_tp_);  // the gradient replaces the logits
+    need("wte", block_param(n_blocks - 1));
+    View1 logits = a.logits, lnf = a.lnf;
+    if (half_) {
+      logits = work_logits_, lnf = work_lnf_;
+      restore(logits, a.logits16, static_cast<size_t>(N) * V_tp_);
+      restore(lnf, a.lnf16, NC);
+    }
+    const Mat dlogits = window(logits, 0, N, V_tp_);  // the gradient replaces the logits
     cross_entropy_backward(exec_, dlogits, dlogits, a.lse, a.targets, vocab_start_, vocab_valid_,
                            loss_scale);
-    linear_backward(exec_, dln, g_.wte, Vec(), dlogits, window(a.lnf, 0, N, C), p_.wte, false);
-    tp_allreduce(dln_, static_cast<size_t>(N) * C);
+    round(logits, static_cast<size_t>(N) * V_tp_);
+    linear_backward(exec_, dln, g_.wte, Vec(), dlogits, window(lnf, 0, N, C), p_.wte, false);
+    tp_allreduce(dln_, NC);
+    round(dln_, NC);
     Kokkos::deep_copy(exec_, dres, 0.0f);
-    const View1 x_last = a.blocks.empty() ? a.input : a.blocks.back().res_mlp;
+    const View1 x_last = block_input(a, n_blocks);
     layernorm_backward(exec_, dres, g_.lnf_w, g_.lnf_b, dln, window(x_last, 0, N, C), p_.lnf_w,
                        a.lnf_mean, a.lnf_rstd);
+    round(dresidual_, NC);
     grads_ready_from(local_.at("ln_f.weight").offset);
     unit_done("ln_f.weight");
   } else {
-    Kokkos::deep_copy(exec_, window(dresidual_, 0, static_cast<size_t>(N) * C), grad_output);
+    Kokkos::deep_copy(exec_, window(dresidual_, 0, NC), grad_output);
   }
-  for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
+  for (int i = n_blocks - 1; i >= 0; --i) {
     need(block_param(i), block_param(i - 1));
     const BlockTensors& w = p_.blocks[i];
     const BlockTensors& g = g_.blocks[i];
-    const View1 x = i == 0 ? a.input : a.blocks[i - 1].res_mlp;
+    const View1 x = block_input(a, i);
     const BlockActivations b = activations_for_backward(a, i, x);
     const Mat dfch = window(dfch_, 0, N, F_tp_);
+    const size_t NF = static_cast<size_t>(N) * F_tp_;
     // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
     linear_backward(exec_, dfch, g.fcproj_w, g.fcproj_b, dres, window(b.fch_gelu, 0, N, F_tp_),
                     w.fcproj_w, false);
-    gelu_backward(exec_, window(dfch_, 0, N * F_tp_), window(b.fch, 0, N * F_tp_),
-                  window(dfch_, 0, N * F_tp_));
+    round(dfch_, NF);
+    gelu_backward(exec_, window(dfch_, 0, NF), window(b.fch, 0, NF), window(dfch_, 0, NF));
+    round(dfch_, NF);
     linear_backward(exec_, dln, g.fc_w, g.fc_b, dfch, window(b.ln2, 0, N, C), w.fc_w, false);
-    tp_allreduce(dln_, static_cast<size_t>(N) * C);
+    tp_allreduce(dln_, NC);
+    round(dln_, NC);
     layernorm_backward(exec_, dres, g.ln2_w, g.ln2_b, dln, window(b.res_attn, 0, N, C), w.ln2_w,
                        b.ln2_mean, b.ln2_rstd);
+    round(dresidual_, NC);
     // Attention: dres now holds d/d(res_attn) = d/d(block input) through the residual path.
     const Mat datty = window(datty_, 0, N, C_tp_);
     linear_backward(exec_, datty, g.proj_w, g.proj_b, dres, window(b.atty, 0, N, C_tp_), w.proj_w,
                     false);
+    round(datty_, static_cast<size_t>(N) * C_tp_);
     const Mat dqkv = window(dqkv_, 0, N, 3 * C_tp_);
     attention_backward(exec_, dqkv, window(datt_scratch_, 0, B * NH_tp_, T), datty,
                        window(b.qkv, 0, N, 3 * C_tp_), window(b.att, 0, N * NH_tp_, T), shape);
+    round(dqkv_, static_cast<size_t>(N) * 3 * C_tp_);
     linear_backward(exec_, dln, g.qkv_w, g.qkv_b, dqkv, window(b.ln1, 0, N, C), w.qkv_w, false);
-    tp_allreduce(dln_, static_cast<size_t>(N) * C);
+    tp_allreduce(dln_, NC);
+    round(dln_, NC);
     layernorm_backward(exec_, dres, g.ln1_w, g.ln1_b, dln, window(x, 0, N, C), w.ln1_w, b.ln1_mean,
                        b.ln1_rstd);
+    round(dresidual_, NC);
     const std::string first = "h." + std::to_string(layout_.first_layer + i) + ".ln_1.weight";
     grads_ready_from(local_.at(first).offset);
     unit_done(first);

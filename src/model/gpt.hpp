@@ -3,15 +3,18 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "core/half.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "core/types.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "model/recompute.hpp"
+#include "model/unit_buffers.hpp"
 
 namespace trident {
 
@@ -58,6 +61,12 @@ struct BlockActivations {
   View1 res_mlp;                  // [N,C] residual stream after the MLP (block output)
 };
 
+// Under 16-bit storage, the kept activations of a block as bf16 / fp16 (the LayerNorm statistics
+// stay fp32 in BlockActivations). Empty where recomputation does not keep them.
+struct BlockStash {
+  HalfView1 ln1, qkv, att, atty, res_attn, ln2, fch, fch_gelu, res_mlp;
+};
+
 // One in-flight micro-batch's activations.
 struct ActivationSlot {
   IntView1 tokens, targets;              // [N]
@@ -66,6 +75,11 @@ struct ActivationSlot {
   View1 lnf, lnf_mean, lnf_rstd;         // [N,C], [N], [N]      (last stage)
   View1 logits;                          // [N,V_tp]; overwritten by its gradient in backward
   View1 losses, lse;                     // [N]
+  // 16-bit storage: the kept tensors (blocks hold only their fp32 statistics), and a non-last
+  // stage's output [N,C] in fp32 for the pipeline send.
+  std::vector<BlockStash> stash;
+  HalfView1 input16, lnf16, logits16;
+  View1 output;
   int B = 0, T = 0;
 };
 
@@ -74,6 +88,10 @@ struct StageBuffers {
   int64_t unit_alignment = 1;  // pad every unit to a multiple of this (dp under ZeRO)
   bool full_params = true, full_grads = true;
   Recompute recompute;
+  // bf16 / fp16: parameters and kept activations stored in 16 bits; every op computes in fp32 on
+  // expanded copies (a unit of parameters, one block's activations) and rounds its output to
+  // what 16-bit storage holds. Gradients stay fp32.
+  Precision precision = Precision::kFp32;
 };
 
 class GptStage {
@@ -91,7 +109,12 @@ class GptStage {
   const StageLayout& layout() const { return layout_; }
   const ParamTable& table() const { return table_; }
   const LocalParamTable& local() const { return local_; }
-  View1 params() const { return params_; }
+  View1 params() const { return params_; }  // fp32 storage
+  Precision precision() const { return precision_; }
+  // 16-bit storage: the parameters as bf16 / fp16, laid out like params().
+  HalfView1 params16() const { return params16_; }
+  // 16-bit storage: params16() changed (an optimizer step): expand units again before use.
+  void invalidate_expanded();
   View1 grads() const { return grads_; }
   int slots() const { return static_cast<int>(slots_.size()); }
   // Attributes tensor-parallel communication to Phase::kTpComm; null times nothing.
@@ -130,18 +153,29 @@ class GptStage {
   // d(loss)/d(input) [B*T, C] after backward on a non-first stage (valid until the next one).
   Vec input_grad() const;
   // Logits [B*T, V_tp] of the last forward on `slot` (last stage; this rank's vocab slice).
+  // Under 16-bit storage: of the last forward on any slot.
   ConstMat logits(int slot) const;
 
  private:
   void tp_allreduce(const View1& buf, size_t n);
   void tp_allreduce_max(const View1& buf, size_t n);
-  double cross_entropy(ActivationSlot& a, int N);
+  double cross_entropy(ActivationSlot& a, const View1& logits, int N);
   // Block forward from x into b (b.res_mlp is the output). `complete` false stops after the
   // GELU: what backward needs when recomputing, without the last projection and its all-reduce.
   void block_forward(const BlockTensors& w, const BlockActivations& b, const View1& x, int B, int T,
                      bool complete);
+  // Where block i's forward writes: slot a's buffers, or shared ones for what is not kept.
+  BlockActivations forward_buffers(const ActivationSlot& a, int i);
+  // 16-bit storage: after block i's forward, keeps what backward reads from `b` in a's stash.
+  void keep(const ActivationSlot& a, int i, const BlockActivations& b);
+  // Block i's input [N,C] for backward (i = number of blocks: the last block's output).
+  View1 block_input(const ActivationSlot& a, int i);
   // The activations block i's backward reads: slot a's, or recomputed into shared buffers.
   BlockActivations activations_for_backward(const ActivationSlot& a, int i, const View1& x);
+  // 16-bit storage: rounds v[0, n) to the stored precision (no-op in fp32).
+  void round(const View1& v, size_t n);
+  void stash(const HalfView1& dst, const View1& src, size_t n);
+  void restore(const View1& dst, const HalfView1& src, size_t n);
 
   ModelConfig m_;
   StageLayout layout_;
@@ -167,6 +201,14 @@ class GptStage {
   View1 params_, grads_;
   StageTensors p_, g_;
   std::vector<ActivationSlot> slots_;
+  Precision precision_ = Precision::kFp32;
+  bool half_ = false;
+  HalfView1 params16_;
+  std::unique_ptr<UnitBuffers> expanded_;  // 16-bit: fp32 copies of the units in use
+  std::vector<int> expanded_unit_;         // per expanded_ buffer: the unit it holds, or -1
+  // 16-bit: the block being computed (and its input), the stage input and the head, in fp32.
+  BlockActivations work_;
+  View1 work_x_, work_input_, work_lnf_, work_logits_;
   Recompute recompute_;
   BlockActivations recomputed_;  // one block's recomputed activations, shared by all slots
   IntView1::HostMirror tokens_host_, targets_host_;

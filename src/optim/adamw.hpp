@@ -48,6 +48,14 @@ class AdamW {
     step_impl(params, shard_grads, lr, grad_scale, compact_params, true);
   }
 
+  // The same with the parameters compact (fp32 master weights of the owned segments) and the
+  // gradients full (`compact_grads` false) or compact.
+  void step_compact(const View1& params, const View1& grads, double lr, float grad_scale,
+                    bool compact_grads) {
+    step_impl(params, grads, lr, grad_scale, true, compact_grads);
+  }
+  const std::vector<Segment>& owned() const { return owned_; }
+
   // Copies the owned moments into / out of full-layout buffers (flat-buffer positions).
   void read_moments(const View1& m, const View1& v) const;
   void write_moments(const View1& m, const View1& v);

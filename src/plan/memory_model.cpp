@@ -4,9 +4,9 @@
 #include <algorithm>
 
 #include "model/params.hpp"
+#include "model/unit_buffers.hpp"
 #include "parallel/pipeline/schedule.hpp"
 #include "parallel/zero/partition.hpp"
-#include "parallel/zero/unit_buffers.hpp"
 
 namespace trident {
 
@@ -35,6 +35,13 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
   const double v_slice = padded_vocab(m.vocab_size, q.tp) / q.tp;
   MemoryPrediction p;
   auto add = [&](MemCategory c, double elements) { p.bytes[static_cast<int>(c)] += elements * f; };
+  // 16-bit storage (bf16 / fp16): parameters and kept activations in 2 bytes, computed in fp32
+  // working copies (a unit of parameters, one block's activations: workspace).
+  const bool half = q.precision != Precision::kFp32;
+  const double stored_bytes = half ? 2 : 4;
+  auto add_stored = [&](MemCategory c, double elements) {
+    p.bytes[static_cast<int>(c)] += elements * stored_bytes;
+  };
   for (int chunk = 0; chunk < q.virtual_stages; ++chunk) {
     const StageLayout layout =
         stage_layout(m, q.pp, q.virtual_stages, pp_rank, chunk, q.tp, tp_rank);
@@ -60,12 +67,19 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
           staging += size / q.dp;
         add(MemCategory::kParams,
             working + staging + std::min<double>(shard, q.offload_buffer_elements));
+      } else if (q.zero_stage >= 3) {
+        add(MemCategory::kParams, shard + working);
       } else {
-        add(MemCategory::kParams, q.zero_stage >= 3 ? shard + working : local.total_numel());
+        add_stored(MemCategory::kParams, local.total_numel());
       }
     } else {
       add(MemCategory::kGrads, local.total_numel());
-      add(MemCategory::kParams, local.total_numel());
+      add_stored(MemCategory::kParams, local.total_numel());
+    }
+    if (half) {
+      add(MemCategory::kMasterWeights, shard);
+      for (int64_t size : plan_unit_buffers(local, m.n_layer).buffer_sizes)
+        add(MemCategory::kWorkspace, size);  // units expanded to fp32
     }
     add(MemCategory::kOptimizer,
         2.0 * (q.offload_nvme ? std::min<double>(shard, q.offload_buffer_elements) : shard));
@@ -75,17 +89,34 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     // One block's activations other than its output, and the attention probabilities.
     const double probabilities = a * N * s / t;
     const double internals = 3 * N * h + 4 * N * h / t + 8 * N * h / t + probabilities + 4 * N;
-    double per_slot = N * h + 2 * N;  // input activation, tokens and targets
+    // Per slot, in elements of the stored width (16-bit storage keeps statistics, token ids and
+    // losses in 4 bytes: `wide`).
+    double stored = N * h, wide = 2 * N;  // input activation; tokens and targets
     for (int i = 0; i < layers; ++i) {
-      per_slot += N * h;  // the block's output
-      if (!q.recompute.full_block(i))
-        per_slot += internals - (q.recompute.selective() ? probabilities : 0);
+      stored += N * h;  // the block's output
+      if (q.recompute.full_block(i)) continue;
+      stored += internals - 4 * N - (q.recompute.selective() ? probabilities : 0);
+      wide += 4 * N;  // LayerNorm means and reciprocal deviations
     }
-    if (layout.has_head) per_slot += N * h + N * v_slice + 4 * N;
-    add(MemCategory::kActivations, slots * per_slot);
-    // Recomputation's shared buffers: one block's internals, or its attention probabilities.
-    if (layers > 0 && q.recompute.full_block(0)) add(MemCategory::kActivations, internals);
-    if (layers > 0 && q.recompute.selective()) add(MemCategory::kActivations, probabilities);
+    if (layout.has_head) {
+      stored += N * h + N * v_slice;  // final LayerNorm, logits
+      wide += 4 * N;                  // its statistics, losses, log-sum-exp
+    }
+    add_stored(MemCategory::kActivations, slots * stored);
+    add(MemCategory::kActivations, slots * wide);
+    if (half) {
+      // One block's activations, its input and the stage input in fp32; the head's too.
+      add(MemCategory::kWorkspace, internals + 3 * N * h);
+      if (layout.has_head)
+        add(MemCategory::kWorkspace, N * h + N * v_slice);
+      else
+        add(MemCategory::kCommBuffers, slots * N * h);  // the fp32 output each slot sends
+    } else if (layers > 0 && q.recompute.full_block(0)) {
+      // Recomputation's shared buffers: one block's internals, or its attention probabilities.
+      add(MemCategory::kActivations, internals);
+    } else if (layers > 0 && q.recompute.selective()) {
+      add(MemCategory::kActivations, probabilities);
+    }
     // Workspace: projection scratch, cross-entropy reductions, backward buffers.
     add(MemCategory::kWorkspace, N * h + 3 * N + 2 * N * h + N * h / t + 3 * N * h / t +
                                      4 * N * h / t + q.micro_batch * (a / t) * s);

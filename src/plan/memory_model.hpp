@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/half.hpp"
 #include "core/memory.hpp"
 #include "model/config.hpp"
 #include "model/recompute.hpp"
@@ -23,6 +24,7 @@ struct MemoryQuery {
   int micro_batch = 1, seq_len = 1, micro_batches = 1;  // per pipeline, per step
   Recompute recompute;
   std::string dp_sync = "sync";  // async and local_sgd (dp > 1) hold extra gradient-sized buffers
+  Precision precision = Precision::kFp32;
 };
 
 struct MemoryPrediction {
@@ -31,7 +33,7 @@ struct MemoryPrediction {
   double model_states() const;  // parameters, gradients, master weights, optimizer states
 };
 
-// Bytes rank (pp_rank, tp_rank, dp_rank) allocates, by category, for trident as built (fp32).
+// Bytes rank (pp_rank, tp_rank, dp_rank) allocates, by category, for trident as built.
 // Model states: every chunk's tp slice of the parameter table (vocabulary padded to tp, each
 // unit padded to dp under ZeRO) as parameters; gradients likewise, or under ZeRO-2 the rank's
 // shard plus working buffers for wte, wpe, ln_f and two blocks; AdamW's two moments over the
@@ -45,7 +47,10 @@ struct MemoryPrediction {
 //   last stage  4 * (N*h + N*V_t + 4*N) (final LayerNorm, logits, statistics, losses)
 // times the schedule's in-flight micro-batches for that chunk. Selective recomputation drops
 // a*N*s/t per layer and adds one shared copy per chunk; a block recomputed whole keeps only its
-// output (N*h) and the chunk adds one shared set of the rest. Megatron's published reference
+// output (N*h) and the chunk adds one shared set of the rest. With bf16 / fp16 storage the
+// parameters and the kept activations take 2 bytes (statistics, token ids and losses stay 4), the
+// fp32 master weights cover the rank's shard, and the fp32 working copies (parameter units, one
+// block's activations, the head) are workspace. Megatron's published reference
 // for one layer in fp16 with dropout is s*b*h*(34 + 5*a*s/h) bytes.
 MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank);
 

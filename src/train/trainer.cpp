@@ -22,9 +22,12 @@
 #include "io/dataset.hpp"
 #include "io/timings.hpp"
 #include "kernels/adamw.hpp"
+#include "kernels/cast.hpp"
 #include "kernels/elementwise.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
+#include "optim/loss_scaler.hpp"
+#include "optim/master_weights.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/data/grad_buckets.hpp"
 #include "parallel/pipeline/schedule.hpp"
@@ -78,6 +81,7 @@ void check_resume_compatible(const Config& ours, const std::string& path) {
 struct Chunk {
   std::unique_ptr<GptStage> stage;
   std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<MasterWeights> master;      // 16-bit storage: fp32 weights AdamW updates
   std::unique_ptr<GradBuckets> buckets;       // ZeRO 0/1: dp all-reduce of the whole gradient
   std::unique_ptr<GradShards> grad_shards;    // ZeRO 2+: reduce-scatter unit by unit
   std::unique_ptr<ParamShards> param_shards;  // ZeRO 3: gather units just in time
@@ -125,6 +129,10 @@ class Trainer {
   bool exchange_async_gradients();
   // dp.sync = local_sgd: parameters and AdamW moments averaged over dp.
   void average_replicas();
+  // fp16: whether any rank's gradient holds an infinity or NaN (0-based `step` for injection).
+  bool gradients_overflow(int step);
+  // 16-bit storage: the master weights rounded into every chunk's 16-bit parameters.
+  void refresh_half_params();
   View1 full_grads(const Chunk& ch);
   // Parameters and full (dp-gathered, under ZeRO) optimizer moments of every chunk, for
   // checkpoints; collective over dp when the moments are sharded.
@@ -159,6 +167,8 @@ class Trainer {
   std::vector<pipeline::Action> schedule_, eval_actions_;
   int stages_ = 1, micro_batches_ = 1;
   bool reduce_over_dp_ = true;  // this step's backward reduces gradients over dp (ZeRO 0/1)
+  Precision precision_ = Precision::kFp32;
+  LossScaler scaler_;  // enabled for fp16
   std::vector<int32_t> inputs_, targets_;
 };
 
@@ -189,7 +199,7 @@ void Trainer::build_model(MemoryLedger& ledger) {
     const bool zero2 = c_.zero.stage >= 2, zero3 = c_.zero.stage >= 3;
     ch.stage = std::make_unique<GptStage>(
         c_.model, layout, tp_.get(), ledger, micro, T, slots,
-        StageBuffers{ch.shard_dp, !zero3, !zero2, c_.recompute.resolved()});
+        StageBuffers{ch.shard_dp, !zero3, !zero2, c_.recompute.resolved(), precision_});
     ch.stage->set_timer(&timer_);
     if (zero3) {
       const std::string params_file =
@@ -203,6 +213,11 @@ void Trainer::build_model(MemoryLedger& ledger) {
       ch.param_shards->init(static_cast<uint64_t>(c_.run.seed));
     } else {
       ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
+    }
+    if (precision_ != Precision::kFp32) {
+      ch.master = std::make_unique<MasterWeights>(
+          ch.stage->local(), zero_shard(ch.stage->local(), ch.shard_dp, ch.shard_rank), ledger);
+      ch.master->init(static_cast<uint64_t>(c_.run.seed));
     }
     MomentStorage storage;
     storage.nvme = c_.offload.optimizer == "nvme";
@@ -244,7 +259,9 @@ double Trainer::run_actions(const std::vector<pipeline::Action>& actions,
   const int T = c_.train.seq_len, micro = c_.train.micro_batch_size;
   const int per_rank = c_.train.batch_size / grid_.shape().dp;
   const size_t NC = static_cast<size_t>(micro) * T * c_.model.n_embd;
-  const float loss_scale = 1.0f / static_cast<float>(static_cast<int64_t>(c_.train.batch_size) * T);
+  // Mean over the global batch's tokens, times the fp16 loss scale (1 otherwise).
+  const float loss_scale = static_cast<float>(
+      scaler_.scale() / static_cast<double>(static_cast<int64_t>(c_.train.batch_size) * T));
   std::vector<int> backwards_done(chunks_.size(), 0);
   double loss_sum = 0.0;
   for (const pipeline::Action& act : actions) {
@@ -371,7 +388,12 @@ double Trainer::clip_and_step(double lr, double grad_scale) {
   const float clip = static_cast<float>(
       grad_scale * (max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0));
   for (Chunk& ch : chunks_) {
-    if (ch.param_shards) {  // ZeRO-3: parameters, gradients and moments all sharded
+    if (ch.master) {  // 16-bit storage: AdamW updates the fp32 master weights
+      if (sharded_grads)
+        ch.optimizer->step_compact(ch.master->values(), ch.grad_shards->shard(), lr, clip, true);
+      else
+        ch.optimizer->step_compact(ch.master->values(), ch.stage->grads(), lr, clip, false);
+    } else if (ch.param_shards) {  // ZeRO-3: parameters, gradients and moments all sharded
       ch.optimizer->step_shard(ch.param_shards->shard(), ch.grad_shards->shard(), lr, clip, true);
       ch.param_shards->invalidate();
     } else if (sharded_grads) {
@@ -380,7 +402,28 @@ double Trainer::clip_and_step(double lr, double grad_scale) {
       ch.optimizer->step(ch.stage->params(), ch.stage->grads(), lr, clip);
     }
   }
+  if (precision_ != Precision::kFp32) refresh_half_params();
   return norm;
+}
+
+void Trainer::refresh_half_params() {
+  for (Chunk& ch : chunks_) {
+    ch.master->round_into(ch.stage->params16(), precision_);
+    ch.stage->invalidate_expanded();
+  }
+}
+
+bool Trainer::gradients_overflow(int step) {
+  double bad = 0.0;
+  for (Chunk& ch : chunks_) {
+    const View1 grads = ch.grad_shards ? ch.grad_shards->shard() : ch.stage->grads();
+    if (step + 1 == opt_.inject_overflow_step && grid_.rank() == opt_.inject_overflow_rank &&
+        &ch == &chunks_.front())
+      Kokkos::deep_copy(Kokkos::subview(grads, 0), std::numeric_limits<float>::infinity());
+    if (kernels::any_non_finite(Exec(), grads, grads.extent(0))) bad = 1.0;
+  }
+  world_.allreduce_sum(&bad, 1);  // one decision for every rank
+  return bad > 0;
 }
 
 bool Trainer::exchange_async_gradients() {
@@ -405,13 +448,16 @@ void Trainer::average_replicas() {
   const float inverse = 1.0f / static_cast<float>(dp);
   for (Chunk& ch : chunks_) {
     ch.optimizer->read_moments(ch.replica_m, ch.replica_v);
-    for (const View1& x : {ch.stage->params(), ch.replica_m, ch.replica_v}) {
+    // ZeRO-0: the master weights cover the whole flat buffer, in its order.
+    const View1 params = ch.master ? ch.master->values() : ch.stage->params();
+    for (const View1& x : {params, ch.replica_m, ch.replica_v}) {
       dp_->allreduce_sum(x.data(), x.extent(0));
       kernels::scale(Exec(), x, inverse);
     }
     Exec().fence();
     ch.optimizer->write_moments(ch.replica_m, ch.replica_v);
   }
+  if (precision_ != Precision::kFp32) refresh_half_params();
 }
 
 // The whole gradient at flat positions: the buffer itself, or under ZeRO-2 the shards gathered.
@@ -437,7 +483,20 @@ View1 Trainer::full_grads(const Chunk& ch) {
 void Trainer::gather_params() {
   if (c_.zero.stage < 1 || c_.zero.stage >= 3 || grid_.shape().dp == 1) return;
   ScopedPhase phase(timer_, Phase::kZeroGather);
-  for (Chunk& ch : chunks_) allgather_units(ch, ch.stage->params());
+  for (Chunk& ch : chunks_) {
+    if (!ch.master) {
+      allgather_units(ch, ch.stage->params());
+      continue;
+    }
+    // 16-bit storage: the updated 16-bit shards travel, half the bytes of fp32.
+    const HalfView1 params16 = ch.stage->params16();
+    for (const ParamUnit& u : ch.stage->local().units()) {
+      const int64_t part = u.padded / ch.shard_dp;
+      dp_->allgather_16(params16.data() + u.offset + ch.shard_rank * part,
+                        params16.data() + u.offset, static_cast<size_t>(part));
+    }
+    ch.stage->invalidate_expanded();
+  }
 }
 
 void Trainer::allgather_units(const Chunk& ch, const View1& buffer) {
@@ -460,8 +519,14 @@ std::vector<ShardBuffers> Trainer::shards() {
       allgather_units(ch, m);
       allgather_units(ch, v);
     }
-    out.push_back({&ch.stage->local(),
-                   ch.param_shards ? ch.param_shards->gather_full() : ch.stage->params(), m, v});
+    View1 params = ch.stage->params();
+    if (ch.param_shards) params = ch.param_shards->gather_full();
+    if (ch.master) {  // 16-bit storage: the checkpoint holds the fp32 master weights
+      params = View1("master_full", n);
+      ch.master->read_full(params);
+      if (ch.shard_dp > 1) allgather_units(ch, params);
+    }
+    out.push_back({&ch.stage->local(), params, m, v});
   }
   return out;
 }
@@ -470,6 +535,14 @@ void Trainer::keep_own_moments(const std::vector<ShardBuffers>& full) {
   for (size_t c = 0; c < chunks_.size(); ++c) {
     chunks_[c].optimizer->write_moments(full[c].m, full[c].v);
     if (chunks_[c].param_shards) chunks_[c].param_shards->scatter_full(full[c].params);
+    if (chunks_[c].master) {
+      chunks_[c].master->write_full(full[c].params);
+      const View1& p = full[c].params;
+      kernels::store_half(Exec(), chunks_[c].stage->params16(), 0, window(p, 0, p.extent(0)),
+                          p.extent(0), precision_);
+      Exec().fence();
+      chunks_[c].stage->invalidate_expanded();
+    }
   }
 }
 
@@ -479,6 +552,10 @@ int Trainer::run() {
   const int per_rank = c_.train.batch_size / par.dp;
   const int64_t tokens_per_step = static_cast<int64_t>(c_.train.batch_size) * T;
   stages_ = par.pp * par.virtual_stages;
+  parse_precision(c_.precision.compute, precision_);
+  if (precision_ == Precision::kFp16)
+    scaler_ = LossScaler(c_.precision.loss_scale, c_.precision.growth_interval,
+                         c_.precision.backoff, c_.precision.hysteresis);
   micro_batches_ = per_rank / micro;
 
   // Everything the user supplied is checked before any file is written.
@@ -524,6 +601,7 @@ int Trainer::run() {
       grid_.describe() + (par.pp > 1 ? fmt::format(" schedule={}", par.schedule) : std::string()) +
       (par.virtual_stages > 1 ? fmt::format(" v={}", par.virtual_stages) : std::string()) +
       fmt::format(" micro_batch={}", micro) +
+      (c_.precision.compute != "fp32" ? " precision=" + c_.precision.compute : std::string()) +
       (c_.recompute.policy != "none"
            ? fmt::format(" recompute={}{}", c_.recompute.policy,
                          c_.recompute.layers > 0 ? fmt::format(":{}", c_.recompute.layers) : "")
@@ -543,6 +621,7 @@ int Trainer::run() {
   query.micro_batches = micro_batches_;
   query.recompute = c_.recompute.resolved();
   query.dp_sync = c_.dp.sync;
+  query.precision = precision_;
   query.offload_nvme = c_.offload.optimizer == "nvme";
   query.offload_params_nvme = c_.offload.params == "nvme";
   query.offload_buffer_elements =
@@ -595,6 +674,13 @@ int Trainer::run() {
         "cosine to {:.4g}",
         peak_lr, c_.optim.lr, c_.optim.lr_scaling == "sqrt" ? "sqrt" : "", tokens_per_step,
         c_.optim.base_batch_tokens, c_.optim.warmup_steps, peak_lr * c_.optim.min_lr_ratio));
+  if (precision_ != Precision::kFp32)
+    log(fmt::format(
+        "precision: {} parameters and activations, fp32 arithmetic, gradients and "
+        "master weights{}",
+        c_.precision.compute,
+        scaler_.enabled() ? fmt::format("; dynamic loss scale from {:g}", scaler_.scale())
+                          : std::string()));
   log(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),
                   pp_->backend(), backend_summary()));
   if (c_.offload.optimizer == "host" && std::is_same_v<Exec::memory_space, Kokkos::HostSpace>)
@@ -616,6 +702,7 @@ int Trainer::run() {
   std::string last_ckpt;
   const bool async = c_.dp.sync == "async", local_sgd = c_.dp.sync == "local_sgd";
   bool replicas_diverged = false;  // local_sgd: a local step since the last average
+  int skipped_steps = 0;
   if (async && start_step > 0)
     log("dp.sync = async: the gradient in flight when the checkpoint was written is not stored; "
         "the first resumed step makes no update");
@@ -642,7 +729,20 @@ int Trainer::run() {
       return 3;
     }
     // async applies the gradient reduced during the previous step; the first has none.
-    const bool update = !async || exchange_async_gradients();
+    bool update = !async || exchange_async_gradients();
+    // fp16: an overflow on any rank skips the step everywhere and (after the hysteresis) lowers
+    // the loss scale. The gradients hold scale x the true gradient until clipping divides it out.
+    const double step_loss_scale = scaler_.scale();
+    bool skipped = false;
+    if (update && scaler_.enabled() && scaler_.update(gradients_overflow(step))) {
+      update = false;
+      skipped = true;
+      ++skipped_steps;
+      log(
+          fmt::format("step {:>5}/{} | fp16 gradient overflow: step skipped on every rank, loss "
+                      "scale {:g} -> {:g}",
+                      step + 1, c_.run.steps, step_loss_scale, scaler_.scale()));
+    }
     const bool first_update = step == start_step + (async ? 1 : 0);
     if (first_update && !opt_.dump_grads.empty()) {
       std::vector<ShardBuffers> grads;
@@ -654,8 +754,8 @@ int Trainer::run() {
       ScopedPhase phase(timer_, Phase::kOptimizer);
       lr = schedule.at(step);
       // A local step's gradient is normalised by the global batch: scale it to the replica's.
-      grad_norm =
-          update ? clip_and_step(lr, reduce_over_dp_ || async ? 1.0 : grid_.shape().dp) : 0.0;
+      const double replica_scale = reduce_over_dp_ || async ? 1.0 : grid_.shape().dp;
+      grad_norm = update ? clip_and_step(lr, replica_scale / step_loss_scale) : 0.0;
     }
     if (local_sgd && !synchronous) replicas_diverged = true;
     if (local_sgd && synchronous && replicas_diverged) {
@@ -698,6 +798,8 @@ int Trainer::run() {
       r.val_loss = val_loss;
       r.lr = lr;
       r.grad_norm = grad_norm;
+      r.loss_scale = step_loss_scale;
+      r.skipped = skipped ? 1 : 0;
       r.tokens = tokens_per_step;
       r.step_seconds_max = step_max;
       r.step_seconds_min = step_min;
@@ -735,9 +837,9 @@ int Trainer::run() {
     log(
         fmt::format("PERFORMANCE steps={} ranks={} layout=\"{}\" ms_per_step={:.2f} "
                     "tokens_per_s={:.1f} mfu_percent={:.3f} final_loss={:.6f} val_loss={:.6f} "
-                    "peak_mem_mib={:.1f}",
+                    "peak_mem_mib={:.1f} skipped_steps={}",
                     c_.run.steps - start_step, world_size, layout, ms, tok_s, mfu, loss, val_loss,
-                    ledger.peak_total() / 1048576.0));
+                    ledger.peak_total() / 1048576.0, skipped_steps));
   }
   return 0;
 }

@@ -11,6 +11,9 @@ namespace trident {
 struct TrainOptions {
   std::string resume;      // checkpoint to continue from, or empty
   std::string dump_grads;  // write the first step's gradients here at global shape, or empty
+  // Testing aid: rank inject_overflow_rank writes infinity into its gradient at 1-based step
+  // inject_overflow_step (0: never), as an fp16 overflow would.
+  int inject_overflow_step = 0, inject_overflow_rank = 0;
 };
 
 // Runs training on this rank's part of `grid`. Throws InputError before any output is written

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Activation recomputation on one layout (dp x tp x pp, schedule, v, ZeRO stage): selective,
-# full, and full on the first block of each chunk give losses and first-step gradients bit-
-# identical to no recomputation (fp32), time the recompute phase, keep less activation memory
-# than none (full less than selective), and the memory model predicts each run's memory.
+# Activation recomputation on one layout (dp x tp x pp, schedule, v, ZeRO stage, precision):
+# selective, full, and full on the first block of each chunk give losses and first-step
+# gradients bit-identical to no recomputation (in fp32, and in bf16 / fp16, whose recomputation
+# rounds as the first forward did), time the recompute phase, keep less activation memory than
+# none (full less than selective), and the memory model predicts each run's memory.
 set -euo pipefail
-trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0}
+trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0} precision=${10:-fp32}
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
 ranks=$((dp * tp * pp))
@@ -18,7 +19,8 @@ run() {  # name, extra --set arguments
     --set train.batch_size=8 --set model.n_layer="$layers" --set run.out_dir="$work/$name" \
     --set parallel.dp="$dp" --set parallel.tp="$tp" --set parallel.pp="$pp" \
     --set parallel.schedule="$schedule" --set parallel.virtual_stages="$v" \
-    --set train.micro_batch_size="$micro" --set zero.stage="$zero" "$@" \
+    --set train.micro_batch_size="$micro" --set zero.stage="$zero" \
+    --set precision.compute="$precision" "$@" \
     --dump-grads "$work/$name.grads.h5" > "$work/$name.log"
   $check memory "$work/$name/tiny/timings.h5"
 }

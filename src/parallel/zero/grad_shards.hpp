@@ -9,7 +9,7 @@
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
-#include "parallel/zero/unit_buffers.hpp"
+#include "model/unit_buffers.hpp"
 
 namespace trident {
 

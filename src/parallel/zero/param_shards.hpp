@@ -13,7 +13,7 @@
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
 #include "parallel/zero/nvme_store.hpp"
-#include "parallel/zero/unit_buffers.hpp"
+#include "model/unit_buffers.hpp"
 
 namespace trident {
 

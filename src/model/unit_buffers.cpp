@@ -1,5 +1,5 @@
 // Unit working-buffer plan and allocation.
-#include "parallel/zero/unit_buffers.hpp"
+#include "model/unit_buffers.hpp"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
-// Working buffers for a stage's units under ZeRO-2/3: one for each unit that is not a block
-// (wte, wpe, ln_f) and two alternating ones shared by the blocks, so the next block can be
-// prepared while the current one computes; never the whole model at once.
+// Working buffers for a stage's units, used where the whole stage is not held in fp32 (ZeRO-2/3
+// gradients and parameters, 16-bit parameters expanded for compute): one for each unit that is
+// not a block (wte, wpe, ln_f) and two alternating ones shared by the blocks.
 #pragma once
 
 #include <vector>
