@@ -14,6 +14,30 @@ int count_of(size_t n) {
   return static_cast<int>(n);
 }
 
+// MPI has no 16-bit floating-point types: sum bf16 / fp16 bit patterns (MPI_UINT16_T) with
+// user-defined operations that add in fp32 and round back, as a 16-bit NCCL reduction does.
+template <Precision P>
+void sum_16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_half(from_half(a[i], P) + from_half(b[i], P), P);
+}
+
+MPI_Op sum_op(Precision p) {
+  // Created once, after MPI_Init (the first use); MPI_Finalize releases them.
+  static const MPI_Op bf16 = [] {
+    MPI_Op op;
+    TRIDENT_MPI(MPI_Op_create(&sum_16<Precision::kBf16>, 1, &op));
+    return op;
+  }();
+  static const MPI_Op fp16 = [] {
+    MPI_Op op;
+    TRIDENT_MPI(MPI_Op_create(&sum_16<Precision::kFp16>, 1, &op));
+    return op;
+  }();
+  return p == Precision::kBf16 ? bf16 : fp16;
+}
+
 class MpiRequest final : public Request::Impl {
  public:
   MPI_Request request = MPI_REQUEST_NULL;
@@ -79,6 +103,19 @@ void MpiCommunicator::allgather_16(const uint16_t* send, uint16_t* recv, size_t 
   const void* src = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
   TRIDENT_MPI(MPI_Allgather(src, count_of(send_count), MPI_UINT16_T, recv, count_of(send_count),
                             MPI_UINT16_T, comm_));
+}
+
+Request MpiCommunicator::iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) {
+  auto r = std::make_unique<MpiRequest>();
+  TRIDENT_MPI(
+      MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(n), MPI_UINT16_T, sum_op(p), comm_, &r->request));
+  return Request(std::move(r));
+}
+
+void MpiCommunicator::reduce_scatter_sum_16(const uint16_t* send, uint16_t* recv, size_t recv_count,
+                                            Precision p) {
+  TRIDENT_MPI(
+      MPI_Reduce_scatter_block(send, recv, count_of(recv_count), MPI_UINT16_T, sum_op(p), comm_));
 }
 
 void MpiCommunicator::broadcast(float* buf, size_t n, int root) {

@@ -217,6 +217,23 @@ void NcclCommunicator::allgather_16(const uint16_t* send, uint16_t* recv, size_t
   finish();
 }
 
+Request NcclCommunicator::iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) {
+  if (size_ == 1 || n == 0) return Request();
+  inputs_ready();
+  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, p == Precision::kBf16 ? ncclBfloat16 : ncclFloat16,
+                             ncclSum, comm_, stream_));
+  return pending();
+}
+
+void NcclCommunicator::reduce_scatter_sum_16(const uint16_t* send, uint16_t* recv,
+                                             size_t recv_count, Precision p) {
+  inputs_ready();
+  TRIDENT_NCCL(ncclReduceScatter(send, recv, recv_count,
+                                 p == Precision::kBf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_,
+                                 stream_));
+  finish();
+}
+
 void NcclCommunicator::broadcast(float* buf, size_t n, int root) {
   if (size_ == 1 || n == 0) return;
   inputs_ready();

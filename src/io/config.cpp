@@ -89,6 +89,8 @@ std::vector<Field> schema(Config& c) {
       {"precision", "compute", &c.precision.compute,
        "fp32, or bf16 / fp16 parameters and activations (fp32 arithmetic, gradients and master "
        "weights)"},
+      {"precision", "grad_reduce", &c.precision.grad_reduce,
+       "format of the data-parallel gradient reduction: fp32, bf16, fp16"},
       {"precision", "loss_scale", &c.precision.loss_scale, "fp16: initial dynamic loss scale"},
       {"precision", "growth_interval", &c.precision.growth_interval,
        "fp16: steps without overflow before the loss scale doubles"},
@@ -421,6 +423,12 @@ void validate(Config& c, int world_size) {
   require(
       parse_precision(c.precision.compute, precision),
       fmt::format("precision.compute = '{}' must be one of fp32, bf16, fp16", c.precision.compute));
+  Precision reduce = Precision::kFp32;
+  require(parse_precision(c.precision.grad_reduce, reduce),
+          fmt::format("precision.grad_reduce = '{}' must be one of fp32, bf16, fp16",
+                      c.precision.grad_reduce));
+  require(reduce == Precision::kFp32 || c.dp.sync != "async",
+          "dp.sync = 'async' reduces gradients in fp32: set precision.grad_reduce = 'fp32'");
   require(c.precision.loss_scale >= 1 && std::isfinite(c.precision.loss_scale),
           "precision.loss_scale must be at least 1");
   require(c.precision.growth_interval >= 1, "precision.growth_interval must be at least 1");

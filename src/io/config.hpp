@@ -75,6 +75,8 @@ struct PrecisionSection {
   // fp32, or bf16 / fp16 storage of parameters and activations with fp32 arithmetic, fp32
   // gradients and fp32 master weights in the optimizer.
   std::string compute = "fp32";
+  // The format gradients are summed in over dp (fp32, or bf16 / fp16: half the bytes).
+  std::string grad_reduce = "fp32";
   // fp16 dynamic loss scaling: the initial scale, doubled after growth_interval steps without
   // overflow, multiplied by backoff after `hysteresis` overflowing steps (each one skipped).
   double loss_scale = 65536.0;

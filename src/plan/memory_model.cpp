@@ -58,7 +58,14 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
       for (const ParamUnit& u : local.units())
         largest_part = std::max<double>(largest_part, u.padded / q.dp);
       add(MemCategory::kGrads, shard + working);
-      add(MemCategory::kCommBuffers, largest_part);
+      if (q.grad_reduce == Precision::kFp32) {
+        add(MemCategory::kCommBuffers, largest_part);
+      } else {  // one unit rounded to 16 bits, and its reduced part
+        double largest_unit = 0;
+        for (const ParamUnit& u : local.units())
+          largest_unit = std::max<double>(largest_unit, u.padded);
+        p.bytes[static_cast<int>(MemCategory::kCommBuffers)] += 2 * (largest_unit + largest_part);
+      }
       // ZeRO-3 holds parameters the same way: the shard and the same working buffers.
       if (q.zero_stage >= 3 && q.offload_params_nvme) {
         // No resident shard: a staging part per working buffer, and the optimizer's stream.
@@ -75,6 +82,9 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     } else {
       add(MemCategory::kGrads, local.total_numel());
       add_stored(MemCategory::kParams, local.total_numel());
+      // A 16-bit dp reduction rounds the buckets into a 2-byte copy of the gradient.
+      if (q.grad_reduce != Precision::kFp32 && q.dp > 1)
+        p.bytes[static_cast<int>(MemCategory::kCommBuffers)] += 2.0 * local.total_numel();
     }
     if (half) {
       add(MemCategory::kMasterWeights, shard);

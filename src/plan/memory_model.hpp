@@ -25,6 +25,7 @@ struct MemoryQuery {
   Recompute recompute;
   std::string dp_sync = "sync";  // async and local_sgd (dp > 1) hold extra gradient-sized buffers
   Precision precision = Precision::kFp32;
+  Precision grad_reduce = Precision::kFp32;  // 16-bit: gradients rounded into 2-byte buffers
 };
 
 struct MemoryPrediction {

@@ -184,6 +184,8 @@ void Trainer::build_model(MemoryLedger& ledger) {
   for (int mb = 0; mb < micro_batches_; ++mb)
     for (int chunk = 0; chunk < v; ++chunk)
       eval_actions_.push_back({pipeline::ActionType::kForward, mb, chunk});
+  Precision grad_reduce = Precision::kFp32;
+  parse_precision(c_.precision.grad_reduce, grad_reduce);
   const size_t bucket_elems =
       std::max<size_t>(1, static_cast<size_t>(par.dp_bucket_mb * 1048576.0 / sizeof(float)));
   for (int chunk = 0; chunk < v; ++chunk) {
@@ -232,10 +234,11 @@ void Trainer::build_model(MemoryLedger& ledger) {
         AdamWSettings{c_.optim.beta1, c_.optim.beta2, c_.optim.eps, c_.optim.weight_decay},
         zero_shard(ch.stage->local(), ch.shard_dp, ch.shard_rank), storage);
     if (zero2) {
-      ch.grad_shards =
-          std::make_unique<GradShards>(*ch.stage, ch.shard_dp, dp_.get(), ledger, &timer_);
+      ch.grad_shards = std::make_unique<GradShards>(*ch.stage, ch.shard_dp, dp_.get(), ledger,
+                                                    &timer_, grad_reduce);
     } else {
-      ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, dp_.get());
+      ch.buckets = std::make_unique<GradBuckets>(ch.stage->grads(), bucket_elems, dp_.get(),
+                                                 grad_reduce, &ledger);
       ch.stage->set_grad_ready_hook([b = ch.buckets.get()](int64_t from) { b->ready_from(from); });
     }
     const int64_t local_numel = ch.stage->local().total_numel();
@@ -602,6 +605,8 @@ int Trainer::run() {
       (par.virtual_stages > 1 ? fmt::format(" v={}", par.virtual_stages) : std::string()) +
       fmt::format(" micro_batch={}", micro) +
       (c_.precision.compute != "fp32" ? " precision=" + c_.precision.compute : std::string()) +
+      (c_.precision.grad_reduce != "fp32" ? " grad_reduce=" + c_.precision.grad_reduce
+                                          : std::string()) +
       (c_.recompute.policy != "none"
            ? fmt::format(" recompute={}{}", c_.recompute.policy,
                          c_.recompute.layers > 0 ? fmt::format(":{}", c_.recompute.layers) : "")
@@ -622,6 +627,7 @@ int Trainer::run() {
   query.recompute = c_.recompute.resolved();
   query.dp_sync = c_.dp.sync;
   query.precision = precision_;
+  parse_precision(c_.precision.grad_reduce, query.grad_reduce);
   query.offload_nvme = c_.offload.optimizer == "nvme";
   query.offload_params_nvme = c_.offload.params == "nvme";
   query.offload_buffer_elements =

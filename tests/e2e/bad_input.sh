@@ -77,6 +77,8 @@ expect_bad "precision with ZeRO-3" "precision.compute = 'bf16' needs zero.stage 
 expect_bad "loss scale below one" "precision.loss_scale must be at least 1" "${train[@]}" --set precision.loss_scale=0.5
 expect_bad "backoff out of range" "precision.backoff must be in (0, 1)" "${train[@]}" --set precision.backoff=2
 expect_bad "inject overflow syntax" "--inject-overflow takes STEP:RANK" "${train[@]}" --inject-overflow three
+expect_bad "grad reduce name" "precision.grad_reduce = 'int8' must be one of fp32, bf16, fp16" "${train[@]}" --set precision.grad_reduce=int8
+expect_bad "async with 16-bit reduction" "dp.sync = 'async' reduces gradients in fp32" "${train[@]}" --set dp.sync=async --set precision.grad_reduce=bf16
 expect_bad "unknown option" "--bogus" "$trident" train --config inputs/tiny.toml --bogus
 expect_bad "no subcommand" "subcommand" "$trident"
 

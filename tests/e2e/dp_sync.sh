@@ -34,4 +34,4 @@ $check compare "$(t sync2)" "$(t local1_dp2)" --min-steps 20 --exact --norms
 $check compare "$(t sync1)" "$(t local3_dp1)" --min-steps 20 --exact --norms
 $check differs "$(t sync2)" "$(t local2_dp2)" --from-step 2
 $check compare "$(t sync2)" "$(t local2_dp2)" --min-steps 20 --rtol 0.05
-$check memory "$(t async2)"
+$check memory "$(t async2)" --all-exact

@@ -3,10 +3,15 @@
 
 #include <algorithm>
 
+#include "kernels/cast.hpp"
+
 namespace trident {
 
-GradBuckets::GradBuckets(View1 grads, size_t bucket_elems, Communicator* dp)
-    : grads_(grads), dp_(dp) {
+GradBuckets::GradBuckets(View1 grads, size_t bucket_elems, Communicator* dp, Precision reduce,
+                         MemoryLedger* ledger)
+    : grads_(grads), dp_(dp), reduce_(reduce) {
+  if (reduce_ != Precision::kFp32 && dp_->size() > 1)
+    grads16_ = allocate_half(*ledger, MemCategory::kCommBuffers, "grads16", grads.extent(0));
   const int64_t n = static_cast<int64_t>(grads.extent(0));
   const int64_t b = static_cast<int64_t>(bucket_elems);
   for (int64_t end = n; end > 0; end -= b) {
@@ -20,9 +25,16 @@ void GradBuckets::ready_from(int64_t offset) {
   if (!armed_ || dp_->size() == 1) return;
   Exec().fence();  // the gradients in the buckets must be written before they are sent
   while (launched_ < begin_.size() && begin_[launched_] >= offset) {
-    requests_[launched_] =
-        dp_->iallreduce_sum(grads_.data() + begin_[launched_],
-                            static_cast<size_t>(end_[launched_] - begin_[launched_]));
+    const int64_t b = begin_[launched_];
+    const size_t n = static_cast<size_t>(end_[launched_] - b);
+    if (reduce_ == Precision::kFp32) {
+      requests_[launched_] = dp_->iallreduce_sum(grads_.data() + b, n);
+    } else {
+      kernels::store_half(Exec(), grads16_, static_cast<size_t>(b), window(grads_, b, n), n,
+                          reduce_);
+      Exec().fence();
+      requests_[launched_] = dp_->iallreduce_sum_16(grads16_.data() + b, n, reduce_);
+    }
     ++launched_;
   }
   // Without an asynchronous progress thread, MPI advances non-blocking collectives only when
@@ -35,6 +47,11 @@ void GradBuckets::finish() {
     armed_ = true;
     ready_from(0);
     for (Request& r : requests_) r.wait();
+    if (reduce_ != Precision::kFp32) {
+      kernels::load_half(Exec(), window(grads_, 0, grads_.extent(0)), grads16_, 0, grads_.extent(0),
+                         reduce_);
+      Exec().fence();
+    }
   }
   launched_ = 0;
   armed_ = false;

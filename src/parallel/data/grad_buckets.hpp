@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "core/half.hpp"
+#include "core/memory.hpp"
 #include "core/types.hpp"
 
 namespace trident {
@@ -14,7 +16,10 @@ class GradBuckets {
  public:
   // Buckets of `bucket_elems` tile `grads` from its end, because backward finishes the last
   // layers (highest offsets) first.
-  GradBuckets(View1 grads, size_t bucket_elems, Communicator* dp);
+  // With `reduce` bf16 or fp16 each bucket is rounded into a 16-bit copy (a communication buffer
+  // in `ledger`), summed in that format and widened back: half the bytes on the wire.
+  GradBuckets(View1 grads, size_t bucket_elems, Communicator* dp,
+              Precision reduce = Precision::kFp32, MemoryLedger* ledger = nullptr);
   // Whether the coming backward pass is the last of the step (its gradients become final).
   void arm(bool final_pass) { armed_ = final_pass; }
   // Gradients at offsets >= `offset` are final: start every bucket lying wholly above it.
@@ -25,6 +30,8 @@ class GradBuckets {
  private:
   View1 grads_;
   Communicator* dp_;
+  Precision reduce_;
+  HalfView1 grads16_;                 // 16-bit reduction: the buckets in flight
   std::vector<int64_t> begin_, end_;  // bucket k covers [begin_[k], end_[k]); k = 0 is the last
   std::vector<Request> requests_;
   size_t launched_ = 0;

@@ -3,22 +3,33 @@
 
 #include <algorithm>
 
+#include "kernels/cast.hpp"
+
 namespace trident {
 
 GradShards::GradShards(GptStage& stage, int dp, Communicator* dp_comm, MemoryLedger& ledger,
-                       PhaseTimer* timer)
+                       PhaseTimer* timer, Precision reduce)
     : stage_(stage),
       dp_(dp),
       comm_(dp_comm),
       timer_(timer),
       buffers_(stage.local(), stage.config().n_layer, ledger, MemCategory::kGrads, "unit_grads"),
-      shard_offset_(unit_shard_offsets(stage.local(), dp)) {
+      shard_offset_(unit_shard_offsets(stage.local(), dp)),
+      reduce_(reduce) {
   const auto& units = stage.local().units();
   int64_t largest_part = 0;
   for (const ParamUnit& u : units) largest_part = std::max(largest_part, u.padded / dp);
   shard_ = allocate(ledger, MemCategory::kGrads, "grad_shard",
                     units.empty() ? 0 : shard_offset_.back() + units.back().padded / dp);
-  received_ = allocate(ledger, MemCategory::kCommBuffers, "grad_reduce_scatter", largest_part);
+  if (reduce_ == Precision::kFp32) {
+    received_ = allocate(ledger, MemCategory::kCommBuffers, "grad_reduce_scatter", largest_part);
+  } else {
+    int64_t largest_unit = 0;
+    for (const ParamUnit& u : units) largest_unit = std::max(largest_unit, u.padded);
+    send16_ = allocate_half(ledger, MemCategory::kCommBuffers, "grad_send16", largest_unit);
+    received16_ =
+        allocate_half(ledger, MemCategory::kCommBuffers, "grad_reduce_scatter16", largest_part);
+  }
   stage.redirect_grads([this](const LocalParam& p) { return buffers_.locate(p); });
   stage.set_unit_done_hook([this](int u) { unit_done(u); });
 }
@@ -27,12 +38,26 @@ void GradShards::unit_done(int u) {
   ScopedPhase phase(timer_, Phase::kDpComm);
   const int64_t part = shard_size(u);
   const View1& buffer = buffers_.of_unit(u);
-  comm_->reduce_scatter_sum(buffer.data(), received_.data(), static_cast<size_t>(part));
-  const View1 shard = shard_, received = received_;
+  const View1 shard = shard_;
   const int64_t offset = shard_offset_[u];
-  Kokkos::parallel_for(
-      "zero2_accumulate", Kokkos::RangePolicy<Exec>(0, part),
-      KOKKOS_LAMBDA(int64_t i) { shard(offset + i) += received(i); });
+  if (reduce_ == Precision::kFp32) {
+    comm_->reduce_scatter_sum(buffer.data(), received_.data(), static_cast<size_t>(part));
+    const View1 received = received_;
+    Kokkos::parallel_for(
+        "zero2_accumulate", Kokkos::RangePolicy<Exec>(0, part),
+        KOKKOS_LAMBDA(int64_t i) { shard(offset + i) += received(i); });
+  } else {
+    const size_t whole = static_cast<size_t>(part * dp_);
+    kernels::store_half(Exec(), send16_, 0, window(buffer, 0, whole), whole, reduce_);
+    Exec().fence();
+    comm_->reduce_scatter_sum_16(send16_.data(), received16_.data(), static_cast<size_t>(part),
+                                 reduce_);
+    const HalfView1 received = received16_;
+    const Precision p = reduce_;
+    Kokkos::parallel_for(
+        "zero2_accumulate_16", Kokkos::RangePolicy<Exec>(0, part),
+        KOKKOS_LAMBDA(int64_t i) { shard(offset + i) += from_half(received(i), p); });
+  }
   Kokkos::deep_copy(Kokkos::subview(buffer, std::make_pair(int64_t{0}, part * dp_)), 0.0f);
   Exec().fence();
 }

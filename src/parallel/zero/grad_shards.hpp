@@ -19,8 +19,10 @@ class GradShards {
   // LayerNorm (wte collects its head and embedding contributions through the whole backward),
   // and two alternating ones for the blocks, so one block's reduce-scatter can finish while the
   // next block computes.
+  // `reduce` bf16 / fp16: each unit is rounded to 16 bits, reduce-scattered in that format and
+  // widened into the fp32 shard.
   GradShards(GptStage& stage, int dp, Communicator* dp_comm, MemoryLedger& ledger,
-             PhaseTimer* timer);
+             PhaseTimer* timer, Precision reduce = Precision::kFp32);
   // Reduce-scatters unit `u`'s working buffer, adds this rank's part to the shard, zeroes it.
   void unit_done(int u);
   void zero();
@@ -37,7 +39,9 @@ class GradShards {
   PhaseTimer* timer_;
   UnitBuffers buffers_;                // working buffers backward writes into
   std::vector<int64_t> shard_offset_;  // unit -> offset in shard_
-  View1 shard_, received_;             // owned gradients; one unit's reduce-scatter result
+  Precision reduce_;
+  View1 shard_, received_;         // owned gradients; one unit's reduce-scatter result
+  HalfView1 send16_, received16_;  // 16-bit reduction: one unit, and its reduced part
 };
 
 }  // namespace trident

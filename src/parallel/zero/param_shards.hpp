@@ -12,8 +12,8 @@
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
-#include "parallel/zero/nvme_store.hpp"
 #include "model/unit_buffers.hpp"
+#include "parallel/zero/nvme_store.hpp"
 
 namespace trident {
 
