@@ -66,6 +66,7 @@ class Communicator {
   virtual Request iallgather(const float* send, float* recv, size_t send_count) = 0;
   // The same for 16-bit values (bf16 / fp16 bit patterns, gathered unchanged).
   virtual void allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) = 0;
+  virtual Request iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) = 0;
   // Sums of 16-bit values in format p (bf16 or fp16): each partial sum is rounded to the format,
   // as a 16-bit NCCL reduction does. Half the bytes of the fp32 collectives.
   virtual Request iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) = 0;
@@ -96,6 +97,7 @@ class MpiCommunicator final : public Communicator {
   void allgather(const float* send, float* recv, size_t send_count) override;
   Request iallgather(const float* send, float* recv, size_t send_count) override;
   void allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
+  Request iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
   Request iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) override;
   void reduce_scatter_sum_16(const uint16_t* send, uint16_t* recv, size_t recv_count,
                              Precision p) override;

@@ -105,6 +105,14 @@ void MpiCommunicator::allgather_16(const uint16_t* send, uint16_t* recv, size_t 
                             MPI_UINT16_T, comm_));
 }
 
+Request MpiCommunicator::iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
+  auto r = std::make_unique<MpiRequest>();
+  const void* src = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
+  TRIDENT_MPI(MPI_Iallgather(src, count_of(send_count), MPI_UINT16_T, recv, count_of(send_count),
+                             MPI_UINT16_T, comm_, &r->request));
+  return Request(std::move(r));
+}
+
 Request MpiCommunicator::iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) {
   auto r = std::make_unique<MpiRequest>();
   TRIDENT_MPI(

@@ -217,6 +217,12 @@ void NcclCommunicator::allgather_16(const uint16_t* send, uint16_t* recv, size_t
   finish();
 }
 
+Request NcclCommunicator::iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
+  inputs_ready();
+  TRIDENT_NCCL(ncclAllGather(send, recv, send_count, ncclFloat16, comm_, stream_));
+  return pending();
+}
+
 Request NcclCommunicator::iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) {
   if (size_ == 1 || n == 0) return Request();
   inputs_ready();

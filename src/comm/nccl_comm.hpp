@@ -42,6 +42,7 @@ class NcclCommunicator final : public Communicator {
   void allgather(const float* send, float* recv, size_t send_count) override;
   Request iallgather(const float* send, float* recv, size_t send_count) override;
   void allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
+  Request iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
   Request iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) override;
   void reduce_scatter_sum_16(const uint16_t* send, uint16_t* recv, size_t recv_count,
                              Precision p) override;

@@ -435,9 +435,9 @@ void validate(Config& c, int world_size) {
   require(c.precision.backoff > 0 && c.precision.backoff < 1,
           "precision.backoff must be in (0, 1)");
   require(c.precision.hysteresis >= 1, "precision.hysteresis must be at least 1");
-  require(precision == Precision::kFp32 || c.zero.stage <= 2,
-          fmt::format("precision.compute = '{}' needs zero.stage 0, 1 or 2: ZeRO-3 gathers fp32 "
-                      "parameter shards (16-bit ZeRO-3 is not built yet)",
+  require(precision == Precision::kFp32 || c.offload.params == "none",
+          fmt::format("precision.compute = '{}' keeps 16-bit parameter shards in memory: "
+                      "offload.params = 'nvme' streams fp32 shards; use one or the other",
                       c.precision.compute));
   require(c.dp.sync == "sync" || c.dp.sync == "async" || c.dp.sync == "local_sgd",
           fmt::format("dp.sync = '{}' must be one of sync, async, local_sgd", c.dp.sync));

@@ -72,8 +72,9 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   const size_t C = m.n_embd, T = max_seq;
   precision_ = buffers.precision;
   half_ = precision_ != Precision::kFp32;
-  if (half_) {
-    // 16-bit parameters; each op reads its unit expanded to fp32 (see need()).
+  if (half_ && buffers.full_params) {
+    // 16-bit parameters; each op reads its unit expanded to fp32 (see need()). Under ZeRO-3 the
+    // parameter shards do the same and redirect the parameters.
     params16_ = allocate_half(ledger, MemCategory::kParams, "params16", local_.total_numel());
     expanded_ = std::make_unique<UnitBuffers>(local_, m.n_layer, ledger, MemCategory::kWorkspace,
                                               "expanded_params");
@@ -198,6 +199,7 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
 
 void GptStage::init_params(uint64_t seed) {
   if (half_) {
+    if (params16_.extent(0) == 0) return;  // sharded: initialised by their owner
     auto host = Kokkos::create_mirror_view(params16_);
     for (const LocalParam& p : local_.params())
       for (int64_t i = 0; i < p.numel; ++i) {
@@ -249,7 +251,7 @@ void GptStage::unit_done(const std::string& first_param) {
 }
 
 void GptStage::need(const std::string& name, const std::string& next) {
-  if (half_) {  // expand the unit's 16-bit parameters into its fp32 working buffer
+  if (expanded_) {  // expand the unit's 16-bit parameters into its fp32 working buffer
     const int u = unit_index(name);
     const int buffer = expanded_->index_of_unit(u);
     if (expanded_unit_[buffer] != u) {

@@ -75,7 +75,9 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
         add(MemCategory::kParams,
             working + staging + std::min<double>(shard, q.offload_buffer_elements));
       } else if (q.zero_stage >= 3) {
-        add(MemCategory::kParams, shard + working);
+        // The shard and the gathered units (in 16 bits under bf16 / fp16, whose fp32 working
+        // copies are counted as workspace below).
+        add_stored(MemCategory::kParams, shard + working);
       } else {
         add_stored(MemCategory::kParams, local.total_numel());
       }

@@ -210,8 +210,9 @@ void Trainer::build_model(MemoryLedger& ledger) {
                  fmt::format("{}.rank{}.chunk{}.params", c_.run.name, grid_.rank(), chunk))
                     .string()
               : std::string();
-      ch.param_shards = std::make_unique<ParamShards>(*ch.stage, ch.shard_dp, ch.shard_rank,
-                                                      dp_.get(), ledger, &timer_, params_file);
+      ch.param_shards =
+          std::make_unique<ParamShards>(*ch.stage, ch.shard_dp, ch.shard_rank, dp_.get(), ledger,
+                                        &timer_, params_file, precision_);
       ch.param_shards->init(static_cast<uint64_t>(c_.run.seed));
     } else {
       ch.stage->init_params(static_cast<uint64_t>(c_.run.seed));
@@ -411,6 +412,11 @@ double Trainer::clip_and_step(double lr, double grad_scale) {
 
 void Trainer::refresh_half_params() {
   for (Chunk& ch : chunks_) {
+    if (ch.param_shards) {  // ZeRO-3: the 16-bit shard, gathered again when next needed
+      ch.master->round_into_compact(ch.param_shards->shard16(), precision_);
+      ch.param_shards->invalidate();
+      continue;
+    }
     ch.master->round_into(ch.stage->params16(), precision_);
     ch.stage->invalidate_expanded();
   }
@@ -523,11 +529,12 @@ std::vector<ShardBuffers> Trainer::shards() {
       allgather_units(ch, v);
     }
     View1 params = ch.stage->params();
-    if (ch.param_shards) params = ch.param_shards->gather_full();
     if (ch.master) {  // 16-bit storage: the checkpoint holds the fp32 master weights
       params = View1("master_full", n);
       ch.master->read_full(params);
       if (ch.shard_dp > 1) allgather_units(ch, params);
+    } else if (ch.param_shards) {
+      params = ch.param_shards->gather_full();
     }
     out.push_back({&ch.stage->local(), params, m, v});
   }
@@ -538,7 +545,8 @@ void Trainer::keep_own_moments(const std::vector<ShardBuffers>& full) {
   for (size_t c = 0; c < chunks_.size(); ++c) {
     chunks_[c].optimizer->write_moments(full[c].m, full[c].v);
     if (chunks_[c].param_shards) chunks_[c].param_shards->scatter_full(full[c].params);
-    if (chunks_[c].master) {
+    if (chunks_[c].master && chunks_[c].param_shards) chunks_[c].master->write_full(full[c].params);
+    if (chunks_[c].master && !chunks_[c].param_shards) {
       chunks_[c].master->write_full(full[c].params);
       const View1& p = full[c].params;
       kernels::store_half(Exec(), chunks_[c].stage->params16(), 0, window(p, 0, p.extent(0)),

@@ -73,7 +73,7 @@ expect_bad "async with ZeRO-2" "dp.sync = 'async' needs zero.stage 0 or 1, not 2
 expect_bad "local_sgd with ZeRO-1" "dp.sync = 'local_sgd' needs zero.stage = 0, not 1" "${train[@]}" --set dp.sync=local_sgd --set zero.stage=1
 expect_bad "local_sgd zero steps" "dp.local_steps must be at least 1" "${train[@]}" --set dp.sync=local_sgd --set dp.local_steps=0
 expect_bad "precision name" "precision.compute = 'fp8' must be one of fp32, bf16, fp16" "${train[@]}" --set precision.compute=fp8
-expect_bad "precision with ZeRO-3" "precision.compute = 'bf16' needs zero.stage 0, 1 or 2" "${train[@]}" --set precision.compute=bf16 --set zero.stage=3
+expect_bad "precision with offloaded parameters" "precision.compute = 'bf16' keeps 16-bit parameter shards in memory" "${train[@]}" --set precision.compute=bf16 --set zero.stage=3 --set offload.optimizer=nvme --set offload.params=nvme --set offload.nvme_dir=/tmp
 expect_bad "loss scale below one" "precision.loss_scale must be at least 1" "${train[@]}" --set precision.loss_scale=0.5
 expect_bad "backoff out of range" "precision.backoff must be in (0, 1)" "${train[@]}" --set precision.backoff=2
 expect_bad "inject overflow syntax" "--inject-overflow takes STEP:RANK" "${train[@]}" --inject-overflow three

@@ -2,7 +2,8 @@
 # fp16 dynamic loss scaling: an overflow injected into one rank's gradient at step 3 skips that
 # step on every rank (a 2 x 2 run with the overflow on rank 3 tracks the serial run with it on
 # rank 0), halves the scale (hysteresis 1), is logged and counted in timings.h5; bf16 resumes
-# bit for bit from its fp32 master weights.
+# bit for bit from its fp32 master weights, serial and at dp 2 with ZeRO-3 (16-bit shards), and
+# onto another layout (dp 2 x tp 2, ZeRO-1) within the bf16 layout tolerance.
 set -euo pipefail
 trident=$1 src=$2 work=$3
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
@@ -51,3 +52,13 @@ resume=(--config inputs/tiny.toml --set run.steps=10 --set run.checkpoint_every=
   --resume "$work/a/tiny/checkpoints/step_000005.h5" > "$work/b.log"
 $check compare "$work/a/tiny/timings.h5" "$work/b/tiny/timings.h5" --from-step 6 --min-steps 5 --exact
 $check params-equal "$work/a/tiny/checkpoints/step_000010.h5" "$work/b/tiny/checkpoints/step_000010.h5"
+z3=("${resume[@]}" --set parallel.dp=2 --set zero.stage=3)
+mpirun -np 2 --oversubscribe "$trident" train "${z3[@]}" --set run.out_dir="$work/z3a" > "$work/z3a.log"
+mpirun -np 2 --oversubscribe "$trident" train "${z3[@]}" --set run.out_dir="$work/z3b" \
+  --resume "$work/z3a/tiny/checkpoints/step_000005.h5" > "$work/z3b.log"
+$check compare "$work/z3a/tiny/timings.h5" "$work/z3b/tiny/timings.h5" --from-step 6 --min-steps 5 --exact
+$check params-equal "$work/z3a/tiny/checkpoints/step_000010.h5" "$work/z3b/tiny/checkpoints/step_000010.h5"
+mpirun -np 4 --oversubscribe "$trident" train "${resume[@]}" --set parallel.dp=2 \
+  --set parallel.tp=2 --set zero.stage=1 --set run.out_dir="$work/z1" \
+  --resume "$work/z3a/tiny/checkpoints/step_000005.h5" > "$work/z1.log"
+$check compare "$work/z3a/tiny/timings.h5" "$work/z1/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 5e-4

@@ -3,22 +3,34 @@
 
 #include <algorithm>
 
+#include "kernels/cast.hpp"
 #include "model/params.hpp"
 
 namespace trident {
 
 ParamShards::ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_comm,
-                         MemoryLedger& ledger, PhaseTimer* timer, const std::string& nvme_path)
+                         MemoryLedger& ledger, PhaseTimer* timer, const std::string& nvme_path,
+                         Precision precision)
     : stage_(stage),
       dp_(dp),
       dp_rank_(dp_rank),
       comm_(dp_comm),
       timer_(timer),
-      buffers_(stage.local(), stage.config().n_layer, ledger, MemCategory::kParams, "unit_params"),
-      shard_offset_(unit_shard_offsets(stage.local(), dp)) {
+      // 16-bit storage: the fp32 working buffers are expanded copies, as without ZeRO-3.
+      buffers_(stage.local(), stage.config().n_layer, ledger,
+               precision == Precision::kFp32 ? MemCategory::kParams : MemCategory::kWorkspace,
+               "unit_params"),
+      shard_offset_(unit_shard_offsets(stage.local(), dp)),
+      precision_(precision) {
   const auto& units = stage.local().units();
   const int64_t total = units.empty() ? 0 : shard_offset_.back() + units.back().padded / dp;
-  if (nvme_path.empty()) {
+  if (precision_ != Precision::kFp32) {
+    shard16_ = allocate_half(ledger, MemCategory::kParams, "param_shard16", total);
+    for (const View1& b : buffers_.all())
+      gathered16_.push_back(
+          allocate_half(ledger, MemCategory::kParams, "unit_params16", b.extent(0)));
+    widened_.assign(buffers_.all().size(), false);
+  } else if (nvme_path.empty()) {
     shard_ = allocate(ledger, MemCategory::kParams, "param_shard", total);
   } else {
     store_ = std::make_unique<NvmeStore>(nvme_path, total);
@@ -47,10 +59,15 @@ void ParamShards::init(uint64_t seed) {
       }
     }
   }
-  if (store_)
+  if (precision_ != Precision::kFp32) {
+    auto host16 = Kokkos::create_mirror_view(shard16_);
+    for (int64_t i = 0; i < total; ++i) host16(i) = to_half(host(i), precision_);
+    Kokkos::deep_copy(shard16_, host16);
+  } else if (store_) {
     store_->write(0, total, host.data());
-  else
+  } else {
     Kokkos::deep_copy(shard_, host);
+  }
   invalidate();
 }
 
@@ -58,6 +75,13 @@ void ParamShards::start_gather(int u) {
   const int b = buffers_.index_of_unit(u);
   pending_[b].wait();  // the buffer's previous gather, if any, must land first
   const int64_t part = stage_.local().units()[u].padded / dp_;
+  if (precision_ != Precision::kFp32) {
+    pending_[b] = comm_->iallgather_16(shard16_.data() + shard_offset_[u], gathered16_[b].data(),
+                                       static_cast<size_t>(part));
+    resident_[b] = u;
+    widened_[b] = false;
+    return;
+  }
   const float* mine = nullptr;
   if (store_) {  // offloaded: stage this unit's part of the shard first
     auto host = Kokkos::create_mirror_view(staging_[b]);
@@ -76,6 +100,12 @@ void ParamShards::need(int u, int next) {
   const int b = buffers_.index_of_unit(u);
   if (resident_[b] != u) start_gather(u);
   pending_[b].wait();
+  if (precision_ != Precision::kFp32 && !widened_[b]) {
+    const int64_t n = stage_.local().units()[u].padded;
+    kernels::load_half(Exec(), window(buffers_.of_unit(u), 0, n), gathered16_[b], 0, n, precision_);
+    Exec().fence();
+    widened_[b] = true;
+  }
   if (next >= 0 && buffers_.index_of_unit(next) != b &&
       resident_[buffers_.index_of_unit(next)] != next)
     start_gather(next);  // prefetch: overlaps with this unit's compute
@@ -111,6 +141,11 @@ void ParamShards::scatter_full(const View1& full) {
   for (size_t u = 0; u < local.units().size(); ++u) {
     const ParamUnit& unit = local.units()[u];
     const int64_t part = unit.padded / dp_, at = unit.offset + dp_rank_ * part;
+    if (precision_ != Precision::kFp32) {
+      kernels::store_half(Exec(), shard16_, static_cast<size_t>(shard_offset_[u]),
+                          window(full, at, part), part, precision_);
+      continue;
+    }
     if (store_) {
       store_->write(shard_offset_[u], part, host.data() + at);
       continue;

@@ -23,13 +23,18 @@ class ParamShards {
   // alternating ones for the blocks (the current block and the one being prefetched).
   // With `nvme_path`, the shard itself lives in that file (parameter offload): a unit's part is
   // read into a staging buffer for its gather, and the optimizer streams the file.
+  // With `precision` bf16 / fp16 the shard is stored, and units gathered, in 16 bits (half the
+  // bytes); a gathered unit is widened into its fp32 working buffer once.
   ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_comm, MemoryLedger& ledger,
-              PhaseTimer* timer, const std::string& nvme_path = "");
+              PhaseTimer* timer, const std::string& nvme_path = "",
+              Precision precision = Precision::kFp32);
   // Fills this rank's shard from the counter-based initialiser.
   void init(uint64_t seed);
   // The owned parameters, compact in owned-segment order (AdamW::step_shard); empty when
   // offloaded, then store() holds them.
   View1 shard() const { return shard_; }
+  // 16-bit storage: the owned parameters, compact like shard().
+  HalfView1 shard16() const { return shard16_; }
   NvmeStore* store() const { return store_.get(); }
   // Makes unit u resident (waiting for its prefetch, or gathering it) and starts gathering
   // `next` (-1: none) into its buffer.
@@ -49,6 +54,10 @@ class ParamShards {
   UnitBuffers buffers_;                // where forward and backward read the parameters
   std::vector<int64_t> shard_offset_;  // unit -> offset in shard_
   View1 shard_;
+  Precision precision_;
+  HalfView1 shard16_;                  // 16-bit storage: the owned parameters
+  std::vector<HalfView1> gathered16_;  // 16-bit storage: buffer -> its unit as gathered
+  std::vector<bool> widened_;          // 16-bit storage: buffer -> widened since its gather
   std::unique_ptr<NvmeStore> store_;
   std::vector<View1> staging_;    // buffer -> its unit's part read from the store
   std::vector<int> resident_;     // buffer -> unit gathered into it (or -1)
