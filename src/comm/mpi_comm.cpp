@@ -84,32 +84,40 @@ void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t 
       MPI_Reduce_scatter_block(send, recv, count_of(recv_count), MPI_FLOAT, MPI_SUM, comm_));
 }
 
+namespace {
+
+// All-gather of `count` elements of `type` per rank, blocking (request null) or not. In place
+// when this rank's part already sits at its slot of recv (as NCCL allows).
+template <class T>
+void gather_all(MPI_Comm comm, int rank, const T* send, T* recv, size_t count, MPI_Datatype type,
+                MPI_Request* request) {
+  const void* src = send == recv + static_cast<size_t>(rank) * count ? MPI_IN_PLACE : send;
+  if (request)
+    TRIDENT_MPI(
+        MPI_Iallgather(src, count_of(count), type, recv, count_of(count), type, comm, request));
+  else
+    TRIDENT_MPI(MPI_Allgather(src, count_of(count), type, recv, count_of(count), type, comm));
+}
+
+}  // namespace
+
 void MpiCommunicator::allgather(const float* send, float* recv, size_t send_count) {
-  // In place when this rank's part already sits at its slot of recv (as NCCL allows).
-  const void* src = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
-  TRIDENT_MPI(MPI_Allgather(src, count_of(send_count), MPI_FLOAT, recv, count_of(send_count),
-                            MPI_FLOAT, comm_));
+  gather_all(comm_, rank_, send, recv, send_count, MPI_FLOAT, nullptr);
 }
 
 Request MpiCommunicator::iallgather(const float* send, float* recv, size_t send_count) {
   auto r = std::make_unique<MpiRequest>();
-  const void* src = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
-  TRIDENT_MPI(MPI_Iallgather(src, count_of(send_count), MPI_FLOAT, recv, count_of(send_count),
-                             MPI_FLOAT, comm_, &r->request));
+  gather_all(comm_, rank_, send, recv, send_count, MPI_FLOAT, &r->request);
   return Request(std::move(r));
 }
 
 void MpiCommunicator::allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
-  const void* src = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
-  TRIDENT_MPI(MPI_Allgather(src, count_of(send_count), MPI_UINT16_T, recv, count_of(send_count),
-                            MPI_UINT16_T, comm_));
+  gather_all(comm_, rank_, send, recv, send_count, MPI_UINT16_T, nullptr);
 }
 
 Request MpiCommunicator::iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
   auto r = std::make_unique<MpiRequest>();
-  const void* src = send == recv + static_cast<size_t>(rank_) * send_count ? MPI_IN_PLACE : send;
-  TRIDENT_MPI(MPI_Iallgather(src, count_of(send_count), MPI_UINT16_T, recv, count_of(send_count),
-                             MPI_UINT16_T, comm_, &r->request));
+  gather_all(comm_, rank_, send, recv, send_count, MPI_UINT16_T, &r->request);
   return Request(std::move(r));
 }
 
