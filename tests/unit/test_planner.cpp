@@ -184,6 +184,16 @@ TEST(Planner, FiveHundredThirtyBillionOnSixtyFourNodesNeedsTensorParallelismAndT
   EXPECT_TRUE(three_d_within_tolerance);
 }
 
+// Megatron-Turing NLG's shape and batch (105 layers, h = 20480, 1920 sequences of 2048 tokens) on
+// 64 nodes: TP x PP x DP, as it was trained (TP 8 inside a node, PP across nodes).
+TEST(Planner, RecipeFiveHundredThirtyBillionAtItsPublishedBatchIsThreeD) {
+  const PlanCandidate best = recommend(model(105, 20480, 128), nodes_of_eight(64), 1920 * 2048.0);
+  EXPECT_GT(best.tp, 1) << best.describe();
+  EXPECT_GT(best.pp, 1) << best.describe();
+  EXPECT_GT(best.dp, 1) << best.describe();
+  EXPECT_LE(best.tp, 8);
+}
+
 // A single small GPU: ZeRO-Offload, the optimizer states and step on the host.
 TEST(Planner, RecipeOneBillionOnOneSixteenGigabyteGpuOffloadsTheOptimizer) {
   PlanCluster c;
