@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# Activation recomputation on gpt2-124m at one rank: step time and activation memory for
-# recompute none / selective / full, measured (allocation ledger) and predicted (memory model),
-# in the same run. Runs with BLAS on one thread; the ratios are against `none` from this run.
-# usage: bench/recompute.sh BUILD_DIR [BATCH] [SEQ] [STEPS]
+# Mixed precision x activation recomputation on gpt2-124m at one rank: step time and memory for
+# fp32 / bf16 / fp16 x recompute none / selective / full, measured (allocation ledger) and
+# predicted (memory model), in the same run. BLAS on one thread; ratios are against fp32 / none
+# from this run.
+# usage: bench/precision_recompute.sh BUILD_DIR [BATCH] [SEQ] [STEPS]
 set -euo pipefail
-build=${1:?usage: bench/recompute.sh BUILD_DIR [BATCH] [SEQ] [STEPS]}
-batch=${2:-4} seq=${3:-256} steps=${4:-4}
+build=${1:?usage: bench/precision_recompute.sh BUILD_DIR [BATCH] [SEQ] [STEPS]}
+batch=${2:-4} seq=${3:-256} steps=${4:-3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 export OPENBLAS_NUM_THREADS=1
-out=$build/recompute_bench
+out=$build/precision_recompute_bench
 rm -rf "$out" && mkdir -p "$out"
 files=()
-for policy in none selective full; do
-  "$build/src/trident" train --config inputs/small.toml --set model.name=gpt2-124m \
-    --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12 \
-    --set model.vocab_size=50257 --set model.block_size=1024 --set train.seq_len="$seq" \
-    --set train.batch_size="$batch" --set run.steps="$steps" --set run.eval_every=0 \
-    --set run.eval_batches=1 --set run.checkpoint_every=0 --set recompute.policy=$policy \
-    --set run.out_dir="$out/$policy" --set run.name=run > "$out/$policy.log"
-  rm -rf "$out/$policy/run/checkpoints"
-  files+=("$policy=$out/$policy/run/timings.h5")
+for precision in fp32 bf16 fp16; do
+  for policy in none selective full; do
+    name=${precision}_$policy
+    "$build/src/trident" train --config inputs/small.toml --set model.name=gpt2-124m \
+      --set model.n_layer=12 --set model.n_embd=768 --set model.n_head=12 \
+      --set model.vocab_size=50257 --set model.block_size=1024 --set train.seq_len="$seq" \
+      --set train.batch_size="$batch" --set run.steps="$steps" --set run.eval_every=0 \
+      --set run.eval_batches=1 --set run.checkpoint_every=0 --set recompute.policy=$policy \
+      --set precision.compute=$precision --set run.out_dir="$out/$name" --set run.name=run \
+      > "$out/$name.log"
+    rm -rf "$out/$name/run/checkpoints"
+    files+=("$name=$out/$name/run/timings.h5")
+  done
 done
 /usr/bin/python3 - "$batch" "$seq" "${files[@]}" <<'PY'
 import sys
@@ -34,16 +39,25 @@ for arg in sys.argv[3:]:
     name, path = arg.split("=", 1)
     with h5py.File(path, "r") as f:
         cats = f.attrs["memory_categories"].split(",")
-        act = cats.index("activations")
-        step_s = float(np.median(f["step_seconds_max"][1:]))  # the first step warms caches
-        recompute_s = float(np.median(f["phase_seconds"][1:, 0, 2]))
-        rows.append((name, step_s, recompute_s, f["peak_memory_by_category"][-1][0][act],
-                     f["predicted_memory_bytes"][0][act], f["peak_memory_bytes"][-1][0]))
-base_s, base_act = rows[0][1], rows[0][3]
-print(f"gpt2-124m, fp32, 1 rank, micro-batch {batch} x {seq} tokens")
-print("| recompute | s/step | vs none | recompute s | activations MiB (predicted) | vs none | peak MiB |")
-print("|---|---|---|---|---|---|---|")
-for name, s, r, a, p, peak in rows:
-    print(f"| {name} | {s:.3f} | {s / base_s:.2f}x | {r:.3f} | {a / MIB:.1f} ({p / MIB:.1f}) | "
-          f"{a / base_act:.2f}x | {peak / MIB:.1f} |")
+        measured, predicted = f["peak_memory_by_category"][-1][0], f["predicted_memory_bytes"][0]
+        rows.append(dict(name=name, step=float(np.median(f["step_seconds_max"][1:])),
+                         recompute=float(np.median(f["phase_seconds"][1:, 0, 2])),
+                         act=measured[cats.index("activations")],
+                         act_pred=predicted[cats.index("activations")],
+                         states=sum(measured[cats.index(c)] for c in
+                                    ["params", "grads", "master_weights", "optimizer"]),
+                         work=measured[cats.index("workspace")],
+                         peak=f["peak_memory_bytes"][-1][0], total_pred=predicted.sum(),
+                         loss=float(f["loss"][-1])))
+base = rows[0]
+print(f"gpt2-124m, 1 rank, micro-batch {batch} x {seq} tokens (ratios against fp32 / none)")
+print("| precision | recompute | s/step | vs base | recompute s | activations MiB (predicted) "
+      "| model states MiB | workspace MiB | peak MiB (predicted) | vs base |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    precision, policy = r["name"].split("_")
+    print(f"| {precision} | {policy} | {r['step']:.2f} | {r['step'] / base['step']:.2f}x | "
+          f"{r['recompute']:.2f} | {r['act'] / MIB:.1f} ({r['act_pred'] / MIB:.1f}) | "
+          f"{r['states'] / MIB:.1f} | {r['work'] / MIB:.1f} | {r['peak'] / MIB:.1f} "
+          f"({r['total_pred'] / MIB:.1f}) | {r['peak'] / base['peak']:.2f}x |")
 PY

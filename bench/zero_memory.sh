@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Per-rank memory by category at dp = 1, 2, 4, 8 and each built ZeRO stage, measured (trident's
-# allocation ledger) next to the memory model's prediction and the ideal reduction of the
-# sharded category (Nd x for the optimizer states under ZeRO-1).
-# usage: bench/zero_memory.sh BUILD_DIR [CONFIG]
+# Per-rank memory by category at dp = 1, 2, 4, 8 and each ZeRO stage, measured (trident's
+# allocation ledger) next to the memory model's prediction, and the model states' reduction
+# against ZeRO-0 at the same dp next to the ideal: for trident's bytes per parameter (bf16:
+# 2 parameter + 4 gradient + 4 master + 8 moment bytes; fp32: 4 + 4 + 0 + 8) and the ZeRO
+# paper's (2 + 2 + K, K = 12), whose limits are 4x, 8x and Nd x.
+# usage: bench/zero_memory.sh BUILD_DIR [PRECISION] [LAYERS] [CONFIG]
 set -euo pipefail
-build=${1:?usage: bench/zero_memory.sh BUILD_DIR [CONFIG]}
-config=${2:-inputs/small.toml}
+build=${1:?usage: bench/zero_memory.sh BUILD_DIR [PRECISION] [LAYERS] [CONFIG]}
+precision=${2:-bf16} layers=${3:-16} config=${4:-inputs/small.toml}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
@@ -18,40 +20,47 @@ for stage in 0 1 2 3; do
     # One step is enough: every buffer is allocated before the first step.
     mpirun -np "$dp" --oversubscribe "$build/src/trident" train --config "$config" \
       --set run.steps=1 --set run.eval_batches=1 --set run.checkpoint_every=0 \
-      --set train.batch_size=8 --set zero.stage="$stage" --set run.out_dir="$out/$name" \
-      --set run.name=run > "$out/$name.log"
+      --set model.n_layer="$layers" --set train.batch_size=8 --set zero.stage="$stage" \
+      --set precision.compute="$precision" --set run.out_dir="$out/$name" --set run.name=run \
+      > "$out/$name.log"
     rm -rf "$out/$name/run/checkpoints"
     files+=("$name=$out/$name/run/timings.h5")
   done
 done
-/usr/bin/python3 - "${files[@]}" <<'PY'
+/usr/bin/python3 - "$precision" "${files[@]}" <<'PY'
 import sys
 import h5py
 
 MIB = 1048576.0
-rows = []
-for arg in sys.argv[1:]:
+precision = sys.argv[1]
+rows = {}
+for arg in sys.argv[2:]:
     name, path = arg.split("=", 1)
     with h5py.File(path, "r") as f:
         cats = f.attrs["memory_categories"].split(",")
-        measured = f["peak_memory_by_category"][-1][0]  # rank 0
-        predicted = f["predicted_memory_bytes"][0]
-    rows.append((name, cats, measured, predicted))
-base = {r[0]: r for r in rows}
-print("rank 0 memory by category, MiB: measured (predicted); optimizer reduction vs dp=1 and the ideal")
-cats = rows[0][1]
-shown = [c for c in cats if c != "master_weights"]
-print(f"{'layout':<12}" + "".join(f"{c:>24}" for c in shown) + f"{'total':>22}{'opt. reduction':>16}{'ideal':>7}")
-for name, _, measured, predicted in rows:
-    dp = int(name.split("_")[0][2:])
-    stage = int(name.split("zero")[1])
-    cells = ""
-    for c in shown:
-        i = cats.index(c)
-        cells += f"{measured[i] / MIB:>13.3f} ({predicted[i] / MIB:>7.3f})"
-    opt = cats.index("optimizer")
-    ref = base[f"dp1_zero{stage}"][2][opt]
-    ideal = dp if stage >= 1 else 1  # the optimizer states shrink Nd-fold from stage 1 on
-    print(f"{name:<12}{cells}{measured.sum() / MIB:>12.3f} ({predicted.sum() / MIB:>7.3f})"
-          f"{ref / measured[opt]:>15.2f}x{ideal:>6}x")
+        rows[name] = (f["peak_memory_by_category"][-1][0], f["predicted_memory_bytes"][0])
+states = [cats.index(c) for c in ["params", "grads", "master_weights", "optimizer"]]
+p, g, m, o = (2, 4, 4, 8) if precision != "fp32" else (4, 4, 0, 8)
+total = p + g + m + o
+
+def ideal(stage, nd):  # trident's bytes per parameter, unsharded / sharded
+    return total / [total, p + g + (m + o) / nd, p + (g + m + o) / nd, total / nd][stage]
+
+def paper(stage, nd, k=12.0):  # ZeRO (Rajbhandari et al. 2020), Figure 1
+    return (4 + k) / [4 + k, 4 + k / nd, 2 + (2 + k) / nd, (4 + k) / nd][stage]
+
+print(f"rank 0 memory by category, MiB: measured (predicted); precision {precision}; model-state "
+      f"reduction against ZeRO-0 at the same dp, the ideal for trident's {p}+{g}+{m}+{o} bytes "
+      f"per parameter, and the ZeRO paper's ideal (2+2+12 bytes; limits 4x, 8x, Nd x)")
+shown = [c for c in cats]
+print("| layout | " + " | ".join(shown) + " | model states | reduction | ideal | paper |")
+print("|---" * (len(shown) + 5) + "|")
+for name, (measured, predicted) in rows.items():
+    dp, stage = int(name.split("_")[0][2:]), int(name.split("zero")[1])
+    cells = " | ".join(f"{measured[i] / MIB:.3f} ({predicted[i] / MIB:.3f})"
+                       for i in range(len(cats)))
+    ms = sum(measured[i] for i in states)
+    base = sum(rows[f"dp{dp}_zero0"][0][i] for i in states)
+    print(f"| {name} | {cells} | {ms / MIB:.3f} | {base / ms:.2f}x | {ideal(stage, dp):.2f}x | "
+          f"{paper(stage, dp):.2f}x |")
 PY
