@@ -2,11 +2,12 @@
 # Mixed precision x activation recomputation on gpt2-124m at one rank: step time and memory for
 # fp32 / bf16 / fp16 x recompute none / selective / full, measured (allocation ledger) and
 # predicted (memory model), in the same run. BLAS on one thread; ratios are against fp32 / none
-# from this run.
+# from this run. Step time: the median over the steps between the first (warm-up) and the last
+# (which writes the checkpoint).
 # usage: bench/precision_recompute.sh BUILD_DIR [BATCH] [SEQ] [STEPS]
 set -euo pipefail
 build=${1:?usage: bench/precision_recompute.sh BUILD_DIR [BATCH] [SEQ] [STEPS]}
-batch=${2:-4} seq=${3:-256} steps=${4:-3}
+batch=${2:-4} seq=${3:-256} steps=${4:-4}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 export OPENBLAS_NUM_THREADS=1
@@ -40,8 +41,8 @@ for arg in sys.argv[3:]:
     with h5py.File(path, "r") as f:
         cats = f.attrs["memory_categories"].split(",")
         measured, predicted = f["peak_memory_by_category"][-1][0], f["predicted_memory_bytes"][0]
-        rows.append(dict(name=name, step=float(np.median(f["step_seconds_max"][1:])),
-                         recompute=float(np.median(f["phase_seconds"][1:, 0, 2])),
+        rows.append(dict(name=name, step=float(np.median(f["step_seconds_max"][1:-1])),
+                         recompute=float(np.median(f["phase_seconds"][1:-1, 0, 2])),
                          act=measured[cats.index("activations")],
                          act_pred=predicted[cats.index("activations")],
                          states=sum(measured[cats.index(c)] for c in

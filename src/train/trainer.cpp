@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -787,14 +788,16 @@ int Trainer::run() {
     }
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // Validation is outside the step's timed phases: it is not training work.
+    // Validation is outside the step's timed phases: it is not training work (its forwards
+    // would otherwise add to the forward phase of evaluation steps).
+    const std::array<double, kPhases> step_phases = timer_.all();
     val_loss = NAN;
     if (last || (c_.run.eval_every > 0 && (step + 1) % c_.run.eval_every == 0))
       val_loss = evaluate(val_sampler);
 
     double step_max = 0, step_min = 0;
     const double peak_mem = static_cast<double>(ledger.peak_total());
-    TRIDENT_MPI(MPI_Gather(timer_.all().data(), kPhases, MPI_DOUBLE, gathered.data(), kPhases,
+    TRIDENT_MPI(MPI_Gather(step_phases.data(), kPhases, MPI_DOUBLE, gathered.data(), kPhases,
                            MPI_DOUBLE, 0, grid_.world()));
     TRIDENT_MPI(
         MPI_Gather(&peak_mem, 1, MPI_DOUBLE, gathered_mem.data(), 1, MPI_DOUBLE, 0, grid_.world()));
