@@ -1,20 +1,25 @@
-// Checkpoint write (gather to rank 0, temporary name, flush, rename) and validated load.
+// Checkpoint write (parallel HDF5, owned hyperslabs, collective; temporary name, flush, rename)
+// and selective, checksum-verified load.
 #include "io/checkpoint.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <map>
 
-#include "comm/grid.hpp"
 #include "core/error.hpp"
 #include "io/hdf5.hpp"
+#include "parallel/zero/partition.hpp"
+
+#ifndef H5_HAVE_PARALLEL
+#error "trident's checkpoints need the parallel (MPI) HDF5 build (libhdf5-openmpi-dev)"
+#endif
 
 namespace trident {
 namespace {
-
-using GlobalTensors = std::map<std::string, std::vector<float>>;
 
 h5::Handle open_checkpoint(const std::string& path) {
   if (!std::filesystem::is_regular_file(path))
@@ -30,82 +35,168 @@ h5::Handle open_checkpoint(const std::string& path) {
   return file;
 }
 
-h5::Handle open_group(hid_t file, const std::string& name, const std::string& path) {
-  h5::QuietErrors quiet;
-  h5::Handle g(H5Gopen2(file, name.c_str(), H5P_DEFAULT), H5Gclose);
-  if (g < 0) throw InputError(fmt::format("checkpoint '{}' has no group '{}'", path, name));
-  return g;
+// A rectangle of a global tensor: rows x cols from (row, col); 1-D tensors use row 0, 1 row.
+struct Block {
+  hsize_t row = 0, col = 0, rows = 1, cols = 0;
+};
+
+// The hyperslabs of one global tensor a rank reads or writes, with its elements in file order.
+struct Selection {
+  std::vector<Block> blocks;
+  std::vector<float> values;
+  std::vector<int64_t> local;  // each value's position in chunk `chunk`'s flat buffer
+  int chunk = -1;
+  uint64_t checksum = 0;
+  int64_t count = 0;
+};
+
+// Adds elements [lo, hi) of local parameter p (relative to p) to `sel` as runs contiguous in the
+// global tensor within one global row (tensor parallelism maps a local row, or a group of a
+// split vector, onto such a run); consecutive runs on consecutive rows with the same columns
+// merge into one block.
+void select_range(const LocalParamTable& local, const LocalParam& p, int64_t lo, int64_t hi,
+                  Selection& sel) {
+  const int64_t global_cols = p.spec->shape.size() == 2 ? p.spec->shape[1] : p.spec->numel();
+  auto add_run = [&](int64_t g, int64_t len) {
+    const Block b{static_cast<hsize_t>(g / global_cols), static_cast<hsize_t>(g % global_cols), 1,
+                  static_cast<hsize_t>(len)};
+    if (!sel.blocks.empty()) {
+      Block& last = sel.blocks.back();
+      const int64_t last_end =
+          static_cast<int64_t>((last.row + last.rows - 1) * global_cols + last.col + last.cols);
+      if (g < last_end)
+        fatal("checkpoint selection", __FILE__, __LINE__,
+              fmt::format("{}: local order is not global order", p.spec->name), "");
+      if (last.col == b.col && last.cols == b.cols && last.row + last.rows == b.row) {
+        ++last.rows;
+        return;
+      }
+    }
+    sel.blocks.push_back(b);
+  };
+  int64_t run_start = -1, run_len = 0;  // global start and length of the run being built
+  for (int64_t i = lo; i < hi; ++i) {
+    const int64_t g = local.global_index(p, i);
+    if (g < 0) continue;  // rows past the vocabulary are padding: never stored
+    const bool extends = run_len > 0 && g == run_start + run_len && g % global_cols != 0;
+    if (!extends) {
+      if (run_len > 0) add_run(run_start, run_len);
+      run_start = g;
+      run_len = 0;
+    }
+    ++run_len;
+    sel.local.push_back(p.offset + i);
+  }
+  if (run_len > 0) add_run(run_start, run_len);
 }
 
-// Places one shard's local elements at their global positions.
-void scatter_to_global(const LocalParamTable& local, const float* shard, GlobalTensors& out) {
-  for (const LocalParam& p : local.params()) {
-    std::vector<float>& global = out[p.spec->name];
-    if (global.empty()) global.assign(static_cast<size_t>(p.spec->numel()), NAN);
-    for (int64_t i = 0; i < p.numel; ++i) {
-      const int64_t g = local.global_index(p, i);
-      if (g >= 0) global[static_cast<size_t>(g)] = shard[p.offset + i];
+// The flat segments of a chunk this rank owns: its part of every unit split over dp (exactly
+// its ZeRO shard when units are padded to dp).
+std::vector<Segment> owned_segments(const LocalParamTable& local, const ShardOwner& o) {
+  std::vector<Segment> out;
+  for (const ParamUnit& u : local.units()) {
+    const int64_t part = (u.padded + o.dp - 1) / o.dp;
+    const int64_t begin = std::min(u.padded, o.dp_rank * part);
+    out.push_back({u.offset + begin, u.offset + std::min(u.padded, begin + part)});
+  }
+  return out;
+}
+
+// Whether this chunk's rank writes parameter p at all (one writer per element, see ShardOwner).
+bool writes(const LocalParamTable& local, const LocalParam& p, const ShardOwner& o) {
+  if (p.tp_replicated && o.tp_rank != 0) return false;
+  if (p.spec->name == "wte" && !local.holds("wpe")) return false;  // the head's tied copy
+  return true;
+}
+
+// This rank's owned elements of tensor `name` over its chunks.
+Selection owned_selection(const std::vector<ShardBuffers>& mine, const std::string& name,
+                          const ShardOwner& o) {
+  Selection sel;
+  for (size_t c = 0; c < mine.size(); ++c) {
+    const LocalParamTable& local = *mine[c].local;
+    if (!local.holds(name)) continue;
+    const LocalParam& p = local.at(name);
+    if (!writes(local, p, o)) continue;
+    sel.chunk = static_cast<int>(c);  // at most one chunk writes a tensor
+    for (const Segment& s : owned_segments(local, o)) {
+      const int64_t lo = std::max(s.begin, p.offset), hi = std::min(s.end, p.offset + p.numel);
+      if (lo < hi) select_range(local, p, lo - p.offset, hi - p.offset, sel);
     }
   }
+  return sel;
 }
 
-void write_group(hid_t file, const std::string& name, const ParamTable& table,
-                 const GlobalTensors& tensors) {
-  h5::Handle group = h5::create_group(file, name);
-  for (const ParamSpec& p : table.specs())
-    h5::write_floats(group, p.name, p.shape, tensors.at(p.name).data());
+h5::Handle file_selection(hid_t dset, const Selection& sel) {
+  h5::Handle space(H5Dget_space(dset), H5Sclose);
+  TRIDENT_H5(static_cast<hid_t>(space));
+  TRIDENT_H5(H5Sselect_none(space));
+  const int rank = H5Sget_simple_extent_ndims(space);
+  for (const Block& b : sel.blocks) {
+    const hsize_t start2[2] = {b.row, b.col}, count2[2] = {b.rows, b.cols};
+    const hsize_t start1[1] = {b.col}, count1[1] = {b.cols};
+    TRIDENT_H5(H5Sselect_hyperslab(space, H5S_SELECT_OR, rank == 2 ? start2 : start1, nullptr,
+                                   rank == 2 ? count2 : count1, nullptr));
+  }
+  return space;
 }
+
+h5::Handle memory_space(size_t n) {
+  const hsize_t dims[1] = {std::max<hsize_t>(1, n)};
+  h5::Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  if (n == 0) TRIDENT_H5(H5Sselect_none(space));
+  return space;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The global flat index of every selected element, in selection order.
+template <class F>
+void for_each_global(const Selection& sel, int64_t global_cols, F&& f) {
+  size_t k = 0;
+  for (const Block& b : sel.blocks)
+    for (hsize_t r = 0; r < b.rows; ++r)
+      for (hsize_t c = 0; c < b.cols; ++c, ++k)
+        f(k, static_cast<int64_t>((b.row + r) * global_cols + b.col + c));
+}
+
+const char* kGroups[3] = {"params", "optim/m", "optim/v"};
 
 }  // namespace
 
+uint64_t element_hash(int64_t flat_index, float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return splitmix64(static_cast<uint64_t>(flat_index) * 0x100000001B3ull ^ bits);
+}
+
 void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
-                     const std::vector<ShardBuffers>& mine, const ShardGeometry& geo,
+                     const std::vector<ShardBuffers>& mine, const ShardOwner& owner,
                      MPI_Comm world) {
-  int rank = 0, size = 0;
-  TRIDENT_MPI(MPI_Comm_rank(world, &rank));
-  TRIDENT_MPI(MPI_Comm_size(world, &size));
-  const GridShape shape{geo.pp, geo.dp, geo.tp};
+  const ParamTable table(config.model);
   const bool with_moments = !mine.empty() && mine[0].m.extent(0) > 0;
   const int kinds = with_moments ? 3 : 1;
-  if (rank != 0) {
-    if (grid_coord(shape, rank).dp != 0) return;  // dp replicas hold copies
-    for (size_t c = 0; c < mine.size(); ++c) {
-      const View1 bufs[3] = {mine[c].params, mine[c].m, mine[c].v};
-      for (int k = 0; k < kinds; ++k) {
-        auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
-        TRIDENT_MPI(MPI_Send(host.data(), static_cast<int>(mine[c].local->total_numel()), MPI_FLOAT,
-                             0, static_cast<int>(c) * 3 + k, world));
-      }
-    }
-    return;
-  }
-  const ParamTable table(config.model);
-  GlobalTensors tensors[3];
-  for (int r = 0; r < size; ++r) {
-    const GridCoord coord = grid_coord(shape, r);
-    if (coord.dp != 0) continue;
-    for (int c = 0; c < geo.v; ++c) {
-      const LocalParamTable local(
-          table, config.model,
-          stage_layout(config.model, geo.pp, geo.v, coord.pp, c, geo.tp, coord.tp),
-          geo.unit_alignment);
-      for (int k = 0; k < kinds; ++k) {
-        std::vector<float> shard(static_cast<size_t>(local.total_numel()));
-        if (r == 0) {
-          const View1 bufs[3] = {mine[c].params, mine[c].m, mine[c].v};
-          auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
-          std::copy(host.data(), host.data() + shard.size(), shard.begin());
-        } else {
-          TRIDENT_MPI(MPI_Recv(shard.data(), static_cast<int>(shard.size()), MPI_FLOAT, r,
-                               c * 3 + k, world, MPI_STATUS_IGNORE));
-        }
-        scatter_to_global(local, shard.data(), tensors[k]);
-      }
+  std::vector<std::array<std::vector<float>, 3>> host(mine.size());
+  for (size_t c = 0; c < mine.size(); ++c) {
+    const View1 bufs[3] = {mine[c].params, mine[c].m, mine[c].v};
+    for (int k = 0; k < kinds; ++k) {
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
+      host[c][k].assign(h.data(), h.data() + h.extent(0));
     }
   }
   const std::string tmp = path + ".tmp";
   {
-    h5::Handle file = h5::create_file(tmp);
+    h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    TRIDENT_H5(H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL));
+    TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true));
+    TRIDENT_H5(H5Pset_coll_metadata_write(fapl, true));
+    h5::Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
+    TRIDENT_H5(static_cast<hid_t>(file));
     h5::write_attr(file, "format_version", kCheckpointFormatVersion);
     h5::write_attr(file, "config", config.to_toml());
     h5::write_attr(file, "step", meta.step);
@@ -114,15 +205,49 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     h5::write_attr(file, "adam_steps", meta.adam_steps);
     h5::write_attr(file, "layout", meta.layout);
     h5::write_attr(file, "git_revision", meta.git_revision);
-    write_group(file, "params", table, tensors[0]);
-    if (with_moments) {
-      h5::Handle optim = h5::create_group(file, "optim");
-      write_group(optim, "m", table, tensors[1]);
-      write_group(optim, "v", table, tensors[2]);
+    h5::Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+    TRIDENT_H5(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+    h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
+    h5::Handle optim;
+    if (with_moments) optim = h5::create_group(file, "optim");
+    for (int k = 0; k < kinds; ++k) {
+      h5::Handle group = h5::create_group(file, kGroups[k]);
+      for (const ParamSpec& spec : table.specs()) {
+        std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
+        h5::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                         H5Sclose);
+        h5::Handle dset(H5Dcreate2(group, spec.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                                   dcpl, H5P_DEFAULT),
+                        H5Dclose);
+        TRIDENT_H5(static_cast<hid_t>(dset));
+        Selection sel = owned_selection(mine, spec.name, owner);
+        for (int64_t at : sel.local)
+          sel.values.push_back(host[static_cast<size_t>(sel.chunk)][k][static_cast<size_t>(at)]);
+        const int64_t global_cols = spec.shape.size() == 2 ? spec.shape[1] : spec.numel();
+        uint64_t sums[2] = {0, static_cast<uint64_t>(sel.values.size())};
+        for_each_global(sel, global_cols,
+                        [&](size_t i, int64_t g) { sums[0] += element_hash(g, sel.values[i]); });
+        h5::Handle fspace = file_selection(dset, sel);
+        h5::Handle mspace = memory_space(sel.values.size());
+        TRIDENT_H5(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl,
+                            sel.values.empty() ? nullptr : sel.values.data()));
+        TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_UINT64_T, MPI_SUM, world));
+        if (static_cast<int64_t>(sums[1]) != spec.numel())
+          fatal("save_checkpoint", __FILE__, __LINE__,
+                fmt::format("{} {}: the ranks own {} of {} elements", kGroups[k], spec.name,
+                            sums[1], spec.numel()),
+                "the ownership rule must cover every element once");
+        h5::write_attr(dset, "checksum", static_cast<int64_t>(sums[0]));
+      }
     }
     TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL));
   }
-  std::filesystem::rename(tmp, path);
+  int rank = 0;
+  TRIDENT_MPI(MPI_Comm_rank(world, &rank));
+  TRIDENT_MPI(MPI_Barrier(world));  // every rank has closed the file
+  if (rank == 0) std::filesystem::rename(tmp, path);
+  TRIDENT_MPI(MPI_Barrier(world));
 }
 
 Config read_checkpoint_config(const std::string& path) {
@@ -130,7 +255,8 @@ Config read_checkpoint_config(const std::string& path) {
   return parse_config_text(h5::read_attr_string(file, "config", path), path + " (config)");
 }
 
-CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardBuffers>& mine) {
+CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardBuffers>& mine,
+                               const ShardOwner& owner, MPI_Comm world) {
   h5::Handle file = open_checkpoint(path);
   CheckpointMeta meta;
   meta.step = h5::read_attr_int(file, "step", path);
@@ -138,24 +264,66 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
   meta.seed = h5::read_attr_int(file, "seed", path);
   meta.adam_steps = h5::read_attr_int(file, "adam_steps", path);
   meta.layout = h5::read_attr_string(file, "layout", path);
-  const char* groups[3] = {"params", "optim/m", "optim/v"};
-  for (const ShardBuffers& shard : mine) {
-    const View1 bufs[3] = {shard.params, shard.m, shard.v};
-    for (int k = 0; k < 3; ++k) {
-      if (bufs[k].extent(0) == 0) continue;
-      h5::Handle group = open_group(file, groups[k], path);
-      auto host = Kokkos::create_mirror_view(bufs[k]);
-      for (const LocalParam& p : shard.local->params()) {
-        std::vector<float> global(static_cast<size_t>(p.spec->numel()));
-        h5::read_floats(group, p.spec->name, p.spec->shape, global.data(), path);
-        for (int64_t i = 0; i < p.numel; ++i) {
-          const int64_t g = shard.local->global_index(p, i);
-          host(p.offset + i) = g < 0 ? 0.0f : global[static_cast<size_t>(g)];
-        }
+  const bool with_moments = !mine.empty() && mine[0].m.extent(0) > 0;
+  const ParamTable table(read_checkpoint_config(path).model);
+  std::string bad;  // the first dataset whose checksum disagrees
+  for (int k = 0; k < (with_moments ? 3 : 1); ++k) {
+    std::vector<Kokkos::View<float*, Kokkos::HostSpace>> host;
+    for (const ShardBuffers& chunk : mine) {
+      const View1 bufs[3] = {chunk.params, chunk.m, chunk.v};
+      host.push_back(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]));
+    }
+    for (const ParamSpec& spec : table.specs()) {
+      h5::Handle dset;
+      {
+        h5::QuietErrors quiet;
+        dset = h5::Handle(
+            H5Dopen2(file, (std::string(kGroups[k]) + "/" + spec.name).c_str(), H5P_DEFAULT),
+            H5Dclose);
       }
-      Kokkos::deep_copy(bufs[k], host);
+      if (dset < 0)
+        throw InputError(
+            fmt::format("checkpoint '{}' has no dataset '{}/{}'", path, kGroups[k], spec.name));
+      const int64_t global_cols = spec.shape.size() == 2 ? spec.shape[1] : spec.numel();
+      // Every element this rank holds, chunk by chunk (padding stays zero).
+      for (size_t c = 0; c < mine.size(); ++c) {
+        const LocalParamTable& local = *mine[c].local;
+        if (!local.holds(spec.name)) continue;
+        const LocalParam& p = local.at(spec.name);
+        Selection sel;
+        select_range(local, p, 0, p.numel, sel);
+        sel.values.resize(sel.local.size());
+        h5::Handle fspace = file_selection(dset, sel);
+        h5::Handle mspace = memory_space(sel.values.size());
+        if (!sel.values.empty()) {
+          h5::QuietErrors quiet;
+          if (H5Dread(dset, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, sel.values.data()) < 0)
+            throw InputError(fmt::format("checkpoint '{}': cannot read '{}/{}' (truncated?)", path,
+                                         kGroups[k], spec.name));
+        }
+        for (size_t i = 0; i < sel.local.size(); ++i)
+          host[c](static_cast<size_t>(sel.local[i])) = sel.values[i];
+      }
+      // The checksum over the elements this rank owns, summed over the ranks.
+      Selection owned = owned_selection(mine, spec.name, owner);
+      uint64_t sum = 0;
+      if (!owned.local.empty())
+        for_each_global(owned, global_cols, [&](size_t i, int64_t g) {
+          sum += element_hash(
+              g, host[static_cast<size_t>(owned.chunk)](static_cast<size_t>(owned.local[i])));
+        });
+      TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, world));
+      const uint64_t stored = static_cast<uint64_t>(h5::read_attr_int(dset, "checksum", path));
+      if (sum != stored && bad.empty()) bad = std::string(kGroups[k]) + "/" + spec.name;
+    }
+    for (size_t c = 0; c < mine.size(); ++c) {
+      const View1 bufs[3] = {mine[c].params, mine[c].m, mine[c].v};
+      Kokkos::deep_copy(bufs[k], host[c]);
     }
   }
+  if (!bad.empty())
+    throw InputError(
+        fmt::format("checkpoint '{}': dataset '{}' fails its checksum (corrupted)", path, bad));
   return meta;
 }
 

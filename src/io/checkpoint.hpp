@@ -1,5 +1,6 @@
 // HDF5 checkpoints: every parameter and AdamW moment under its global name at its global shape,
-// whatever layout wrote it, and loadable onto any layout.
+// whatever layout wrote it, and loadable onto any layout. Written through parallel HDF5 (MPI-IO,
+// collective transfers): each rank writes only the hyperslabs it owns; read back selectively.
 #pragma once
 
 #include <mpi.h>
@@ -14,7 +15,7 @@
 
 namespace trident {
 
-constexpr int64_t kCheckpointFormatVersion = 1;
+constexpr int64_t kCheckpointFormatVersion = 2;
 
 struct CheckpointMeta {
   int64_t step = 0;         // optimizer steps completed
@@ -31,24 +32,34 @@ struct ShardBuffers {
   View1 params, m, v;
 };
 
-// Where every chunk of every rank sits: enough to rebuild any rank's LocalParamTable.
-struct ShardGeometry {
-  int pp = 1, dp = 1, tp = 1, v = 1;
-  int64_t unit_alignment = 1;  // the ranks' LocalParamTable unit padding (dp under ZeRO)
+// Which elements of its buffers this rank writes (and checks on load): its part of every unit
+// split over the dp replicas (its ZeRO shard under ZeRO), tensors replicated over tp only on
+// tp rank 0, the tied embedding only on the first stage. Together the ranks cover every element
+// of every tensor exactly once.
+struct ShardOwner {
+  int dp = 1, dp_rank = 0, tp_rank = 0;
 };
 
-// Gathers every rank's shards to rank 0 of `world` (dp replica 0 only: the others are copies)
-// and writes `path` atomically (temporary name, flush, rename). Collective over `world`.
+// Writes `path` atomically (temporary name, flush, rename) through parallel HDF5: every rank
+// creates every dataset and writes its owned elements as hyperslabs in one collective transfer
+// per dataset; no rank gathers a tensor. Each dataset stores a checksum of its elements. The
+// owned elements of `mine` must be valid (others are not read). Collective over `world`.
 void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
-                     const std::vector<ShardBuffers>& mine, const ShardGeometry& geometry,
+                     const std::vector<ShardBuffers>& mine, const ShardOwner& owner,
                      MPI_Comm world);
 
 // The stored run configuration (TOML) of a checkpoint, parsed; InputError if unreadable.
 Config read_checkpoint_config(const std::string& path);
 
 // Fills this rank's shards (parameters, and moments where given) from the global tensors.
-// Every rank reads only the tensors it holds. InputError for a missing, truncated or foreign
-// checkpoint.
-CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardBuffers>& mine);
+// Every rank reads only the hyperslabs it holds. The ranks together verify every dataset's
+// checksum (each over the elements it owns, summed over `world`). InputError for a missing,
+// truncated, corrupted or foreign checkpoint. Collective over `world`.
+CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardBuffers>& mine,
+                               const ShardOwner& owner, MPI_Comm world);
+
+// The checksum a dataset stores: an order-independent sum over its elements of a hash of
+// (flat index, bit pattern), so ranks can add their parts.
+uint64_t element_hash(int64_t flat_index, float value);
 
 }  // namespace trident

@@ -28,7 +28,8 @@ std::string generate(const GenerateOptions& o) {
                     o.checkpoint, m.vocab_size));
   MemoryLedger ledger;
   GptStage model(m, whole_model(m), nullptr, ledger, 1, m.block_size, 1);
-  load_checkpoint(o.checkpoint, {ShardBuffers{&model.local(), model.params(), {}, {}}});
+  load_checkpoint(o.checkpoint, {ShardBuffers{&model.local(), model.params(), {}, {}}},
+                  ShardOwner{}, MPI_COMM_SELF);
 
   std::vector<int32_t> context;
   for (unsigned char ch : o.prompt) context.push_back(ch);

@@ -138,10 +138,7 @@ class Trainer {
   // Parameters and full (dp-gathered, under ZeRO) optimizer moments of every chunk, for
   // checkpoints; collective over dp when the moments are sharded.
   std::vector<ShardBuffers> shards();
-  ShardGeometry geometry() const {
-    const auto& par = c_.parallel;
-    return {par.pp, par.dp, par.tp, par.virtual_stages, c_.zero.stage >= 1 ? par.dp : 1};
-  }
+  ShardOwner owner() const { return {grid_.shape().dp, grid_.coord().dp, grid_.coord().tp}; }
   // Copies loaded full moments into each chunk's optimizer shard.
   void keep_own_moments(const std::vector<ShardBuffers>& full);
   void gather_params();
@@ -592,7 +589,7 @@ int Trainer::run() {
   int start_step = 0;
   if (!opt_.resume.empty()) {
     const std::vector<ShardBuffers> buffers = shards();
-    const CheckpointMeta meta = load_checkpoint(opt_.resume, buffers);
+    const CheckpointMeta meta = load_checkpoint(opt_.resume, buffers, owner(), grid_.world());
     keep_own_moments(buffers);
     start_step = static_cast<int>(meta.data_cursor);
     for (Chunk& ch : chunks_) ch.optimizer->set_steps_taken(static_cast<int>(meta.adam_steps));
@@ -763,7 +760,7 @@ int Trainer::run() {
       std::vector<ShardBuffers> grads;
       for (const Chunk& ch : chunks_) grads.push_back({&ch.stage->local(), full_grads(ch), {}, {}});
       save_checkpoint(opt_.dump_grads, c_, {step, step, c_.run.seed, 0, layout, git_revision()},
-                      grads, geometry(), grid_.world());
+                      grads, owner(), grid_.world());
     }
     {
       ScopedPhase phase(timer_, Phase::kOptimizer);
@@ -784,7 +781,7 @@ int Trainer::run() {
       save_checkpoint(last_ckpt, c_,
                       {step + 1, step + 1, c_.run.seed, chunks_[0].optimizer->steps_taken(), layout,
                        git_revision()},
-                      shards(), geometry(), grid_.world());
+                      shards(), owner(), grid_.world());
     }
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

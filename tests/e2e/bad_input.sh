@@ -28,6 +28,16 @@ train=("$trident" train --config inputs/tiny.toml --set run.out_dir="$work/out")
 good_ckpt="$work/ok/tiny/checkpoints/step_000001.h5"
 head -c 3000 "$good_ckpt" > "$work/truncated.h5"
 head -c 5000 /dev/urandom > "$work/garbage.h5"
+# One parameter changed inside an otherwise valid file (its stored checksum no longer matches),
+# and a file cut after its metadata, inside the tensor data.
+cp "$good_ckpt" "$work/corrupted.h5"
+/usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    d = f['params/h.1.mlp.fc.weight']
+    d[3, 5] = d[3, 5] + 0.5
+" "$work/corrupted.h5"
+head -c $(( $(stat -c %s "$good_ckpt") * 3 / 4 )) "$good_ckpt" > "$work/cut.h5"
 head -c 4000 /dev/urandom > "$work/garbage.bin"
 head -c 1500 data/kjv_val.bin > "$work/short.bin"
 printf '[run\nsteps = 3\n' > "$work/syntax.toml"
@@ -60,6 +70,8 @@ expect_bad "token beyond vocab" "model.vocab_size = 100" "${train[@]}" --set mod
 expect_bad "resume missing" "does not exist" "${train[@]}" --resume "$work/none.h5"
 expect_bad "resume garbage" "not a readable HDF5 file" "${train[@]}" --resume "$work/garbage.h5"
 expect_bad "resume truncated" "truncated or corrupt" "${train[@]}" --resume "$work/truncated.h5"
+expect_bad "resume corrupted tensor" "dataset 'params/h.1.mlp.fc.weight' fails its checksum" "${train[@]}" --resume "$work/corrupted.h5"
+expect_bad "resume cut in the data" "checkpoint '$work/cut.h5'" "${train[@]}" --resume "$work/cut.h5"
 expect_bad "resume other model" "holds a different model" "${train[@]}" --set model.n_layer=3 --resume "$good_ckpt"
 expect_bad "generate garbage" "not a readable HDF5 file" "$trident" generate --ckpt "$work/garbage.h5" --prompt hi
 expect_bad "generate temperature" "--temperature must be positive" "$trident" generate --ckpt "$good_ckpt" --temperature 0
