@@ -135,8 +135,8 @@ class Trainer {
   // 16-bit storage: the master weights rounded into every chunk's 16-bit parameters.
   void refresh_half_params();
   View1 full_grads(const Chunk& ch);
-  // Parameters and full (dp-gathered, under ZeRO) optimizer moments of every chunk, for
-  // checkpoints; collective over dp when the moments are sharded.
+  // Every chunk's parameters and moments in full-layout buffers, valid at the elements this
+  // rank owns (see ShardOwner): what a checkpoint writes, and where a load lands.
   std::vector<ShardBuffers> shards();
   ShardOwner owner() const { return {grid_.shape().dp, grid_.coord().dp, grid_.coord().tp}; }
   // Copies loaded full moments into each chunk's optimizer shard.
@@ -467,7 +467,8 @@ void Trainer::average_replicas() {
   if (precision_ != Precision::kFp32) refresh_half_params();
 }
 
-// The whole gradient at flat positions: the buffer itself, or under ZeRO-2 the shards gathered.
+// The gradient at flat positions: the buffer itself, or under ZeRO-2 this rank's shard at its
+// positions (what --dump-grads writes: each rank its owned elements).
 View1 Trainer::full_grads(const Chunk& ch) {
   if (!ch.grad_shards) return ch.stage->grads();
   const LocalParamTable& local = ch.stage->local();
@@ -481,7 +482,6 @@ View1 Trainer::full_grads(const Chunk& ch) {
                         std::make_pair(ch.grad_shards->shard_offset(static_cast<int>(u)),
                                        ch.grad_shards->shard_offset(static_cast<int>(u)) + part)));
   }
-  allgather_units(ch, full);
   return full;
 }
 
@@ -517,22 +517,19 @@ void Trainer::allgather_units(const Chunk& ch, const View1& buffer) {
 std::vector<ShardBuffers> Trainer::shards() {
   std::vector<ShardBuffers> out;
   for (const Chunk& ch : chunks_) {
-    // Whole moment buffers: this rank's segments read out of the optimizer (resident or
-    // streamed), the other dp ranks' segments all-gathered under ZeRO.
+    // Full-layout buffers holding this rank's owned elements (its ZeRO shard of the moments,
+    // read out of the optimizer, resident or streamed): checkpoints write only those, and
+    // loading fills every element the rank holds. Nothing is gathered.
     const int64_t n = ch.stage->local().total_numel();
     View1 m("moment_m", n), v("moment_v", n);
     ch.optimizer->read_moments(m, v);
-    if (ch.shard_dp > 1) {
-      allgather_units(ch, m);
-      allgather_units(ch, v);
-    }
     View1 params = ch.stage->params();
     if (ch.master) {  // 16-bit storage: the checkpoint holds the fp32 master weights
       params = View1("master_full", n);
       ch.master->read_full(params);
-      if (ch.shard_dp > 1) allgather_units(ch, params);
     } else if (ch.param_shards) {
-      params = ch.param_shards->gather_full();
+      params = View1("params_full", n);
+      ch.param_shards->read_own(params);
     }
     out.push_back({&ch.stage->local(), params, m, v});
   }

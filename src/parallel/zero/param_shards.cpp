@@ -116,10 +116,8 @@ void ParamShards::invalidate() {
   std::fill(resident_.begin(), resident_.end(), -1);
 }
 
-View1 ParamShards::gather_full() {
-  invalidate();
+void ParamShards::read_own(const View1& full) const {
   const LocalParamTable& local = stage_.local();
-  View1 full("full_params", local.total_numel());
   View1 shard = shard_;
   if (store_) {
     shard = View1("shard_read", store_->size());
@@ -129,10 +127,11 @@ View1 ParamShards::gather_full() {
   }
   for (size_t u = 0; u < local.units().size(); ++u) {
     const ParamUnit& unit = local.units()[u];
-    comm_->allgather(shard.data() + shard_offset_[u], full.data() + unit.offset,
-                     static_cast<size_t>(unit.padded / dp_));
+    const int64_t part = unit.padded / dp_, at = unit.offset + dp_rank_ * part;
+    Kokkos::deep_copy(
+        Kokkos::subview(full, std::make_pair(at, at + part)),
+        Kokkos::subview(shard, std::make_pair(shard_offset_[u], shard_offset_[u] + part)));
   }
-  return full;
 }
 
 void ParamShards::scatter_full(const View1& full) {

@@ -41,8 +41,9 @@ class ParamShards {
   void need(int u, int next);
   // The shard changed (optimizer step, checkpoint load): every gathered unit is stale.
   void invalidate();
-  // The whole parameters at flat positions (checkpoints), and back (loading).
-  View1 gather_full();
+  // The owned parameters at their flat positions of `full`, other positions untouched
+  // (checkpoints write only what each rank owns); and this rank's part of `full` back (loading).
+  void read_own(const View1& full) const;
   void scatter_full(const View1& full);
 
  private:
