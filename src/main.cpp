@@ -85,7 +85,9 @@ int main(int argc, char** argv) {
     train->add_option("--config", config_path, "run config (TOML), e.g. inputs/small.toml")
         ->required();
     train->add_option("--set", overrides, "override a key: --set run.steps=10 (repeatable)");
-    train->add_option("--resume", train_options.resume, "continue from this checkpoint (.h5)");
+    train->add_option("--resume", train_options.resume,
+                      "continue from this checkpoint (.h5), or 'auto': the newest complete one in "
+                      "<out_dir>/<name>/checkpoints, if any (for requeued jobs)");
     train->add_option("--dump-grads", train_options.dump_grads,
                       "write the first step's gradients, gathered to global shapes, to this .h5 "
                       "(checkpoint schema, /params); for layout checks");

@@ -250,6 +250,41 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
   TRIDENT_MPI(MPI_Barrier(world));
 }
 
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  if (!std::filesystem::is_directory(dir)) return out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    // step_ + 6 or more digits + .h5: the zero-padded names sort by step.
+    if (name.size() >= 14 && name.rfind("step_", 0) == 0 &&
+        name.compare(name.size() - 3, 3, ".h5") == 0 &&
+        name.find_first_not_of("0123456789", 5) == name.size() - 3 && entry.is_regular_file())
+      out.push_back(entry.path().string());
+  }
+  std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() > b.size() : a > b;
+  });
+  return out;
+}
+
+std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
+  for (const std::string& path : list_checkpoints(dir)) {
+    try {
+      open_checkpoint(path);
+      return path;
+    } catch (const InputError& e) {
+      if (skipped) skipped->push_back(e.what());
+    }
+  }
+  return "";
+}
+
+void rotate_checkpoints(const std::string& dir, int keep) {
+  if (keep <= 0) return;
+  const std::vector<std::string> all = list_checkpoints(dir);
+  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) std::filesystem::remove(all[i]);
+}
+
 Config read_checkpoint_config(const std::string& path) {
   h5::Handle file = open_checkpoint(path);
   return parse_config_text(h5::read_attr_string(file, "config", path), path + " (config)");

@@ -48,6 +48,14 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
                      const std::vector<ShardBuffers>& mine, const ShardOwner& owner,
                      MPI_Comm world);
 
+// The checkpoints `dir` holds (step_NNNNNN.h5; unfinished *.tmp files are not), newest first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+// The newest checkpoint in `dir` that opens as a complete trident checkpoint, or "" if none;
+// `skipped` collects the newer ones that do not (with why).
+std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* skipped = nullptr);
+// Deletes all but the newest `keep` checkpoints in `dir` (keep <= 0: none deleted).
+void rotate_checkpoints(const std::string& dir, int keep);
+
 // The stored run configuration (TOML) of a checkpoint, parsed; InputError if unreadable.
 Config read_checkpoint_config(const std::string& path);
 

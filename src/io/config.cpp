@@ -38,6 +38,8 @@ std::vector<Field> schema(Config& c) {
       {"run", "eval_every", &c.run.eval_every, "validation loss every N steps (0: end only)"},
       {"run", "eval_batches", &c.run.eval_batches, "validation batches per evaluation"},
       {"run", "checkpoint_every", &c.run.checkpoint_every, "checkpoint every N steps (0: end)"},
+      {"run", "keep_checkpoints", &c.run.keep_checkpoints,
+       "keep only the newest N checkpoints (0: keep all)"},
       {"run", "peak_tflops", &c.run.peak_tflops, "per-rank peak TFLOP/s for MFU"},
       {"model", "name", &c.model.name, "model name"},
       {"model", "n_layer", &c.model.n_layer, "transformer blocks L"},
@@ -326,6 +328,8 @@ void validate(Config& c, int world_size) {
   require(c.run.eval_batches >= 1, "run.eval_batches must be at least 1");
   require(c.run.checkpoint_every >= 0, "run.checkpoint_every must not be negative");
   require(c.run.peak_tflops > 0, "run.peak_tflops must be positive");
+  require(c.run.keep_checkpoints >= 0,
+          "run.keep_checkpoints must not be negative (0 keeps every checkpoint)");
   require(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
           "run.name must be a non-empty name without '/'");
   const OptimSection& op = c.optim;

@@ -19,6 +19,7 @@ struct RunSection {
   int eval_every = 0;  // 0: validate only at the end
   int eval_batches = 4;
   int checkpoint_every = 0;  // 0: checkpoint only at the end
+  int keep_checkpoints = 0;  // keep the newest N checkpoints; 0: keep all
   double peak_tflops = 1.0;  // per rank; the denominator of MFU
 };
 

@@ -577,6 +577,21 @@ int Trainer::run() {
   }
   const BatchSampler train_sampler(train_tokens, c_.run.seed, kTrainStream, T);
   const BatchSampler val_sampler(val_tokens, c_.run.seed, kValStream, T);
+  const std::filesystem::path run_dir = std::filesystem::path(c_.run.out_dir) / c_.run.name;
+  const std::filesystem::path ckpt_dir = run_dir / "checkpoints";
+  if (opt_.resume == "auto") {  // what a requeued job needs: the newest complete checkpoint
+    // Rank 0 decides and tells the others, so every rank resumes from the same file.
+    std::vector<std::string> skipped;
+    if (grid_.rank() == 0) opt_.resume = newest_checkpoint(ckpt_dir.string(), &skipped);
+    int length = static_cast<int>(opt_.resume.size());
+    TRIDENT_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, grid_.world()));
+    opt_.resume.resize(static_cast<size_t>(length));
+    TRIDENT_MPI(MPI_Bcast(opt_.resume.data(), length, MPI_CHAR, 0, grid_.world()));
+    for (const std::string& why : skipped) log("--resume auto: skipping " + why);
+    if (opt_.resume.empty())
+      log(fmt::format("--resume auto: no checkpoint in {}; starting from step 0",
+                      ckpt_dir.string()));
+  }
   if (!opt_.resume.empty()) check_resume_compatible(c_, opt_.resume);
 
   if (grid_.embedding_comm() != MPI_COMM_NULL)
@@ -601,8 +616,6 @@ int Trainer::run() {
   inputs_.resize(static_cast<size_t>(micro) * T);
   targets_.resize(static_cast<size_t>(micro) * T);
 
-  const std::filesystem::path run_dir = std::filesystem::path(c_.run.out_dir) / c_.run.name;
-  const std::filesystem::path ckpt_dir = run_dir / "checkpoints";
   const std::string layout =
       grid_.describe() + (par.pp > 1 ? fmt::format(" schedule={}", par.schedule) : std::string()) +
       (par.virtual_stages > 1 ? fmt::format(" v={}", par.virtual_stages) : std::string()) +
@@ -779,6 +792,7 @@ int Trainer::run() {
                       {step + 1, step + 1, c_.run.seed, chunks_[0].optimizer->steps_taken(), layout,
                        git_revision()},
                       shards(), owner(), grid_.world());
+      if (grid_.rank() == 0) rotate_checkpoints(ckpt_dir.string(), c_.run.keep_checkpoints);
     }
     const double step_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
