@@ -1,4 +1,4 @@
-// The `trident` executable: train | generate | prepare subcommands.
+// The `trident` executable: train | generate | prepare | plan | ckpt subcommands.
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -9,6 +9,7 @@
 
 #include "comm/grid.hpp"
 #include "core/error.hpp"
+#include "io/checkpoint_tools.hpp"
 #include "io/config.hpp"
 #include "io/prepare.hpp"
 #include "plan/memory_model.hpp"
@@ -127,6 +128,18 @@ int main(int argc, char** argv) {
     prepare->add_option("--val-fraction", prep.val_fraction, "share held out for validation")
         ->capture_default_str();
 
+    std::string ckpt_path, export_out;
+    auto* ckpt = app.add_subcommand("ckpt", "inspect, verify or export a checkpoint");
+    ckpt->require_subcommand(1);
+    auto* ckpt_info = ckpt->add_subcommand("info", "configuration, writing layout, step, sizes");
+    ckpt_info->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
+    auto* ckpt_verify = ckpt->add_subcommand("verify", "recompute every dataset's checksum");
+    ckpt_verify->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
+    auto* ckpt_export = ckpt->add_subcommand(
+        "export", "write the parameters as an llm.c model file (gpt2_124M.bin layout)");
+    ckpt_export->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
+    ckpt_export->add_option("--llmc", export_out, "output .bin")->required();
+
     trident::PlanModel plan_model;
     trident::PlanCluster cluster;
     std::string plan_config;
@@ -160,6 +173,15 @@ int main(int argc, char** argv) {
         status = run_train(MPI_COMM_WORLD, config_path, overrides, train_options);
       } else if (*generate) {
         if (rank == 0) std::cout << trident::generate(gen) << std::endl;
+      } else if (*ckpt) {
+        if (rank == 0) {
+          if (*ckpt_info) trident::checkpoint_info(ckpt_path);
+          if (*ckpt_verify && trident::checkpoint_verify(ckpt_path) > 0) status = kExitBadInput;
+          if (*ckpt_export) {
+            trident::export_llmc(ckpt_path, export_out);
+            std::printf("wrote %s\n", export_out.c_str());
+          }
+        }
       } else if (*plan) {
         if (!plan_config.empty()) {
           const trident::Config c = trident::load_config(plan_config, {});

@@ -1,0 +1,137 @@
+// `trident ckpt info | verify | export`: serial readers of a checkpoint written by any layout.
+#include "io/checkpoint_tools.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/hdf5.hpp"
+#include "model/params.hpp"
+
+namespace trident {
+namespace {
+
+const char* kGroups[3] = {"params", "optim/m", "optim/v"};
+
+h5::Handle open_or_throw(const std::string& path) {
+  read_checkpoint_config(path);  // validates existence, HDF5, format version
+  return h5::open_file_quiet(path);
+}
+
+bool has_link(hid_t file, const std::string& name) {
+  h5::QuietErrors quiet;
+  return H5Lexists(file, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+}  // namespace
+
+void checkpoint_info(const std::string& path) {
+  const Config c = read_checkpoint_config(path);
+  h5::Handle file = open_or_throw(path);
+  const ParamTable table(c.model);
+  std::printf("checkpoint   %s (%.1f MiB on disk, format version %lld)\n", path.c_str(),
+              std::filesystem::file_size(path) / 1048576.0,
+              static_cast<long long>(h5::read_attr_int(file, "format_version", path)));
+  std::printf("model        %s: L=%d C=%d NH=%d V=%d block=%d, %lld parameters\n",
+              c.model.name.c_str(), c.model.n_layer, c.model.n_embd, c.model.n_head,
+              c.model.vocab_size, c.model.block_size, static_cast<long long>(table.total_numel()));
+  std::printf("written by   %s (git %s)\n", h5::read_attr_string(file, "layout", path).c_str(),
+              h5::read_attr_string(file, "git_revision", path).c_str());
+  std::printf("step         %lld (data cursor %lld, AdamW steps %lld, seed %lld)\n",
+              static_cast<long long>(h5::read_attr_int(file, "step", path)),
+              static_cast<long long>(h5::read_attr_int(file, "data_cursor", path)),
+              static_cast<long long>(h5::read_attr_int(file, "adam_steps", path)),
+              static_cast<long long>(h5::read_attr_int(file, "seed", path)));
+  for (const char* group : kGroups) {
+    if (!has_link(file, group)) continue;
+    std::printf("/%-11s %zu tensors, %.1f MiB fp32\n", group, table.specs().size(),
+                table.total_numel() * 4.0 / 1048576.0);
+  }
+  std::printf("config       run %s, precision %s, zero %d, dp %d tp %d pp %d\n", c.run.name.c_str(),
+              c.precision.compute.c_str(), c.zero.stage, c.parallel.dp, c.parallel.tp,
+              c.parallel.pp);
+}
+
+int checkpoint_verify(const std::string& path) {
+  const Config c = read_checkpoint_config(path);
+  h5::Handle file = open_or_throw(path);
+  const ParamTable table(c.model);
+  int failures = 0, total = 0;
+  for (const char* group : kGroups) {
+    if (!has_link(file, group)) continue;
+    h5::Handle g(H5Gopen2(file, group, H5P_DEFAULT), H5Gclose);
+    for (const ParamSpec& spec : table.specs()) {
+      ++total;
+      std::vector<float> data(static_cast<size_t>(spec.numel()));
+      try {
+        h5::read_floats(g, spec.name, spec.shape, data.data(), path);
+      } catch (const InputError& e) {
+        std::printf("FAIL %s/%s: %s\n", group, spec.name.c_str(), e.what());
+        ++failures;
+        continue;
+      }
+      uint64_t sum = 0;
+      for (size_t i = 0; i < data.size(); ++i)
+        sum += element_hash(static_cast<int64_t>(i), data[i]);
+      h5::Handle d(H5Dopen2(g, spec.name.c_str(), H5P_DEFAULT), H5Dclose);
+      const uint64_t stored = static_cast<uint64_t>(h5::read_attr_int(d, "checksum", path));
+      if (sum != stored) {
+        std::printf("FAIL %s/%s: checksum %016llx, stored %016llx\n", group, spec.name.c_str(),
+                    static_cast<unsigned long long>(sum), static_cast<unsigned long long>(stored));
+        ++failures;
+      }
+    }
+  }
+  std::printf("%s: %d datasets, %d verified, %d failing\n", path.c_str(), total, total - failures,
+              failures);
+  return failures;
+}
+
+void export_llmc(const std::string& path, const std::string& out) {
+  const Config c = read_checkpoint_config(path);
+  const ModelConfig& m = c.model;
+  h5::Handle file = open_or_throw(path);
+  h5::Handle params(H5Gopen2(file, "params", H5P_DEFAULT), H5Gclose);
+  const ParamTable table(m);
+  auto read = [&](const std::string& name) {
+    std::vector<float> data(static_cast<size_t>(table.at(name).numel()));
+    h5::read_floats(params, name, table.at(name).shape, data.data(), path);
+    return data;
+  };
+  const int padded_v = (m.vocab_size + 127) / 128 * 128;
+  std::ofstream f(out, std::ios::binary);
+  if (!f) throw InputError(fmt::format("cannot write '{}'", out));
+  int32_t header[256] = {};
+  header[0] = 20240326;  // llm.c's model magic
+  header[1] = 3;         // version 3: padded vocabulary
+  header[2] = m.block_size;
+  header[3] = m.vocab_size;
+  header[4] = m.n_layer;
+  header[5] = m.n_head;
+  header[6] = m.n_embd;
+  header[7] = padded_v;
+  f.write(reinterpret_cast<const char*>(header), sizeof header);
+  auto put = [&](const std::vector<float>& v) {
+    f.write(reinterpret_cast<const char*>(v.data()),
+            static_cast<std::streamsize>(v.size() * sizeof(float)));
+  };
+  std::vector<float> wte = read("wte");
+  wte.resize(static_cast<size_t>(padded_v) * m.n_embd, 0.0f);
+  put(wte);
+  put(read("wpe"));
+  // llm.c keeps each kind of block tensor for all layers together, in this order.
+  for (const char* suffix : {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
+                             "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
+                             "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"})
+    for (int l = 0; l < m.n_layer; ++l) put(read(fmt::format("h.{}.{}", l, suffix)));
+  put(read("ln_f.weight"));
+  put(read("ln_f.bias"));
+  if (!f) throw InputError(fmt::format("writing '{}' failed", out));
+}
+
+}  // namespace trident

@@ -1,0 +1,20 @@
+// `trident ckpt`: inspect a checkpoint, verify its checksums, export it for llm.c.
+#pragma once
+
+#include <string>
+
+namespace trident {
+
+// Prints the stored configuration, the layout that wrote it, step, tensors and sizes.
+void checkpoint_info(const std::string& path);
+
+// Reads every dataset and recomputes its checksum. Prints one line per failing dataset and a
+// summary; returns the number of failures. InputError when the file is not a checkpoint.
+int checkpoint_verify(const std::string& path);
+
+// Writes the parameters as an llm.c model file (gpt2_124M.bin's layout: a 256-int32 header with
+// magic 20240326, version 3, max T, V, L, NH, C, padded V; then fp32 tensors in llm.c's order,
+// the token embedding padded to a multiple of 128 rows with zeros).
+void export_llmc(const std::string& path, const std::string& out);
+
+}  // namespace trident
