@@ -109,6 +109,27 @@ int main(int argc, char** argv) {
           return std::string();
         });
 
+    std::string inject_fault;
+    train
+        ->add_option("--inject-fault", inject_fault,
+                     "KIND:STEP:RANK with KIND kill, hang or kill-in-checkpoint: that rank is "
+                     "killed, hangs, or is killed inside the checkpoint write at that step (tests)")
+        ->check([&](const std::string& v) {
+          const auto a = v.find(':'), b = v.rfind(':');
+          const std::string kind = v.substr(0, a);
+          try {
+            if (a == b || (kind != "kill" && kind != "hang" && kind != "kill-in-checkpoint"))
+              throw std::invalid_argument(v);
+            train_options.inject_fault = kind;
+            train_options.inject_fault_step = std::stoi(v.substr(a + 1, b - a - 1));
+            train_options.inject_fault_rank = std::stoi(v.substr(b + 1));
+          } catch (const std::exception&) {
+            return std::string(
+                "--inject-fault takes KIND:STEP:RANK, KIND one of kill, hang, kill-in-checkpoint");
+          }
+          return std::string();
+        });
+
     trident::GenerateOptions gen;
     auto* generate = app.add_subcommand("generate", "sample text from a checkpoint");
     generate->add_option("--ckpt", gen.checkpoint, "checkpoint (.h5)")->required();

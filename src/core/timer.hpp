@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <vector>
 
@@ -35,23 +36,37 @@ class PhaseTimer {
     if (!stack_.empty()) add(stack_.back(), now);
     stack_.push_back(p);
     t0_ = now;
+    mark(now);
   }
   void pop() {
     const auto now = Clock::now();
     add(stack_.back(), now);
     stack_.pop_back();
     t0_ = now;
+    mark(now);
+  }
+  // For a watchdog thread: the innermost phase (-1: none) and when the phase last changed.
+  int current_phase() const { return current_.load(std::memory_order_relaxed); }
+  Clock::time_point last_change() const {
+    return Clock::time_point(Clock::duration(last_change_.load(std::memory_order_relaxed)));
   }
   double seconds(Phase p) const { return seconds_[static_cast<int>(p)]; }
   const std::array<double, kPhases>& all() const { return seconds_; }
 
  private:
+  void mark(Clock::time_point now) {
+    current_.store(stack_.empty() ? -1 : static_cast<int>(stack_.back()),
+                   std::memory_order_relaxed);
+    last_change_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  }
   void add(Phase p, Clock::time_point now) {
     seconds_[static_cast<int>(p)] += std::chrono::duration<double>(now - t0_).count();
   }
   std::array<double, kPhases> seconds_{};
   std::vector<Phase> stack_;
   Clock::time_point t0_;
+  std::atomic<int> current_{-1};
+  std::atomic<Clock::rep> last_change_{Clock::now().time_since_epoch().count()};
 };
 
 // Times one phase for the lifetime of the scope; a null timer times nothing.

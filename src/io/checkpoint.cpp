@@ -176,8 +176,8 @@ uint64_t element_hash(int64_t flat_index, float value) {
 }
 
 void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
-                     const std::vector<ShardBuffers>& mine, const ShardOwner& owner,
-                     MPI_Comm world) {
+                     const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
+                     const std::function<void()>& fault_point) {
   const ParamTable table(config.model);
   const bool with_moments = !mine.empty() && mine[0].m.extent(0) > 0;
   const int kinds = with_moments ? 3 : 1;
@@ -239,6 +239,7 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
                             sums[1], spec.numel()),
                 "the ownership rule must cover every element once");
         h5::write_attr(dset, "checksum", static_cast<int64_t>(sums[0]));
+        if (fault_point && k == 0 && &spec == &table.specs().front()) fault_point();
       }
     }
     TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL));

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,9 +45,10 @@ struct ShardOwner {
 // creates every dataset and writes its owned elements as hyperslabs in one collective transfer
 // per dataset; no rank gathers a tensor. Each dataset stores a checksum of its elements. The
 // owned elements of `mine` must be valid (others are not read). Collective over `world`.
+// `fault_point` (tests) is called once the first dataset is written, mid-checkpoint.
 void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
-                     const std::vector<ShardBuffers>& mine, const ShardOwner& owner,
-                     MPI_Comm world);
+                     const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
+                     const std::function<void()>& fault_point = {});
 
 // The checkpoints `dir` holds (step_NNNNNN.h5; unfinished *.tmp files are not), newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);

@@ -40,6 +40,9 @@ std::vector<Field> schema(Config& c) {
       {"run", "checkpoint_every", &c.run.checkpoint_every, "checkpoint every N steps (0: end)"},
       {"run", "keep_checkpoints", &c.run.keep_checkpoints,
        "keep only the newest N checkpoints (0: keep all)"},
+      {"run", "watchdog_seconds", &c.run.watchdog_seconds,
+       "abort the job, naming each rank's phase, when a rank's phase has not changed for this "
+       "long (a hung collective); 0: off"},
       {"run", "peak_tflops", &c.run.peak_tflops, "per-rank peak TFLOP/s for MFU"},
       {"model", "name", &c.model.name, "model name"},
       {"model", "n_layer", &c.model.n_layer, "transformer blocks L"},
@@ -328,6 +331,8 @@ void validate(Config& c, int world_size) {
   require(c.run.eval_batches >= 1, "run.eval_batches must be at least 1");
   require(c.run.checkpoint_every >= 0, "run.checkpoint_every must not be negative");
   require(c.run.peak_tflops > 0, "run.peak_tflops must be positive");
+  require(c.run.watchdog_seconds >= 0 && std::isfinite(c.run.watchdog_seconds),
+          "run.watchdog_seconds must not be negative (0 turns the watchdog off)");
   require(c.run.keep_checkpoints >= 0,
           "run.keep_checkpoints must not be negative (0 keeps every checkpoint)");
   require(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,

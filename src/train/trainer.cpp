@@ -4,10 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -19,6 +23,7 @@
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "core/version.hpp"
+#include "core/watchdog.hpp"
 #include "io/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "io/timings.hpp"
@@ -164,7 +169,8 @@ class Trainer {
   std::vector<Chunk> chunks_;
   std::vector<pipeline::Action> schedule_, eval_actions_;
   int stages_ = 1, micro_batches_ = 1;
-  bool reduce_over_dp_ = true;  // this step's backward reduces gradients over dp (ZeRO 0/1)
+  std::atomic<int> current_step_{0};  // 1-based, for the watchdog's message
+  bool reduce_over_dp_ = true;        // this step's backward reduces gradients over dp (ZeRO 0/1)
   Precision precision_ = Precision::kFp32;
   LossScaler scaler_;  // enabled for fp16
   std::vector<int32_t> inputs_, targets_;
@@ -728,8 +734,19 @@ int Trainer::run() {
   if (async && start_step > 0)
     log("dp.sync = async: the gradient in flight when the checkpoint was written is not stored; "
         "the first resumed step makes no update");
+  const Watchdog watchdog(timer_, c_.run.watchdog_seconds, grid_.rank(),
+                          [this] { return current_step_.load(); });
+  const bool faulty_rank = !opt_.inject_fault.empty() && grid_.rank() == opt_.inject_fault_rank;
   for (int step = start_step; step < c_.run.steps; ++step) {
     timer_.reset();
+    current_step_ = step + 1;
+    if (faulty_rank && step + 1 == opt_.inject_fault_step) {
+      if (opt_.inject_fault == "kill") std::raise(SIGKILL);
+      if (opt_.inject_fault == "hang") {
+        ScopedPhase phase(timer_, Phase::kForward);
+        for (;;) sleep(1);  // the others block in their first collective with this rank
+      }
+    }
     const bool last = step + 1 == c_.run.steps;
     const bool want_ckpt =
         last || (c_.run.checkpoint_every > 0 && (step + 1) % c_.run.checkpoint_every == 0);
@@ -791,7 +808,11 @@ int Trainer::run() {
       save_checkpoint(last_ckpt, c_,
                       {step + 1, step + 1, c_.run.seed, chunks_[0].optimizer->steps_taken(), layout,
                        git_revision()},
-                      shards(), owner(), grid_.world());
+                      shards(), owner(), grid_.world(), [&] {
+                        if (faulty_rank && opt_.inject_fault == "kill-in-checkpoint" &&
+                            step + 1 == opt_.inject_fault_step)
+                          std::raise(SIGKILL);
+                      });
       if (grid_.rank() == 0) rotate_checkpoints(ckpt_dir.string(), c_.run.keep_checkpoints);
     }
     const double step_s =

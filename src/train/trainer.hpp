@@ -14,6 +14,11 @@ struct TrainOptions {
   // Testing aid: rank inject_overflow_rank writes infinity into its gradient at 1-based step
   // inject_overflow_step (0: never), as an fp16 overflow would.
   int inject_overflow_step = 0, inject_overflow_rank = 0;
+  // Testing aid: at 1-based step inject_fault_step rank inject_fault_rank is killed (SIGKILL),
+  // hangs in its forward, or is killed inside the checkpoint write ("kill", "hang",
+  // "kill-in-checkpoint"; empty: none).
+  std::string inject_fault;
+  int inject_fault_step = 0, inject_fault_rank = 0;
 };
 
 // Runs training on this rank's part of `grid`. Throws InputError before any output is written
