@@ -205,6 +205,9 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     h5::write_attr(file, "adam_steps", meta.adam_steps);
     h5::write_attr(file, "layout", meta.layout);
     h5::write_attr(file, "git_revision", meta.git_revision);
+    h5::write_attr(file, "loss_scale", meta.loss_scale);
+    h5::write_attr(file, "loss_scale_clean_steps", meta.loss_scale_clean_steps);
+    h5::write_attr(file, "loss_scale_hysteresis_left", meta.loss_scale_hysteresis_left);
     h5::Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     TRIDENT_H5(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
     h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -300,6 +303,9 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
   meta.seed = h5::read_attr_int(file, "seed", path);
   meta.adam_steps = h5::read_attr_int(file, "adam_steps", path);
   meta.layout = h5::read_attr_string(file, "layout", path);
+  meta.loss_scale = h5::read_attr_double(file, "loss_scale", path);
+  meta.loss_scale_clean_steps = h5::read_attr_int(file, "loss_scale_clean_steps", path);
+  meta.loss_scale_hysteresis_left = h5::read_attr_int(file, "loss_scale_hysteresis_left", path);
   const bool with_moments = !mine.empty() && mine[0].m.extent(0) > 0;
   const ParamTable table(read_checkpoint_config(path).model);
   std::string bad;  // the first dataset whose checksum disagrees

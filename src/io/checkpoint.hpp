@@ -24,6 +24,9 @@ struct CheckpointMeta {
   int64_t seed = 0;
   int64_t adam_steps = 0;
   std::string layout, git_revision;
+  // fp16 dynamic loss scaling state (LossScaler), so a resumed run scales as the original did.
+  double loss_scale = 1.0;
+  int64_t loss_scale_clean_steps = 0, loss_scale_hysteresis_left = 0;
 };
 
 // One model chunk's flat buffers on this rank and the table that maps them to global tensors.

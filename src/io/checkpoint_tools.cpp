@@ -47,6 +47,8 @@ void checkpoint_info(const std::string& path) {
               static_cast<long long>(h5::read_attr_int(file, "data_cursor", path)),
               static_cast<long long>(h5::read_attr_int(file, "adam_steps", path)),
               static_cast<long long>(h5::read_attr_int(file, "seed", path)));
+  if (c.precision.compute == "fp16")
+    std::printf("loss scale   %g\n", h5::read_attr_double(file, "loss_scale", path));
   for (const char* group : kGroups) {
     if (!has_link(file, group)) continue;
     std::printf("/%-11s %zu tensors, %.1f MiB fp32\n", group, table.specs().size(),

@@ -104,6 +104,16 @@ int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& fil
   return value;
 }
 
+double read_attr_double(hid_t obj, const std::string& name, const std::string& file) {
+  QuietErrors quiet;
+  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+  if (attr < 0) throw InputError(fmt::format("'{}': attribute '{}' is missing", file, name));
+  double value = 0;
+  if (H5Aread(attr, H5T_NATIVE_DOUBLE, &value) < 0)
+    throw InputError(fmt::format("'{}': attribute '{}' is not a number", file, name));
+  return value;
+}
+
 void write_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
                   const float* data) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());

@@ -52,6 +52,7 @@ bool has_attr(hid_t obj, const std::string& name);
 // Readers throw InputError (the file is user input) when the attribute is missing or mistyped.
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file);
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file);
+double read_attr_double(hid_t obj, const std::string& name, const std::string& file);
 
 // A float32 dataset of the given shape, written whole.
 void write_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,

@@ -24,6 +24,14 @@ class LossScaler {
 
   bool enabled() const { return enabled_; }
   double scale() const { return scale_; }
+  // The state a checkpoint keeps: scale, clean steps since the last change, hysteresis left.
+  int clean_steps() const { return clean_steps_; }
+  int hysteresis_left() const { return hysteresis_left_; }
+  void restore(double scale, int clean_steps, int hysteresis_left) {
+    scale_ = scale;
+    clean_steps_ = clean_steps;
+    hysteresis_left_ = hysteresis_left;
+  }
 
   // Records whether this step's gradients overflowed (on any rank); true: skip the step.
   bool update(bool overflow) {

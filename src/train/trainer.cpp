@@ -613,6 +613,11 @@ int Trainer::run() {
     for (Chunk& ch : chunks_) ch.optimizer->set_steps_taken(static_cast<int>(meta.adam_steps));
     log(fmt::format("resumed from {} at step {} (written with layout {})", opt_.resume, start_step,
                     meta.layout));
+    if (scaler_.enabled() && read_checkpoint_config(opt_.resume).precision.compute == "fp16") {
+      scaler_.restore(meta.loss_scale, static_cast<int>(meta.loss_scale_clean_steps),
+                      static_cast<int>(meta.loss_scale_hysteresis_left));
+      log(fmt::format("fp16 loss scale restored: {:g}", scaler_.scale()));
+    }
   }
   LrScaling scaling = LrScaling::kNone;
   parse_lr_scaling(c_.optim.lr_scaling, scaling);
@@ -805,14 +810,16 @@ int Trainer::run() {
     if (want_ckpt) {
       ScopedPhase phase(timer_, Phase::kIo);
       last_ckpt = (ckpt_dir / fmt::format("step_{:06d}.h5", step + 1)).string();
-      save_checkpoint(last_ckpt, c_,
-                      {step + 1, step + 1, c_.run.seed, chunks_[0].optimizer->steps_taken(), layout,
-                       git_revision()},
-                      shards(), owner(), grid_.world(), [&] {
-                        if (faulty_rank && opt_.inject_fault == "kill-in-checkpoint" &&
-                            step + 1 == opt_.inject_fault_step)
-                          std::raise(SIGKILL);
-                      });
+      CheckpointMeta meta{step + 1, step + 1,      c_.run.seed, chunks_[0].optimizer->steps_taken(),
+                          layout,   git_revision()};
+      meta.loss_scale = scaler_.scale();
+      meta.loss_scale_clean_steps = scaler_.clean_steps();
+      meta.loss_scale_hysteresis_left = scaler_.hysteresis_left();
+      save_checkpoint(last_ckpt, c_, meta, shards(), owner(), grid_.world(), [&] {
+        if (faulty_rank && opt_.inject_fault == "kill-in-checkpoint" &&
+            step + 1 == opt_.inject_fault_step)
+          std::raise(SIGKILL);
+      });
       if (grid_.rank() == 0) rotate_checkpoints(ckpt_dir.string(), c_.run.keep_checkpoints);
     }
     const double step_s =

@@ -44,6 +44,26 @@ assert clean[3] != serial[3], "the skipped step changed nothing"
 print("steps 1-3 identical, step 4 shows the skipped update")
 PY
 $check compare "$work/serial/tiny/timings.h5" "$work/layout/tiny/timings.h5" --min-steps 8 --rtol 1e-4
+# fp16 resume: the loss scale and its counters travel in the checkpoint (the growth interval of 3
+# raises it, an overflow at step 4 lowers it), so the resumed run scales alike.
+scaled=(--config inputs/tiny.toml --set run.steps=10 --set run.checkpoint_every=5
+        --set precision.compute=fp16 --set precision.loss_scale=1024 --set precision.hysteresis=1
+        --set precision.growth_interval=3)
+"$trident" train "${scaled[@]}" --set run.out_dir="$work/s1" --inject-overflow 4:0 > "$work/s1.log"
+"$trident" train "${scaled[@]}" --set run.out_dir="$work/s2" --inject-overflow 4:0 \
+  --resume "$work/s1/tiny/checkpoints/step_000005.h5" > "$work/s2.log"
+grep "loss scale restored" "$work/s2.log"
+/usr/bin/python3 - "$work" <<'PY'
+import sys
+import h5py
+work = sys.argv[1]
+a = h5py.File(f"{work}/s1/tiny/timings.h5")
+b = h5py.File(f"{work}/s2/tiny/timings.h5")
+sa, sb = list(a["loss_scale"][5:]), list(b["loss_scale"][:])
+assert sa == sb and len(set(a["loss_scale"][:])) > 1, (list(a["loss_scale"][:]), sb)
+assert list(a["loss"][5:]) == list(b["loss"][:])
+print(f"loss scale {list(a['loss_scale'][:])}; resumed steps 6-10 identical, scale included")
+PY
 # bf16 resume: the checkpoint holds the fp32 master weights the 16-bit parameters round from.
 resume=(--config inputs/tiny.toml --set run.steps=10 --set run.checkpoint_every=5
         --set precision.compute=bf16)
