@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# A checkpoint holds global tensors whatever wrote it: train 10 steps at 2x2x2 with ZeRO-1 and
-# resume from step 5 at other layouts, stages and offload; the next losses match the uninterrupted run
-# (bit for bit on the same layout, to 1e-5 across layouts).
+# A checkpoint holds global tensors whatever wrote it: train 10 steps at 2x2x2 (dp x tp x pp) with
+# ZeRO-1, save, and resume at other layouts, stages and offload, among them 1x4x2 ZeRO-3, 4x1x2
+# ZeRO-2, 1x1x1 and 8x1x1; the next 10 losses match the uninterrupted run (bit for bit on the
+# same layout, to 1e-5 across layouts).
 set -euo pipefail
 trident=$1 src=$2 work=$3
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
-common=(--config inputs/tiny.toml --set run.steps=10 --set run.checkpoint_every=5
+common=(--config inputs/tiny.toml --set run.steps=20 --set run.checkpoint_every=10
         --set run.eval_every=0 --set train.batch_size=8)
 train() {  # name ranks dp tp pp zero [extra...]
   local name=$1 ranks=$2 dp=$3 tp=$4 pp=$5 zero=$6; shift 6
@@ -15,25 +16,31 @@ train() {  # name ranks dp tp pp zero [extra...]
     --set parallel.pp="$pp" --set zero.stage="$zero" "$@" > "$work/$name.log"
 }
 train full 8 2 2 2 1
-ckpt="$work/full/tiny/checkpoints/step_000005.h5"
+ckpt="$work/full/tiny/checkpoints/step_000010.h5"
 train same 8 2 2 2 1 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/same/tiny/timings.h5" --from-step 6 --min-steps 5 --exact
+$check compare "$work/full/tiny/timings.h5" "$work/same/tiny/timings.h5" --from-step 11 --min-steps 10 --exact
 train serial 1 1 1 1 0 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/serial/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+$check compare "$work/full/tiny/timings.h5" "$work/serial/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp4_zero1 4 4 1 1 1 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/dp4_zero1/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+$check compare "$work/full/tiny/timings.h5" "$work/dp4_zero1/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp2_zero2 8 2 2 2 2 --resume "$ckpt" --set parallel.schedule=interleaved \
   --set parallel.virtual_stages=2 --set train.micro_batch_size=1
-$check compare "$work/full/tiny/timings.h5" "$work/dp2_zero2/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+$check compare "$work/full/tiny/timings.h5" "$work/dp2_zero2/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp4_zero3 8 4 1 2 3 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/dp4_zero3/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+$check compare "$work/full/tiny/timings.h5" "$work/dp4_zero3/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train zero3_offload 8 2 2 2 3 --resume "$ckpt" --set offload.optimizer=nvme \
   --set offload.params=nvme --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01
-$check compare "$work/full/tiny/timings.h5" "$work/zero3_offload/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+$check compare "$work/full/tiny/timings.h5" "$work/zero3_offload/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+train tp4_pp2_zero3 8 1 4 2 3 --resume "$ckpt"
+$check compare "$work/full/tiny/timings.h5" "$work/tp4_pp2_zero3/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+train dp4_pp2_zero2 8 4 1 2 2 --resume "$ckpt"
+$check compare "$work/full/tiny/timings.h5" "$work/dp4_pp2_zero2/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+train dp8 8 8 1 1 0 --resume "$ckpt"
+$check compare "$work/full/tiny/timings.h5" "$work/dp8/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train tp4_pp2 8 1 4 2 0 --resume "$ckpt" --set parallel.schedule=gpipe
-$check compare "$work/full/tiny/timings.h5" "$work/tp4_pp2/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+$check compare "$work/full/tiny/timings.h5" "$work/tp4_pp2/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp2_nvme 2 2 1 1 1 --resume "$ckpt" --set offload.optimizer=nvme \
   --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01
-$check compare "$work/full/tiny/timings.h5" "$work/dp2_nvme/tiny/timings.h5" --from-step 6 --min-steps 5 --rtol 1e-5
+$check compare "$work/full/tiny/timings.h5" "$work/dp2_nvme/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 if ls "$work"/*.m "$work"/*.v > /dev/null 2>&1; then echo "FAIL: offload files left behind"; exit 1; fi
 echo "resume across layouts: ok"
