@@ -181,13 +181,13 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
   const ParamTable table(config.model);
   const bool with_moments = !mine.empty() && mine[0].m.extent(0) > 0;
   const int kinds = with_moments ? 3 : 1;
-  std::vector<std::array<std::vector<float>, 3>> host(mine.size());
+  // Host views of the buffers: the buffers themselves on host builds (no copy).
+  using HostView = Kokkos::View<float*, Kokkos::HostSpace>;
+  std::vector<std::array<HostView, 3>> host(mine.size());
   for (size_t c = 0; c < mine.size(); ++c) {
     const View1 bufs[3] = {mine[c].params, mine[c].m, mine[c].v};
-    for (int k = 0; k < kinds; ++k) {
-      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
-      host[c][k].assign(h.data(), h.data() + h.extent(0));
-    }
+    for (int k = 0; k < kinds; ++k)
+      host[c][k] = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
   }
   const std::string tmp = path + ".tmp";
   {
@@ -226,7 +226,7 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
         TRIDENT_H5(static_cast<hid_t>(dset));
         Selection sel = owned_selection(mine, spec.name, owner);
         for (int64_t at : sel.local)
-          sel.values.push_back(host[static_cast<size_t>(sel.chunk)][k][static_cast<size_t>(at)]);
+          sel.values.push_back(host[static_cast<size_t>(sel.chunk)][k](static_cast<size_t>(at)));
         const int64_t global_cols = spec.shape.size() == 2 ? spec.shape[1] : spec.numel();
         uint64_t sums[2] = {0, static_cast<uint64_t>(sel.values.size())};
         for_each_global(sel, global_cols,

@@ -283,6 +283,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw InputError(fmt::format("{}:{}:{}: TOML syntax error: {}", path, e.source().begin.line,
                                  e.source().begin.column, e.description()));
   }
+  // Every other section has defaults; a model does not.
+  if (!root.contains("model"))
+    throw InputError(fmt::format(
+        "{}: no [model] section (add one, e.g. [model] from = \"models/tiny.toml\")", path));
   apply_table(c, root, path, std::filesystem::path(path).parent_path().string(), true);
   for (const auto& o : overrides) apply_override(c, o);
   return c;

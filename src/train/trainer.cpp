@@ -602,17 +602,70 @@ int Trainer::run() {
 
   if (grid_.embedding_comm() != MPI_COMM_NULL)
     embedding_ = std::make_unique<MpiCommunicator>(grid_.embedding_comm());
+  // The memory model's prediction for every rank, recorded next to what the ranks allocate.
+  MemoryQuery query;
+  query.model = c_.model;
+  query.dp = par.dp;
+  query.tp = par.tp;
+  query.pp = par.pp;
+  query.virtual_stages = par.virtual_stages;
+  query.schedule = par.schedule;
+  query.zero_stage = c_.zero.stage;
+  query.micro_batch = micro;
+  query.seq_len = T;
+  query.micro_batches = micro_batches_;
+  query.recompute = c_.recompute.resolved();
+  query.dp_sync = c_.dp.sync;
+  query.precision = precision_;
+  parse_precision(c_.precision.grad_reduce, query.grad_reduce);
+  query.offload_nvme = c_.offload.optimizer == "nvme";
+  query.offload_params_nvme = c_.offload.params == "nvme";
+  query.offload_buffer_elements =
+      std::max<int64_t>(1, static_cast<int64_t>(c_.offload.buffer_mb * 1048576.0 / 4));
+  const MemoryPrediction mine =
+      predict_rank_memory(query, grid_.coord().pp, grid_.coord().tp, grid_.coord().dp);
+
+  // Before allocating anything: what the memory model says this rank needs, against the memory
+  // of its node shared by the ranks on it. One decision for all ranks, so none is left waiting.
+  {
+    MPI_Comm node = MPI_COMM_NULL;
+    TRIDENT_MPI(MPI_Comm_split_type(grid_.world(), MPI_COMM_TYPE_SHARED, grid_.rank(),
+                                    MPI_INFO_NULL, &node));
+    int node_ranks = 1;
+    TRIDENT_MPI(MPI_Comm_size(node, &node_ranks));
+    TRIDENT_MPI(MPI_Comm_free(&node));
+    const double host_bytes =
+        static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    // On a device build the model lives in device memory, which this check does not see.
+    double over = std::is_same_v<Exec::memory_space, Kokkos::HostSpace>
+                      ? mine.total() / (host_bytes / node_ranks)
+                      : 0.0;
+    TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_DOUBLE, MPI_MAX, grid_.world()));
+    if (over > 1.0)
+      throw InputError(fmt::format(
+          "this configuration needs {:.1f} GiB on rank {} by the memory model (model states "
+          "{:.1f} GiB, activations {:.1f} GiB) but the node's {:.1f} GiB are shared by {} "
+          "ranks; use more ranks, ZeRO, offload, recomputation or a smaller model (see "
+          "`trident plan`)",
+          mine.total() / 1073741824.0, grid_.rank(), mine.model_states() / 1073741824.0,
+          mine.bytes[static_cast<int>(MemCategory::kActivations)] / 1073741824.0,
+          host_bytes / 1073741824.0, node_ranks));
+  }
   MemoryLedger ledger;
   build_model(ledger);
   int start_step = 0;
   if (!opt_.resume.empty()) {
+    const auto load_start = std::chrono::steady_clock::now();
     const std::vector<ShardBuffers> buffers = shards();
     const CheckpointMeta meta = load_checkpoint(opt_.resume, buffers, owner(), grid_.world());
+    double load_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, &load_seconds, 1, MPI_DOUBLE, MPI_MAX, grid_.world()));
     keep_own_moments(buffers);
     start_step = static_cast<int>(meta.data_cursor);
     for (Chunk& ch : chunks_) ch.optimizer->set_steps_taken(static_cast<int>(meta.adam_steps));
-    log(fmt::format("resumed from {} at step {} (written with layout {})", opt_.resume, start_step,
-                    meta.layout));
+    log(fmt::format("resumed from {} at step {} (written with layout {}) in {:.3f} s", opt_.resume,
+                    start_step, meta.layout, load_seconds));
     if (scaler_.enabled() && read_checkpoint_config(opt_.resume).precision.compute == "fp16") {
       scaler_.restore(meta.loss_scale, static_cast<int>(meta.loss_scale_clean_steps),
                       static_cast<int>(meta.loss_scale_hysteresis_left));
@@ -639,28 +692,6 @@ int Trainer::run() {
                          c_.recompute.layers > 0 ? fmt::format(":{}", c_.recompute.layers) : "")
            : std::string());
   const std::string hosts = hostnames(grid_.world());
-  // The memory model's prediction for every rank, recorded next to what the ranks allocate.
-  MemoryQuery query;
-  query.model = c_.model;
-  query.dp = par.dp;
-  query.tp = par.tp;
-  query.pp = par.pp;
-  query.virtual_stages = par.virtual_stages;
-  query.schedule = par.schedule;
-  query.zero_stage = c_.zero.stage;
-  query.micro_batch = micro;
-  query.seq_len = T;
-  query.micro_batches = micro_batches_;
-  query.recompute = c_.recompute.resolved();
-  query.dp_sync = c_.dp.sync;
-  query.precision = precision_;
-  parse_precision(c_.precision.grad_reduce, query.grad_reduce);
-  query.offload_nvme = c_.offload.optimizer == "nvme";
-  query.offload_params_nvme = c_.offload.params == "nvme";
-  query.offload_buffer_elements =
-      std::max<int64_t>(1, static_cast<int64_t>(c_.offload.buffer_mb * 1048576.0 / 4));
-  const MemoryPrediction mine =
-      predict_rank_memory(query, grid_.coord().pp, grid_.coord().tp, grid_.coord().dp);
   std::vector<double> predicted(static_cast<size_t>(grid_.size()) * kMemCategories);
   TRIDENT_MPI(MPI_Gather(mine.bytes.data(), kMemCategories, MPI_DOUBLE, predicted.data(),
                          kMemCategories, MPI_DOUBLE, 0, grid_.world()));

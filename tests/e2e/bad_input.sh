@@ -41,8 +41,8 @@ head -c $(( $(stat -c %s "$good_ckpt") * 3 / 4 )) "$good_ckpt" > "$work/cut.h5"
 head -c 4000 /dev/urandom > "$work/garbage.bin"
 head -c 1500 data/kjv_val.bin > "$work/short.bin"
 printf '[run\nsteps = 3\n' > "$work/syntax.toml"
-printf '[train]\nbatch_size = "eight"\n' > "$work/type.toml"
-printf '[train]\nbatch_sizes = 4\n' > "$work/unknown.toml"
+printf '[model]\nn_layer = 2\n[train]\nbatch_size = "eight"\n' > "$work/type.toml"
+printf '[model]\nn_layer = 2\n[train]\nbatch_sizes = 4\n' > "$work/unknown.toml"
 
 expect_bad "unknown key" "unknown key 'run.stepz'" "${train[@]}" --set run.stepz=3
 expect_bad "unknown key in file" "unknown key 'train.batch_sizes'" "$trident" train --config "$work/unknown.toml" --set run.out_dir="$work/out"
@@ -94,6 +94,10 @@ expect_bad "async with 16-bit reduction" "dp.sync = 'async' reduces gradients in
 expect_bad "negative keep_checkpoints" "run.keep_checkpoints must not be negative" "${train[@]}" --set run.keep_checkpoints=-1
 expect_bad "negative watchdog" "run.watchdog_seconds must not be negative" "${train[@]}" --set run.watchdog_seconds=-1
 expect_bad "inject fault syntax" "--inject-fault takes KIND:STEP:RANK" "${train[@]}" --inject-fault explode:1:0
+grep -v -e '^\[model\]' -e '^from = ' inputs/tiny.toml > "$work/no_model.toml"
+expect_bad "missing [model] section" "no [model] section" "$trident" train --config "$work/no_model.toml" --set run.out_dir="$work/out"
+expect_bad "huge layer count" "model.n_layer = 1000000000 must be between 1 and 1024" "${train[@]}" --set model.n_layer=1000000000
+expect_bad "model too big for memory" "by the memory model" "${train[@]}" --set model.n_embd=65536 --set model.n_head=64
 expect_bad "unknown option" "--bogus" "$trident" train --config inputs/tiny.toml --bogus
 expect_bad "no subcommand" "subcommand" "$trident"
 
