@@ -327,13 +327,23 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
         throw InputError(
             fmt::format("checkpoint '{}' has no dataset '{}/{}'", path, kGroups[k], spec.name));
       const int64_t global_cols = spec.shape.size() == 2 ? spec.shape[1] : spec.numel();
-      // Every element this rank holds, chunk by chunk (padding stays zero).
+      // Every element this rank keeps, chunk by chunk (padding stays zero): all it holds, or
+      // only its owned part of what ZeRO shards.
+      const bool owned_only = (k > 0 && owner.zero_stage >= 1) || owner.zero_stage >= 3;
       for (size_t c = 0; c < mine.size(); ++c) {
         const LocalParamTable& local = *mine[c].local;
         if (!local.holds(spec.name)) continue;
         const LocalParam& p = local.at(spec.name);
         Selection sel;
-        select_range(local, p, 0, p.numel, sel);
+        if (owned_only) {
+          for (const Segment& s : owned_segments(local, owner)) {
+            const int64_t lo = std::max(s.begin, p.offset),
+                          hi = std::min(s.end, p.offset + p.numel);
+            if (lo < hi) select_range(local, p, lo - p.offset, hi - p.offset, sel);
+          }
+        } else {
+          select_range(local, p, 0, p.numel, sel);
+        }
         sel.values.resize(sel.local.size());
         h5::Handle fspace = file_selection(dset, sel);
         h5::Handle mspace = memory_space(sel.values.size());

@@ -42,6 +42,9 @@ struct ShardBuffers {
 // of every tensor exactly once.
 struct ShardOwner {
   int dp = 1, dp_rank = 0, tp_rank = 0;
+  // Loading reads only the owned elements of what the rank keeps only there: the moments under
+  // ZeRO >= 1, the parameters too under ZeRO-3.
+  int zero_stage = 0;
 };
 
 // Writes `path` atomically (temporary name, flush, rename) through parallel HDF5: every rank

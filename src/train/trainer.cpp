@@ -143,7 +143,9 @@ class Trainer {
   // Every chunk's parameters and moments in full-layout buffers, valid at the elements this
   // rank owns (see ShardOwner): what a checkpoint writes, and where a load lands.
   std::vector<ShardBuffers> shards();
-  ShardOwner owner() const { return {grid_.shape().dp, grid_.coord().dp, grid_.coord().tp}; }
+  ShardOwner owner() const {
+    return {grid_.shape().dp, grid_.coord().dp, grid_.coord().tp, c_.zero.stage};
+  }
   // Copies loaded full moments into each chunk's optimizer shard.
   void keep_own_moments(const std::vector<ShardBuffers>& full);
   void gather_params();
