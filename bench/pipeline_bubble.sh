@@ -7,9 +7,11 @@
 # Trains the gpt2-124m layer shape (C=768, NH=12, T=64; bench/pipeline_bubble.toml) with
 # L = LAYERS_PER_STAGE x pp layers and a 256-token (byte) vocabulary, under
 # `mpirun -np pp --oversubscribe` with dp = tp = 1, for m = pp, 2 pp, 4 pp micro-batches of MICRO
-# sequences (batch_size = m x MICRO), then prints bench/pipeline_bubble.py's table. Every run's
-# output goes to BUILD_DIR/pipeline_bubble.log; timings stay in BUILD_DIR/pipeline_bubble/<run>/
-# (checkpoints are deleted after each run: the final one is ~0.35 GB per run at pp=4).
+# sequences (batch_size = m x MICRO), then prints analysis/bubble.py's table (timed steps: all
+# after the first, the final checkpoint step left out) and writes its bubble.csv, bubble.md and
+# bubble.png to BUILD_DIR/pipeline_bubble/. Every run's output goes to
+# BUILD_DIR/pipeline_bubble.log; timings stay in BUILD_DIR/pipeline_bubble/<run>/ (checkpoints
+# are deleted after each run: the final one is ~0.35 GB per run at pp=4).
 set -euo pipefail
 
 build=${1:?usage: bench/pipeline_bubble.sh BUILD_DIR}
@@ -33,8 +35,9 @@ if [[ ! -f $root/data/kjv_train.bin || ! -f $root/data/kjv_val.bin ]]; then
     "'bash tools/prepare_kjv.sh $trident data' in $root" >&2
   exit 2
 fi
-if ! "$python" -c 'import h5py, numpy, tomllib' 2>/dev/null; then
-  echo "error: $python cannot import h5py, numpy and tomllib (python3-h5py, Python >= 3.11)" >&2
+if ! "$python" -c 'import h5py, numpy, pandas, matplotlib, tomllib' 2>/dev/null; then
+  echo "error: $python cannot import h5py, numpy, pandas, matplotlib and tomllib" \
+    "(python3-h5py, python3-pandas, python3-matplotlib, Python >= 3.11)" >&2
   exit 2
 fi
 if ((layers_per_stage % virtual != 0)); then
@@ -87,4 +90,4 @@ done
 echo "total $((SECONDS - start)) s; load average counts every runnable process on the machine," \
   "these ranks included"
 echo
-"$python" "$here/pipeline_bubble.py" --cores "$cores" "${timings[@]}"
+"$python" "$root/analysis/bubble.py" --cores "$cores" --warmup 1 --out "$out" "${timings[@]}"

@@ -1,4 +1,4 @@
-// The `trident` executable: train | generate | prepare | plan | ckpt subcommands.
+// The `trident` executable: train | generate | prepare | plan | ckpt | config subcommands.
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -9,6 +9,7 @@
 
 #include "comm/grid.hpp"
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "io/checkpoint_tools.hpp"
 #include "io/config.hpp"
 #include "io/prepare.hpp"
@@ -65,6 +66,29 @@ void print_plan(const trident::PlanModel& m, const trident::PlanCluster& c, doub
                 batch_tokens / k.step_seconds / c.gpus);
   }
   std::printf("RECOMMEND %s\nwhy: %s\n", r.recommendation.c_str(), r.reasons.c_str());
+}
+
+// What trident's memory model predicts for a run config's own layout, on its busiest rank.
+void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
+  const trident::BusiestRank r = trident::predict_busiest_rank(trident::memory_query(c));
+  const auto& p = c.parallel;
+  std::printf(
+      "this config as written: dp=%d tp=%d pp=%d (%d ranks) %s, ZeRO-%d, %s compute, recompute "
+      "%s, micro-batch %d x %d per step\n",
+      p.dp, p.tp, p.pp, p.dp * p.tp * p.pp, p.schedule.c_str(), c.zero.stage,
+      c.precision.compute.c_str(), c.recompute.policy.c_str(), c.train.micro_batch_size,
+      c.train.batch_size / p.dp / c.train.micro_batch_size);
+  std::printf("trident's memory model, busiest rank (pp=%d tp=%d dp=%d), GB:", r.pp_rank, r.tp_rank,
+              r.dp_rank);
+  for (int k = 0; k < trident::kMemCategories; ++k)
+    std::printf(" %s %.2f", trident::mem_category_name(static_cast<trident::MemCategory>(k)),
+                r.prediction.bytes[k] / 1e9);
+  const double total_gb = r.prediction.total() / 1e9;
+  const double usable_gb =
+      trident::kPlanUsableMemoryFraction * gpu_mem_gb - trident::kPlanRuntimeGB;
+  std::printf("\nCONFIG_MEMORY total_gb=%.2f model_states_gb=%.2f usable_gb=%.1f fits=%s\n",
+              total_gb, r.prediction.model_states() / 1e9, usable_gb,
+              total_gb <= usable_gb ? "yes" : "no");
 }
 
 }  // namespace
@@ -161,13 +185,26 @@ int main(int argc, char** argv) {
     ckpt_export->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
     ckpt_export->add_option("--llmc", export_out, "output .bin")->required();
 
+    std::string show_path;
+    std::vector<std::string> show_overrides;
+    int show_ranks = 0;
+    auto* show = app.add_subcommand(
+        "config", "check a run config against a rank count and print it resolved (TOML)");
+    show->add_option("--config", show_path, "run config (TOML)")->required();
+    show->add_option("--set", show_overrides, "override a key, as for train (repeatable)");
+    show->add_option("--ranks", show_ranks,
+                     "ranks to validate against (default dp x tp x pp, dp = 0 counting as 1)");
+
     trident::PlanModel plan_model;
     trident::PlanCluster cluster;
     std::string plan_config;
     double batch_tokens = 1 << 20;
     int top = 10;
     auto* plan = app.add_subcommand("plan", "recommend a layout for a model on a GPU cluster");
-    plan->add_option("--config", plan_config, "take the model from this run config's [model]");
+    std::vector<std::string> plan_overrides;
+    plan->add_option("--config", plan_config,
+                     "a run config: predict its own layout's memory, and plan for its model");
+    plan->add_option("--set", plan_overrides, "override a key of --config (repeatable)");
     plan->add_option("--params", plan_model.params, "parameters (default 12 L h^2 + V h)");
     plan->add_option("--layers", plan_model.layers, "transformer layers L");
     plan->add_option("--hidden", plan_model.hidden, "hidden size h");
@@ -205,14 +242,27 @@ int main(int argc, char** argv) {
         }
       } else if (*plan) {
         if (!plan_config.empty()) {
-          const trident::Config c = trident::load_config(plan_config, {});
+          trident::Config c = trident::load_config(plan_config, plan_overrides);
           plan_model.layers = c.model.n_layer;
           plan_model.hidden = c.model.n_embd;
           plan_model.heads = c.model.n_head;
           plan_model.vocab = c.model.vocab_size;
           plan_model.seq = c.model.block_size;
+          // The config's own layout on its own ranks (dp = 0 fills --gpus), and its batch.
+          const auto& p = c.parallel;
+          const int ranks = p.dp > 0 ? p.dp * p.tp * p.pp : cluster.gpus;
+          trident::validate(c, ranks);
+          if (plan->count("--gpus") == 0) cluster.gpus = ranks;
+          if (plan->count("--batch-tokens") == 0)
+            batch_tokens = static_cast<double>(c.train.batch_size) * c.train.seq_len;
+          if (rank == 0) print_config_memory(c, cluster.gpu_mem_gb);
         }
         if (rank == 0) print_plan(plan_model, cluster, batch_tokens, top);
+      } else if (*show) {
+        trident::Config c = trident::load_config(show_path, show_overrides);
+        const int dp = c.parallel.dp > 0 ? c.parallel.dp : 1;  // dp = 0 fills the ranks
+        trident::validate(c, show_ranks > 0 ? show_ranks : dp * c.parallel.tp * c.parallel.pp);
+        if (rank == 0) std::cout << c.to_toml();
       } else if (*prepare) {
         if (rank == 0) trident::prepare_byte_corpus(prep);
       }

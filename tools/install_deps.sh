@@ -6,7 +6,8 @@ packages=(
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   libgtest-dev libbenchmark-dev libtomlplusplus-dev libcli11-dev libfmt-dev
-  python3-torch python3-h5py python3-numpy
+  python3-torch python3-h5py python3-numpy python3-pandas python3-matplotlib
+  slurm-wlm munge
   bible-kjv
 )
 # Node.js runs the optional GPT-2 BPE tokeniser (tools/bpe); keep a node that is already there.

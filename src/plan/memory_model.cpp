@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "io/config.hpp"
 #include "model/params.hpp"
 #include "model/unit_buffers.hpp"
 #include "parallel/pipeline/schedule.hpp"
@@ -153,6 +154,47 @@ double zero_paper_model_states(double psi, int nd, int stage, double k) {
     default:
       return (2 + 2 + k) * psi / nd;
   }
+}
+
+MemoryQuery memory_query(const Config& c) {
+  const ParallelSection& par = c.parallel;
+  MemoryQuery q;
+  q.model = c.model;
+  q.dp = par.dp;
+  q.tp = par.tp;
+  q.pp = par.pp;
+  q.virtual_stages = par.virtual_stages;
+  q.schedule = par.schedule;
+  q.zero_stage = c.zero.stage;
+  q.micro_batch = c.train.micro_batch_size;
+  q.seq_len = c.train.seq_len;
+  q.micro_batches = c.train.batch_size / par.dp / c.train.micro_batch_size;
+  q.recompute = c.recompute.resolved();
+  q.dp_sync = c.dp.sync;
+  parse_precision(c.precision.compute, q.precision);
+  parse_precision(c.precision.grad_reduce, q.grad_reduce);
+  q.offload_nvme = c.offload.optimizer == "nvme";
+  q.offload_params_nvme = c.offload.params == "nvme";
+  q.offload_buffer_elements =
+      std::max<int64_t>(1, static_cast<int64_t>(c.offload.buffer_mb * 1048576.0 / 4));
+  return q;
+}
+
+BusiestRank predict_busiest_rank(const MemoryQuery& q) {
+  BusiestRank busiest;
+  double most = -1;
+  // Ranks differ by pipeline stage (embedding, head), by tp slice (vocabulary padding) and by
+  // ZeRO shard (unit padding falls on the last dp ranks).
+  for (int pp = 0; pp < q.pp; ++pp)
+    for (int tp = 0; tp < q.tp; ++tp)
+      for (int dp = 0; dp < q.dp; ++dp) {
+        const MemoryPrediction p = predict_rank_memory(q, pp, tp, dp);
+        if (p.total() > most) {
+          most = p.total();
+          busiest = {pp, tp, dp, p};
+        }
+      }
+  return busiest;
 }
 
 }  // namespace trident

@@ -55,6 +55,18 @@ struct MemoryPrediction {
 // for one layer in fp16 with dropout is s*b*h*(34 + 5*a*s/h) bytes.
 MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank);
 
+struct Config;
+// The query for a validated run config (layout, micro-batching, precision, recompute, offload as
+// the trainer will run it).
+MemoryQuery memory_query(const Config& c);
+
+// The rank with the largest predicted total over every (pp, tp, dp) coordinate of q's layout.
+struct BusiestRank {
+  int pp_rank = 0, tp_rank = 0, dp_rank = 0;
+  MemoryPrediction prediction;
+};
+BusiestRank predict_busiest_rank(const MemoryQuery& q);
+
 // ZeRO (Rajbhandari et al. 2020), Figure 1: model-state bytes per device for Psi parameters on
 // Nd data-parallel devices with mixed-precision Adam (2 bytes of parameters, 2 of gradients, K
 // bytes of optimizer state per parameter): stage 0 (2+2+K)Psi, 1 (P_os) 4Psi + K Psi/Nd,

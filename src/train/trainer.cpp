@@ -605,25 +605,7 @@ int Trainer::run() {
   if (grid_.embedding_comm() != MPI_COMM_NULL)
     embedding_ = std::make_unique<MpiCommunicator>(grid_.embedding_comm());
   // The memory model's prediction for every rank, recorded next to what the ranks allocate.
-  MemoryQuery query;
-  query.model = c_.model;
-  query.dp = par.dp;
-  query.tp = par.tp;
-  query.pp = par.pp;
-  query.virtual_stages = par.virtual_stages;
-  query.schedule = par.schedule;
-  query.zero_stage = c_.zero.stage;
-  query.micro_batch = micro;
-  query.seq_len = T;
-  query.micro_batches = micro_batches_;
-  query.recompute = c_.recompute.resolved();
-  query.dp_sync = c_.dp.sync;
-  query.precision = precision_;
-  parse_precision(c_.precision.grad_reduce, query.grad_reduce);
-  query.offload_nvme = c_.offload.optimizer == "nvme";
-  query.offload_params_nvme = c_.offload.params == "nvme";
-  query.offload_buffer_elements =
-      std::max<int64_t>(1, static_cast<int64_t>(c_.offload.buffer_mb * 1048576.0 / 4));
+  const MemoryQuery query = memory_query(c_);
   const MemoryPrediction mine =
       predict_rank_memory(query, grid_.coord().pp, grid_.coord().tp, grid_.coord().dp);
 
@@ -705,16 +687,21 @@ int Trainer::run() {
       std::filesystem::rename(timings_path,
                               run_dir / fmt::format("timings.before_step_{}.h5", start_step));
     const char* slurm = std::getenv("SLURM_JOB_ID");
+    // Model FLOPs per token and parameters let the analysis compare runs of different models
+    // (Megatron-LM's weak scaling grows the model with the GPUs) in FLOP/s per rank.
     timings = std::make_unique<TimingsWriter>(
         timings_path.string(), grid_.size(),
-        std::map<std::string, std::string>{{"config", c_.to_toml()},
-                                           {"layout", layout},
-                                           {"git_revision", git_revision()},
-                                           {"hostnames", hosts},
-                                           {"slurm_job_id", slurm ? slurm : ""},
-                                           {"start_time", now_iso8601()},
-                                           {"resumed_from", opt_.resume},
-                                           {"peak_lr", fmt::format("{:.17g}", peak_lr)}},
+        std::map<std::string, std::string>{
+            {"config", c_.to_toml()},
+            {"layout", layout},
+            {"git_revision", git_revision()},
+            {"hostnames", hosts},
+            {"slurm_job_id", slurm ? slurm : ""},
+            {"start_time", now_iso8601()},
+            {"resumed_from", opt_.resume},
+            {"peak_lr", fmt::format("{:.17g}", peak_lr)},
+            {"flops_per_token", fmt::format("{:.17g}", flops_per_token(c_.model, T))},
+            {"parameters", std::to_string(ParamTable(c_.model).total_numel())}},
         predicted);
   }
   TRIDENT_MPI(MPI_Barrier(grid_.world()));

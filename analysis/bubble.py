@@ -1,25 +1,30 @@
-# Tabulates measured pipeline bubbles (trident timings.h5) next to theory and the schedule model.
-"""usage: pipeline_bubble.py [--cores N] RUN_DIR/timings.h5 ...
+# Measured pipeline bubbles (trident timings.h5) next to theory and the schedule model.
+"""Measured pipeline bubbles per run next to theory and the schedule model.
 
-Per run (one file each) it reads the resolved config (the file's `config` attribute) for pp, the
-schedule, virtual_stages, the batch and micro-batch sizes, and reports over the timed steps:
+PATH: sweep directories, run directories or timings.h5 files. Per run it reads the resolved
+config (the file's `config` attribute) for pp, the schedule, virtual_stages, the batch and
+micro-batch sizes, and reports over the timed steps:
   bubble(mean)  median of the `bubble` dataset: mean over ranks of pp_wait / step time, where
                 step time is the slowest rank's (step_seconds_max);
   bubble(max)   median of max over ranks of pp_wait / step_seconds_max;
   theory        (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved;
   simulated     1 - 3 m v / makespan from a port of src/parallel/pipeline/schedule.cpp's
                 simulator (forward 1 unit, backward 2, zero-latency transfers).
-Timed steps: every step after the first (cache warm-up) that wrote no checkpoint (io phase 0 on
-every rank: a checkpoint inflates the step time and so deflates the bubble); all steps after the
-first if that leaves none.
+Runs with pp = 1 have no pipeline (theory and model 0); they are left out and named unless
+--include-pp1. Timed steps: after the first --warmup steps (default 3), leaving out steps that
+wrote a checkpoint (io phase > 0 on a rank: a checkpoint inflates the step time and so deflates
+the bubble). Failed, partial or unreadable runs are left out with a warning (--strict: an error).
+Prints the table and notes, and writes bubble.csv, bubble.md and bubble.png (measured against
+theory and model per run) into --out.
 """
 import argparse
 import os
 import sys
-import tomllib
 
-import h5py
 import numpy as np
+import pandas as pd
+
+import trident_runs as tr
 
 
 # ---- port of src/parallel/pipeline/schedule.cpp (action lists and the simulator) ----
@@ -102,61 +107,83 @@ assert simulated_bubble("1f1b", 1, 8, 1) == 0.0
 
 # ---- measurements ----
 
-def read_run(path):
-    with h5py.File(path, "r") as f:
-        cfg = tomllib.loads(f.attrs["config"])
-        phases = f.attrs["phases"].split(",")
-        bubble = f["bubble"][:]
-        step_max = f["step_seconds_max"][:]
-        ps = f["phase_seconds"][:]  # [steps, ranks, phases]
-    par, train = cfg["parallel"], cfg["train"]
+def read_run(run):
+    par, train = run.config["parallel"], run.config["train"]
     pp, dp = par["pp"], par["dp"]
     kind = par["schedule"]
     v = par["virtual_stages"] if kind == "interleaved" else 1
     m = train["batch_size"] // dp // train["micro_batch_size"]
-    wait = ps[:, :, phases.index("pp_wait")]
-    io = ps[:, :, phases.index("io")].max(axis=1)
-    steps = np.arange(len(bubble))
-    timed = (steps > 0) & (io == 0)
-    if not timed.any():
-        timed = steps > 0 if len(bubble) > 1 else steps == 0
+    timed = run.timed
+    step_max = run.timed_values("step_seconds_max")
+    wait = run.phase("pp_wait")[timed]
     return {
-        "pp": pp, "m": m, "kind": kind, "v": v, "L": cfg["model"]["n_layer"],
-        "micro": train["micro_batch_size"], "ranks": ps.shape[1], "n_timed": int(timed.sum()),
-        "step_s": float(np.median(step_max[timed])),
-        "mean": float(np.median(bubble[timed])),
-        "max": float(np.median(wait[timed].max(axis=1) / step_max[timed])),
+        "run": run.name, "pp": pp, "m": m, "kind": kind, "v": v, "L": run.cfg("model.n_layer"),
+        "dp": dp, "tp": par["tp"], "micro": train["micro_batch_size"], "ranks": run.ranks,
+        "n_timed": int(timed.sum()), "step_s": float(np.median(step_max)),
+        "mean": float(np.median(run.timed_values("bubble"))),
+        "max": float(np.median(wait.max(axis=1) / step_max)),
         "theory": theory(kind, pp, m, v), "sim": simulated_bubble(kind, pp, m, v),
+        "run_dir": run.dir,
     }
+
+
+def plot(rows, out_dir):
+    plt = tr.pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(rows) + 3), 4.5))
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [r["mean"] for r in rows], 0.4, label="measured (mean over ranks)")
+    ax.plot(x - 0.2, [r["max"] for r in rows], "v", color="black", label="measured (max rank)")
+    ax.bar(x + 0.2, [r["sim"] for r in rows], 0.4, color="lightgrey", label="schedule model")
+    ax.plot(x + 0.2, [r["theory"] for r in rows], "_", color="red", markersize=22, mew=2,
+            label="theory")
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{r['run']}\npp={r['pp']} m={r['m']} {r['kind']}"
+                        + (f" v={r['v']}" if r["kind"] == "interleaved" else "") for r in rows],
+                       rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("bubble (share of the step)")
+    ax.set_title("pipeline bubble: measured vs theory and schedule model")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return tr.save_figure(fig, out_dir, "bubble.png")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cores", type=int, default=os.cpu_count(), help="cores the ranks shared")
-    ap.add_argument("timings", nargs="+", help="timings.h5 files, one per run")
+    tr.add_common_args(ap)
+    ap.add_argument("--cores", type=int, default=os.cpu_count(),
+                    help="cores the ranks shared (default: this machine's)")
+    ap.add_argument("--include-pp1", action="store_true",
+                    help="keep runs with pp = 1 (bubble theory 0) in the table")
     args = ap.parse_args()
-    rows = [read_run(p) for p in args.timings]
+    runs = tr.load_runs(args.paths, strict=args.strict, warmup=args.warmup)
+    no_pipeline = [r.name for r in runs if r.cfg("parallel.pp") == 1]
+    if not args.include_pp1:
+        runs = [r for r in runs if r.cfg("parallel.pp") != 1]
+        if not runs:
+            raise tr.AnalysisError(f"no run has pp > 1 (left out: {', '.join(no_pipeline)}); "
+                                   f"--include-pp1 tabulates them anyway")
+    rows = [read_run(r) for r in runs]
     order = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
-    rows.sort(key=lambda r: (r["pp"], order.get(r["kind"], 9), r["m"]))
+    rows.sort(key=lambda r: (r["pp"], order.get(r["kind"], 9), r["m"], r["run"]))
 
     print(f"{'pp':>3} {'m':>3} {'schedule':<12} {'v':>2} {'L':>3} {'steps':>5} {'step s':>7} "
           f"{'bubble(mean)':>12} {'bubble(max)':>11} {'theory':>7} {'simulated':>9} "
-          f"{'busy/core':>9}")
+          f"{'busy/core':>9}  run")
     for r in rows:
         # Rank-seconds not spent waiting on the pipeline, per core-second the machine had: above 1,
         # the ranks report more compute than the cores could run, i.e. time-sharing stretched it.
-        busy = (1.0 - r["mean"]) * r["ranks"] / args.cores
+        r["busy_per_core"] = (1.0 - r["mean"]) * r["ranks"] / args.cores
         print(f"{r['pp']:>3} {r['m']:>3} {r['kind']:<12} {r['v']:>2} {r['L']:>3} "
               f"{r['n_timed']:>5} {r['step_s']:>7.3f} {r['mean']:>12.3f} {r['max']:>11.3f} "
-              f"{r['theory']:>7.3f} {r['sim']:>9.3f} {busy:>9.2f}")
+              f"{r['theory']:>7.3f} {r['sim']:>9.3f} {r['busy_per_core']:>9.2f}  {r['run']}")
     print(f"""
 bubble(mean): median over timed steps of the `bubble` dataset: mean over ranks of pp_wait / the
   slowest rank's step time. bubble(max): the same for the rank that waited most.
 theory: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved. simulated: the schedule
   model (src/parallel/pipeline/schedule.cpp, ported): forward 1 unit, backward 2, free transfers.
-steps: timed steps (after the first, without a checkpoint write). busy/core: (1 - bubble(mean)) x
-  ranks / cores, the rank-time not waiting per core-time available.
+steps: timed steps (after the first {args.warmup}, without a checkpoint write). busy/core:
+  (1 - bubble(mean)) x ranks / cores, the rank-time not waiting per core-time available.
 
 note: the {args.cores} core(s) here were shared by the pp ranks (oversubscribed) and by whatever
   else ran on the machine. Theory and model assume each stage owns a processor, so stages compute at
@@ -172,8 +199,24 @@ note: the {args.cores} core(s) here were shared by the pp ranks (oversubscribed)
   first and last stage; the step time holds the optimizer; and the stages are not equal (the
   first holds the embedding, the last the LM head and loss), all of which the theory leaves out.
   Run on one core per rank with nothing else running to compare with theory.""")
+    if no_pipeline and not args.include_pp1:
+        print(f"\nleft out (pp = 1, no pipeline: theory and model 0): {', '.join(no_pipeline)}")
+
+    df = pd.DataFrame([{
+        "run": r["run"], "ranks": r["ranks"], "dp": r["dp"], "tp": r["tp"], "pp": r["pp"],
+        "schedule": r["kind"], "virtual_stages": r["v"], "micro_batches": r["m"],
+        "micro_batch_size": r["micro"], "layers": r["L"], "timed_steps": r["n_timed"],
+        "median_step_s": r["step_s"], "bubble_mean": r["mean"], "bubble_max": r["max"],
+        "theory": r["theory"], "simulated": r["sim"], "busy_per_core": r["busy_per_core"],
+        "run_dir": r["run_dir"]} for r in rows])
+    out = tr.output_dir(args.out, runs)
+    tr.write_table(df, out, "bubble", md_df=df.drop(columns=["run_dir"]),
+                   formats={"median_step_s": ".5f", "bubble_mean": ".3f", "bubble_max": ".3f",
+                            "theory": ".3f", "simulated": ".3f", "busy_per_core": ".2f"})
+    png = plot(rows, out)
+    print(f"\nwrote {out}/bubble.csv, bubble.md, {png}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tr.run_main(main))

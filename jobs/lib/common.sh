@@ -1,0 +1,276 @@
+# Shared machinery of the jobs/ scripts: the guard, site profile, rank counts, one run per layout, statuses.
+# Sourced, never run; every jobs/*.sh calls job_init first and job_finish last.
+#
+# A run's outputs: runs/<experiment>/<job id>/<layout>/ with timings.h5 (trident's), trident.log,
+# run.json (what ran, exit code, seconds) and status: one word, `completed`, `failed` (non-zero
+# exit, cancelled, or no timings.h5) or `timeout` (RUN_TIMEOUT or the job's time limit hit it);
+# `running` is left only when the job was killed outright. The sweep directory holds sweep.json.
+
+# The parameters every script takes, for its --help.
+JOB_COMMON_USAGE="common environment variables:
+  CONFIG=inputs/small.toml  run config (model, data, optimizer); the script sets the layout
+  STEPS=30                  training steps per run
+  WARMUP=3                  steps the analysis leaves out before taking medians
+  SETS=\"k=v ...\"           extra trident overrides for every run, e.g. SETS=\"precision.compute=bf16\"
+  RANKS_PER_NODE            ranks on each node (default: GPUS_PER_NODE, else Slurm's tasks per node,
+                            else the cores here)
+  GPUS_PER_NODE=0           GPUs per node (one rank each); 0 on CPU builds
+  SITE=local                jobs/machines/<SITE>/profile.sh: modules, launcher and NCCL settings
+  RUN_TIMEOUT=0             seconds before one run is stopped and marked timeout (0: no limit)
+  RUNS_DIR=runs             outputs go to RUNS_DIR/<experiment>/<job id>/<layout>/
+  KEEP_CHECKPOINTS=0        1 keeps each run's final checkpoint
+  TRIDENT=build/src/trident, PYTHON=python3 (with h5py, numpy, pandas, matplotlib)
+  LAUNCHER=mpirun           outside Slurm only: run every layout with mpirun on this machine"
+
+job_die() {
+  echo "${JOB_EXPERIMENT:-jobs}: error: $*" >&2
+  exit 2
+}
+
+job_log() { echo "[$(date +%H:%M:%S)] $*"; }
+
+# Resolves the repository, refuses to run outside Slurm unless asked, loads the site profile and
+# the parameters every experiment shares. $1: the experiment name, $2: the script's usage text,
+# then the script's own arguments (only -h/--help is taken; parameters are environment variables).
+job_init() {
+  JOB_EXPERIMENT=$1
+  local usage=$2 arg
+  shift 2
+  for arg in "$@"; do
+    case $arg in
+      -h | --help)
+        echo "$usage"
+        exit 0
+        ;;
+      *) job_die "unknown argument '$arg': parameters are environment variables (see --help)" ;;
+    esac
+  done
+  # sbatch runs a copy of the script from its spool directory, so the repository is found from
+  # where the job was submitted (or TRIDENT_ROOT), not from the script's own path.
+  TRIDENT_ROOT=${TRIDENT_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
+  if [[ ! -f $TRIDENT_ROOT/jobs/lib/common.sh ]]; then
+    job_die "$TRIDENT_ROOT is not a trident checkout; submit from the repository root" \
+      "(cd trident && sbatch jobs/$JOB_EXPERIMENT.sh) or set TRIDENT_ROOT"
+  fi
+  cd "$TRIDENT_ROOT" || job_die "cannot enter $TRIDENT_ROOT"
+
+  if [[ -n ${SLURM_JOB_ID-} ]]; then
+    JOB_LAUNCHER=srun
+    JOB_ID=$SLURM_JOB_ID
+  elif [[ ${LAUNCHER-} == mpirun ]]; then
+    JOB_LAUNCHER=mpirun
+    JOB_ID=local-$(date +%Y%m%d-%H%M%S)-$$
+  else
+    cat >&2 <<EOF
+$JOB_EXPERIMENT: not inside a Slurm allocation (SLURM_JOB_ID is unset).
+  On a cluster, submit it from the repository root:
+      sbatch jobs/$JOB_EXPERIMENT.sh                 (defaults in its #SBATCH lines)
+      sbatch --nodes=4 --ntasks-per-node=8 jobs/$JOB_EXPERIMENT.sh
+  or from an interactive allocation (salloc), run it with bash.
+  On a workstation, without Slurm, every run goes through mpirun on this machine:
+      LAUNCHER=mpirun RANKS_PER_NODE=4 bash jobs/$JOB_EXPERIMENT.sh
+  Parameters: bash jobs/$JOB_EXPERIMENT.sh --help
+EOF
+    exit 2
+  fi
+
+  SITE=${SITE:-local}
+  local profile=$TRIDENT_ROOT/jobs/machines/$SITE/profile.sh
+  [[ -f $profile ]] || job_die "no site profile $profile (SITE=$SITE); see jobs/machines/"
+  # shellcheck source=/dev/null
+  source "$profile"
+
+  TRIDENT=${TRIDENT:-$TRIDENT_ROOT/build/src/trident}
+  PYTHON=${PYTHON:-python3}
+  [[ -x $TRIDENT ]] || job_die "$TRIDENT is missing; build first (make build) or set TRIDENT"
+  CONFIG=${CONFIG:-inputs/small.toml}
+  [[ -f $CONFIG ]] || job_die "CONFIG=$CONFIG does not exist"
+  CONFIGS=$(echo ${CONFIGS-})  # one line, e.g. from CONFIGS="$(ls dir/*.toml)"
+  STEPS=${STEPS:-30}
+  WARMUP=${WARMUP:-3}
+  RUN_TIMEOUT=${RUN_TIMEOUT:-0}
+  KEEP_CHECKPOINTS=${KEEP_CHECKPOINTS:-0}
+  read -r -a JOB_EXTRA_SETS <<<"${SETS-}"  # extra overrides: SETS="precision.compute=bf16 ..."
+
+  JOB_NODES=${SLURM_NNODES:-${SLURM_JOB_NUM_NODES:-1}}
+  # One rank per GPU on GPU nodes; otherwise what the allocation gave each node.
+  if [[ -n ${RANKS_PER_NODE-} ]]; then
+    :
+  elif [[ ${GPUS_PER_NODE:-0} -gt 0 ]]; then
+    RANKS_PER_NODE=$GPUS_PER_NODE
+  elif [[ -n ${SLURM_NTASKS_PER_NODE-} ]]; then
+    RANKS_PER_NODE=${SLURM_NTASKS_PER_NODE%%(*}
+  elif [[ -n ${SLURM_NTASKS-} ]]; then
+    RANKS_PER_NODE=$((SLURM_NTASKS / JOB_NODES))
+  else
+    RANKS_PER_NODE=$(nproc)
+  fi
+  ((RANKS_PER_NODE >= 1)) || job_die "RANKS_PER_NODE=$RANKS_PER_NODE must be at least 1"
+
+  SWEEP_DIR=${RUNS_DIR:-$TRIDENT_ROOT/runs}/$JOB_EXPERIMENT/$JOB_ID
+  mkdir -p "$SWEEP_DIR" || job_die "cannot create $SWEEP_DIR"
+  JOB_COMPLETED=0
+  JOB_FAILED=0
+  JOB_TIMEOUT=0
+  JOB_DEADLINE=0
+  JOB_CHILD=
+  # Slurm signals the batch shell (USR1, from --signal=B:USR1@120 in the headers) before the time
+  # limit: stop the current run, record it as a timeout, skip the rest and still run the
+  # analysis. TERM (scancel) stops the current run as failed.
+  trap 'JOB_DEADLINE=1; job_log "time limit near: stopping"; job_stop_child' USR1
+  trap 'JOB_DEADLINE=2; job_log "cancelled: stopping"; job_stop_child' TERM INT
+  job_log "$JOB_EXPERIMENT: job $JOB_ID via $JOB_LAUNCHER, $JOB_NODES node(s) x" \
+    "$RANKS_PER_NODE rank(s), site $SITE, config ${CONFIGS:-$CONFIG}, $STEPS steps; outputs in $SWEEP_DIR"
+}
+
+# TP, PP, SCHEDULE and ZERO_STAGE of a scaling study (the same at every size), and `micro`: the
+# micro-batch override when MICRO_BATCH is set.
+job_model_parallel_params() {
+  TP=${TP:-1}
+  PP=${PP:-1}
+  SCHEDULE=${SCHEDULE:-1f1b}
+  ZERO_STAGE=${ZERO_STAGE:-0}
+  micro=()
+  [[ -n ${MICRO_BATCH-} ]] && micro=(--set "train.micro_batch_size=$MICRO_BATCH")
+  return 0
+}
+
+job_stop_child() {
+  [[ -n $JOB_CHILD ]] && kill -TERM "$JOB_CHILD" 2>/dev/null
+  return 0
+}
+
+# Prints the resolved config for `trident config` arguments, or fails with trident's reason.
+job_resolve() { "$TRIDENT" config --config "$CONFIG" "${JOB_EXTRA_SETS[@]/#/--set=}" "$@"; }
+
+# The value of KEY in [SECTION] of a resolved config read on stdin.
+toml_value() {
+  awk -v want="[$1]" -v key="$2" '
+    /^\[/ { section = $0 }
+    section == want && $1 == key { v = $3; gsub(/\x27/, "", v); print v; exit }'
+}
+
+# Rank counts for a scaling study: RANK_COUNTS if given; with several nodes, 1, 2, 4, ... nodes
+# (and all of them) of RANKS_PER_NODE ranks; on one node, unit, 2 unit, 4 unit, ... up to
+# RANKS_PER_NODE, where unit = $1 (tp x pp, the smallest model-parallel group).
+job_rank_counts() {
+  local unit=$1 n counts=()
+  if [[ -n ${RANK_COUNTS-} ]]; then
+    echo "$RANK_COUNTS"
+    return
+  fi
+  if ((JOB_NODES > 1)); then
+    for ((n = 1; n < JOB_NODES; n *= 2)); do counts+=($((n * RANKS_PER_NODE))); done
+    counts+=($((JOB_NODES * RANKS_PER_NODE)))
+  else
+    for ((n = unit; n < RANKS_PER_NODE; n *= 2)); do counts+=("$n"); done
+    ((n == RANKS_PER_NODE || ${#counts[@]} == 0)) && counts+=("$RANKS_PER_NODE")
+  fi
+  echo "${counts[@]}"
+}
+
+json_escape() {
+  local s=${1//$'\n'/ }
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  printf '%s' "$s"
+}
+
+# Records the sweep itself: experiment, job, config, steps and the study's own parameters
+# ("key=value" arguments, written as JSON strings).
+job_write_sweep() {
+  local kv extra=""
+  for kv in "$@"; do extra+=", \"${kv%%=*}\": \"$(json_escape "${kv#*=}")\""; done
+  cat >"$SWEEP_DIR/sweep.json" <<EOF
+{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "config": "$(json_escape "$CONFIG")", "steps": $STEPS, "warmup": $WARMUP, "launcher": "$JOB_LAUNCHER", "site": "$SITE", "nodes": $JOB_NODES, "ranks_per_node": $RANKS_PER_NODE, "started": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"$extra}
+EOF
+}
+
+# Runs trident once: job_run NAME RANKS DP TP PP ZERO_STAGE GLOBAL_BATCH [--set KEY=VALUE ...].
+# Returns 0 whatever happened (the status file says); a sweep goes on past a failed layout.
+job_run() {
+  local name=$1 ranks=$2 dp=$3 tp=$4 pp=$5 zero=$6 batch=$7
+  shift 7
+  local dir=$SWEEP_DIR/$name
+  if ((JOB_DEADLINE)); then
+    job_log "  $name: not started (job stopping)"
+    return 0
+  fi
+  local nodes=$(((ranks + RANKS_PER_NODE - 1) / RANKS_PER_NODE))
+  mkdir -p "$dir"
+  echo running >"$dir/status"
+  local sets=(--set "run.out_dir=$SWEEP_DIR" --set "run.name=$name" --set "run.steps=$STEPS"
+    --set "parallel.dp=$dp" --set "parallel.tp=$tp" --set "parallel.pp=$pp"
+    --set "zero.stage=$zero" --set "train.batch_size=$batch" --set "run.checkpoint_every=0"
+    "${JOB_EXTRA_SETS[@]/#/--set=}" "$@")
+  local cmd
+  if [[ $JOB_LAUNCHER == srun ]]; then
+    cmd=(srun --nodes="$nodes" --ntasks="$ranks" --ntasks-per-node="$((ranks < RANKS_PER_NODE ? ranks : RANKS_PER_NODE))"
+      ${SRUN_ARGS-} "$TRIDENT" train --config "$CONFIG" "${sets[@]}")
+  else
+    cmd=(mpirun -np "$ranks" --oversubscribe ${MPIRUN_ARGS-} "$TRIDENT" train --config "$CONFIG"
+      "${sets[@]}")
+  fi
+  ((RUN_TIMEOUT > 0)) && cmd=(timeout --signal=TERM --kill-after=30 "$RUN_TIMEOUT" "${cmd[@]}")
+  printf '%q ' "${cmd[@]}" >"$dir/command"
+  local start rc
+  start=$(date +%s.%N)
+  "${cmd[@]}" >"$dir/trident.log" 2>&1 &
+  JOB_CHILD=$!
+  # A trapped signal interrupts `wait`; wait again until the run has really ended.
+  while true; do
+    wait "$JOB_CHILD"
+    rc=$?
+    kill -0 "$JOB_CHILD" 2>/dev/null || break
+  done
+  JOB_CHILD=
+  local seconds status reason=""
+  seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  if ((rc == 0)) && [[ -f $dir/timings.h5 ]]; then
+    status=completed
+  elif ((rc == 0)); then
+    status=failed reason="exit 0 but no timings.h5"
+  elif ((JOB_DEADLINE == 1)) || ((rc == 124)); then
+    status=timeout reason="stopped at the time limit"
+    ((rc == 124)) && reason="RUN_TIMEOUT=$RUN_TIMEOUT s"
+  elif ((JOB_DEADLINE == 2)); then
+    status=failed reason="job cancelled"
+  else
+    status=failed reason="exit code $rc; see trident.log"
+  fi
+  ((KEEP_CHECKPOINTS)) || rm -rf "$dir/checkpoints"
+  cat >"$dir/run.json" <<EOF
+{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "layout": "$name", "nodes": $nodes, "ranks": $ranks, "dp": $dp, "tp": $tp, "pp": $pp, "zero_stage": $zero, "global_batch": $batch, "exit_code": $rc, "seconds": $seconds, "status": "$status", "reason": "$(json_escape "$reason")"}
+EOF
+  echo "$status" >"$dir/status"
+  case $status in
+    completed) JOB_COMPLETED=$((JOB_COMPLETED + 1)) ;;
+    timeout) JOB_TIMEOUT=$((JOB_TIMEOUT + 1)) ;;
+    *) JOB_FAILED=$((JOB_FAILED + 1)) ;;
+  esac
+  local perf
+  perf=$(grep -o 'ms_per_step=[0-9.]* tokens_per_s=[0-9.]*' "$dir/trident.log" | tail -n 1)
+  job_log "  $name: $status in ${seconds}s ${reason:+($reason) }$perf"
+  if [[ $status != completed ]]; then tail -n 5 "$dir/trident.log" | sed 's/^/      /'; fi
+  return 0
+}
+
+# Runs the experiment's analysis over the sweep and exits: 0 when every run completed, 1 otherwise
+# (so Slurm marks the job FAILED and nobody mistakes a partial sweep for a whole one). Each
+# argument is one analysis/ script with its options, e.g. "scaling.py --warmup 3".
+job_finish() {
+  job_log "$JOB_EXPERIMENT: $JOB_COMPLETED completed, $JOB_FAILED failed, $JOB_TIMEOUT timed out" \
+    "in $SWEEP_DIR"
+  local analysis analysis_rc=0 words
+  for analysis in "$@"; do
+    read -r -a words <<<"$analysis"
+    if ((JOB_COMPLETED == 0)); then
+      job_log "no completed run: skipping analysis/${words[0]}"
+      continue
+    fi
+    job_log "analysis/$analysis $SWEEP_DIR"
+    "$PYTHON" "$TRIDENT_ROOT/analysis/${words[0]}" "${words[@]:1}" "$SWEEP_DIR" || analysis_rc=1
+  done
+  ((JOB_FAILED + JOB_TIMEOUT == 0 && analysis_rc == 0 && JOB_COMPLETED > 0))
+  exit $?
+}

@@ -1,0 +1,30 @@
+# Site profile template for a GPU cluster (4-8 GPUs per node, InfiniBand): copy to jobs/machines/<site>/ and adapt.
+# Sourced by jobs/lib/common.sh before any run; every setting says why it is here. Use it with
+# `SITE=gpu-cluster GPUS_PER_NODE=4 sbatch --nodes=8 --ntasks-per-node=4 --gpus-per-node=4 ...`.
+
+# The toolchain trident was built with: the same compiler, MPI, CUDA and HDF5 at run time, or
+# ranks load mismatched libraries. Names differ per site (`module avail`).
+if command -v module >/dev/null 2>&1; then
+  module load gcc cuda openmpi hdf5/parallel python
+fi
+# One rank per GPU, each bound to the cores nearest its GPU: srun's --gpus-per-task gives every
+# rank its own device (Kokkos then uses device 0 of what it sees), and closest binding keeps host
+# buffers on the GPU's NUMA node.
+SRUN_ARGS=${SRUN_ARGS:---mpi=pmix --gpus-per-task=1 --gpu-bind=closest --cpu-bind=cores}
+# NCCL carries tp (and dp inside a node) collectives. These say which network to use, since a
+# wrong guess (e.g. the management Ethernet) is slow without failing:
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-ib0}  # bootstrap over the InfiniBand interface
+export NCCL_IB_HCA=${NCCL_IB_HCA:-mlx5}               # RDMA through the Mellanox HCAs
+# Lets NCCL read from and write to GPU memory directly over the HCA when they share a PCIe switch.
+export NCCL_NET_GDR_LEVEL=${NCCL_NET_GDR_LEVEL:-PHB}
+# Prints NCCL's choice of rings, transports and interfaces once per run: the first thing to read
+# when a scaling curve bends.
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# One CPU thread per rank for OpenBLAS (host-side work only; kernels run on the GPU) and for
+# OpenMP, so ranks sharing a node do not oversubscribe its cores.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Kokkos' CUDA backend sees one device per rank after --gpus-per-task; this silences its warning
+# about not choosing a device per node-local rank itself.
+export KOKKOS_MAP_DEVICE_ID_BY=${KOKKOS_MAP_DEVICE_ID_BY:-mpi_rank}
+PYTHON=${PYTHON:-python3}

@@ -1,0 +1,82 @@
+# analysis/scaling.py on the fixture's weak and strong sweeps, numbers recomputed from timings.h5.
+import json
+import os
+import shutil
+
+import numpy as np
+
+from analysis_test import Env, check, check_markdown, check_png, close, read_csv, timed_mask, \
+    timings
+
+
+def check_table(env, out, kind, warmup=3):
+    rows = read_csv(os.path.join(out, "scaling.csv"))
+    check(len(rows) == 3, f"{kind}: {len(rows)} rows, expected one per run (3)")
+    check([int(r["ranks"]) for r in rows] == [1, 2, 4],
+          f"{kind}: ranks {[r['ranks'] for r in rows]}")
+    expected = []
+    for r in rows:
+        data = timings(r["run_dir"])
+        with open(os.path.join(r["run_dir"], "run.json")) as f:
+            info = json.load(f)
+        check(int(r["ranks"]) == data["phase_seconds"].shape[1] == info["ranks"],
+              f"{r['run']}: ranks {r['ranks']} vs timings {data['phase_seconds'].shape[1]}")
+        check(int(r["nodes"]) == len(set(data["hostnames"])) == 1,
+              f"{r['run']}: nodes {r['nodes']}")
+        timed = timed_mask(data, warmup)
+        # 12 steps with checkpoints at 5, 10 and 12.
+        want_timed = len([s for s in range(warmup + 1, 13) if s not in (5, 10, 12)])
+        check(int(r["timed_steps"]) == timed.sum() == want_timed,
+              f"{r['run']}: timed_steps {r['timed_steps']}, expected {want_timed}")
+        median = float(np.median(data["step_seconds_max"][timed]))
+        tokens = float(data["tokens"][timed][0])
+        close(float(r["median_step_s"]), median, f"{r['run']} median step")
+        close(float(r["tokens_per_step"]), tokens, f"{r['run']} tokens per step")
+        close(float(r["tokens_per_s"]), tokens / median, f"{r['run']} tokens/s")
+        close(float(r["tflops_per_rank"]),
+              tokens / median * data["flops_per_token"] / data["phase_seconds"].shape[1] / 1e12,
+              f"{r['run']} TFLOP/s per rank")
+        expected.append((int(r["ranks"]), median, tokens / median))
+    n0, t0, thr0 = expected[0]
+    for r, (n, t, thr) in zip(rows, expected):
+        eff = (thr / n) / (thr0 / n0) if kind == "weak" else (n0 * t0) / (n * t)
+        close(float(r["efficiency"]), eff, f"{kind} {r['run']} efficiency")
+    check(float(rows[0]["efficiency"]) == 1.0, f"{kind}: efficiency of the 1-rank row "
+          f"{rows[0]['efficiency']} != 1")
+    check_markdown(os.path.join(out, "scaling.md"), 3)
+    check_png(os.path.join(out, "scaling.png"))
+    return rows
+
+
+env = Env()
+weak, strong = env.sweep("weak_scaling", 1001), env.sweep("strong_scaling", 1002)
+
+# The kind comes from sweep.json; the Markdown table is printed.
+stdout, _ = env.script("scaling", weak, "--out", env.out("weak"))
+check("weak scaling" in stdout and "| run |" in stdout, f"weak: table not printed:\n{stdout}")
+rows = check_table(env, env.out("weak"), "weak")
+check([int(r["global_batch"]) for r in rows] == [4, 8, 16], "weak: global batch grows with dp")
+
+stdout, _ = env.script("scaling", strong, "--out", env.out("strong"))
+check("strong scaling" in stdout, f"strong: kind not taken from sweep.json:\n{stdout}")
+check_table(env, env.out("strong"), "strong")
+
+# --warmup changes the timed steps.
+env.script("scaling", strong, "--out", env.out("strong_w5"), "--warmup", "5")
+check_table(env, env.out("strong_w5"), "strong", warmup=5)
+
+# --kind overrides sweep.json; strong scaling refuses runs with different global batches.
+_, err = env.script("scaling", weak, "--kind", "strong", "--out", env.out("x"), expect=2)
+check("scaling.py: error:" in err and "one global batch" in err, f"strong on weak sweep: {err}")
+# Sweeps of different experiments need --kind.
+_, err = env.script("scaling", weak, strong, "--out", env.out("x"), expect=2)
+check("--kind" in err, f"mixed sweeps without --kind: {err}")
+env.script("scaling", weak, strong, "--kind", "weak", "--out", env.out("both"))
+check(len(read_csv(os.path.join(env.out("both"), "scaling.csv"))) == 6, "two sweeps: 6 rows")
+
+# Without --out the files go into the (first) sweep directory.
+copy = env.out("weak_copy")
+shutil.copytree(weak, copy)
+env.script("scaling", copy)
+check_table(env, copy, "weak")
+print("scaling: ok")

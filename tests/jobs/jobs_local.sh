@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The jobs/ scripts outside Slurm (LAUNCHER=mpirun): guard, --help, every study's runs and analysis, failure and timeout statuses.
+# usage: jobs_local.sh TRIDENT_EXE SOURCE_DIR WORK_DIR
+set -euo pipefail
+exe=$(realpath "$1")
+src=$(realpath "$2")
+work=$3
+rm -rf "$work"
+mkdir -p "$work"
+work=$(realpath "$work")
+cd "$src"
+unset SLURM_JOB_ID
+export TRIDENT=$exe CONFIG=inputs/tiny.toml RUNS_DIR=$work/runs RANKS_PER_NODE=4 WARMUP=2
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+# run_job NAME SCRIPT [ENV=VALUE ...]: runs a study, keeps its output in $work/NAME.out and its
+# exit code in $rc, and sets $sweep to the sweep directory it reported.
+run_job() {
+  local name=$1 script=$2
+  shift 2
+  rc=0
+  env "$@" LAUNCHER=mpirun bash "jobs/$script" >"$work/$name.out" 2>&1 || rc=$?
+  sweep=$(grep -o 'outputs in [^ ]*' "$work/$name.out" | head -n 1 | cut -d' ' -f3)
+  echo "--- $name (exit $rc): $sweep"
+  cat "$work/$name.out"
+}
+status_of() { cat "$sweep/$1/status"; }
+expect_status() {
+  [[ -f $sweep/$1/status ]] || fail "$sweep/$1/status is missing"
+  [[ $(status_of "$1") == "$2" ]] || fail "$1: status $(status_of "$1"), want $2"
+}
+png() { [[ $(head -c 8 "$1" | od -An -tx1 | tr -d ' ') == 89504e470d0a1a0a ]] || fail "$1 is not a PNG"; }
+
+# Outside Slurm without LAUNCHER: refuse, and say how to run it.
+for script in weak_scaling strong_scaling layout_sweep zero_memory; do
+  rc=0
+  bash "jobs/$script.sh" >"$work/guard.out" 2>&1 || rc=$?
+  [[ $rc == 2 ]] || fail "$script outside Slurm exited $rc, want 2"
+  grep -q "sbatch jobs/$script.sh" "$work/guard.out" || fail "$script guard does not say sbatch"
+  grep -q "LAUNCHER=mpirun" "$work/guard.out" || fail "$script guard does not say LAUNCHER=mpirun"
+  help=$(bash "jobs/$script.sh" --help) || fail "$script --help exited non-zero"
+  [[ $help == "usage: sbatch"* && $help == *"common environment variables"* ]] ||
+    fail "$script --help: $help"
+  rc=0
+  LAUNCHER=mpirun bash "jobs/$script.sh" --steps=3 >"$work/arg.out" 2>&1 || rc=$?
+  [[ $rc == 2 ]] && grep -q "unknown argument '--steps=3'" "$work/arg.out" ||
+    fail "$script accepted an unknown argument"
+done
+[[ ! -d $work/runs ]] || fail "a refused job wrote outputs"
+
+# Strong scaling: one global batch at 1, 2 and 4 ranks.
+run_job strong strong_scaling.sh STEPS=6 GLOBAL_BATCH=8
+[[ $rc == 0 ]] || fail "strong_scaling exited $rc"
+for dp in 1 2 4; do expect_status "n1_dp${dp}_tp1_pp1" completed; done
+png "$sweep/scaling.png"
+png "$sweep/breakdown.png"
+"${PYTHON:-/usr/bin/python3}" - "$sweep" <<'PY'
+import json, sys
+from pathlib import Path
+import h5py
+sweep = Path(sys.argv[1])
+assert json.loads((sweep / "sweep.json").read_text())["experiment"] == "strong_scaling"
+for dp in (1, 2, 4):
+    run = sweep / f"n1_dp{dp}_tp1_pp1"
+    meta = json.loads((run / "run.json").read_text())
+    assert (meta["ranks"], meta["dp"], meta["global_batch"], meta["status"]) == (dp, dp, 8, "completed"), meta
+    with h5py.File(run / "timings.h5", "r") as f:
+        assert (f["tokens"][:] == 8 * 16).all()  # the same global batch at every size
+        assert f["phase_seconds"].shape[1] == dp and f["step"].shape == (6,)
+    assert not (run / "checkpoints").exists()  # KEEP_CHECKPOINTS=0 removes them
+PY
+
+# Layout sweep: trident refuses dp=4 for a batch of 2 and the sweep says why; pp > 1 once per
+# schedule.
+run_job layouts layout_sweep.sh STEPS=5 GLOBAL_BATCH=2 LAYOUTS="4x1x1 2x1x2 1x2x2 3x1x1" \
+  SCHEDULES="gpipe 1f1b"
+[[ $rc == 0 ]] || fail "layout_sweep exited $rc"
+grep -q "skipping dp4_tp1_pp1: .*train.batch_size = 2 must be divisible by parallel.dp = 4" \
+  "$work/layouts.out" || fail "layout_sweep did not give trident's reason for skipping 4x1x1"
+grep -q "skipping '3x1x1'" "$work/layouts.out" || fail "layout_sweep ran 3x1x1 on 4 ranks"
+[[ ! -d $sweep/dp4_tp1_pp1 ]] || fail "skipped layout has a run directory"
+for run in dp2_tp1_pp2_gpipe dp2_tp1_pp2_1f1b dp1_tp2_pp2_gpipe dp1_tp2_pp2_1f1b; do
+  expect_status "$run" completed
+done
+png "$sweep/bubble.png"
+grep -q "gpipe" "$sweep/bubble.csv" || fail "bubble.csv has no gpipe row"
+
+# ZeRO memory: stages 0 and 3 at dp 1 and 2 (dp 1 runs stage 0 only).
+run_job zero zero_memory.sh STEPS=4 RANK_COUNTS="1 2" ZERO_STAGES="0 3"
+[[ $rc == 0 ]] || fail "zero_memory exited $rc"
+expect_status n1_dp1_zero0 completed
+expect_status n1_dp2_zero0 completed
+expect_status n1_dp2_zero3 completed
+[[ ! -d $sweep/n1_dp1_zero3 ]] || fail "zero_memory ran stage 3 at dp 1"
+png "$sweep/memory.png"
+
+# A run trident rejects is `failed`, the job exits 1 and skips the analysis.
+run_job failed weak_scaling.sh STEPS=3 RANK_COUNTS="1 2" SETS="precision.compute=fp8"
+[[ $rc == 1 ]] || fail "a sweep of failed runs exited $rc, want 1"
+expect_status n1_dp1_tp1_pp1 failed
+expect_status n1_dp2_tp1_pp1 failed
+grep -q '"reason": "exit code 2; see trident.log"' "$sweep/n1_dp1_tp1_pp1/run.json" ||
+  fail "run.json does not give the exit code"
+grep -q "precision.compute" "$sweep/n1_dp1_tp1_pp1/trident.log" || fail "trident.log lacks the error"
+grep -q "no completed run: skipping analysis/scaling.py" "$work/failed.out" ||
+  fail "analysis ran without a completed run"
+
+# RUN_TIMEOUT stops a run and marks it `timeout`.
+run_job timeout weak_scaling.sh STEPS=1000000 RANK_COUNTS="2" RUN_TIMEOUT=3
+[[ $rc == 1 ]] || fail "a timed-out sweep exited $rc, want 1"
+expect_status n1_dp2_tp1_pp1 timeout
+grep -q '"reason": "RUN_TIMEOUT=3 s"' "$sweep/n1_dp2_tp1_pp1/run.json" || fail "timeout reason"
+
+# The time-limit warning (USR1, sent by Slurm from --signal=B:USR1@120): the running layout is a
+# timeout, the rest do not start, and the job still ends by itself.
+LAUNCHER=mpirun STEPS=1000000 RANK_COUNTS="1 2" bash jobs/weak_scaling.sh >"$work/usr1.out" 2>&1 &
+job_pid=$!
+for _ in $(seq 100); do
+  grep -q "outputs in" "$work/usr1.out" 2>/dev/null && break
+  sleep 0.1
+done
+sweep=$(grep -o 'outputs in [^ ]*' "$work/usr1.out" | cut -d' ' -f3)
+for _ in $(seq 100); do
+  [[ -f $sweep/n1_dp1_tp1_pp1/trident.log ]] && grep -q "step" "$sweep/n1_dp1_tp1_pp1/trident.log" && break
+  sleep 0.1
+done
+kill -USR1 "$job_pid"
+rc=0
+wait "$job_pid" || rc=$?
+cat "$work/usr1.out"
+[[ $rc == 1 ]] || fail "the USR1-stopped sweep exited $rc, want 1"
+expect_status n1_dp1_tp1_pp1 timeout
+[[ ! -d $sweep/n1_dp2_tp1_pp1 ]] || fail "a layout started after the time-limit warning"
+grep -q "n1_dp2_tp1_pp1: not started" "$work/usr1.out" || fail "the skipped layout is not reported"
+echo PASS

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# inputs/paper/: full-size configs are valid and `trident plan` predicts their memory; the scaled-down studies run end to end.
+# usage: paper_reproduction.sh TRIDENT_EXE SOURCE_DIR WORK_DIR
+set -euo pipefail
+exe=$(realpath "$1")
+src=$(realpath "$2")
+work=$3
+python=${PYTHON:-/usr/bin/python3}
+rm -rf "$work"
+mkdir -p "$work"
+work=$(realpath "$work")
+cd "$src"
+unset SLURM_JOB_ID
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+# memory_of CONFIG GPU_MEM [--set ...]: "total_gb model_states_gb fits" of the config's own layout.
+memory_of() {
+  local config=$1 mem=$2
+  shift 2
+  local line
+  line=$("$exe" plan --config "$config" --gpu-mem "$mem" --top 0 "$@" | grep '^CONFIG_MEMORY') ||
+    fail "trident plan --config $config printed no CONFIG_MEMORY line"
+  echo "$line" | sed -E 's/.*total_gb=([0-9.]+) model_states_gb=([0-9.]+) .*fits=(yes|no)/\1 \2 \3/'
+}
+
+# Every full-size config is a valid trident run config for its own layout.
+for config in inputs/paper/*/gpt-*.toml; do
+  "$exe" config --config "$config" >/dev/null || fail "$config is not valid"
+done
+
+# Megatron-LM 2019: each published layout (tp = 1, 2, 4, 8 x dp = 64) fits a 32 GB V100 in
+# trident's accounting; the 8.3B model without tensor parallelism does not (why the paper needed
+# it), and its model states are trident's 18 bytes per parameter.
+for size in 1.2b 2.5b 4.2b 8.3b; do
+  read -r total states fits <<<"$(memory_of inputs/paper/megatron2019/gpt-$size.toml 32)"
+  echo "megatron2019 $size: $total GB per GPU (model states $states GB), fits 32 GB: $fits"
+  [[ $fits == yes ]] || fail "megatron2019 $size does not fit 32 GB: $total GB"
+done
+read -r total states fits <<<"$(memory_of inputs/paper/megatron2019/gpt-8.3b.toml 32 \
+  --set parallel.tp=1)"
+echo "megatron2019 8.3b at tp=1: $total GB, model states $states GB, fits: $fits"
+[[ $fits == no ]] || fail "8.3B without tensor parallelism fits 32 GB ($total GB)"
+awk -v s="$states" 'BEGIN { exit !(s > 0.99 * 18 * 8.3 && s < 1.01 * 18 * 8.4) }' ||
+  fail "8.3B at tp=1: model states $states GB, want 18 bytes x 8.3e9 parameters"
+
+# Narayanan et al. 2021: the PTD-P layouts up to 145.6B fit an 80 GB A100.
+for size in 1.7b 18.4b 145.6b; do
+  read -r total states fits <<<"$(memory_of inputs/paper/narayanan2021/gpt-$size.toml 80)"
+  echo "narayanan2021 $size: $total GB per GPU, fits 80 GB: $fits"
+  [[ $fits == yes ]] || fail "narayanan2021 $size does not fit 80 GB: $total GB"
+done
+
+# ZeRO 2020: the paper's Figure 1 (2 + 2 + 12 bytes per parameter) from `plan --params`, and
+# trident's own model states by stage at dp = 64 (2 + 4 + 4 + 8 bytes per parameter).
+figure1=$("$exe" plan --params 7.5e9 --layers 36 --hidden 4096 --heads 32 --gpus 64 --top 0)
+[[ $figure1 == *"baseline 120.0 GB, P_os 31.4 GB, P_os+g 16.6 GB, P_os+g+p 1.9 GB"* ]] ||
+  fail "plan does not reproduce the ZeRO paper's Figure 1: $figure1"
+declare -a zero_states
+for stage in 0 1 2 3; do
+  read -r total states fits <<<"$(memory_of inputs/paper/zero2020/gpt-7.5b.toml 32 \
+    --set zero.stage=$stage)"
+  echo "zero2020 7.5b ZeRO-$stage: model states $states GB, total $total GB, fits 32 GB: $fits"
+  zero_states[stage]=$states
+done
+psi=$("$exe" plan --config inputs/paper/zero2020/gpt-7.5b.toml --top 0 | grep -o 'model: [0-9.]*B' |
+  grep -o '[0-9.]*')
+awk -v s0="${zero_states[0]}" -v s1="${zero_states[1]}" -v s2="${zero_states[2]}" \
+  -v s3="${zero_states[3]}" -v p="$psi" 'BEGIN {
+    ok = s0 > 0.99 * 18 * p && s0 < 1.01 * 18 * p     # replicated: 18 bytes per parameter
+    ok = ok && s1 > 0.99 * (6 + 12 / 64) * p && s1 < 1.01 * (6 + 12 / 64) * p
+    ok = ok && s2 < s1 && s3 < s2 && s3 < 18 * p / 64 + 5  # ZeRO-3: a 64th plus unit buffers
+    exit !ok }' || fail "ZeRO model states by stage ${zero_states[*]} GB for $psi B parameters"
+
+export TRIDENT=$exe RUNS_DIR=$work/runs RANKS_PER_NODE=4 LAUNCHER=mpirun WARMUP=2
+sweep_of() { grep -o 'outputs in [^ ]*' "$1" | head -n 1 | cut -d' ' -f3; }
+
+# Megatron-LM 2019 scaled down: the model grows with tp (1, 2, 4); efficiency in FLOP/s per rank.
+CONFIGS="$(ls inputs/paper/megatron2019/scaled/*.toml)" STEPS=8 bash jobs/weak_scaling.sh \
+  >"$work/megatron.out" 2>&1 || { cat "$work/megatron.out"; fail "megatron2019 scaled"; }
+cat "$work/megatron.out"
+"$python" - "$(sweep_of "$work/megatron.out")" <<'PY'
+import csv, sys
+from pathlib import Path
+import h5py
+import numpy as np
+sweep = Path(sys.argv[1])
+rows = sorted(csv.DictReader(open(sweep / "scaling.csv")), key=lambda r: int(r["ranks"]))
+assert [(int(r["ranks"]), int(r["tp"])) for r in rows] == [(1, 1), (2, 2), (4, 4)], rows
+params = [int(r["parameters"]) for r in rows]
+assert params[0] < params[1] < params[2], params  # the model grows with the ranks
+flops = []
+for r in rows:
+    with h5py.File(Path(r["run_dir"]) / "timings.h5", "r") as f:
+        io = f["phase_seconds"][:, :, f.attrs["phases"].split(",").index("io")].max(axis=1)
+        timed = (np.arange(len(io)) >= 2) & (io == 0)
+        t = np.median(f["step_seconds_max"][:][timed])
+        flops.append(f["tokens"][0] / t * float(f.attrs["flops_per_token"]) / int(r["ranks"]))
+for r, f in zip(rows, flops):
+    assert abs(float(r["efficiency"]) - f / flops[0]) < 1e-9 * max(1, f / flops[0]), (r, f)
+print("megatron2019 scaled: efficiency", [round(float(r["efficiency"]), 3) for r in rows])
+PY
+
+# ZeRO 2020 scaled down: stages 0-3 at dp 1, 2, 4; measured memory equals the model's.
+CONFIG=inputs/paper/zero2020/scaled.toml STEPS=3 bash jobs/zero_memory.sh >"$work/zero.out" 2>&1 ||
+  { cat "$work/zero.out"; fail "zero2020 scaled"; }
+cat "$work/zero.out"
+"$python" - "$(sweep_of "$work/zero.out")" <<'PY'
+import csv, sys
+from pathlib import Path
+rows = list(csv.DictReader(open(Path(sys.argv[1]) / "memory.csv")))
+assert len({r["run"] for r in rows}) == 9, {r["run"] for r in rows}
+assert all(float(r["ratio"]) == 1.0 for r in rows), [r for r in rows if float(r["ratio"]) != 1.0]
+red = {(int(r["dp"]), int(r["zero_stage"])): float(r["reduction_vs_zero0"])
+       for r in rows if r["category"] == "model_states"}
+for dp in (2, 4):  # on this model every stage saves more than the one before
+    assert red[(dp, 0)] == 1.0 < red[(dp, 1)] < red[(dp, 2)] < red[(dp, 3)], red
+print("zero2020 scaled: model-state reduction", {k: round(v, 2) for k, v in sorted(red.items())})
+PY
+
+# Narayanan et al. 2021 scaled down: PTD-P layouts on 4 ranks with 1F1B and interleaving.
+CONFIG=inputs/paper/narayanan2021/scaled.toml STEPS=5 LAYOUTS="1x2x2 2x1x2 1x1x4" \
+  SCHEDULES="1f1b interleaved" bash jobs/layout_sweep.sh >"$work/ptdp.out" 2>&1 ||
+  { cat "$work/ptdp.out"; fail "narayanan2021 scaled"; }
+cat "$work/ptdp.out"
+"$python" - "$(sweep_of "$work/ptdp.out")" <<'PY'
+import csv, sys
+from pathlib import Path
+rows = list(csv.DictReader(open(Path(sys.argv[1]) / "bubble.csv")))
+got = sorted((int(r["tp"]), int(r["pp"]), r["schedule"]) for r in rows)
+want = sorted((tp, pp, s) for tp, pp in ((2, 2), (1, 2), (1, 4)) for s in ("1f1b", "interleaved"))
+assert got == want, got
+for r in rows:  # theory: (p - 1) / (v m + p - 1)
+    p, v, m = int(r["pp"]), int(r["virtual_stages"]), int(r["micro_batches"])
+    assert abs(float(r["theory"]) - (p - 1) / (v * m + p - 1)) < 1e-12, r
+print("narayanan2021 scaled:", [(r["run"], round(float(r["theory"]), 3)) for r in rows])
+PY
+echo PASS
