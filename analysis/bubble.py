@@ -119,6 +119,7 @@ def read_run(run):
     return {
         "run": run.name, "pp": pp, "m": m, "kind": kind, "v": v, "L": run.cfg("model.n_layer"),
         "dp": dp, "tp": par["tp"], "micro": train["micro_batch_size"], "ranks": run.ranks,
+        "ranks_per_node": -(-run.ranks // run.nodes),
         "n_timed": int(timed.sum()), "step_s": float(np.median(step_max)),
         "mean": float(np.median(run.timed_values("bubble"))),
         "max": float(np.median(wait.max(axis=1) / step_max)),
@@ -152,7 +153,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     tr.add_common_args(ap)
     ap.add_argument("--cores", type=int, default=os.cpu_count(),
-                    help="cores the ranks shared (default: this machine's)")
+                    help="cores per node the ranks shared (default: this machine's)")
     ap.add_argument("--include-pp1", action="store_true",
                     help="keep runs with pp = 1 (bubble theory 0) in the table")
     args = ap.parse_args()
@@ -173,7 +174,7 @@ def main():
     for r in rows:
         # Rank-seconds not spent waiting on the pipeline, per core-second the machine had: above 1,
         # the ranks report more compute than the cores could run, i.e. time-sharing stretched it.
-        r["busy_per_core"] = (1.0 - r["mean"]) * r["ranks"] / args.cores
+        r["busy_per_core"] = (1.0 - r["mean"]) * r["ranks_per_node"] / args.cores
         print(f"{r['pp']:>3} {r['m']:>3} {r['kind']:<12} {r['v']:>2} {r['L']:>3} "
               f"{r['n_timed']:>5} {r['step_s']:>7.3f} {r['mean']:>12.3f} {r['max']:>11.3f} "
               f"{r['theory']:>7.3f} {r['sim']:>9.3f} {r['busy_per_core']:>9.2f}  {r['run']}")
@@ -183,9 +184,12 @@ bubble(mean): median over timed steps of the `bubble` dataset: mean over ranks o
 theory: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved. simulated: the schedule
   model (src/parallel/pipeline/schedule.cpp, ported): forward 1 unit, backward 2, free transfers.
 steps: timed steps (after the first {args.warmup}, without a checkpoint write). busy/core:
-  (1 - bubble(mean)) x ranks / cores, the rank-time not waiting per core-time available.
-
-note: the {args.cores} core(s) here were shared by the pp ranks (oversubscribed) and by whatever
+  (1 - bubble(mean)) x ranks per node / cores, the rank-time not waiting per core-time available.""")
+    oversubscribed = [r["run"] for r in rows if r["ranks_per_node"] > args.cores]
+    if oversubscribed:
+        print(f"""
+note: {', '.join(oversubscribed)} put more ranks on a node than its {args.cores} core(s):
+  the cores here were shared by the pp ranks (oversubscribed) and by whatever
   else ran on the machine. Theory and model assume each stage owns a processor, so stages compute at
   the same time and a stage idles only while the pipeline fills and drains. Here the phase timers
   measure wall time: a rank descheduled in the middle of a kernel books that time as forward or

@@ -69,7 +69,7 @@ def table(runs, kind):
                                    f"{len(batches)}: {shown}")
     n0 = df["ranks"].min()
     base = df[df["ranks"] == n0]["tflops_per_rank"].idxmax()
-    thr0, t0 = df.loc[base, "tokens_per_s"], df.loc[base, "median_step_s"]
+    t0 = df.loc[base, "median_step_s"]
     if kind == "weak":
         df["efficiency"] = df["tflops_per_rank"] / df.loc[base, "tflops_per_rank"]
     else:

@@ -21,10 +21,20 @@ inflates the step time).
 import json
 import os
 import sys
-import tomllib
 
 import h5py
 import numpy as np
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11: the same parser as the tomli package
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        print(f"{os.path.basename(sys.argv[0])}: error: reading trident's configs needs Python "
+              f">= 3.11 (tomllib) or the tomli package; this is Python {sys.version.split()[0]}",
+              file=sys.stderr)
+        sys.exit(2)
 
 DATASETS_1D = ("step", "loss", "val_loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens",
                "step_seconds_max", "step_seconds_min", "bubble")

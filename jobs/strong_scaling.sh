@@ -28,7 +28,7 @@ set -uo pipefail
 
 GLOBAL_BATCH=${GLOBAL_BATCH:-32}
 job_model_parallel_params
-counts=$(job_rank_counts $((TP * PP)))
+counts=$(job_rank_counts $((TP * PP))) || exit 2
 job_write_sweep "kind=strong" "tp=$TP" "pp=$PP" "global_batch=$GLOBAL_BATCH" "rank_counts=$counts"
 for ranks in $counts; do
   dp=$((ranks / (TP * PP)))
@@ -39,6 +39,6 @@ for ranks in $counts; do
   fi
   nodes=$(((ranks + RANKS_PER_NODE - 1) / RANKS_PER_NODE))
   job_run "n${nodes}_dp${dp}_tp${TP}_pp${PP}" "$ranks" "$dp" "$TP" "$PP" "$ZERO_STAGE" \
-    "$GLOBAL_BATCH" --set "parallel.schedule=$SCHEDULE" "${micro[@]}"
+    "$GLOBAL_BATCH" --set "parallel.schedule=$SCHEDULE" ${micro[@]+"${micro[@]}"}
 done
 job_finish "scaling.py --warmup $WARMUP" "breakdown.py --warmup $WARMUP"

@@ -52,10 +52,10 @@ if [[ -n ${CONFIGS-} ]]; then
     ranks=$((DP * tp * pp))
     nodes=$(((ranks + RANKS_PER_NODE - 1) / RANKS_PER_NODE))
     job_run "n${nodes}_dp${DP}_tp${tp}_pp${pp}_$(basename "$CONFIG" .toml)" "$ranks" "$DP" "$tp" \
-      "$pp" "$ZERO_STAGE" "$batch" "${micro[@]}"
+      "$pp" "$ZERO_STAGE" "$batch" ${micro[@]+"${micro[@]}"}
   done
 else
-  counts=$(job_rank_counts $((TP * PP)))
+  counts=$(job_rank_counts $((TP * PP))) || exit 2
   job_write_sweep "kind=weak" "tp=$TP" "pp=$PP" "batch_per_replica=$BATCH_PER_REPLICA" \
     "rank_counts=$counts"
   for ranks in $counts; do
@@ -66,7 +66,7 @@ else
     dp=$((ranks / (TP * PP)))
     nodes=$(((ranks + RANKS_PER_NODE - 1) / RANKS_PER_NODE))
     job_run "n${nodes}_dp${dp}_tp${TP}_pp${PP}" "$ranks" "$dp" "$TP" "$PP" "$ZERO_STAGE" \
-      $((BATCH_PER_REPLICA * dp)) --set "parallel.schedule=$SCHEDULE" "${micro[@]}"
+      $((BATCH_PER_REPLICA * dp)) --set "parallel.schedule=$SCHEDULE" ${micro[@]+"${micro[@]}"}
   done
 fi
 job_finish "scaling.py --warmup $WARMUP" "breakdown.py --warmup $WARMUP"

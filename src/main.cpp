@@ -251,11 +251,20 @@ int main(int argc, char** argv) {
           // The config's own layout on its own ranks (dp = 0 fills --gpus), and its batch.
           const auto& p = c.parallel;
           const int ranks = p.dp > 0 ? p.dp * p.tp * p.pp : cluster.gpus;
-          trident::validate(c, ranks);
           if (plan->count("--gpus") == 0) cluster.gpus = ranks;
           if (plan->count("--batch-tokens") == 0)
             batch_tokens = static_cast<double>(c.train.batch_size) * c.train.seq_len;
-          if (rank == 0) print_config_memory(c, cluster.gpu_mem_gb);
+          try {
+            trident::validate(c, ranks);
+            if (rank == 0) print_config_memory(c, cluster.gpu_mem_gb);
+          } catch (const trident::InputError& e) {
+            // Planning for the config's model still makes sense when its own layout does not.
+            if (rank == 0)
+              std::printf(
+                  "this config as written does not run on %d ranks (%s); planning for its "
+                  "model only\n",
+                  ranks, e.what());
+          }
         }
         if (rank == 0) print_plan(plan_model, cluster, batch_tokens, top);
       } else if (*show) {

@@ -18,7 +18,7 @@ JOB_COMMON_USAGE="common environment variables:
   SITE=local                jobs/machines/<SITE>/profile.sh: modules, launcher and NCCL settings
   RUN_TIMEOUT=0             seconds before one run is stopped and marked timeout (0: no limit)
   RUNS_DIR=runs             outputs go to RUNS_DIR/<experiment>/<job id>/<layout>/
-  KEEP_CHECKPOINTS=0        1 keeps each run's final checkpoint
+  KEEP_CHECKPOINTS=0        1: each run writes a checkpoint at its end (0: none, run.checkpoint_every=-1)
   TRIDENT=build/src/trident, PYTHON=python3 (with h5py, numpy, pandas, matplotlib)
   LAUNCHER=mpirun           outside Slurm only: run every layout with mpirun on this machine"
 
@@ -93,19 +93,26 @@ EOF
   read -r -a JOB_EXTRA_SETS <<<"${SETS-}"  # extra overrides: SETS="precision.compute=bf16 ..."
 
   JOB_NODES=${SLURM_NNODES:-${SLURM_JOB_NUM_NODES:-1}}
+  # Tasks the allocation gives each node: SLURM_TASKS_PER_NODE reads like "4(x2)" or "4,2".
+  local allocated=
+  if [[ -n ${SLURM_JOB_ID-} ]]; then
+    allocated=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%[(,]*}}
+    [[ -z $allocated && -n ${SLURM_NTASKS-} ]] && allocated=$((SLURM_NTASKS / JOB_NODES))
+  fi
   # One rank per GPU on GPU nodes; otherwise what the allocation gave each node.
   if [[ -n ${RANKS_PER_NODE-} ]]; then
     :
   elif [[ ${GPUS_PER_NODE:-0} -gt 0 ]]; then
     RANKS_PER_NODE=$GPUS_PER_NODE
-  elif [[ -n ${SLURM_NTASKS_PER_NODE-} ]]; then
-    RANKS_PER_NODE=${SLURM_NTASKS_PER_NODE%%(*}
-  elif [[ -n ${SLURM_NTASKS-} ]]; then
-    RANKS_PER_NODE=$((SLURM_NTASKS / JOB_NODES))
   else
-    RANKS_PER_NODE=$(nproc)
+    RANKS_PER_NODE=${allocated:-$(nproc)}
   fi
   ((RANKS_PER_NODE >= 1)) || job_die "RANKS_PER_NODE=$RANKS_PER_NODE must be at least 1"
+  if [[ -n $allocated ]] && ((RANKS_PER_NODE > allocated)); then
+    job_die "RANKS_PER_NODE=$RANKS_PER_NODE (or GPUS_PER_NODE) exceeds the $allocated tasks per" \
+      "node of this allocation; submit with --ntasks-per-node=$RANKS_PER_NODE"
+  fi
+  JOB_MAX_RANKS=$((JOB_NODES * RANKS_PER_NODE))
 
   SWEEP_DIR=${RUNS_DIR:-$TRIDENT_ROOT/runs}/$JOB_EXPERIMENT/$JOB_ID
   mkdir -p "$SWEEP_DIR" || job_die "cannot create $SWEEP_DIR"
@@ -141,7 +148,11 @@ job_stop_child() {
 }
 
 # Prints the resolved config for `trident config` arguments, or fails with trident's reason.
-job_resolve() { "$TRIDENT" config --config "$CONFIG" "${JOB_EXTRA_SETS[@]/#/--set=}" "$@"; }
+job_resolve() {
+  local extra=()
+  [[ ${#JOB_EXTRA_SETS[@]} -gt 0 ]] && extra=("${JOB_EXTRA_SETS[@]/#/--set=}")
+  "$TRIDENT" config --config "$CONFIG" ${extra[@]+"${extra[@]}"} "$@"
+}
 
 # The value of KEY in [SECTION] of a resolved config read on stdin.
 toml_value() {
@@ -163,9 +174,14 @@ job_rank_counts() {
     for ((n = 1; n < JOB_NODES; n *= 2)); do counts+=($((n * RANKS_PER_NODE))); done
     counts+=($((JOB_NODES * RANKS_PER_NODE)))
   else
-    for ((n = unit; n < RANKS_PER_NODE; n *= 2)); do counts+=("$n"); done
-    ((n == RANKS_PER_NODE || ${#counts[@]} == 0)) && counts+=("$RANKS_PER_NODE")
+    for ((n = unit; n <= RANKS_PER_NODE; n *= 2)); do counts+=("$n"); done
+    # The whole node too when it is not a power of two times the unit (e.g. 6 GPUs).
+    local last=0
+    ((${#counts[@]})) && last=${counts[${#counts[@]} - 1]}
+    ((RANKS_PER_NODE % unit == 0 && last < RANKS_PER_NODE)) && counts+=("$RANKS_PER_NODE")
   fi
+  ((${#counts[@]})) || job_die "the model-parallel group of $unit ranks does not fit" \
+    "RANKS_PER_NODE=$RANKS_PER_NODE; use more ranks per node or set RANK_COUNTS"
   echo "${counts[@]}"
 }
 
@@ -182,7 +198,7 @@ job_write_sweep() {
   local kv extra=""
   for kv in "$@"; do extra+=", \"${kv%%=*}\": \"$(json_escape "${kv#*=}")\""; done
   cat >"$SWEEP_DIR/sweep.json" <<EOF
-{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "config": "$(json_escape "$CONFIG")", "steps": $STEPS, "warmup": $WARMUP, "launcher": "$JOB_LAUNCHER", "site": "$SITE", "nodes": $JOB_NODES, "ranks_per_node": $RANKS_PER_NODE, "started": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"$extra}
+{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "config": "$(json_escape "${CONFIGS:-$CONFIG}")", "steps": $STEPS, "warmup": $WARMUP, "launcher": "$JOB_LAUNCHER", "site": "$SITE", "nodes": $JOB_NODES, "ranks_per_node": $RANKS_PER_NODE, "started": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"$extra}
 EOF
 }
 
@@ -196,13 +212,20 @@ job_run() {
     job_log "  $name: not started (job stopping)"
     return 0
   fi
+  if [[ $JOB_LAUNCHER == srun ]] && ((ranks > JOB_MAX_RANKS)); then
+    job_log "  skipping $name: $ranks ranks, the allocation has $JOB_NODES node(s) x" \
+      "$RANKS_PER_NODE"
+    return 0
+  fi
   local nodes=$(((ranks + RANKS_PER_NODE - 1) / RANKS_PER_NODE))
   mkdir -p "$dir"
   echo running >"$dir/status"
   local sets=(--set "run.out_dir=$SWEEP_DIR" --set "run.name=$name" --set "run.steps=$STEPS"
     --set "parallel.dp=$dp" --set "parallel.tp=$tp" --set "parallel.pp=$pp"
-    --set "zero.stage=$zero" --set "train.batch_size=$batch" --set "run.checkpoint_every=0"
-    "${JOB_EXTRA_SETS[@]/#/--set=}" "$@")
+    --set "zero.stage=$zero" --set "train.batch_size=$batch"
+    --set "run.checkpoint_every=$((KEEP_CHECKPOINTS ? 0 : -1))" "$@")
+  # Empty arrays under set -u need this form on bash < 4.4 (older cluster login nodes).
+  [[ ${#JOB_EXTRA_SETS[@]} -gt 0 ]] && sets+=("${JOB_EXTRA_SETS[@]/#/--set=}")
   local cmd
   if [[ $JOB_LAUNCHER == srun ]]; then
     cmd=(srun --nodes="$nodes" --ntasks="$ranks" --ntasks-per-node="$((ranks < RANKS_PER_NODE ? ranks : RANKS_PER_NODE))"
@@ -217,11 +240,19 @@ job_run() {
   start=$(date +%s.%N)
   "${cmd[@]}" >"$dir/trident.log" 2>&1 &
   JOB_CHILD=$!
-  # A trapped signal interrupts `wait`; wait again until the run has really ended.
+  ((JOB_DEADLINE)) && job_stop_child  # a signal that came before the child existed
+  # A trapped signal interrupts `wait` (status > 128); wait again until the run has really ended
+  # and take its own status (127: the first wait had already collected it).
   while true; do
     wait "$JOB_CHILD"
     rc=$?
-    kill -0 "$JOB_CHILD" 2>/dev/null || break
+    ((rc > 128)) || break
+    if ! kill -0 "$JOB_CHILD" 2>/dev/null; then
+      wait "$JOB_CHILD" 2>/dev/null
+      local again=$?
+      ((again != 127)) && rc=$again
+      break
+    fi
   done
   JOB_CHILD=
   local seconds status reason=""
@@ -230,15 +261,16 @@ job_run() {
     status=completed
   elif ((rc == 0)); then
     status=failed reason="exit 0 but no timings.h5"
-  elif ((JOB_DEADLINE == 1)) || ((rc == 124)); then
+  elif ((JOB_DEADLINE == 1)); then
     status=timeout reason="stopped at the time limit"
-    ((rc == 124)) && reason="RUN_TIMEOUT=$RUN_TIMEOUT s"
+  elif ((RUN_TIMEOUT > 0 && (rc == 124 || rc == 137))); then
+    # timeout(1) exits 124, or 137 when the run ignored TERM for 30 s and was killed.
+    status=timeout reason="RUN_TIMEOUT=$RUN_TIMEOUT s"
   elif ((JOB_DEADLINE == 2)); then
     status=failed reason="job cancelled"
   else
     status=failed reason="exit code $rc; see trident.log"
   fi
-  ((KEEP_CHECKPOINTS)) || rm -rf "$dir/checkpoints"
   cat >"$dir/run.json" <<EOF
 {"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "layout": "$name", "nodes": $nodes, "ranks": $ranks, "dp": $dp, "tp": $tp, "pp": $pp, "zero_stage": $zero, "global_batch": $batch, "exit_code": $rc, "seconds": $seconds, "status": "$status", "reason": "$(json_escape "$reason")"}
 EOF

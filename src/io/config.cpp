@@ -37,7 +37,8 @@ std::vector<Field> schema(Config& c) {
       {"run", "log_every", &c.run.log_every, "print a step line every N steps"},
       {"run", "eval_every", &c.run.eval_every, "validation loss every N steps (0: end only)"},
       {"run", "eval_batches", &c.run.eval_batches, "validation batches per evaluation"},
-      {"run", "checkpoint_every", &c.run.checkpoint_every, "checkpoint every N steps (0: end)"},
+      {"run", "checkpoint_every", &c.run.checkpoint_every,
+       "checkpoint every N steps and at the end (0: at the end only; -1: never)"},
       {"run", "keep_checkpoints", &c.run.keep_checkpoints,
        "keep only the newest N checkpoints (0: keep all)"},
       {"run", "watchdog_seconds", &c.run.watchdog_seconds,
@@ -333,7 +334,8 @@ void validate(Config& c, int world_size) {
   require(c.run.log_every >= 1, "run.log_every must be at least 1");
   require(c.run.eval_every >= 0, "run.eval_every must not be negative");
   require(c.run.eval_batches >= 1, "run.eval_batches must be at least 1");
-  require(c.run.checkpoint_every >= 0, "run.checkpoint_every must not be negative");
+  require(c.run.checkpoint_every >= -1,
+          "run.checkpoint_every must be -1 (never), 0 (at the end) or a step interval");
   require(c.run.peak_tflops > 0, "run.peak_tflops must be positive");
   require(c.run.watchdog_seconds >= 0 && std::isfinite(c.run.watchdog_seconds),
           "run.watchdog_seconds must not be negative (0 turns the watchdog off)");

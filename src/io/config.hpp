@@ -18,7 +18,7 @@ struct RunSection {
   int log_every = 1;
   int eval_every = 0;  // 0: validate only at the end
   int eval_batches = 4;
-  int checkpoint_every = 0;       // 0: checkpoint only at the end
+  int checkpoint_every = 0;       // 0: checkpoint only at the end; -1: never
   int keep_checkpoints = 0;       // keep the newest N checkpoints; 0: keep all
   double watchdog_seconds = 600;  // abort when a rank's phase is unchanged this long; 0: off
   double peak_tflops = 1.0;       // per rank; the denominator of MFU

@@ -681,7 +681,8 @@ int Trainer::run() {
                          kMemCategories, MPI_DOUBLE, 0, grid_.world()));
   std::unique_ptr<TimingsWriter> timings;
   if (grid_.rank() == 0) {
-    std::filesystem::create_directories(ckpt_dir);
+    // run.checkpoint_every = -1 writes no checkpoint, so leaves no checkpoints/ directory.
+    std::filesystem::create_directories(c_.run.checkpoint_every >= 0 ? ckpt_dir : run_dir);
     const auto timings_path = run_dir / "timings.h5";
     if (start_step > 0 && std::filesystem::exists(timings_path))
       std::filesystem::rename(timings_path,
@@ -774,7 +775,8 @@ int Trainer::run() {
     }
     const bool last = step + 1 == c_.run.steps;
     const bool want_ckpt =
-        last || (c_.run.checkpoint_every > 0 && (step + 1) % c_.run.checkpoint_every == 0);
+        c_.run.checkpoint_every >= 0 &&
+        (last || (c_.run.checkpoint_every > 0 && (step + 1) % c_.run.checkpoint_every == 0));
     // local_sgd synchronises every local_steps-th step, and before checkpoints, so that a
     // checkpoint holds one model.
     const bool synchronous = !local_sgd || (step + 1) % c_.dp.local_steps == 0 || want_ckpt;

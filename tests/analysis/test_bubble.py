@@ -10,11 +10,15 @@ from analysis_test import Env, check, check_markdown, check_png, close, read_csv
 env = Env()
 sweep = env.sweep("layout_sweep", 1003)
 out = env.out("layouts")
-stdout, _ = env.script("bubble", sweep, "--out", out)
+stdout, _ = env.script("bubble", sweep, "--out", out, "--cores", "2")
 for text in ("bubble(mean) bubble(max)  theory simulated busy/core", "theory: (p-1)/(m+p-1)",
-             "note: the", "left out (pp = 1, no pipeline: theory and model 0): dp1_tp2_pp1, "
+             "note: dp2_tp1_pp2_1f1b_m2 put more ranks on a node than its 2 core(s)",
+             "left out (pp = 1, no pipeline: theory and model 0): dp1_tp2_pp1, "
              "dp2_tp1_pp1"):
     check(text in stdout, f"{text!r} not printed:\n{stdout}")
+# With a core per rank the oversubscription note is not printed.
+stdout, _ = env.script("bubble", sweep, "--out", env.out("layouts_8"), "--cores", "8")
+check("note:" not in stdout, f"note printed with 8 cores for at most 4 ranks:\n{stdout}")
 rows = read_csv(os.path.join(out, "bubble.csv"))
 by_run = {r["run"]: r for r in rows}
 pipelined = ["dp1_tp1_pp2_1f1b_m2", "dp1_tp1_pp2_1f1b_m4", "dp1_tp1_pp2_gpipe_m2",

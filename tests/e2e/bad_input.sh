@@ -92,6 +92,7 @@ expect_bad "inject overflow syntax" "--inject-overflow takes STEP:RANK" "${train
 expect_bad "grad reduce name" "precision.grad_reduce = 'int8' must be one of fp32, bf16, fp16" "${train[@]}" --set precision.grad_reduce=int8
 expect_bad "async with 16-bit reduction" "dp.sync = 'async' reduces gradients in fp32" "${train[@]}" --set dp.sync=async --set precision.grad_reduce=bf16
 expect_bad "negative keep_checkpoints" "run.keep_checkpoints must not be negative" "${train[@]}" --set run.keep_checkpoints=-1
+expect_bad "checkpoint_every below -1" "run.checkpoint_every must be -1 (never)" "${train[@]}" --set run.checkpoint_every=-2
 expect_bad "negative watchdog" "run.watchdog_seconds must not be negative" "${train[@]}" --set run.watchdog_seconds=-1
 expect_bad "inject fault syntax" "--inject-fault takes KIND:STEP:RANK" "${train[@]}" --inject-fault explode:1:0
 grep -v -e '^\[model\]' -e '^from = ' inputs/tiny.toml > "$work/no_model.toml"

@@ -48,7 +48,7 @@ def schema(args):
         io = ph[:, 0, PHASES.index("io")]
         every = config["run"]["checkpoint_every"]
         for s in range(rows):
-            wrote = (s + 1) == rows or (every > 0 and (s + 1) % every == 0)
+            wrote = every >= 0 and ((s + 1) == rows or (every > 0 and (s + 1) % every == 0))
             if wrote != (io[s] > 0):
                 fail(f"io phase at step {s + 1} is {io[s]} but a checkpoint was {'' if wrote else 'not '}written")
         if not np.isfinite(f["loss"][:]).all():

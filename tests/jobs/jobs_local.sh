@@ -70,7 +70,7 @@ for dp in (1, 2, 4):
     with h5py.File(run / "timings.h5", "r") as f:
         assert (f["tokens"][:] == 8 * 16).all()  # the same global batch at every size
         assert f["phase_seconds"].shape[1] == dp and f["step"].shape == (6,)
-    assert not (run / "checkpoints").exists()  # KEEP_CHECKPOINTS=0 removes them
+    assert not (run / "checkpoints").exists()  # KEEP_CHECKPOINTS=0: run.checkpoint_every=-1
 PY
 
 # Layout sweep: trident refuses dp=4 for a batch of 2 and the sweep says why; pp > 1 once per
@@ -96,6 +96,18 @@ expect_status n1_dp2_zero0 completed
 expect_status n1_dp2_zero3 completed
 [[ ! -d $sweep/n1_dp1_zero3 ]] || fail "zero_memory ran stage 3 at dp 1"
 png "$sweep/memory.png"
+
+# SETS reaches every run: bf16 compute, recorded in each run's resolved config.
+run_job sets weak_scaling.sh STEPS=3 RANK_COUNTS="1 2" SETS="precision.compute=bf16 dp.sync=async"
+[[ $rc == 0 ]] || fail "weak_scaling with SETS exited $rc"
+for run in n1_dp1_tp1_pp1 n1_dp2_tp1_pp1; do
+  expect_status "$run" completed
+  "${PYTHON:-/usr/bin/python3}" -c '
+import sys, tomllib, h5py
+c = tomllib.loads(h5py.File(sys.argv[1], "r").attrs["config"])
+assert (c["precision"]["compute"], c["dp"]["sync"]) == ("bf16", "async"), c' \
+    "$sweep/$run/timings.h5" || fail "$run: SETS not applied"
+done
 
 # A run trident rejects is `failed`, the job exits 1 and skips the analysis.
 run_job failed weak_scaling.sh STEPS=3 RANK_COUNTS="1 2" SETS="precision.compute=fp8"

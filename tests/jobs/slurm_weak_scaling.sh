@@ -18,7 +18,14 @@ rm -rf "$work"
 mkdir -p "$work"
 work=$(realpath "$work")
 cluster=$work/cluster
-trap 'bash "$src/tools/local_slurm.sh" stop "$cluster"' EXIT
+job=
+# A job still running (a failure, or the wait below running out) is cancelled first: with
+# proctrack/linuxproc its steps would outlive the daemons.
+cleanup() {
+  if [[ -n $job ]] && scancel "$job" 2>/dev/null; then sleep 2; fi
+  bash "$src/tools/local_slurm.sh" stop "$cluster"
+}
+trap cleanup EXIT
 eval "$(bash "$src/tools/local_slurm.sh" start "$cluster" 8)"
 export SLURM_CONF
 sinfo

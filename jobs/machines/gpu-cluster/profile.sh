@@ -11,11 +11,15 @@ fi
 # rank its own device (Kokkos then uses device 0 of what it sees), and closest binding keeps host
 # buffers on the GPU's NUMA node.
 SRUN_ARGS=${SRUN_ARGS:---mpi=pmix --gpus-per-task=1 --gpu-bind=closest --cpu-bind=cores}
+# srun does not inherit sbatch's --cpus-per-task (Slurm 22.05 to 23.02); without this, binding
+# gives every rank a single core whatever the job asked for.
+export SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK:-${SLURM_CPUS_PER_TASK:-1}}
 # NCCL carries tp (and dp inside a node) collectives. These say which network to use, since a
 # wrong guess (e.g. the management Ethernet) is slow without failing:
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-ib0}  # bootstrap over the InfiniBand interface
 export NCCL_IB_HCA=${NCCL_IB_HCA:-mlx5}               # RDMA through the Mellanox HCAs
-# Lets NCCL read from and write to GPU memory directly over the HCA when they share a PCIe switch.
+# Lets NCCL read from and write to GPU memory directly over the HCA when both hang off the same
+# CPU host bridge (PHB), not only the same PCIe switch.
 export NCCL_NET_GDR_LEVEL=${NCCL_NET_GDR_LEVEL:-PHB}
 # Prints NCCL's choice of rings, transports and interfaces once per run: the first thing to read
 # when a scaling curve bends.
