@@ -21,14 +21,11 @@ export NCCL_IB_HCA=${NCCL_IB_HCA:-mlx5}               # RDMA through the Mellano
 # Lets NCCL read from and write to GPU memory directly over the HCA when both hang off the same
 # CPU host bridge (PHB), not only the same PCIe switch.
 export NCCL_NET_GDR_LEVEL=${NCCL_NET_GDR_LEVEL:-PHB}
-# Prints NCCL's choice of rings, transports and interfaces once per run: the first thing to read
-# when a scaling curve bends.
+# NCCL's warnings in every run's trident.log; NCCL_DEBUG=INFO also prints its choice of rings,
+# transports and interfaces, the first thing to read when a scaling curve bends.
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 # One CPU thread per rank for OpenBLAS (host-side work only; kernels run on the GPU) and for
 # OpenMP, so ranks sharing a node do not oversubscribe its cores.
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-# Kokkos' CUDA backend sees one device per rank after --gpus-per-task; this silences its warning
-# about not choosing a device per node-local rank itself.
-export KOKKOS_MAP_DEVICE_ID_BY=${KOKKOS_MAP_DEVICE_ID_BY:-mpi_rank}
 PYTHON=${PYTHON:-python3}
