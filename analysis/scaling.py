@@ -2,7 +2,7 @@
 """Weak or strong scaling of sweeps: throughput and parallel efficiency per run.
 
 Per run, over its timed steps (see below):
-  ranks        phase_seconds.shape[1]; nodes: distinct hostnames
+  ranks        phase_seconds.shape[1]; nodes: run.json's, else the distinct hostnames
   tokens/step  global tokens per step (the `tokens` dataset)
   step s       median over timed steps of step_seconds_max (the slowest rank's step)
   tokens/s     tokens per step / step s

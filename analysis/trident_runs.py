@@ -116,6 +116,10 @@ class Run:
 
     @property
     def nodes(self):
+        """Nodes as the job placed the run (run.json), else the distinct hostnames of its ranks
+        (several Slurm nodes can share one host, e.g. tools/local_slurm.sh's)."""
+        if isinstance(self.info.get("nodes"), int):
+            return self.info["nodes"]
         return len(set(h for h in self.attrs["hostnames"].split(",") if h))
 
     @property
