@@ -188,7 +188,7 @@ def _load(run):
     run.status = _read_status(run.dir)
     if run.status is not None and run.status != "completed":
         why = {"running": " (the job ended before the script recorded an outcome)",
-               "timeout": " (the job hit its time limit)"}.get(run.status, "")
+               "timeout": " (stopped by RUN_TIMEOUT or the job's time limit)"}.get(run.status, "")
         raise RunProblem(f"status is '{run.status}'{why}{_log_hint(run.dir)}")
     info = os.path.join(run.dir, "run.json")
     if os.path.isfile(info):

@@ -35,7 +35,7 @@ expect_status() {
 png() { [[ $(head -c 8 "$1" | od -An -tx1 | tr -d ' ') == 89504e470d0a1a0a ]] || fail "$1 is not a PNG"; }
 
 # Outside Slurm without LAUNCHER: refuse, and say how to run it.
-for script in weak_scaling strong_scaling layout_sweep zero_memory; do
+for script in weak_scaling strong_scaling layout_sweep zero_memory convergence; do
   rc=0
   bash "jobs/$script.sh" >"$work/guard.out" 2>&1 || rc=$?
   [[ $rc == 2 ]] || fail "$script outside Slurm exited $rc, want 2"
@@ -96,6 +96,32 @@ expect_status n1_dp2_zero0 completed
 expect_status n1_dp2_zero3 completed
 [[ ! -d $sweep/n1_dp1_zero3 ]] || fail "zero_memory ran stage 3 at dp 1"
 png "$sweep/memory.png"
+
+# Convergence: one run per variant, each variant's overrides applied, curves and final losses.
+run_job convergence convergence.sh STEPS=6 RANKS=2 \
+  VARIANTS="dp.sync=sync; dp.sync=local_sgd, dp.local_steps=2 ;precision.compute=bf16"
+[[ $rc == 0 ]] || fail "convergence exited $rc"
+for run in sync local_sgd_2 bf16; do expect_status "$run" completed; done
+png "$sweep/convergence.png"
+"${PYTHON:-/usr/bin/python3}" - "$sweep" <<'PY'
+import csv, sys, tomllib
+from pathlib import Path
+import h5py
+sweep = Path(sys.argv[1])
+want = {"sync": ("sync", 4, "fp32"), "local_sgd_2": ("local_sgd", 2, "fp32"),
+        "bf16": ("sync", 4, "bf16")}
+for name, (sync, local_steps, compute) in want.items():
+    with h5py.File(sweep / name / "timings.h5", "r") as f:
+        c = tomllib.loads(f.attrs["config"])
+        losses = f["loss"][:]
+    assert (c["dp"]["sync"], c["dp"]["local_steps"], c["precision"]["compute"]) == \
+        (sync, local_steps, compute), (name, c["dp"], c["precision"])
+    assert c["parallel"]["dp"] == 2 and c["train"]["batch_size"] == 16, c["parallel"]
+rows = {r["run"]: r for r in csv.DictReader(open(sweep / "convergence.csv"))}
+assert sorted(rows) == sorted(want), rows
+assert "dp.sync=local_sgd" in rows["local_sgd_2"]["label"], rows["local_sgd_2"]["label"]
+assert "precision.compute=bf16" in rows["bf16"]["label"], rows["bf16"]["label"]
+PY
 
 # SETS reaches every run: bf16 compute, recorded in each run's resolved config.
 run_job sets weak_scaling.sh STEPS=3 RANK_COUNTS="1 2" SETS="precision.compute=bf16 dp.sync=async"
