@@ -8,9 +8,12 @@ workspace) and for the total:
   measured_bytes   peak over all steps (max of peak_memory_by_category over steps)
   predicted_bytes  the memory model's prediction for that rank (predicted_memory_bytes)
   ratio            measured / predicted; 1 when both are 0, inf when only the prediction is 0
-A model_states row sums params, grads, master_weights and optimizer; its reduction column is the
-model states of the ZeRO-0 run with the same dp, tp, pp and precision divided by this run's (what
-each ZeRO stage saves, as in the ZeRO paper's Figure 1; empty without such a peer).
+A model_states row sums params, grads, master_weights and optimizer; its reduction_vs_zero0 column
+is the model states of the ZeRO-0 run with the same dp, tp, pp and precision divided by this run's
+(what each ZeRO stage saves, as in the ZeRO paper's Figure 1; empty without such a peer), next to
+two ideals that ignore working buffers and padding: ideal_reduction for trident's bytes per
+parameter (16-bit compute: 2 parameter + 4 gradient + 4 master + 8 moment bytes; fp32: 4 + 4 + 0
++ 8) and paper_reduction for the ZeRO paper's 2 + 2 + 12 (limits 4x, 8x and dp x).
 The total row also gives peak_bytes, the rank's accounted high-water mark of all categories
 together (max of peak_memory_bytes), which is at most the sum of the category peaks.
 Writes memory.csv (one row per run and category, bytes), memory.md (one row per run, MiB as
@@ -35,6 +38,18 @@ def ratio(measured, predicted):
 
 
 MODEL_STATES = ("params", "grads", "master_weights", "optimizer")
+
+
+def ideal_reduction(stage, dp, precision):
+    """ZeRO-0 over stage model states for trident's bytes per parameter, without buffers."""
+    p, g, m, o = (4, 4, 0, 8) if precision == "fp32" else (2, 4, 4, 8)
+    total = p + g + m + o
+    return total / [total, p + g + (m + o) / dp, p + (g + m + o) / dp, total / dp][stage]
+
+
+def paper_reduction(stage, dp, k=12.0):
+    """The same for the ZeRO paper's 2 + 2 + K bytes (Rajbhandari et al. 2020, Figure 1)."""
+    return (4 + k) / [4 + k, 4 + k / dp, 2 + (2 + k) / dp, (4 + k) / dp][stage]
 
 
 def tables(runs):
@@ -82,14 +97,19 @@ def tables(runs):
     key = ["dp", "tp", "pp", "precision"]
     states = df[df["category"] == "model_states"]
     zero0 = states[states["zero_stage"] == 0].drop_duplicates(key).set_index(key)["measured_bytes"]
-    df["reduction_vs_zero0"] = np.nan
-    wide["vs ZeRO-0"] = ""
+    for column in ("reduction_vs_zero0", "ideal_reduction", "paper_reduction"):
+        df[column] = np.nan
+    wide["vs ZeRO-0 (ideal, paper)"] = ""
     for i, row in states.iterrows():
         peer = tuple(row[k] for k in key)
         if peer in zero0.index and row["measured_bytes"] > 0:
             x = zero0.loc[peer] / row["measured_bytes"]
-            df.loc[i, "reduction_vs_zero0"] = x
-            wide.loc[wide["run"] == row["run"], "vs ZeRO-0"] = f"{x:.2f}x"
+            ideal = ideal_reduction(int(row["zero_stage"]), int(row["dp"]), row["precision"])
+            paper = paper_reduction(int(row["zero_stage"]), int(row["dp"]))
+            df.loc[i, ["reduction_vs_zero0", "ideal_reduction", "paper_reduction"]] = \
+                [x, ideal, paper]
+            wide.loc[wide["run"] == row["run"], "vs ZeRO-0 (ideal, paper)"] = \
+                f"{x:.2f}x ({ideal:.2f}x, {paper:.2f}x)"
     return df, wide, cats
 
 

@@ -54,6 +54,17 @@ for (dp, stage), r in states.items():
           f"{r['reduction_vs_zero0']} != {want}")
     if stage == 1:
         check(float(r["reduction_vs_zero0"]) > 1, f"dp {dp}: ZeRO-1 saves nothing")
+    # The ideals for fp32 (4 + 4 + 0 + 8 bytes) and the paper's 2 + 2 + 12, by stage.
+    ideal = 16 / [16, 8 + 8 / dp, 4 + 12 / dp, 16 / dp][stage]
+    paper = 16 / [16, 4 + 12 / dp, 2 + 14 / dp, 16 / dp][stage]
+    check(abs(float(r["ideal_reduction"]) - ideal) < 1e-12, f"dp {dp} ZeRO-{stage}: ideal "
+          f"{r['ideal_reduction']} != {ideal}")
+    check(abs(float(r["paper_reduction"]) - paper) < 1e-12, f"dp {dp} ZeRO-{stage}: paper "
+          f"{r['paper_reduction']} != {paper}")
+    # trident's fp32 ZeRO-1 shards exactly the optimizer moments: measured = ideal.
+    if stage == 1:
+        check(abs(float(r["reduction_vs_zero0"]) - ideal) < 1e-2, f"dp {dp} ZeRO-1 "
+              f"{r['reduction_vs_zero0']} vs ideal {ideal}")
 cells = check_markdown(os.path.join(out, "memory.md"), len(runs))
 check(sorted(c[0] for c in cells) == runs, "Markdown rows are not the runs")
 check_png(os.path.join(out, "memory.png"))
