@@ -207,13 +207,13 @@ Buffers make_buffers(Op op, size_t count, int n, int rank) {
 void run_once(Communicator& comm, Op op, Buffers& b, size_t count) {
   switch (op) {
     case Op::kAllReduce:
-      comm.allreduce_sum(b.recv.data(), count);
+      comm.allreduce_sum(window(b.recv, 0, count));
       break;
     case Op::kAllGather:
-      comm.allgather(b.send.data(), b.recv.data(), count);
+      comm.allgather(b.send, b.recv);
       break;
     case Op::kReduceScatter:
-      comm.reduce_scatter_sum(b.send.data(), b.recv.data(), count);
+      comm.reduce_scatter_sum(b.send, b.recv);
       break;
   }
 }

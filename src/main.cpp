@@ -15,6 +15,7 @@
 #include "io/prepare.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/planner.hpp"
+#include "train/faults.hpp"
 #include "train/generate.hpp"
 #include "train/trainer.hpp"
 
@@ -23,17 +24,20 @@ namespace {
 constexpr int kExitBadInput = 2;
 
 int run_train(MPI_Comm world, const std::string& config_path,
-              const std::vector<std::string>& overrides, const trident::TrainOptions& options) {
+              const std::vector<std::string>& overrides, trident::TrainOptions options,
+              const trident::FaultPlan& faults) {
   int world_size = 0;
   TRIDENT_MPI(MPI_Comm_size(world, &world_size));
-  trident::Config config = trident::load_config(config_path, overrides);
-  trident::validate(config, world_size);
+  trident::Config config =
+      trident::resolve(trident::load_config(config_path, overrides), world_size);
   const trident::GridShape shape{config.parallel.pp, config.parallel.dp, config.parallel.tp};
   trident::Grid grid(world, shape);
   if (!grid.tp_groups_node_local() && grid.rank() == 0)
     std::fprintf(stderr,
                  "warning: a tensor-parallel group spans nodes; tp traffic will cross "
                  "the network (place ranks so tp groups share a node)\n");
+  trident::InjectedFaults injected(faults, grid.rank());
+  options.hooks = &injected;
   return trident::train(std::move(config), grid, options);
 }
 
@@ -75,8 +79,9 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
   std::printf(
       "this config as written: dp=%d tp=%d pp=%d (%d ranks) %s, ZeRO-%d, %s compute, recompute "
       "%s, micro-batch %d x %d per step\n",
-      p.dp, p.tp, p.pp, p.dp * p.tp * p.pp, p.schedule.c_str(), c.zero.stage,
-      c.precision.compute.c_str(), c.recompute.policy.c_str(), c.train.micro_batch_size,
+      p.dp, p.tp, p.pp, p.dp * p.tp * p.pp, trident::name_of(p.schedule),
+      static_cast<int>(c.zero.stage), trident::name_of(c.precision.compute),
+      trident::name_of(c.recompute.policy), c.train.micro_batch_size,
       c.train.batch_size / p.dp / c.train.micro_batch_size);
   std::printf("trident's memory model, busiest rank (pp=%d tp=%d dp=%d), GB:", r.pp_rank, r.tp_rank,
               r.dp_rank);
@@ -91,6 +96,195 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
               total_gb <= usable_gb ? "yes" : "no");
 }
 
+// `trident train`: options, then the run on every rank.
+struct TrainCommand {
+  CLI::App* app = nullptr;
+  std::string config_path;
+  std::vector<std::string> overrides;
+  trident::TrainOptions options;
+  trident::FaultPlan faults;
+
+  void add_to(CLI::App& parent) {
+    app = parent.add_subcommand("train", "train a model (run under mpirun for several ranks)");
+    app->add_option("--config", config_path, "run config (TOML), e.g. inputs/small.toml")
+        ->required();
+    app->add_option("--set", overrides, "override a key: --set run.steps=10 (repeatable)");
+    app->add_option_function<std::string>(
+        "--resume",
+        [this](const std::string& v) {
+          options.resume_newest = v == "auto";
+          options.resume = options.resume_newest ? "" : v;
+        },
+        "continue from this checkpoint (.h5), or 'auto': the newest complete one in "
+        "<out_dir>/<name>/checkpoints, if any (for requeued jobs)");
+    app->add_option("--dump-grads", options.dump_grads,
+                    "write the first step's gradients, gathered to global shapes, to this .h5 "
+                    "(checkpoint schema, /params); for layout checks");
+    add_fault_option("--inject-overflow", trident::parse_overflow,
+                     "STEP:RANK: that rank's gradient becomes infinite at that step (tests fp16 "
+                     "loss scaling)",
+                     "--inject-overflow takes STEP:RANK, e.g. 3:1");
+    add_fault_option("--inject-fault", trident::parse_fault,
+                     "KIND:STEP:RANK with KIND kill, hang or kill-in-checkpoint: that rank is "
+                     "killed, hangs, or is killed inside the checkpoint write at that step (tests)",
+                     "--inject-fault takes KIND:STEP:RANK, KIND one of kill, hang, "
+                     "kill-in-checkpoint");
+  }
+  // A test-only option parsed into `faults`; `usage` when the value does not parse.
+  void add_fault_option(const std::string& name,
+                        bool (*parse)(const std::string&, trident::FaultPlan&),
+                        const std::string& help, const std::string& usage) {
+    app->add_option_function<std::string>(
+           name, [this, parse](const std::string& v) { parse(v, faults); }, help)
+        ->check([parse, usage](const std::string& v) {
+          trident::FaultPlan plan;
+          return parse(v, plan) ? std::string() : usage;
+        });
+  }
+  int run() const { return run_train(MPI_COMM_WORLD, config_path, overrides, options, faults); }
+};
+
+// `trident generate`, `prepare` and `ckpt`: rank 0 reads or writes files.
+struct FileCommands {
+  CLI::App *generate = nullptr, *prepare = nullptr, *ckpt = nullptr;
+  CLI::App *ckpt_info = nullptr, *ckpt_verify = nullptr, *ckpt_export = nullptr;
+  trident::GenerateOptions gen;
+  trident::PrepareOptions prep;
+  std::string ckpt_path, export_out;
+
+  void add_to(CLI::App& app) {
+    generate = app.add_subcommand("generate", "sample text from a checkpoint");
+    generate->add_option("--ckpt", gen.checkpoint, "checkpoint (.h5)")->required();
+    generate->add_option("--prompt", gen.prompt, "text to continue");
+    generate->add_option("--tokens", gen.tokens, "tokens to sample")->capture_default_str();
+    generate->add_option("--temperature", gen.temperature, "softmax temperature")
+        ->capture_default_str();
+    generate->add_option("--top-k", gen.top_k, "sample among the k most likely (0: all)")
+        ->capture_default_str();
+    generate->add_option("--seed", gen.seed, "sampling seed")->capture_default_str();
+    prepare = app.add_subcommand("prepare", "build byte-level train/val token files");
+    prepare->add_option("--text", prep.text_path, "UTF-8 text file, or - for stdin")->required();
+    prepare->add_option("--out-dir", prep.out_dir, "output directory")->capture_default_str();
+    prepare->add_option("--name", prep.name, "file name prefix")->capture_default_str();
+    prepare->add_option("--val-fraction", prep.val_fraction, "share held out for validation")
+        ->capture_default_str();
+    ckpt = app.add_subcommand("ckpt", "inspect, verify or export a checkpoint");
+    ckpt->require_subcommand(1);
+    ckpt_info = ckpt->add_subcommand("info", "configuration, writing layout, step, sizes");
+    ckpt_info->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
+    ckpt_verify = ckpt->add_subcommand("verify", "recompute every dataset's checksum");
+    ckpt_verify->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
+    ckpt_export = ckpt->add_subcommand(
+        "export", "write the parameters as an llm.c model file (gpt2_124M.bin layout)");
+    ckpt_export->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
+    ckpt_export->add_option("--llmc", export_out, "output .bin")->required();
+  }
+  bool chosen() const { return *generate || *prepare || *ckpt; }
+  int run(int rank) const {
+    if (rank != 0) return 0;
+    if (*generate) std::cout << trident::generate(gen) << std::endl;
+    if (*prepare) trident::prepare_byte_corpus(prep);
+    if (*ckpt_info) trident::checkpoint_info(ckpt_path);
+    if (*ckpt_verify && trident::checkpoint_verify(ckpt_path) > 0) return kExitBadInput;
+    if (*ckpt_export) {
+      trident::export_llmc(ckpt_path, export_out);
+      std::printf("wrote %s\n", export_out.c_str());
+    }
+    return 0;
+  }
+};
+
+// `trident config`: a run config checked against a rank count and printed resolved.
+struct ConfigCommand {
+  CLI::App* app = nullptr;
+  std::string path;
+  std::vector<std::string> overrides;
+  int ranks = 0;
+
+  void add_to(CLI::App& parent) {
+    app = parent.add_subcommand(
+        "config", "check a run config against a rank count and print it resolved (TOML)");
+    app->add_option("--config", path, "run config (TOML)")->required();
+    app->add_option("--set", overrides, "override a key, as for train (repeatable)");
+    app->add_option("--ranks", ranks,
+                    "ranks to validate against (default dp x tp x pp, dp = 0 counting as 1)");
+  }
+  void run(int rank) const {
+    const trident::Config read = trident::load_config(path, overrides);
+    const int dp = read.parallel.dp > 0 ? read.parallel.dp : 1;  // dp = 0 fills the ranks
+    const trident::Config c =
+        trident::resolve(read, ranks > 0 ? ranks : dp * read.parallel.tp * read.parallel.pp);
+    if (rank == 0) std::cout << c.to_toml();
+  }
+};
+
+// `trident plan`: the layouts of a model on a cluster, and a config's own memory.
+struct PlanCommand {
+  CLI::App* app = nullptr;
+  trident::PlanModel model;
+  trident::PlanCluster cluster;
+  std::string config_path;
+  std::vector<std::string> overrides;
+  double batch_tokens = 1 << 20;
+  int top = 10;
+
+  void add_to(CLI::App& parent) {
+    app = parent.add_subcommand("plan", "recommend a layout for a model on a GPU cluster");
+    app->add_option("--config", config_path,
+                    "a run config: predict its own layout's memory, and plan for its model");
+    app->add_option("--set", overrides, "override a key of --config (repeatable)");
+    app->add_option("--params", model.params, "parameters (default 12 L h^2 + V h)");
+    app->add_option("--layers", model.layers, "transformer layers L");
+    app->add_option("--hidden", model.hidden, "hidden size h");
+    app->add_option("--heads", model.heads, "attention heads");
+    app->add_option("--seq", model.seq, "sequence length")->capture_default_str();
+    app->add_option("--vocab", model.vocab, "vocabulary")->capture_default_str();
+    app->add_option("--gpus", cluster.gpus, "GPUs")->capture_default_str();
+    app->add_option("--gpus-per-node", cluster.gpus_per_node, "GPUs per node")
+        ->capture_default_str();
+    app->add_option("--gpu-mem", cluster.gpu_mem_gb, "memory per GPU, GB")->capture_default_str();
+    app->add_option("--peak-tflops", cluster.peak_tflops, "bf16 peak per GPU")
+        ->capture_default_str();
+    app->add_option("--intra-bw", cluster.intra_gbs, "per-GPU bandwidth in a node, GB/s")
+        ->capture_default_str();
+    app->add_option("--inter-bw", cluster.inter_gbs, "per-GPU bandwidth between nodes, GB/s")
+        ->capture_default_str();
+    app->add_option("--batch-tokens", batch_tokens, "global batch in tokens")
+        ->capture_default_str();
+    app->add_option("--top", top, "layouts to list")->capture_default_str();
+  }
+  void run(int rank) {
+    if (!config_path.empty()) plan_for_config(rank);
+    if (rank == 0) print_plan(model, cluster, batch_tokens, top);
+  }
+  // The config's model, batch and ranks replace the command line's where it gave none.
+  void plan_for_config(int rank) {
+    const trident::Config c = trident::load_config(config_path, overrides);
+    model.layers = c.model.n_layer;
+    model.hidden = c.model.n_embd;
+    model.heads = c.model.n_head;
+    model.vocab = c.model.vocab_size;
+    model.seq = c.model.block_size;
+    // The config's own layout on its own ranks (dp = 0 fills --gpus), and its batch.
+    const auto& p = c.parallel;
+    const int ranks = p.dp > 0 ? p.dp * p.tp * p.pp : cluster.gpus;
+    if (app->count("--gpus") == 0) cluster.gpus = ranks;
+    if (app->count("--batch-tokens") == 0)
+      batch_tokens = static_cast<double>(c.train.batch_size) * c.train.seq_len;
+    try {
+      const trident::Config resolved = trident::resolve(c, ranks);
+      if (rank == 0) print_config_memory(resolved, cluster.gpu_mem_gb);
+    } catch (const trident::InputError& e) {
+      // Planning for the config's model still makes sense when its own layout does not.
+      if (rank == 0)
+        std::printf(
+            "this config as written does not run on %d ranks (%s); planning for its model "
+            "only\n",
+            ranks, e.what());
+    }
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,179 +296,20 @@ int main(int argc, char** argv) {
     Kokkos::ScopeGuard kokkos(argc, argv);
     CLI::App app{"trident: 3D-parallel GPT training on Kokkos and MPI"};
     app.require_subcommand(1);
-
-    std::string config_path;
-    trident::TrainOptions train_options;
-    std::vector<std::string> overrides;
-    auto* train = app.add_subcommand("train", "train a model (run under mpirun for several ranks)");
-    train->add_option("--config", config_path, "run config (TOML), e.g. inputs/small.toml")
-        ->required();
-    train->add_option("--set", overrides, "override a key: --set run.steps=10 (repeatable)");
-    train->add_option("--resume", train_options.resume,
-                      "continue from this checkpoint (.h5), or 'auto': the newest complete one in "
-                      "<out_dir>/<name>/checkpoints, if any (for requeued jobs)");
-    train->add_option("--dump-grads", train_options.dump_grads,
-                      "write the first step's gradients, gathered to global shapes, to this .h5 "
-                      "(checkpoint schema, /params); for layout checks");
-    std::string inject_overflow;
-    train
-        ->add_option("--inject-overflow", inject_overflow,
-                     "STEP:RANK: that rank's gradient becomes infinite at that step (tests fp16 "
-                     "loss scaling)")
-        ->check([&](const std::string& v) {
-          const auto colon = v.find(':');
-          try {
-            if (colon == std::string::npos) throw std::invalid_argument(v);
-            train_options.inject_overflow_step = std::stoi(v.substr(0, colon));
-            train_options.inject_overflow_rank = std::stoi(v.substr(colon + 1));
-          } catch (const std::exception&) {
-            return std::string("--inject-overflow takes STEP:RANK, e.g. 3:1");
-          }
-          return std::string();
-        });
-
-    std::string inject_fault;
-    train
-        ->add_option("--inject-fault", inject_fault,
-                     "KIND:STEP:RANK with KIND kill, hang or kill-in-checkpoint: that rank is "
-                     "killed, hangs, or is killed inside the checkpoint write at that step (tests)")
-        ->check([&](const std::string& v) {
-          const auto a = v.find(':'), b = v.rfind(':');
-          const std::string kind = v.substr(0, a);
-          try {
-            if (a == b || (kind != "kill" && kind != "hang" && kind != "kill-in-checkpoint"))
-              throw std::invalid_argument(v);
-            train_options.inject_fault = kind;
-            train_options.inject_fault_step = std::stoi(v.substr(a + 1, b - a - 1));
-            train_options.inject_fault_rank = std::stoi(v.substr(b + 1));
-          } catch (const std::exception&) {
-            return std::string(
-                "--inject-fault takes KIND:STEP:RANK, KIND one of kill, hang, kill-in-checkpoint");
-          }
-          return std::string();
-        });
-
-    trident::GenerateOptions gen;
-    auto* generate = app.add_subcommand("generate", "sample text from a checkpoint");
-    generate->add_option("--ckpt", gen.checkpoint, "checkpoint (.h5)")->required();
-    generate->add_option("--prompt", gen.prompt, "text to continue");
-    generate->add_option("--tokens", gen.tokens, "tokens to sample")->capture_default_str();
-    generate->add_option("--temperature", gen.temperature, "softmax temperature")
-        ->capture_default_str();
-    generate->add_option("--top-k", gen.top_k, "sample among the k most likely (0: all)")
-        ->capture_default_str();
-    generate->add_option("--seed", gen.seed, "sampling seed")->capture_default_str();
-
-    trident::PrepareOptions prep;
-    auto* prepare = app.add_subcommand("prepare", "build byte-level train/val token files");
-    prepare->add_option("--text", prep.text_path, "UTF-8 text file, or - for stdin")->required();
-    prepare->add_option("--out-dir", prep.out_dir, "output directory")->capture_default_str();
-    prepare->add_option("--name", prep.name, "file name prefix")->capture_default_str();
-    prepare->add_option("--val-fraction", prep.val_fraction, "share held out for validation")
-        ->capture_default_str();
-
-    std::string ckpt_path, export_out;
-    auto* ckpt = app.add_subcommand("ckpt", "inspect, verify or export a checkpoint");
-    ckpt->require_subcommand(1);
-    auto* ckpt_info = ckpt->add_subcommand("info", "configuration, writing layout, step, sizes");
-    ckpt_info->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
-    auto* ckpt_verify = ckpt->add_subcommand("verify", "recompute every dataset's checksum");
-    ckpt_verify->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
-    auto* ckpt_export = ckpt->add_subcommand(
-        "export", "write the parameters as an llm.c model file (gpt2_124M.bin layout)");
-    ckpt_export->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
-    ckpt_export->add_option("--llmc", export_out, "output .bin")->required();
-
-    std::string show_path;
-    std::vector<std::string> show_overrides;
-    int show_ranks = 0;
-    auto* show = app.add_subcommand(
-        "config", "check a run config against a rank count and print it resolved (TOML)");
-    show->add_option("--config", show_path, "run config (TOML)")->required();
-    show->add_option("--set", show_overrides, "override a key, as for train (repeatable)");
-    show->add_option("--ranks", show_ranks,
-                     "ranks to validate against (default dp x tp x pp, dp = 0 counting as 1)");
-
-    trident::PlanModel plan_model;
-    trident::PlanCluster cluster;
-    std::string plan_config;
-    double batch_tokens = 1 << 20;
-    int top = 10;
-    auto* plan = app.add_subcommand("plan", "recommend a layout for a model on a GPU cluster");
-    std::vector<std::string> plan_overrides;
-    plan->add_option("--config", plan_config,
-                     "a run config: predict its own layout's memory, and plan for its model");
-    plan->add_option("--set", plan_overrides, "override a key of --config (repeatable)");
-    plan->add_option("--params", plan_model.params, "parameters (default 12 L h^2 + V h)");
-    plan->add_option("--layers", plan_model.layers, "transformer layers L");
-    plan->add_option("--hidden", plan_model.hidden, "hidden size h");
-    plan->add_option("--heads", plan_model.heads, "attention heads");
-    plan->add_option("--seq", plan_model.seq, "sequence length")->capture_default_str();
-    plan->add_option("--vocab", plan_model.vocab, "vocabulary")->capture_default_str();
-    plan->add_option("--gpus", cluster.gpus, "GPUs")->capture_default_str();
-    plan->add_option("--gpus-per-node", cluster.gpus_per_node, "GPUs per node")
-        ->capture_default_str();
-    plan->add_option("--gpu-mem", cluster.gpu_mem_gb, "memory per GPU, GB")->capture_default_str();
-    plan->add_option("--peak-tflops", cluster.peak_tflops, "bf16 peak per GPU")
-        ->capture_default_str();
-    plan->add_option("--intra-bw", cluster.intra_gbs, "per-GPU bandwidth in a node, GB/s")
-        ->capture_default_str();
-    plan->add_option("--inter-bw", cluster.inter_gbs, "per-GPU bandwidth between nodes, GB/s")
-        ->capture_default_str();
-    plan->add_option("--batch-tokens", batch_tokens, "global batch in tokens")
-        ->capture_default_str();
-    plan->add_option("--top", top, "layouts to list")->capture_default_str();
-
+    TrainCommand train;
+    FileCommands files;
+    ConfigCommand show;
+    PlanCommand plan;
+    train.add_to(app);
+    files.add_to(app);
+    show.add_to(app);
+    plan.add_to(app);
     try {
       app.parse(argc, argv);
-      if (*train) {
-        status = run_train(MPI_COMM_WORLD, config_path, overrides, train_options);
-      } else if (*generate) {
-        if (rank == 0) std::cout << trident::generate(gen) << std::endl;
-      } else if (*ckpt) {
-        if (rank == 0) {
-          if (*ckpt_info) trident::checkpoint_info(ckpt_path);
-          if (*ckpt_verify && trident::checkpoint_verify(ckpt_path) > 0) status = kExitBadInput;
-          if (*ckpt_export) {
-            trident::export_llmc(ckpt_path, export_out);
-            std::printf("wrote %s\n", export_out.c_str());
-          }
-        }
-      } else if (*plan) {
-        if (!plan_config.empty()) {
-          trident::Config c = trident::load_config(plan_config, plan_overrides);
-          plan_model.layers = c.model.n_layer;
-          plan_model.hidden = c.model.n_embd;
-          plan_model.heads = c.model.n_head;
-          plan_model.vocab = c.model.vocab_size;
-          plan_model.seq = c.model.block_size;
-          // The config's own layout on its own ranks (dp = 0 fills --gpus), and its batch.
-          const auto& p = c.parallel;
-          const int ranks = p.dp > 0 ? p.dp * p.tp * p.pp : cluster.gpus;
-          if (plan->count("--gpus") == 0) cluster.gpus = ranks;
-          if (plan->count("--batch-tokens") == 0)
-            batch_tokens = static_cast<double>(c.train.batch_size) * c.train.seq_len;
-          try {
-            trident::validate(c, ranks);
-            if (rank == 0) print_config_memory(c, cluster.gpu_mem_gb);
-          } catch (const trident::InputError& e) {
-            // Planning for the config's model still makes sense when its own layout does not.
-            if (rank == 0)
-              std::printf(
-                  "this config as written does not run on %d ranks (%s); planning for its "
-                  "model only\n",
-                  ranks, e.what());
-          }
-        }
-        if (rank == 0) print_plan(plan_model, cluster, batch_tokens, top);
-      } else if (*show) {
-        trident::Config c = trident::load_config(show_path, show_overrides);
-        const int dp = c.parallel.dp > 0 ? c.parallel.dp : 1;  // dp = 0 fills the ranks
-        trident::validate(c, show_ranks > 0 ? show_ranks : dp * c.parallel.tp * c.parallel.pp);
-        if (rank == 0) std::cout << c.to_toml();
-      } else if (*prepare) {
-        if (rank == 0) trident::prepare_byte_corpus(prep);
-      }
+      if (*train.app) status = train.run();
+      if (files.chosen()) status = files.run(rank);
+      if (*show.app) show.run(rank);
+      if (*plan.app) plan.run(rank);
     } catch (const CLI::ParseError& e) {
       status = app.exit(e);
       if (status != 0) status = kExitBadInput;

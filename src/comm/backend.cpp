@@ -1,4 +1,4 @@
-// Backend selection per grid axis: "mpi", "nccl" or "auto" (NCCL for node-local axes on CUDA).
+// Backend selection per grid axis: MPI, NCCL or auto (NCCL for node-local axes on CUDA builds).
 #include "comm/backend.hpp"
 
 #include <fmt/format.h>
@@ -56,22 +56,25 @@ bool nccl_usable() {
   return nccl_compiled() && kCudaExec;
 }
 
-std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, const std::string& backend,
+std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, CollectiveBackend backend,
                                                 bool node_local, const std::string& key) {
   bool use_nccl = false;
-  if (backend == "mpi") {
-    use_nccl = false;
-  } else if (backend == "nccl") {
-    const std::string why = nccl_unusable_reason();
-    if (!why.empty())
-      throw InputError(fmt::format(
-          "{} = 'nccl' needs a CUDA build of Kokkos with NCCL; {} — use 'mpi' or 'auto'", key,
-          why));
-    use_nccl = true;
-  } else if (backend == "auto") {
-    use_nccl = nccl_usable() && node_local;
-  } else {
-    throw InputError(fmt::format("{} = '{}' must be one of {}", key, backend, kBackendNames));
+  switch (backend) {
+    case CollectiveBackend::kMpi:
+      use_nccl = false;
+      break;
+    case CollectiveBackend::kNccl: {
+      const std::string why = nccl_unusable_reason();
+      if (!why.empty())
+        throw InputError(fmt::format(
+            "{} = 'nccl' needs a CUDA build of Kokkos with NCCL; {} — use 'mpi' or 'auto'", key,
+            why));
+      use_nccl = true;
+      break;
+    }
+    case CollectiveBackend::kAuto:
+      use_nccl = nccl_usable() && node_local;
+      break;
   }
 #ifdef TRIDENT_HAVE_NCCL
   if (use_nccl) return std::make_unique<NcclCommunicator>(comm);

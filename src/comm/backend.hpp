@@ -7,11 +7,17 @@
 #include <string>
 
 #include "comm/comm.hpp"
+#include "core/names.hpp"
 
 namespace trident {
 
-// The accepted values of parallel.backend_tp / backend_dp / backend_pp.
-inline constexpr const char* kBackendNames = "auto, mpi, nccl";
+// The values of parallel.backend_tp / backend_dp / backend_pp.
+enum class CollectiveBackend { kAuto, kMpi, kNccl };
+template <>
+inline constexpr std::array<Named<CollectiveBackend>, 3> kNames<CollectiveBackend>{
+    {{CollectiveBackend::kAuto, "auto"},
+     {CollectiveBackend::kMpi, "mpi"},
+     {CollectiveBackend::kNccl, "nccl"}}};
 
 // True when the NCCL backend was compiled in (CMake found CUDA and NCCL).
 bool nccl_compiled();
@@ -20,13 +26,13 @@ bool nccl_compiled();
 bool nccl_usable();
 
 // A communicator over `comm` (not owned; the grid frees it) for `backend`:
-//   "mpi"  -> MpiCommunicator;
-//   "nccl" -> NcclCommunicator, or InputError when NCCL is not usable in this build;
-//   "auto" -> NCCL when usable and the axis is `node_local` (NVLink / PCIe between GPUs of one
-//             node is where NCCL wins), else MPI.
+//   kMpi  -> MpiCommunicator;
+//   kNccl -> NcclCommunicator, or InputError when NCCL is not usable in this build;
+//   kAuto -> NCCL when usable and the axis is `node_local` (NVLink / PCIe between GPUs of one
+//            node is where NCCL wins), else MPI.
 // Collective over `comm` when it builds an NCCL communicator; every rank of the axis must pass
 // the same arguments. `key` names the config key in messages ("parallel.backend_tp").
-std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, const std::string& backend,
+std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, CollectiveBackend backend,
                                                 bool node_local,
                                                 const std::string& key = "parallel.backend");
 

@@ -4,11 +4,14 @@
 
 #include <mpi.h>
 
-#include "core/half.hpp"
-
 #include <cstddef>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
+
+#include "core/half.hpp"
+#include "core/types.hpp"
 
 namespace trident {
 
@@ -46,8 +49,56 @@ class Request {
   std::unique_ptr<Impl> impl_;
 };
 
-// Float collectives over one communicator (an axis of the grid, or a combination of axes).
-// Buffers live in the execution space's memory; counts are in elements.
+// A buffer a collective reads or writes: a window of a View in the execution space's memory and
+// the format of its elements (fp32, or bf16 / fp16 bit patterns). Built only from Views, whose
+// memory space is part of their type, so a host buffer given to a device build's collectives is
+// a compile error, not a crash in NCCL. One path for every format: 16-bit data is not a twin
+// of each call but a format the backends map to their own types.
+class CommBuffer {
+  // Views of E (float or uint16_t, const or not) in the execution space's memory.
+  template <class V, class E, class = void>
+  struct IsViewOf : std::false_type {};
+  template <class V, class E>
+  struct IsViewOf<V, E, std::void_t<typename V::memory_space, typename V::value_type>>
+      : std::bool_constant<
+            Kokkos::is_view<V>::value && std::is_same_v<typename V::memory_space, MemSpace> &&
+            std::is_same_v<std::remove_const_t<typename V::value_type>, E> && V::rank == 1> {};
+  template <class V, class E>
+  static constexpr bool kViewOf = IsViewOf<V, E>::value;
+
+ public:
+  // fp32 values.
+  template <class V, std::enable_if_t<kViewOf<V, float>, int> = 0>
+  CommBuffer(const V& v)  // NOLINT(google-explicit-constructor): a View is a buffer
+      : data_(const_cast<float*>(v.data())), count_(v.extent(0)) {}
+  // bf16 or fp16 bit patterns; `format` says which (sums round to it).
+  template <class V, std::enable_if_t<kViewOf<V, uint16_t>, int> = 0>
+  CommBuffer(const V& v, Precision format)
+      : data_(const_cast<uint16_t*>(v.data())), count_(v.extent(0)), format_(format) {
+    if (format == Precision::kFp32)
+      throw std::logic_error("CommBuffer: 16-bit elements need format bf16 or fp16");
+  }
+  void* data() const { return data_; }
+  size_t count() const { return count_; }
+  Precision format() const { return format_; }
+  // Elements [offset, offset + n) of this buffer.
+  CommBuffer window(size_t offset, size_t n) const {
+    CommBuffer w = *this;
+    w.data_ = static_cast<char*>(data_) + offset * bytes_of(format_);
+    w.count_ = n;
+    return w;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t count_ = 0;
+  Precision format_ = Precision::kFp32;
+};
+
+// Collectives over one communicator (an axis of the grid, or a combination of axes). Sums of
+// 16-bit buffers round each partial sum to the format, as a 16-bit NCCL reduction does. Counts
+// are the buffers' own: an all-gather's recv holds size() x send, a reduce-scatter's send
+// size() x recv.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -55,30 +106,19 @@ class Communicator {
   virtual int rank() const = 0;
   virtual const char* backend() const = 0;
 
-  virtual void allreduce_sum(float* buf, size_t n) = 0;  // in place
-  virtual void allreduce_max(float* buf, size_t n) = 0;  // in place
-  virtual Request iallreduce_sum(float* buf, size_t n) = 0;
-  // recv[recv_count] = this rank's chunk of the sum of every rank's send[size * recv_count].
-  virtual void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) = 0;
-  // recv[size * send_count] = every rank's send[send_count], in rank order. In place when
-  // send == recv + rank * send_count.
-  virtual void allgather(const float* send, float* recv, size_t send_count) = 0;
-  virtual Request iallgather(const float* send, float* recv, size_t send_count) = 0;
-  // The same for 16-bit values (bf16 / fp16 bit patterns, gathered unchanged).
-  virtual void allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) = 0;
-  virtual Request iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) = 0;
-  // Sums of 16-bit values in format p (bf16 or fp16): each partial sum is rounded to the format,
-  // as a 16-bit NCCL reduction does. Half the bytes of the fp32 collectives.
-  virtual Request iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) = 0;
-  virtual void reduce_scatter_sum_16(const uint16_t* send, uint16_t* recv, size_t recv_count,
-                                     Precision p) = 0;
-  virtual void broadcast(float* buf, size_t n, int root) = 0;
-  virtual void send(const float* buf, size_t n, int peer, int tag) = 0;
-  virtual void recv(float* buf, size_t n, int peer, int tag) = 0;
-  virtual Request isend(const float* buf, size_t n, int peer, int tag) = 0;
-  virtual Request irecv(float* buf, size_t n, int peer, int tag) = 0;
-  // Double-precision sum for scalars (losses, norms), small counts only.
-  virtual void allreduce_sum(double* buf, size_t n) = 0;
+  virtual void allreduce_sum(CommBuffer buf) = 0;  // in place
+  virtual void allreduce_max(CommBuffer buf) = 0;  // in place; fp32 only
+  virtual Request iallreduce_sum(CommBuffer buf) = 0;
+  // recv = this rank's part of the sum of every rank's send.
+  virtual void reduce_scatter_sum(CommBuffer send, CommBuffer recv) = 0;
+  // recv = every rank's send, in rank order. In place when send is this rank's part of recv.
+  virtual void allgather(CommBuffer send, CommBuffer recv) = 0;
+  virtual Request iallgather(CommBuffer send, CommBuffer recv) = 0;
+  virtual void broadcast(CommBuffer buf, int root) = 0;
+  virtual void send(CommBuffer buf, int peer, int tag) = 0;
+  virtual void recv(CommBuffer buf, int peer, int tag) = 0;
+  virtual Request isend(CommBuffer buf, int peer, int tag) = 0;
+  virtual Request irecv(CommBuffer buf, int peer, int tag) = 0;
 };
 
 // MPI backend over a communicator it does not own (the grid owns and frees it).
@@ -90,23 +130,17 @@ class MpiCommunicator final : public Communicator {
   const char* backend() const override { return "mpi"; }
   MPI_Comm handle() const { return comm_; }
 
-  void allreduce_sum(float* buf, size_t n) override;
-  void allreduce_max(float* buf, size_t n) override;
-  Request iallreduce_sum(float* buf, size_t n) override;
-  void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
-  void allgather(const float* send, float* recv, size_t send_count) override;
-  Request iallgather(const float* send, float* recv, size_t send_count) override;
-  void allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
-  Request iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
-  Request iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) override;
-  void reduce_scatter_sum_16(const uint16_t* send, uint16_t* recv, size_t recv_count,
-                             Precision p) override;
-  void broadcast(float* buf, size_t n, int root) override;
-  void send(const float* buf, size_t n, int peer, int tag) override;
-  void recv(float* buf, size_t n, int peer, int tag) override;
-  Request isend(const float* buf, size_t n, int peer, int tag) override;
-  Request irecv(float* buf, size_t n, int peer, int tag) override;
-  void allreduce_sum(double* buf, size_t n) override;
+  void allreduce_sum(CommBuffer buf) override;
+  void allreduce_max(CommBuffer buf) override;
+  Request iallreduce_sum(CommBuffer buf) override;
+  void reduce_scatter_sum(CommBuffer send, CommBuffer recv) override;
+  void allgather(CommBuffer send, CommBuffer recv) override;
+  Request iallgather(CommBuffer send, CommBuffer recv) override;
+  void broadcast(CommBuffer buf, int root) override;
+  void send(CommBuffer buf, int peer, int tag) override;
+  void recv(CommBuffer buf, int peer, int tag) override;
+  Request isend(CommBuffer buf, int peer, int tag) override;
+  Request irecv(CommBuffer buf, int peer, int tag) override;
 
  private:
   MPI_Comm comm_;

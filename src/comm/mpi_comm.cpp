@@ -49,6 +49,29 @@ class MpiRequest final : public Request::Impl {
   }
 };
 
+// fp32 as MPI_FLOAT; bf16 / fp16 bit patterns as MPI_UINT16_T (moved unchanged, summed by sum_op).
+MPI_Datatype datatype_of(const CommBuffer& b) {
+  return b.format() == Precision::kFp32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+MPI_Op sum_of(const CommBuffer& b) {
+  return b.format() == Precision::kFp32 ? MPI_SUM : sum_op(b.format());
+}
+
+void check_same_format(const CommBuffer& a, const CommBuffer& b, const char* call) {
+  if (a.format() != b.format())
+    fatal(call, __FILE__, __LINE__, "send and receive buffers of different formats",
+          "convert one side first (kernels/cast.hpp)");
+}
+
+void check_counts(size_t parts, size_t part, size_t whole, const char* call) {
+  if (parts * part != whole)
+    fatal(call, __FILE__, __LINE__,
+          std::to_string(whole) + " elements are not " + std::to_string(parts) + " parts of " +
+              std::to_string(part),
+          "size the whole buffer as ranks x the part");
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
@@ -56,106 +79,92 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
   TRIDENT_MPI(MPI_Comm_rank(comm_, &rank_));
 }
 
-void MpiCommunicator::allreduce_sum(float* buf, size_t n) {
+void MpiCommunicator::allreduce_sum(CommBuffer buf) {
   if (size_ == 1) return;
-  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count_of(n), MPI_FLOAT, MPI_SUM, comm_));
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf.data(), count_of(buf.count()), datatype_of(buf),
+                            sum_of(buf), comm_));
 }
 
-void MpiCommunicator::allreduce_max(float* buf, size_t n) {
+void MpiCommunicator::allreduce_max(CommBuffer buf) {
   if (size_ == 1) return;
-  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count_of(n), MPI_FLOAT, MPI_MAX, comm_));
+  if (buf.format() != Precision::kFp32)
+    fatal("MPI_Allreduce(MPI_MAX)", __FILE__, __LINE__, "a 16-bit buffer",
+          "the maximum is taken over fp32 values only");
+  TRIDENT_MPI(
+      MPI_Allreduce(MPI_IN_PLACE, buf.data(), count_of(buf.count()), MPI_FLOAT, MPI_MAX, comm_));
 }
 
-void MpiCommunicator::allreduce_sum(double* buf, size_t n) {
-  if (size_ == 1) return;
-  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count_of(n), MPI_DOUBLE, MPI_SUM, comm_));
-}
-
-Request MpiCommunicator::iallreduce_sum(float* buf, size_t n) {
+Request MpiCommunicator::iallreduce_sum(CommBuffer buf) {
   if (size_ == 1) return Request();
   auto r = std::make_unique<MpiRequest>();
-  TRIDENT_MPI(
-      MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(n), MPI_FLOAT, MPI_SUM, comm_, &r->request));
+  TRIDENT_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf.data(), count_of(buf.count()), datatype_of(buf),
+                             sum_of(buf), comm_, &r->request));
   return Request(std::move(r));
 }
 
-void MpiCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
-  TRIDENT_MPI(
-      MPI_Reduce_scatter_block(send, recv, count_of(recv_count), MPI_FLOAT, MPI_SUM, comm_));
+void MpiCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv) {
+  check_same_format(send, recv, "MPI_Reduce_scatter_block");
+  check_counts(static_cast<size_t>(size_), recv.count(), send.count(), "MPI_Reduce_scatter_block");
+  TRIDENT_MPI(MPI_Reduce_scatter_block(send.data(), recv.data(), count_of(recv.count()),
+                                       datatype_of(recv), sum_of(recv), comm_));
 }
 
 namespace {
 
-// All-gather of `count` elements of `type` per rank, blocking (request null) or not. In place
-// when this rank's part already sits at its slot of recv (as NCCL allows).
-template <class T>
-void gather_all(MPI_Comm comm, int rank, const T* send, T* recv, size_t count, MPI_Datatype type,
+// All-gather, blocking (request null) or not. In place when this rank's part already sits at
+// its slot of recv (as NCCL allows).
+void gather_all(MPI_Comm comm, int size, int rank, const CommBuffer& send, const CommBuffer& recv,
                 MPI_Request* request) {
-  const void* src = send == recv + static_cast<size_t>(rank) * count ? MPI_IN_PLACE : send;
+  check_same_format(send, recv, "MPI_Allgather");
+  check_counts(static_cast<size_t>(size), send.count(), recv.count(), "MPI_Allgather");
+  const void* src = send.data() == recv.window(static_cast<size_t>(rank) * send.count(), 0).data()
+                        ? MPI_IN_PLACE
+                        : send.data();
+  const int count = count_of(send.count());
+  const MPI_Datatype type = datatype_of(send);
   if (request)
-    TRIDENT_MPI(
-        MPI_Iallgather(src, count_of(count), type, recv, count_of(count), type, comm, request));
+    TRIDENT_MPI(MPI_Iallgather(src, count, type, recv.data(), count, type, comm, request));
   else
-    TRIDENT_MPI(MPI_Allgather(src, count_of(count), type, recv, count_of(count), type, comm));
+    TRIDENT_MPI(MPI_Allgather(src, count, type, recv.data(), count, type, comm));
 }
 
 }  // namespace
 
-void MpiCommunicator::allgather(const float* send, float* recv, size_t send_count) {
-  gather_all(comm_, rank_, send, recv, send_count, MPI_FLOAT, nullptr);
+void MpiCommunicator::allgather(CommBuffer send, CommBuffer recv) {
+  gather_all(comm_, size_, rank_, send, recv, nullptr);
 }
 
-Request MpiCommunicator::iallgather(const float* send, float* recv, size_t send_count) {
+Request MpiCommunicator::iallgather(CommBuffer send, CommBuffer recv) {
   auto r = std::make_unique<MpiRequest>();
-  gather_all(comm_, rank_, send, recv, send_count, MPI_FLOAT, &r->request);
+  gather_all(comm_, size_, rank_, send, recv, &r->request);
   return Request(std::move(r));
 }
 
-void MpiCommunicator::allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
-  gather_all(comm_, rank_, send, recv, send_count, MPI_UINT16_T, nullptr);
-}
-
-Request MpiCommunicator::iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
-  auto r = std::make_unique<MpiRequest>();
-  gather_all(comm_, rank_, send, recv, send_count, MPI_UINT16_T, &r->request);
-  return Request(std::move(r));
-}
-
-Request MpiCommunicator::iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) {
-  auto r = std::make_unique<MpiRequest>();
-  TRIDENT_MPI(
-      MPI_Iallreduce(MPI_IN_PLACE, buf, count_of(n), MPI_UINT16_T, sum_op(p), comm_, &r->request));
-  return Request(std::move(r));
-}
-
-void MpiCommunicator::reduce_scatter_sum_16(const uint16_t* send, uint16_t* recv, size_t recv_count,
-                                            Precision p) {
-  TRIDENT_MPI(
-      MPI_Reduce_scatter_block(send, recv, count_of(recv_count), MPI_UINT16_T, sum_op(p), comm_));
-}
-
-void MpiCommunicator::broadcast(float* buf, size_t n, int root) {
+void MpiCommunicator::broadcast(CommBuffer buf, int root) {
   if (size_ == 1) return;
-  TRIDENT_MPI(MPI_Bcast(buf, count_of(n), MPI_FLOAT, root, comm_));
+  TRIDENT_MPI(MPI_Bcast(buf.data(), count_of(buf.count()), datatype_of(buf), root, comm_));
 }
 
-void MpiCommunicator::send(const float* buf, size_t n, int peer, int tag) {
-  TRIDENT_MPI(MPI_Send(buf, count_of(n), MPI_FLOAT, peer, tag, comm_));
+void MpiCommunicator::send(CommBuffer buf, int peer, int tag) {
+  TRIDENT_MPI(MPI_Send(buf.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_));
 }
 
-void MpiCommunicator::recv(float* buf, size_t n, int peer, int tag) {
-  TRIDENT_MPI(MPI_Recv(buf, count_of(n), MPI_FLOAT, peer, tag, comm_, MPI_STATUS_IGNORE));
+void MpiCommunicator::recv(CommBuffer buf, int peer, int tag) {
+  TRIDENT_MPI(MPI_Recv(buf.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_,
+                       MPI_STATUS_IGNORE));
 }
 
-Request MpiCommunicator::isend(const float* buf, size_t n, int peer, int tag) {
+Request MpiCommunicator::isend(CommBuffer buf, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
-  TRIDENT_MPI(MPI_Isend(buf, count_of(n), MPI_FLOAT, peer, tag, comm_, &r->request));
+  TRIDENT_MPI(MPI_Isend(buf.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_,
+                        &r->request));
   return Request(std::move(r));
 }
 
-Request MpiCommunicator::irecv(float* buf, size_t n, int peer, int tag) {
+Request MpiCommunicator::irecv(CommBuffer buf, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
-  TRIDENT_MPI(MPI_Irecv(buf, count_of(n), MPI_FLOAT, peer, tag, comm_, &r->request));
+  TRIDENT_MPI(MPI_Irecv(buf.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_,
+                        &r->request));
   return Request(std::move(r));
 }
 

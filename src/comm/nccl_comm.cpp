@@ -164,113 +164,102 @@ void NcclCommunicator::check_peer(int peer, const char* call) const {
           "point-to-point peers must be other ranks of the same axis");
 }
 
-void NcclCommunicator::allreduce_sum(float* buf, size_t n) {
-  if (size_ == 1 || n == 0) return;
+namespace {
+
+ncclDataType_t datatype_of(const CommBuffer& b) {
+  switch (b.format()) {
+    case Precision::kBf16:
+      return ncclBfloat16;
+    case Precision::kFp16:
+      return ncclFloat16;
+    case Precision::kFp32:
+      break;
+  }
+  return ncclFloat;
+}
+
+}  // namespace
+
+void NcclCommunicator::allreduce_sum(CommBuffer buf) {
+  iallreduce_sum(buf).wait();
+}
+
+void NcclCommunicator::allreduce_max(CommBuffer buf) {
+  if (size_ == 1 || buf.count() == 0) return;
+  if (buf.format() != Precision::kFp32)
+    fatal("ncclAllReduce(ncclMax)", __FILE__, __LINE__, "a 16-bit buffer",
+          "the maximum is taken over fp32 values only");
   inputs_ready();
-  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+  TRIDENT_NCCL(
+      ncclAllReduce(buf.data(), buf.data(), buf.count(), ncclFloat, ncclMax, comm_, stream_));
   finish();
 }
 
-void NcclCommunicator::allreduce_max(float* buf, size_t n) {
-  if (size_ == 1 || n == 0) return;
+Request NcclCommunicator::iallreduce_sum(CommBuffer buf) {
+  if (size_ == 1 || buf.count() == 0) return Request();
   inputs_ready();
-  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, comm_, stream_));
-  finish();
-}
-
-void NcclCommunicator::allreduce_sum(double* buf, size_t n) {
-  if (size_ == 1 || n == 0) return;
-  inputs_ready();
-  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, ncclDouble, ncclSum, comm_, stream_));
-  finish();
-}
-
-Request NcclCommunicator::iallreduce_sum(float* buf, size_t n) {
-  if (size_ == 1 || n == 0) return Request();
-  inputs_ready();
-  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+  TRIDENT_NCCL(ncclAllReduce(buf.data(), buf.data(), buf.count(), datatype_of(buf), ncclSum, comm_,
+                             stream_));
   return pending();
 }
 
-void NcclCommunicator::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
+void NcclCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv) {
+  if (send.format() != recv.format() || send.count() != recv.count() * size_)
+    fatal("ncclReduceScatter", __FILE__, __LINE__, "send is not ranks x recv of one format",
+          "size the send buffer as ranks x the part");
   inputs_ready();
-  TRIDENT_NCCL(ncclReduceScatter(send, recv, recv_count, ncclFloat, ncclSum, comm_, stream_));
+  TRIDENT_NCCL(ncclReduceScatter(send.data(), recv.data(), recv.count(), datatype_of(recv), ncclSum,
+                                 comm_, stream_));
   finish();
 }
 
-void NcclCommunicator::allgather(const float* send, float* recv, size_t send_count) {
-  inputs_ready();
-  TRIDENT_NCCL(ncclAllGather(send, recv, send_count, ncclFloat, comm_, stream_));
-  finish();
+void NcclCommunicator::allgather(CommBuffer send, CommBuffer recv) {
+  iallgather(send, recv).wait();
 }
 
-Request NcclCommunicator::iallgather(const float* send, float* recv, size_t send_count) {
+Request NcclCommunicator::iallgather(CommBuffer send, CommBuffer recv) {
+  if (send.format() != recv.format() || recv.count() != send.count() * size_)
+    fatal("ncclAllGather", __FILE__, __LINE__, "recv is not ranks x send of one format",
+          "size the receive buffer as ranks x the part");
   inputs_ready();
-  TRIDENT_NCCL(ncclAllGather(send, recv, send_count, ncclFloat, comm_, stream_));
+  // A gather moves bits without arithmetic: bf16 and fp16 travel as their own 16-bit types.
+  TRIDENT_NCCL(
+      ncclAllGather(send.data(), recv.data(), send.count(), datatype_of(send), comm_, stream_));
   return pending();
 }
 
-void NcclCommunicator::allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
+void NcclCommunicator::broadcast(CommBuffer buf, int root) {
+  if (size_ == 1 || buf.count() == 0) return;
   inputs_ready();
-  // A gather moves bits without arithmetic: any 16-bit NCCL type carries bf16 and fp16 alike.
-  TRIDENT_NCCL(ncclAllGather(send, recv, send_count, ncclFloat16, comm_, stream_));
-  finish();
-}
-
-Request NcclCommunicator::iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) {
-  inputs_ready();
-  TRIDENT_NCCL(ncclAllGather(send, recv, send_count, ncclFloat16, comm_, stream_));
-  return pending();
-}
-
-Request NcclCommunicator::iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) {
-  if (size_ == 1 || n == 0) return Request();
-  inputs_ready();
-  TRIDENT_NCCL(ncclAllReduce(buf, buf, n, p == Precision::kBf16 ? ncclBfloat16 : ncclFloat16,
-                             ncclSum, comm_, stream_));
-  return pending();
-}
-
-void NcclCommunicator::reduce_scatter_sum_16(const uint16_t* send, uint16_t* recv,
-                                             size_t recv_count, Precision p) {
-  inputs_ready();
-  TRIDENT_NCCL(ncclReduceScatter(send, recv, recv_count,
-                                 p == Precision::kBf16 ? ncclBfloat16 : ncclFloat16, ncclSum, comm_,
-                                 stream_));
-  finish();
-}
-
-void NcclCommunicator::broadcast(float* buf, size_t n, int root) {
-  if (size_ == 1 || n == 0) return;
-  inputs_ready();
-  TRIDENT_NCCL(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_));
+  TRIDENT_NCCL(
+      ncclBroadcast(buf.data(), buf.data(), buf.count(), datatype_of(buf), root, comm_, stream_));
   finish();
 }
 
 // Each p2p call is its own group, as NCCL recommends for a single send or receive; tags are
 // ignored (NCCL matches a pair's operations in issue order).
-void NcclCommunicator::send(const float* buf, size_t n, int peer, int /*tag*/) {
-  isend(buf, n, peer, 0).wait();
+void NcclCommunicator::send(CommBuffer buf, int peer, int /*tag*/) {
+  isend(buf, peer, 0).wait();
 }
 
-void NcclCommunicator::recv(float* buf, size_t n, int peer, int /*tag*/) {
-  irecv(buf, n, peer, 0).wait();
+void NcclCommunicator::recv(CommBuffer buf, int peer, int /*tag*/) {
+  irecv(buf, peer, 0).wait();
 }
 
-Request NcclCommunicator::isend(const float* buf, size_t n, int peer, int /*tag*/) {
+Request NcclCommunicator::isend(CommBuffer buf, int peer, int /*tag*/) {
   check_peer(peer, "ncclSend");
   inputs_ready();
   TRIDENT_NCCL(ncclGroupStart());
-  TRIDENT_NCCL(ncclSend(buf, n, ncclFloat, peer, comm_, stream_));
+  TRIDENT_NCCL(ncclSend(buf.data(), buf.count(), datatype_of(buf), peer, comm_, stream_));
   TRIDENT_NCCL(ncclGroupEnd());
   return pending();
 }
 
-Request NcclCommunicator::irecv(float* buf, size_t n, int peer, int /*tag*/) {
+Request NcclCommunicator::irecv(CommBuffer buf, int peer, int /*tag*/) {
   check_peer(peer, "ncclRecv");
   inputs_ready();  // the receive buffer may still be read by a kernel in flight
   TRIDENT_NCCL(ncclGroupStart());
-  TRIDENT_NCCL(ncclRecv(buf, n, ncclFloat, peer, comm_, stream_));
+  TRIDENT_NCCL(ncclRecv(buf.data(), buf.count(), datatype_of(buf), peer, comm_, stream_));
   TRIDENT_NCCL(ncclGroupEnd());
   return pending();
 }

@@ -35,23 +35,17 @@ class NcclCommunicator final : public Communicator {
   const char* backend() const override { return "nccl"; }
   cudaStream_t stream() const { return stream_; }
 
-  void allreduce_sum(float* buf, size_t n) override;
-  void allreduce_max(float* buf, size_t n) override;
-  Request iallreduce_sum(float* buf, size_t n) override;
-  void reduce_scatter_sum(const float* send, float* recv, size_t recv_count) override;
-  void allgather(const float* send, float* recv, size_t send_count) override;
-  Request iallgather(const float* send, float* recv, size_t send_count) override;
-  void allgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
-  Request iallgather_16(const uint16_t* send, uint16_t* recv, size_t send_count) override;
-  Request iallreduce_sum_16(uint16_t* buf, size_t n, Precision p) override;
-  void reduce_scatter_sum_16(const uint16_t* send, uint16_t* recv, size_t recv_count,
-                             Precision p) override;
-  void broadcast(float* buf, size_t n, int root) override;
-  void send(const float* buf, size_t n, int peer, int tag) override;
-  void recv(float* buf, size_t n, int peer, int tag) override;
-  Request isend(const float* buf, size_t n, int peer, int tag) override;
-  Request irecv(float* buf, size_t n, int peer, int tag) override;
-  void allreduce_sum(double* buf, size_t n) override;
+  void allreduce_sum(CommBuffer buf) override;
+  void allreduce_max(CommBuffer buf) override;
+  Request iallreduce_sum(CommBuffer buf) override;
+  void reduce_scatter_sum(CommBuffer send, CommBuffer recv) override;
+  void allgather(CommBuffer send, CommBuffer recv) override;
+  Request iallgather(CommBuffer send, CommBuffer recv) override;
+  void broadcast(CommBuffer buf, int root) override;
+  void send(CommBuffer buf, int peer, int tag) override;
+  void recv(CommBuffer buf, int peer, int tag) override;
+  Request isend(CommBuffer buf, int peer, int tag) override;
+  Request irecv(CommBuffer buf, int peer, int tag) override;
 
  private:
   void inputs_ready() const;  // fence Kokkos: the kernels that wrote the inputs have finished

@@ -7,22 +7,15 @@
 #include <cstring>
 #include <string>
 
+#include "core/names.hpp"
+
 namespace trident {
 
 enum class Precision { kFp32, kBf16, kFp16 };
 
-// "fp32" | "bf16" | "fp16"; false for anything else.
-inline bool parse_precision(const std::string& name, Precision& out) {
-  if (name == "fp32")
-    out = Precision::kFp32;
-  else if (name == "bf16")
-    out = Precision::kBf16;
-  else if (name == "fp16")
-    out = Precision::kFp16;
-  else
-    return false;
-  return true;
-}
+template <>
+inline constexpr std::array<Named<Precision>, 3> kNames<Precision>{
+    {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}}};
 
 // Bytes per stored element.
 inline int bytes_of(Precision p) {

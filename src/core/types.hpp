@@ -30,9 +30,13 @@ using Mat = Kokkos::View<float**, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstMat = Kokkos::View<const float**, Kokkos::LayoutRight, Device, Unmanaged>;
 using IntVec = Kokkos::View<int32_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstIntVec = Kokkos::View<const int32_t*, Kokkos::LayoutRight, Device, Unmanaged>;
+using HalfVec = Kokkos::View<uint16_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 
 inline Vec window(const View1& flat, size_t offset, size_t n) {
   return Vec(flat.data() + offset, n);
+}
+inline HalfVec window(const HalfView1& flat, size_t offset, size_t n) {
+  return HalfVec(flat.data() + offset, n);
 }
 inline Mat window(const View1& flat, size_t offset, size_t rows, size_t cols) {
   return Mat(flat.data() + offset, rows, cols);

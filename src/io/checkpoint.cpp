@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 #include "io/hdf5.hpp"
-#include "parallel/zero/partition.hpp"
+#include "model/partition.hpp"
 
 #ifndef H5_HAVE_PARALLEL
 #error "trident's checkpoints need the parallel (MPI) HDF5 build (libhdf5-openmpi-dev)"

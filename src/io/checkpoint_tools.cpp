@@ -47,7 +47,7 @@ void checkpoint_info(const std::string& path) {
               static_cast<long long>(h5::read_attr_int(file, "data_cursor", path)),
               static_cast<long long>(h5::read_attr_int(file, "adam_steps", path)),
               static_cast<long long>(h5::read_attr_int(file, "seed", path)));
-  if (c.precision.compute == "fp16")
+  if (c.precision.compute == Precision::kFp16)
     std::printf("loss scale   %g\n", h5::read_attr_double(file, "loss_scale", path));
   for (const char* group : kGroups) {
     if (!has_link(file, group)) continue;
@@ -55,8 +55,8 @@ void checkpoint_info(const std::string& path) {
                 table.total_numel() * 4.0 / 1048576.0);
   }
   std::printf("config       run %s, precision %s, zero %d, dp %d tp %d pp %d\n", c.run.name.c_str(),
-              c.precision.compute.c_str(), c.zero.stage, c.parallel.dp, c.parallel.tp,
-              c.parallel.pp);
+              name_of(c.precision.compute), static_cast<int>(c.zero.stage), c.parallel.dp,
+              c.parallel.tp, c.parallel.pp);
 }
 
 int checkpoint_verify(const std::string& path) {

@@ -11,15 +11,43 @@
 #include <variant>
 
 #include "core/error.hpp"
-#include "core/half.hpp"
-#include "model/recompute.hpp"
-#include "optim/schedule.hpp"
-#include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
 namespace {
 
-using FieldRef = std::variant<int*, int64_t*, double*, std::string*>;
+// A key whose value is one of an enum's names (or, for zero.stage, one of its numbers): typed on
+// reading, so nothing after parsing compares strings.
+struct Choice {
+  std::function<bool(const toml::node&)> assign;  // false: not one of the valid values
+  std::function<std::string()> format;            // the value as TOML
+  std::string valid;                              // "one of a, b, c"
+  bool integer = false;                           // given as a TOML integer, not a string
+};
+
+template <class E>
+Choice choice(E* target) {
+  return {[target](const toml::node& node) {
+            return node.is_string() && parse_name(node.value<std::string>().value(), *target);
+          },
+          [target] {
+            std::ostringstream os;
+            os << toml::value<std::string>(name_of(*target));
+            return os.str();
+          },
+          valid_names<E>(), false};
+}
+
+Choice zero_stage_choice(ZeroStage* target) {
+  return {[target](const toml::node& node) {
+            const int64_t v = node.value<int64_t>().value_or(-1);
+            if (v < 0 || v > 3) return false;
+            *target = static_cast<ZeroStage>(v);
+            return true;
+          },
+          [target] { return std::to_string(static_cast<int>(*target)); }, "0, 1, 2 or 3", true};
+}
+
+using FieldRef = std::variant<int*, int64_t*, double*, std::string*, Choice>;
 
 struct Field {
   std::string section, key;
@@ -65,37 +93,38 @@ std::vector<Field> schema(Config& c) {
       {"optim", "beta2", &c.optim.beta2, "AdamW beta2"},
       {"optim", "eps", &c.optim.eps, "AdamW epsilon"},
       {"optim", "max_norm", &c.optim.max_norm, "global gradient-norm clip (0: off)"},
-      {"optim", "lr_scaling", &c.optim.lr_scaling,
+      {"optim", "lr_scaling", choice(&c.optim.lr_scaling),
        "scale lr with the global batch: none, linear, sqrt (relative to base_batch_tokens)"},
       {"optim", "base_batch_tokens", &c.optim.base_batch_tokens,
        "global batch in tokens at which optim.lr was tuned (for lr_scaling)"},
       {"parallel", "dp", &c.parallel.dp, "data-parallel replicas (0: world size / (tp*pp))"},
       {"parallel", "tp", &c.parallel.tp, "tensor-parallel ranks"},
       {"parallel", "pp", &c.parallel.pp, "pipeline stages"},
-      {"parallel", "schedule", &c.parallel.schedule, "pipeline schedule: gpipe, 1f1b, interleaved"},
+      {"parallel", "schedule", choice(&c.parallel.schedule),
+       "pipeline schedule: gpipe, 1f1b, interleaved"},
       {"parallel", "virtual_stages", &c.parallel.virtual_stages,
        "model chunks per pipeline rank (interleaved schedule)"},
       {"parallel", "dp_bucket_mb", &c.parallel.dp_bucket_mb,
        "gradient all-reduce bucket size over dp, MiB"},
-      {"parallel", "backend_tp", &c.parallel.backend_tp,
+      {"parallel", "backend_tp", choice(&c.parallel.backend_tp),
        "tensor-parallel collectives: auto, mpi, nccl (auto: NCCL on node-local GPU axes)"},
-      {"parallel", "backend_dp", &c.parallel.backend_dp,
+      {"parallel", "backend_dp", choice(&c.parallel.backend_dp),
        "data-parallel collectives: auto, mpi, nccl"},
-      {"parallel", "backend_pp", &c.parallel.backend_pp, "pipeline send/recv: auto, mpi"},
-      {"zero", "stage", &c.zero.stage,
+      {"parallel", "backend_pp", choice(&c.parallel.backend_pp), "pipeline send/recv: auto, mpi"},
+      {"zero", "stage", zero_stage_choice(&c.zero.stage),
        "ZeRO stage: 0 replicated; sharded over dp: 1 optimizer states, 2 + gradients, 3 + "
        "parameters"},
-      {"offload", "optimizer", &c.offload.optimizer,
+      {"offload", "optimizer", choice(&c.offload.optimizer),
        "optimizer states: none, host (device builds), nvme (files under nvme_dir)"},
-      {"offload", "params", &c.offload.params,
+      {"offload", "params", choice(&c.offload.params),
        "ZeRO-3 parameter shards: none or nvme (needs optimizer = nvme)"},
       {"offload", "nvme_dir", &c.offload.nvme_dir, "directory for nvme-offloaded states"},
       {"offload", "buffer_mb", &c.offload.buffer_mb,
        "resident buffer per moment while streaming from nvme, MiB"},
-      {"precision", "compute", &c.precision.compute,
+      {"precision", "compute", choice(&c.precision.compute),
        "fp32, or bf16 / fp16 parameters and activations (fp32 arithmetic, gradients and master "
        "weights)"},
-      {"precision", "grad_reduce", &c.precision.grad_reduce,
+      {"precision", "grad_reduce", choice(&c.precision.grad_reduce),
        "format of the data-parallel gradient reduction: fp32, bf16, fp16"},
       {"precision", "loss_scale", &c.precision.loss_scale, "fp16: initial dynamic loss scale"},
       {"precision", "growth_interval", &c.precision.growth_interval,
@@ -104,12 +133,12 @@ std::vector<Field> schema(Config& c) {
        "fp16: factor applied to the loss scale on overflow"},
       {"precision", "hysteresis", &c.precision.hysteresis,
        "fp16: overflowing steps (each skipped) before the scale is lowered"},
-      {"dp", "sync", &c.dp.sync,
+      {"dp", "sync", choice(&c.dp.sync),
        "data-parallel updates: sync, async (gradients applied one step late, the reduction "
        "overlapping the next step), local_sgd (local steps, averaged every local_steps)"},
       {"dp", "local_steps", &c.dp.local_steps,
        "local_sgd: steps per averaging round; the round's last step is synchronous"},
-      {"recompute", "policy", &c.recompute.policy,
+      {"recompute", "policy", choice(&c.recompute.policy),
        "activation recomputation: none, selective (attention probabilities), full (whole "
        "blocks from their input)"},
       {"recompute", "layers", &c.recompute.layers,
@@ -132,23 +161,45 @@ std::string valid_sections(const std::vector<Field>& fields) {
   return out;
 }
 
+// Whether the value is written as a TOML string (and may be given bare to --set).
+bool is_string_valued(const FieldRef& ref) {
+  if (const Choice* c = std::get_if<Choice>(&ref)) return !c->integer;
+  return std::holds_alternative<std::string*>(ref);
+}
+
 const char* type_name(const FieldRef& ref) {
-  if (std::holds_alternative<std::string*>(ref)) return "a string";
+  if (is_string_valued(ref)) return "a string";
   if (std::holds_alternative<double*>(ref)) return "a number";
   return "an integer";
 }
 
 void assign(const Field& f, const toml::node& node, const std::string& origin) {
   const std::string where = fmt::format("{}: key '{}'", origin, f.path());
+  if (const Choice* c = std::get_if<Choice>(&f.ref)) {
+    if (c->integer ? !node.is_integer() : !node.is_string())
+      throw InputError(where + " must be " + type_name(f.ref));
+    if (!c->assign(node)) {
+      std::ostringstream value;
+      if (c->integer)
+        value << node.value<int64_t>().value();
+      else
+        value << "'" << node.value<std::string>().value() << "'";
+      throw InputError(
+          fmt::format("{}: {} = {} must be {}", origin, f.path(), value.str(), c->valid));
+    }
+    return;
+  }
   std::visit(
-      [&](auto* target) {
-        using T = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<T, std::string>) {
+      [&](const auto& ref) {
+        using T = std::remove_pointer_t<std::decay_t<decltype(ref)>>;
+        if constexpr (std::is_same_v<T, Choice>) {
+          return;  // handled above
+        } else if constexpr (std::is_same_v<T, std::string>) {
           if (!node.is_string()) throw InputError(where + " must be a string");
-          *target = node.value<std::string>().value();
+          *ref = node.value<std::string>().value();
         } else if constexpr (std::is_same_v<T, double>) {
           if (!node.is_number()) throw InputError(where + " must be a number");
-          *target = node.value<double>().value();
+          *ref = node.value<double>().value();
         } else {
           if (!node.is_integer()) throw InputError(where + " must be an integer");
           const int64_t v = node.value<int64_t>().value();
@@ -156,7 +207,7 @@ void assign(const Field& f, const toml::node& node, const std::string& origin) {
             if (v < INT32_MIN || v > INT32_MAX)
               throw InputError(where + fmt::format(" = {} is out of range", v));
           }
-          *target = static_cast<T>(v);
+          *ref = static_cast<T>(v);
         }
       },
       f.ref);
@@ -226,7 +277,7 @@ void apply_override(Config& c, const std::string& assignment) {
                                        section, key, section, keys));
   }
   // Strings may be given bare on the command line; quote them for the TOML parser.
-  if (std::holds_alternative<std::string*>(field->ref) && (value.empty() || value[0] != '"'))
+  if (is_string_valued(field->ref) && (value.empty() || value[0] != '"'))
     value = "\"" + value + "\"";
   toml::table parsed;
   try {
@@ -240,9 +291,11 @@ void apply_override(Config& c, const std::string& assignment) {
 
 std::string format_value(const FieldRef& ref) {
   return std::visit(
-      [](auto* v) -> std::string {
-        using T = std::remove_pointer_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::string>) {
+      [](const auto& v) -> std::string {
+        using T = std::remove_pointer_t<std::decay_t<decltype(v)>>;
+        if constexpr (std::is_same_v<T, Choice>) {
+          return v.format();
+        } else if constexpr (std::is_same_v<T, std::string>) {
           std::ostringstream os;
           os << toml::value<std::string>(*v);
           return os.str();
@@ -307,11 +360,17 @@ Config parse_config_text(const std::string& text, const std::string& origin) {
   return c;
 }
 
-void validate(Config& c, int world_size) {
-  const std::string& o = c.source;
-  auto require = [&](bool ok, const std::string& msg) {
-    if (!ok) throw InputError(o + ": " + msg);
-  };
+namespace {
+
+// Throws InputError("<source>: <msg>") unless ok.
+struct Checker {
+  const std::string& source;
+  void operator()(bool ok, const std::string& msg) const {
+    if (!ok) throw InputError(source + ": " + msg);
+  }
+};
+
+void validate_model_and_run(const Config& c, const Checker& require) {
   const ModelConfig& m = c.model;
   require(m.n_layer >= 1 && m.n_layer <= 1024,
           fmt::format("model.n_layer = {} must be between 1 and 1024", m.n_layer));
@@ -343,7 +402,9 @@ void validate(Config& c, int world_size) {
           "run.keep_checkpoints must not be negative (0 keeps every checkpoint)");
   require(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
           "run.name must be a non-empty name without '/'");
-  const OptimSection& op = c.optim;
+}
+
+void validate_optim(const OptimSection& op, const Checker& require) {
   require(op.lr > 0 && std::isfinite(op.lr), fmt::format("optim.lr = {} must be positive", op.lr));
   require(op.min_lr_ratio >= 0 && op.min_lr_ratio <= 1, "optim.min_lr_ratio must be in [0, 1]");
   require(op.warmup_steps >= 0, "optim.warmup_steps must not be negative");
@@ -352,68 +413,41 @@ void validate(Config& c, int world_size) {
   require(op.beta2 >= 0 && op.beta2 < 1, "optim.beta2 must be in [0, 1)");
   require(op.eps > 0, "optim.eps must be positive");
   require(op.max_norm >= 0, "optim.max_norm must not be negative (0 disables clipping)");
-  LrScaling scaling = LrScaling::kNone;
-  require(parse_lr_scaling(op.lr_scaling, scaling),
-          fmt::format("optim.lr_scaling = '{}' must be one of none, linear, sqrt", op.lr_scaling));
-  require(scaling == LrScaling::kNone || op.base_batch_tokens > 0,
+  require(op.lr_scaling == LrScaling::kNone || op.base_batch_tokens > 0,
           fmt::format("optim.lr_scaling = '{}' needs optim.base_batch_tokens > 0 (the global "
                       "batch in tokens at which optim.lr was tuned)",
-                      op.lr_scaling));
+                      name_of(op.lr_scaling)));
   require(op.base_batch_tokens >= 0, "optim.base_batch_tokens must not be negative");
-  ParallelSection& p = c.parallel;
+}
+
+// The layout against the world and the model: sizes, batch split, pipeline schedule.
+void validate_layout(const Config& c, int world_size, const Checker& require) {
+  const ParallelSection& p = c.parallel;
+  const ModelConfig& m = c.model;
   require(p.tp >= 1 && p.pp >= 1 && p.dp >= 0, "parallel.dp/tp/pp must be positive");
   require(p.virtual_stages >= 1, "parallel.virtual_stages must be at least 1");
   require(p.dp_bucket_mb > 0, "parallel.dp_bucket_mb must be positive");
-  const auto require_backend = [&](const char* key, const std::string& value) {
-    require(value == "auto" || value == "mpi" || value == "nccl",
-            fmt::format("parallel.{} = '{}' must be one of auto, mpi, nccl", key, value));
-  };
-  require_backend("backend_tp", p.backend_tp);
-  require_backend("backend_dp", p.backend_dp);
-  require_backend("backend_pp", p.backend_pp);
   // NCCL point-to-point has no tags: transfers between two ranks match in issue order, which the
   // pipeline's tagged, send-before-receive exchange does not guarantee (and interleaving sends
   // equal-sized activations and gradients on the same pair). Until the pipeline orders its
   // transfers for NCCL, they stay on MPI.
-  require(p.backend_pp != "nccl",
+  require(p.backend_pp != CollectiveBackend::kNccl,
           "parallel.backend_pp = 'nccl' is not supported yet: pipeline transfers are tagged MPI "
           "messages (NCCL has no tags); use 'mpi' or 'auto'");
-  require(c.zero.stage >= 0 && c.zero.stage <= 3,
-          fmt::format("zero.stage = {} must be 0, 1, 2 or 3", c.zero.stage));
-  const OffloadSection& off = c.offload;
-  require(off.optimizer == "none" || off.optimizer == "host" || off.optimizer == "nvme",
-          fmt::format("offload.optimizer = '{}' must be one of none, host, nvme", off.optimizer));
-  require(off.buffer_mb > 0, "offload.buffer_mb must be positive");
-  require(off.params == "none" || off.params == "nvme",
-          fmt::format("offload.params = '{}' must be none or nvme", off.params));
-  require(off.params == "none" || (c.zero.stage == 3 && off.optimizer == "nvme"),
-          "offload.params = 'nvme' needs zero.stage = 3 (sharded parameters) and "
-          "offload.optimizer = 'nvme' (the optimizer streams them)");
-  if (off.optimizer == "nvme" || off.params == "nvme")
-    require(std::filesystem::is_directory(off.nvme_dir),
-            fmt::format("offload.nvme_dir = '{}' is not a directory (create it, or point it at "
-                        "an NVMe mount)",
-                        off.nvme_dir));
-  pipeline::ScheduleKind kind;
-  require(
-      pipeline::parse_schedule(p.schedule, kind),
-      fmt::format("parallel.schedule = '{}' must be one of gpipe, 1f1b, interleaved", p.schedule));
   require(world_size % (p.tp * p.pp) == 0,
           fmt::format("parallel.tp*pp = {} must divide the number of MPI ranks {}", p.tp * p.pp,
                       world_size));
-  if (p.dp == 0) p.dp = world_size / (p.tp * p.pp);
   require(p.dp * p.tp * p.pp == world_size,
           fmt::format("parallel.dp*tp*pp = {}*{}*{} = {} must equal the number of MPI ranks {}",
                       p.dp, p.tp, p.pp, p.dp * p.tp * p.pp, world_size));
+  const TrainSection& t = c.train;
   require(t.batch_size % p.dp == 0,
           fmt::format("train.batch_size = {} must be divisible by parallel.dp = {}", t.batch_size,
                       p.dp));
   const int per_rank = t.batch_size / p.dp;
-  if (c.train.micro_batch_size == 0)  // one micro-batch per pipeline stage by default
-    c.train.micro_batch_size = per_rank % p.pp == 0 ? per_rank / p.pp : per_rank;
-  require(c.train.micro_batch_size >= 1 && per_rank % c.train.micro_batch_size == 0,
+  require(t.micro_batch_size >= 1 && per_rank % t.micro_batch_size == 0,
           fmt::format("train.micro_batch_size = {} must divide batch_size / dp = {}",
-                      c.train.micro_batch_size, per_rank));
+                      t.micro_batch_size, per_rank));
   require(m.n_head % p.tp == 0,
           fmt::format("parallel.tp = {} must divide model.n_head = {} (heads are split across tp)",
                       p.tp, m.n_head));
@@ -423,55 +457,85 @@ void validate(Config& c, int world_size) {
   require(m.n_layer % (p.pp * p.virtual_stages) == 0,
           fmt::format("model.n_layer = {} must be divisible by parallel.pp * virtual_stages = {}",
                       m.n_layer, p.pp * p.virtual_stages));
-  RecomputePolicy policy = RecomputePolicy::kNone;
-  require(parse_recompute(c.recompute.policy, policy),
-          fmt::format("recompute.policy = '{}' must be one of none, selective, full",
-                      c.recompute.policy));
   const int chunk_layers = m.n_layer / (p.pp * p.virtual_stages);
   require(c.recompute.layers >= 0 && c.recompute.layers <= chunk_layers,
           fmt::format("recompute.layers = {} must be between 0 (all) and the {} blocks of a "
                       "pipeline stage's model chunk",
                       c.recompute.layers, chunk_layers));
-  require(c.recompute.layers == 0 || policy == RecomputePolicy::kFull,
+  require(c.recompute.layers == 0 || c.recompute.policy == RecomputePolicy::kFull,
           "recompute.layers applies only to recompute.policy = 'full'");
-  Precision precision = Precision::kFp32;
-  require(
-      parse_precision(c.precision.compute, precision),
-      fmt::format("precision.compute = '{}' must be one of fp32, bf16, fp16", c.precision.compute));
-  Precision reduce = Precision::kFp32;
-  require(parse_precision(c.precision.grad_reduce, reduce),
-          fmt::format("precision.grad_reduce = '{}' must be one of fp32, bf16, fp16",
-                      c.precision.grad_reduce));
-  require(reduce == Precision::kFp32 || c.dp.sync != "async",
+  const int micro_batches = per_rank / t.micro_batch_size;
+  const std::string why =
+      pipeline::validate_schedule(p.schedule, p.pp, micro_batches, p.virtual_stages);
+  require(why.empty(),
+          fmt::format("parallel.schedule = '{}' with pp = {}, virtual_stages = {} and "
+                      "{} micro-batches per step (batch_size / dp / "
+                      "micro_batch_size): {}",
+                      name_of(p.schedule), p.pp, p.virtual_stages, micro_batches, why));
+}
+
+// ZeRO, offload, precision and dp synchrony: which combinations run.
+void validate_data_parallel(const Config& c, const Checker& require) {
+  const OffloadSection& off = c.offload;
+  const int zero = static_cast<int>(c.zero.stage);
+  require(off.buffer_mb > 0, "offload.buffer_mb must be positive");
+  // Parameters live where the compute is; only files are a further place for them.
+  require(off.params != OffloadTarget::kHost, "offload.params = 'host' must be none or nvme");
+  require(off.params == OffloadTarget::kNone ||
+              (c.zero.stage == ZeroStage::kParameters && off.optimizer == OffloadTarget::kNvme),
+          "offload.params = 'nvme' needs zero.stage = 3 (sharded parameters) and "
+          "offload.optimizer = 'nvme' (the optimizer streams them)");
+  if (off.optimizer == OffloadTarget::kNvme || off.params == OffloadTarget::kNvme)
+    require(std::filesystem::is_directory(off.nvme_dir),
+            fmt::format("offload.nvme_dir = '{}' is not a directory (create it, or point it at "
+                        "an NVMe mount)",
+                        off.nvme_dir));
+  const PrecisionSection& pr = c.precision;
+  require(pr.grad_reduce == Precision::kFp32 || c.dp.sync != DpSync::kAsync,
           "dp.sync = 'async' reduces gradients in fp32: set precision.grad_reduce = 'fp32'");
-  require(c.precision.loss_scale >= 1 && std::isfinite(c.precision.loss_scale),
+  require(pr.loss_scale >= 1 && std::isfinite(pr.loss_scale),
           "precision.loss_scale must be at least 1");
-  require(c.precision.growth_interval >= 1, "precision.growth_interval must be at least 1");
-  require(c.precision.backoff > 0 && c.precision.backoff < 1,
-          "precision.backoff must be in (0, 1)");
-  require(c.precision.hysteresis >= 1, "precision.hysteresis must be at least 1");
-  require(precision == Precision::kFp32 || c.offload.params == "none",
+  require(pr.growth_interval >= 1, "precision.growth_interval must be at least 1");
+  require(pr.backoff > 0 && pr.backoff < 1, "precision.backoff must be in (0, 1)");
+  require(pr.hysteresis >= 1, "precision.hysteresis must be at least 1");
+  require(pr.compute == Precision::kFp32 || off.params == OffloadTarget::kNone,
           fmt::format("precision.compute = '{}' keeps 16-bit parameter shards in memory: "
                       "offload.params = 'nvme' streams fp32 shards; use one or the other",
-                      c.precision.compute));
-  require(c.dp.sync == "sync" || c.dp.sync == "async" || c.dp.sync == "local_sgd",
-          fmt::format("dp.sync = '{}' must be one of sync, async, local_sgd", c.dp.sync));
+                      name_of(pr.compute)));
   require(c.dp.local_steps >= 1, "dp.local_steps must be at least 1");
-  require(c.dp.sync != "async" || c.zero.stage <= 1,
+  require(c.dp.sync != DpSync::kAsync || zero <= 1,
           fmt::format("dp.sync = 'async' needs zero.stage 0 or 1, not {}: ZeRO-2 and 3 "
                       "reduce-scatter gradients during backward, async reduces the whole "
                       "gradient after it",
-                      c.zero.stage));
-  require(c.dp.sync != "local_sgd" || c.zero.stage == 0,
+                      zero));
+  require(c.dp.sync != DpSync::kLocalSgd || zero == 0,
           fmt::format("dp.sync = 'local_sgd' needs zero.stage = 0, not {}: each replica keeps "
                       "its own optimizer states between averaging rounds",
-                      c.zero.stage));
-  const int micro_batches = per_rank / c.train.micro_batch_size;
-  const std::string why = pipeline::validate_schedule(kind, p.pp, micro_batches, p.virtual_stages);
-  require(why.empty(), fmt::format("parallel.schedule = '{}' with pp = {}, virtual_stages = {} and "
-                                   "{} micro-batches per step (batch_size / dp / "
-                                   "micro_batch_size): {}",
-                                   p.schedule, p.pp, p.virtual_stages, micro_batches, why));
+                      zero));
+}
+
+}  // namespace
+
+Config resolve(Config c, int world_size) {
+  ParallelSection& p = c.parallel;
+  if (p.dp == 0 && p.tp >= 1 && p.pp >= 1 && world_size % (p.tp * p.pp) == 0)
+    p.dp = world_size / (p.tp * p.pp);
+  TrainSection& t = c.train;
+  if (t.micro_batch_size == 0 && p.dp >= 1 && t.batch_size % p.dp == 0) {
+    // One micro-batch per pipeline stage by default.
+    const int per_rank = t.batch_size / p.dp;
+    t.micro_batch_size = per_rank % p.pp == 0 ? per_rank / p.pp : per_rank;
+  }
+  validate(c, world_size);
+  return c;
+}
+
+void validate(const Config& c, int world_size) {
+  const Checker require{c.source};
+  validate_model_and_run(c, require);
+  validate_optim(c.optim, require);
+  validate_layout(c, world_size, require);
+  validate_data_parallel(c, require);
 }
 
 }  // namespace trident

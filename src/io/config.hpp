@@ -5,8 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
+#include "comm/backend.hpp"
+#include "core/half.hpp"
+#include "model/model_config.hpp"
 #include "model/recompute.hpp"
+#include "optim/lr_schedule.hpp"
+#include "parallel/data/options.hpp"
+#include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
 
@@ -43,42 +48,42 @@ struct OptimSection {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double max_norm = 1.0;            // global-norm clipping; 0 disables it
-  std::string lr_scaling = "none";  // none | linear | sqrt: lr scaled with the global batch
-  int64_t base_batch_tokens = 0;    // the global batch (tokens) at which lr was tuned
+  double max_norm = 1.0;                    // global-norm clipping; 0 disables it
+  LrScaling lr_scaling = LrScaling::kNone;  // lr scaled with the global batch
+  int64_t base_batch_tokens = 0;            // the global batch (tokens) at which lr was tuned
 };
 
 struct ParallelSection {
   int dp = 0;  // 0: derived from the world size
   int tp = 1;
   int pp = 1;
-  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
-  int virtual_stages = 1;         // model chunks per pipeline rank (interleaved)
-  double dp_bucket_mb = 25.0;     // gradient all-reduce bucket size over dp (MiB)
-  // Collectives backend per axis: auto | mpi | nccl. "auto" is NCCL for node-local axes on a
-  // CUDA build with NCCL, MPI otherwise.
-  std::string backend_tp = "auto";
-  std::string backend_dp = "auto";
-  std::string backend_pp = "auto";
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
+  int virtual_stages = 1;      // model chunks per pipeline rank (interleaved)
+  double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size over dp (MiB)
+  // Collectives backend per axis. kAuto is NCCL for node-local axes on a CUDA build with NCCL,
+  // MPI otherwise.
+  CollectiveBackend backend_tp = CollectiveBackend::kAuto;
+  CollectiveBackend backend_dp = CollectiveBackend::kAuto;
+  CollectiveBackend backend_pp = CollectiveBackend::kAuto;
 };
 
 struct ZeroSection {
-  int stage = 0;  // 0: replicated optimizer; 1: optimizer states sharded over dp
+  ZeroStage stage = ZeroStage::kNone;
 };
 
 struct OffloadSection {
-  std::string optimizer = "none";  // none | host | nvme
-  std::string params = "none";     // none | nvme (ZeRO-3 parameter shards in files)
-  std::string nvme_dir = "/tmp";   // where nvme-offloaded optimizer states live
-  double buffer_mb = 16.0;         // resident buffer per moment while streaming from nvme
+  OffloadTarget optimizer = OffloadTarget::kNone;
+  OffloadTarget params = OffloadTarget::kNone;  // kNvme: ZeRO-3 parameter shards in files
+  std::string nvme_dir = "/tmp";                // where nvme-offloaded optimizer states live
+  double buffer_mb = 16.0;  // resident buffer per moment while streaming from nvme
 };
 
 struct PrecisionSection {
   // fp32, or bf16 / fp16 storage of parameters and activations with fp32 arithmetic, fp32
   // gradients and fp32 master weights in the optimizer.
-  std::string compute = "fp32";
+  Precision compute = Precision::kFp32;
   // The format gradients are summed in over dp (fp32, or bf16 / fp16: half the bytes).
-  std::string grad_reduce = "fp32";
+  Precision grad_reduce = Precision::kFp32;
   // fp16 dynamic loss scaling: the initial scale, doubled after growth_interval steps without
   // overflow, multiplied by backoff after `hysteresis` overflowing steps (each one skipped).
   double loss_scale = 65536.0;
@@ -88,22 +93,16 @@ struct PrecisionSection {
 };
 
 struct DpSection {
-  // sync: gradients all-reduced every step. async: the reduction started after a step's backward
-  // is applied at the next step (staleness 1). local_sgd: replicas step on their own gradients;
-  // every local_steps-th step is synchronous and then parameters and moments are averaged.
-  std::string sync = "sync";
+  // local_sgd: every local_steps-th step is synchronous, then parameters and moments are
+  // averaged over dp.
+  DpSync sync = DpSync::kSync;
   int local_steps = 4;  // H for local_sgd
 };
 
 struct RecomputeSection {
-  std::string policy = "none";  // none | selective | full
-  int layers = 0;               // full: the first N blocks of each model chunk (0: all)
-  Recompute resolved() const {  // after validate()
-    Recompute r;
-    parse_recompute(policy, r.policy);
-    r.layers = layers;
-    return r;
-  }
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  int layers = 0;  // full: the first N blocks of each model chunk (0: all)
+  Recompute resolved() const { return {policy, layers}; }
 };
 
 struct Config {
@@ -124,13 +123,17 @@ struct Config {
   std::string to_toml() const;
 };
 
-// Reads `path` (following [model] from = "...", relative to the file), applies overrides
-// ("section.key=value"), validates. Throws InputError naming the key or file.
+// Reads `path` (following [model] from = "...", relative to the file) and applies overrides
+// ("section.key=value"). Every value is typed on reading: a name not among an enum's values is
+// an InputError naming the key and the valid values.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
 // Parses TOML text (a checkpoint's stored config); no `from` includes.
 Config parse_config_text(const std::string& text, const std::string& origin);
+// The config with its derived keys filled for a world of `world_size` ranks (parallel.dp = 0:
+// world / (tp * pp); train.micro_batch_size = 0: one micro-batch per stage), then validated.
+Config resolve(Config c, int world_size);
 // Checks relations between keys (heads divide C, T within the block size, ...) for a world of
-// `world_size` ranks. Throws InputError.
-void validate(Config& c, int world_size);
+// `world_size` ranks; reads and never changes the config. Throws InputError.
+void validate(const Config& c, int world_size);
 
 }  // namespace trident

@@ -56,7 +56,7 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
 GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp,
                    MemoryLedger& ledger, int max_batch, int max_seq, int slots,
                    const StageBuffers& buffers)
-    : m_(m),
+    : model_(m),
       layout_(layout),
       table_(m),
       local_(table_, m, layout, buffers.unit_alignment),
@@ -79,15 +79,15 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
     expanded_ = std::make_unique<UnitBuffers>(local_, m.n_layer, ledger, MemCategory::kWorkspace,
                                               "expanded_params");
     expanded_unit_.assign(expanded_->all().size(), -1);
-    p_ =
+    param_tensors_ =
         stage_tensors(local_, layout, [this](const LocalParam& p) { return expanded_->locate(p); });
   } else if (buffers.full_params) {
     params_ = allocate(ledger, MemCategory::kParams, "params", local_.total_numel());
-    p_ = stage_tensors(local_, layout, params_);
+    param_tensors_ = stage_tensors(local_, layout, params_);
   }
   if (buffers.full_grads) {
     grads_ = allocate(ledger, MemCategory::kGrads, "grads", local_.total_numel());
-    g_ = stage_tensors(local_, layout, grads_);
+    grad_tensors_ = stage_tensors(local_, layout, grads_);
   }
   auto act = [&](const char* label, size_t n) {
     return allocate(ledger, MemCategory::kActivations, label, n);
@@ -268,14 +268,14 @@ void GptStage::tp_allreduce(const View1& buf, size_t n) {
   if (layout_.tp_size == 1) return;
   ScopedPhase phase(timer_, Phase::kTpComm);
   exec_.fence();
-  tp_->allreduce_sum(buf.data(), n);
+  tp_->allreduce_sum(window(buf, 0, n));
 }
 
 void GptStage::tp_allreduce_max(const View1& buf, size_t n) {
   if (layout_.tp_size == 1) return;
   ScopedPhase phase(timer_, Phase::kTpComm);
   exec_.fence();
-  tp_->allreduce_max(buf.data(), n);
+  tp_->allreduce_max(window(buf, 0, n));
 }
 
 Vec GptStage::input_buffer(int slot) const {
@@ -286,7 +286,7 @@ Vec GptStage::input_buffer(int slot) const {
 
 Vec GptStage::output(int slot) const {
   const ActivationSlot& a = slots_[slot];
-  const size_t n = static_cast<size_t>(a.B) * a.T * m_.n_embd;
+  const size_t n = static_cast<size_t>(a.B) * a.T * model_.n_embd;
   if (half_) return window(a.output, 0, n);
   return window(a.blocks.empty() ? a.input : a.blocks.back().res_mlp, 0, n);
 }
@@ -319,9 +319,9 @@ double GptStage::cross_entropy(ActivationSlot& a, const View1& logits_buffer, in
 
 void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, const View1& x,
                              int B, int T, bool complete) {
-  const int N = B * T, C = m_.n_embd;
+  const int N = B * T, C = model_.n_embd;
   const size_t NC = static_cast<size_t>(N) * C;
-  const AttentionShape shape{B, T, NH_tp_, m_.head_size()};
+  const AttentionShape shape{B, T, NH_tp_, model_.head_size()};
   const bool adds_bias = layout_.tp_rank == 0;  // row-parallel biases: added once per tp group
   // Under 16-bit storage every output is rounded as it is produced, so the next op reads what a
   // 16-bit tensor would hold (fp32 arithmetic inside each op, as on tensor cores).
@@ -380,7 +380,7 @@ BlockActivations GptStage::forward_buffers(const ActivationSlot& a, int i) {
 void GptStage::keep(const ActivationSlot& a, int i, const BlockActivations& b) {
   if (!half_) return;
   const BlockStash& st = a.stash[i];
-  const size_t N = static_cast<size_t>(a.B) * a.T, C = m_.n_embd;
+  const size_t N = static_cast<size_t>(a.B) * a.T, C = model_.n_embd;
   stash(st.res_mlp, b.res_mlp, N * C);
   if (recompute_.full_block(i)) return;
   stash(st.ln1, b.ln1, N * C);
@@ -395,7 +395,7 @@ void GptStage::keep(const ActivationSlot& a, int i, const BlockActivations& b) {
 
 View1 GptStage::block_input(const ActivationSlot& a, int i) {
   if (!half_) return i == 0 ? a.input : a.blocks[i - 1].res_mlp;
-  const size_t NC = static_cast<size_t>(a.B) * a.T * m_.n_embd;
+  const size_t NC = static_cast<size_t>(a.B) * a.T * model_.n_embd;
   restore(work_x_, i == 0 ? a.input16 : a.stash[i - 1].res_mlp, NC);
   return work_x_;
 }
@@ -407,13 +407,13 @@ BlockActivations GptStage::activations_for_backward(const ActivationSlot& a, int
     ScopedPhase phase(timer_, Phase::kRecompute);
     BlockActivations b = half_ ? work_ : recomputed_;
     if (!half_) b.res_mlp = a.blocks[i].res_mlp;
-    block_forward(p_.blocks[i], b, x, a.B, a.T, false);
+    block_forward(param_tensors_.blocks[i], b, x, a.B, a.T, false);
     return b;
   }
   BlockActivations b = a.blocks[i];
   if (half_) {
     const BlockStash& st = a.stash[i];
-    const size_t NC = static_cast<size_t>(N) * m_.n_embd;
+    const size_t NC = static_cast<size_t>(N) * model_.n_embd;
     const BlockActivations kept = b;
     b = work_;
     b.ln1_mean = kept.ln1_mean, b.ln1_rstd = kept.ln1_rstd;
@@ -433,7 +433,7 @@ BlockActivations GptStage::activations_for_backward(const ActivationSlot& a, int
     // The attention output is kept; its recomputed copy lands in datty_, which the projection's
     // backward overwrites next.
     attention_forward(exec_, window(datty_, 0, N, C_tp_), window(b.att, 0, N * NH_tp_, a.T),
-                      window(b.qkv, 0, N, 3 * C_tp_), {a.B, a.T, NH_tp_, m_.head_size()});
+                      window(b.qkv, 0, N, 3 * C_tp_), {a.B, a.T, NH_tp_, model_.head_size()});
     round(b.att, static_cast<size_t>(N) * NH_tp_ * a.T);
   }
   return b;
@@ -443,7 +443,7 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   ActivationSlot& a = slots_[slot];
   a.B = B;
   a.T = T;
-  const int N = B * T, C = m_.n_embd;
+  const int N = B * T, C = model_.n_embd;
   const size_t NC = static_cast<size_t>(N) * C;
   if (tokens || targets) {
     for (int n = 0; n < N; ++n) {
@@ -460,8 +460,8 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   if (layout_.has_embedding) {
     need("wte", "");
     need("wpe", block_param(0));
-    embedding_forward(exec_, window(input, 0, N, C), a.tokens, p_.wte,
-                      adds_bias ? ConstMat(p_.wpe) : ConstMat(), T, vocab_start_);
+    embedding_forward(exec_, window(input, 0, N, C), a.tokens, param_tensors_.wte,
+                      adds_bias ? ConstMat(param_tensors_.wpe) : ConstMat(), T, vocab_start_);
     tp_allreduce(input, NC);
   }
   View1 x = input;
@@ -476,7 +476,7 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
                                                ? block_param(static_cast<int>(i) + 1)
                                                : (layout_.has_head ? "ln_f.weight" : ""));
     const BlockActivations b = forward_buffers(a, static_cast<int>(i));
-    block_forward(p_.blocks[i], b, x, B, T, true);
+    block_forward(param_tensors_.blocks[i], b, x, B, T, true);
     keep(a, static_cast<int>(i), b);
     if (half_)
       Kokkos::deep_copy(exec_, window(work_x_, 0, NC), window(b.res_mlp, 0, NC));
@@ -492,9 +492,10 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   need("wte", "");
   const View1 lnf = half_ ? work_lnf_ : a.lnf, logits = half_ ? work_logits_ : a.logits;
   layernorm_forward(exec_, window(lnf, 0, N, C), a.lnf_mean, a.lnf_rstd, window(x, 0, N, C),
-                    p_.lnf_w, p_.lnf_b);
+                    param_tensors_.lnf_w, param_tensors_.lnf_b);
   round(lnf, NC);
-  linear_forward(exec_, window(logits, 0, N, V_tp_), window(lnf, 0, N, C), p_.wte, ConstVec());
+  linear_forward(exec_, window(logits, 0, N, V_tp_), window(lnf, 0, N, C), param_tensors_.wte,
+                 ConstVec());
   round(logits, static_cast<size_t>(N) * V_tp_);
   if (half_) {
     stash(a.lnf16, lnf, NC);
@@ -505,9 +506,9 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
 
 void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output) {
   ActivationSlot& a = slots_[slot];
-  const int B = a.B, T = a.T, N = B * T, C = m_.n_embd;
+  const int B = a.B, T = a.T, N = B * T, C = model_.n_embd;
   const size_t NC = static_cast<size_t>(N) * C;
-  const AttentionShape shape{B, T, NH_tp_, m_.head_size()};
+  const AttentionShape shape{B, T, NH_tp_, model_.head_size()};
   const Mat dln = window(dln_, 0, N, C);
   const Mat dres = window(dresidual_, 0, N, C);
   const int n_blocks = static_cast<int>(a.blocks.size());
@@ -526,13 +527,14 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
     cross_entropy_backward(exec_, dlogits, dlogits, a.lse, a.targets, vocab_start_, vocab_valid_,
                            loss_scale);
     round(logits, static_cast<size_t>(N) * V_tp_);
-    linear_backward(exec_, dln, g_.wte, Vec(), dlogits, window(lnf, 0, N, C), p_.wte, false);
+    linear_backward(exec_, dln, grad_tensors_.wte, Vec(), dlogits, window(lnf, 0, N, C),
+                    param_tensors_.wte, false);
     tp_allreduce(dln_, NC);
     round(dln_, NC);
     Kokkos::deep_copy(exec_, dres, 0.0f);
     const View1 x_last = block_input(a, n_blocks);
-    layernorm_backward(exec_, dres, g_.lnf_w, g_.lnf_b, dln, window(x_last, 0, N, C), p_.lnf_w,
-                       a.lnf_mean, a.lnf_rstd);
+    layernorm_backward(exec_, dres, grad_tensors_.lnf_w, grad_tensors_.lnf_b, dln,
+                       window(x_last, 0, N, C), param_tensors_.lnf_w, a.lnf_mean, a.lnf_rstd);
     round(dresidual_, NC);
     grads_ready_from(local_.at("ln_f.weight").offset);
     unit_done("ln_f.weight");
@@ -541,8 +543,8 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
   }
   for (int i = n_blocks - 1; i >= 0; --i) {
     need(block_param(i), block_param(i - 1));
-    const BlockTensors& w = p_.blocks[i];
-    const BlockTensors& g = g_.blocks[i];
+    const BlockTensors& w = param_tensors_.blocks[i];
+    const BlockTensors& g = grad_tensors_.blocks[i];
     const View1 x = block_input(a, i);
     const BlockActivations b = activations_for_backward(a, i, x);
     const Mat dfch = window(dfch_, 0, N, F_tp_);
@@ -579,7 +581,8 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
     unit_done(first);
   }
   if (layout_.has_embedding)
-    embedding_backward(exec_, g_.wte, g_.wpe, dres, a.tokens, T, vocab_start_);
+    embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe, dres, a.tokens, T,
+                       vocab_start_);
   exec_.fence();
   grads_ready_from(0);
   if (layout_.has_embedding) unit_done("wpe");

@@ -11,7 +11,7 @@
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "core/types.hpp"
-#include "model/config.hpp"
+#include "model/model_config.hpp"
 #include "model/params.hpp"
 #include "model/recompute.hpp"
 #include "model/unit_buffers.hpp"
@@ -105,7 +105,7 @@ class GptStage {
   GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp, MemoryLedger& ledger,
            int max_batch, int max_seq, int slots, const StageBuffers& buffers = {});
 
-  const ModelConfig& config() const { return m_; }
+  const ModelConfig& config() const { return model_; }
   const StageLayout& layout() const { return layout_; }
   const ParamTable& table() const { return table_; }
   const LocalParamTable& local() const { return local_; }
@@ -123,9 +123,13 @@ class GptStage {
   // received this backward's contribution (data parallelism starts reducing those).
   void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
   // Backward writes parameter p's gradient at where(p) instead of grads().
-  void redirect_grads(const TensorLocator& where) { g_ = stage_tensors(local_, layout_, where); }
+  void redirect_grads(const TensorLocator& where) {
+    grad_tensors_ = stage_tensors(local_, layout_, where);
+  }
   // Forward and backward read parameter p at where(p) instead of params().
-  void redirect_params(const TensorLocator& where) { p_ = stage_tensors(local_, layout_, where); }
+  void redirect_params(const TensorLocator& where) {
+    param_tensors_ = stage_tensors(local_, layout_, where);
+  }
   // Called before forward or backward reads a unit's parameters, with the unit the pass will
   // need next (-1: none), so the caller can gather it and start gathering the next (ZeRO-3).
   void set_unit_needed_hook(std::function<void(int, int)> hook) { unit_needed_ = std::move(hook); }
@@ -177,7 +181,7 @@ class GptStage {
   void stash(const HalfView1& dst, const View1& src, size_t n);
   void restore(const View1& dst, const HalfView1& src, size_t n);
 
-  ModelConfig m_;
+  ModelConfig model_;
   StageLayout layout_;
   ParamTable table_;
   LocalParamTable local_;
@@ -199,7 +203,7 @@ class GptStage {
   Exec exec_;
   int C_tp_, NH_tp_, F_tp_, V_tp_, vocab_start_, vocab_valid_;
   View1 params_, grads_;
-  StageTensors p_, g_;
+  StageTensors param_tensors_, grad_tensors_;
   std::vector<ActivationSlot> slots_;
   Precision precision_ = Precision::kFp32;
   bool half_ = false;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
+#include "model/model_config.hpp"
 
 namespace trident {
 

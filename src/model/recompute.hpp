@@ -2,7 +2,7 @@
 // recomputes from a block's input when backward reaches that block.
 #pragma once
 
-#include <string>
+#include "core/names.hpp"
 
 namespace trident {
 
@@ -23,17 +23,10 @@ struct Recompute {
   bool selective() const { return policy == RecomputePolicy::kSelective; }
 };
 
-// "none" | "selective" | "full"; false for anything else.
-inline bool parse_recompute(const std::string& name, RecomputePolicy& out) {
-  if (name == "none")
-    out = RecomputePolicy::kNone;
-  else if (name == "selective")
-    out = RecomputePolicy::kSelective;
-  else if (name == "full")
-    out = RecomputePolicy::kFull;
-  else
-    return false;
-  return true;
-}
+template <>
+inline constexpr std::array<Named<RecomputePolicy>, 3> kNames<RecomputePolicy>{
+    {{RecomputePolicy::kNone, "none"},
+     {RecomputePolicy::kSelective, "selective"},
+     {RecomputePolicy::kFull, "full"}}};
 
 }  // namespace trident

@@ -9,20 +9,20 @@ namespace trident {
 
 AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s,
              std::vector<Segment> owned, const MomentStorage& storage)
-    : table_(table), s_(s), owned_(std::move(owned)) {
+    : table_(table), settings_(s), owned_(std::move(owned)) {
   if (owned_.empty()) owned_ = zero_shard(table, 1, 0);
   for (const Segment& seg : owned_) count_ += seg.size();
   if (storage.nvme) {
-    m_file_ = std::make_unique<NvmeStore>(storage.path_prefix + ".m", count_);
-    v_file_ = std::make_unique<NvmeStore>(storage.path_prefix + ".v", count_);
+    m_file_ = std::make_unique<FileStore>(storage.path_prefix + ".m", count_);
+    v_file_ = std::make_unique<FileStore>(storage.path_prefix + ".v", count_);
   }
   // Streamed moments keep only a bounded buffer resident (and accounted).
   const int64_t resident = storage.nvme ? std::min(count_, storage.buffer_elements) : count_;
-  m_ = allocate(ledger, MemCategory::kOptimizer, "adam_m", resident);
-  v_ = allocate(ledger, MemCategory::kOptimizer, "adam_v", resident);
+  moment_m_ = allocate(ledger, MemCategory::kOptimizer, "adam_m", resident);
+  moment_v_ = allocate(ledger, MemCategory::kOptimizer, "adam_v", resident);
   if (storage.params) {
     param_file_ = storage.params;
-    p_ = allocate(ledger, MemCategory::kParams, "param_stream", resident);
+    param_stream_ = allocate(ledger, MemCategory::kParams, "param_stream", resident);
   }
 }
 
@@ -32,11 +32,11 @@ void AdamW::update(const View1& params, const View1& grads, double lr, float gra
   for (const LocalParam& p : table_.params()) {
     const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
     if (a >= b) continue;
-    const float decay = p.spec->weight_decay ? static_cast<float>(s_.weight_decay) : 0.0f;
+    const float decay = p.spec->weight_decay ? static_cast<float>(settings_.weight_decay) : 0.0f;
     const kernels::AdamWHyper h{static_cast<float>(lr),
-                                static_cast<float>(s_.beta1),
-                                static_cast<float>(s_.beta2),
-                                static_cast<float>(s_.eps),
+                                static_cast<float>(settings_.beta1),
+                                static_cast<float>(settings_.beta2),
+                                static_cast<float>(settings_.eps),
                                 decay,
                                 step_};
     const size_t count = static_cast<size_t>(b - a), moment = static_cast<size_t>(a - base);
@@ -51,42 +51,42 @@ void AdamW::step_impl(const View1& params, const View1& grads, double lr, float 
   ++step_;
   if (!streamed()) {
     for_pieces(0, count_, [&](int64_t flat, int64_t n, int64_t moment) {
-      update(params, grads, lr, grad_scale, flat, flat + n, m_, v_, flat - moment,
+      update(params, grads, lr, grad_scale, flat, flat + n, moment_m_, moment_v_, flat - moment,
              compact_grads ? flat - moment : 0, compact_params ? flat - moment : 0);
     });
     exec_.fence();
     return;
   }
-  const int64_t block = static_cast<int64_t>(m_.extent(0));
-  auto m_host = Kokkos::create_mirror_view(m_);
-  auto v_host = Kokkos::create_mirror_view(v_);
-  auto p_host = Kokkos::create_mirror_view(p_);
+  const int64_t block = static_cast<int64_t>(moment_m_.extent(0));
+  auto m_host = Kokkos::create_mirror_view(moment_m_);
+  auto v_host = Kokkos::create_mirror_view(moment_v_);
+  auto p_host = Kokkos::create_mirror_view(param_stream_);
   const bool stream_params = param_file_ != nullptr && compact_params;
   for (int64_t lo = 0; lo < count_; lo += block) {
     const int64_t n = std::min(block, count_ - lo);
     m_file_->read(lo, n, m_host.data());
     v_file_->read(lo, n, v_host.data());
-    Kokkos::deep_copy(m_, m_host);
-    Kokkos::deep_copy(v_, v_host);
+    Kokkos::deep_copy(moment_m_, m_host);
+    Kokkos::deep_copy(moment_v_, v_host);
     if (stream_params) {
       param_file_->read(lo, n, p_host.data());
-      Kokkos::deep_copy(p_, p_host);
+      Kokkos::deep_copy(param_stream_, p_host);
     }
     // Buffer element j holds moment (and streamed parameter) lo + j.
     for_pieces(lo, lo + n, [&](int64_t flat, int64_t len, int64_t moment) {
-      update(stream_params ? p_ : params, grads, lr, grad_scale, flat, flat + len, m_, v_,
-             flat - (moment - lo), compact_grads ? flat - moment : 0,
+      update(stream_params ? param_stream_ : params, grads, lr, grad_scale, flat, flat + len,
+             moment_m_, moment_v_, flat - (moment - lo), compact_grads ? flat - moment : 0,
              stream_params    ? flat - (moment - lo)
              : compact_params ? flat - moment
                               : 0);
     });
     exec_.fence();
-    Kokkos::deep_copy(m_host, m_);
-    Kokkos::deep_copy(v_host, v_);
+    Kokkos::deep_copy(m_host, moment_m_);
+    Kokkos::deep_copy(v_host, moment_v_);
     m_file_->write(lo, n, m_host.data());
     v_file_->write(lo, n, v_host.data());
     if (stream_params) {
-      Kokkos::deep_copy(p_host, p_);
+      Kokkos::deep_copy(p_host, param_stream_);
       param_file_->write(lo, n, p_host.data());
     }
   }
@@ -102,8 +102,8 @@ void AdamW::read_moments(const View1& m, const View1& v) const {
     m_file_->read(0, count_, mb.data());
     v_file_->read(0, count_, vb.data());
   } else {
-    auto mh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m_);
-    auto vh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v_);
+    auto mh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), moment_m_);
+    auto vh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), moment_v_);
     std::copy(mh.data(), mh.data() + count_, mb.begin());
     std::copy(vh.data(), vh.data() + count_, vb.begin());
   }
@@ -128,12 +128,12 @@ void AdamW::write_moments(const View1& m, const View1& v) {
     v_file_->write(0, count_, vb.data());
     return;
   }
-  auto mh = Kokkos::create_mirror_view(m_);
-  auto vh = Kokkos::create_mirror_view(v_);
+  auto mh = Kokkos::create_mirror_view(moment_m_);
+  auto vh = Kokkos::create_mirror_view(moment_v_);
   std::copy(mb.begin(), mb.end(), mh.data());
   std::copy(vb.begin(), vb.end(), vh.data());
-  Kokkos::deep_copy(m_, mh);
-  Kokkos::deep_copy(v_, vh);
+  Kokkos::deep_copy(moment_m_, mh);
+  Kokkos::deep_copy(moment_v_, vh);
 }
 
 }  // namespace trident

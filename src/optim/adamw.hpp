@@ -6,10 +6,10 @@
 #include <memory>
 #include <string>
 
+#include "core/file_store.hpp"
 #include "core/memory.hpp"
 #include "model/params.hpp"
-#include "parallel/zero/nvme_store.hpp"
-#include "parallel/zero/partition.hpp"
+#include "model/partition.hpp"
 
 #include <vector>
 
@@ -26,7 +26,7 @@ struct MomentStorage {
   int64_t buffer_elements = 1 << 22;  // per moment, resident while streaming
   // ZeRO-3 parameter offload: the compact parameter shard lives in this file and is streamed
   // through the same blocks as the moments (needs nvme moments).
-  NvmeStore* params = nullptr;
+  FileStore* params = nullptr;
 };
 
 class AdamW {
@@ -84,14 +84,14 @@ class AdamW {
   }
 
   const LocalParamTable& table_;
-  AdamWSettings s_;
+  AdamWSettings settings_;
   std::vector<Segment> owned_;
   int64_t count_ = 0;  // owned elements (moments per kind)
   Exec exec_;
-  View1 m_, v_;  // all moments, or the streaming buffers
-  View1 p_;      // streaming buffer for offloaded parameters
-  NvmeStore* param_file_ = nullptr;
-  std::unique_ptr<NvmeStore> m_file_, v_file_;
+  View1 moment_m_, moment_v_;  // all moments, or the streaming buffers
+  View1 param_stream_;         // streaming buffer for offloaded parameters
+  FileStore* param_file_ = nullptr;
+  std::unique_ptr<FileStore> m_file_, v_file_;
   int step_ = 0;
 };
 

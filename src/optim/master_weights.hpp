@@ -7,7 +7,7 @@
 #include "core/half.hpp"
 #include "core/memory.hpp"
 #include "model/params.hpp"
-#include "parallel/zero/partition.hpp"
+#include "model/partition.hpp"
 
 namespace trident {
 

@@ -5,9 +5,9 @@
 
 #include "io/config.hpp"
 #include "model/params.hpp"
+#include "model/partition.hpp"
 #include "model/unit_buffers.hpp"
 #include "parallel/pipeline/schedule.hpp"
-#include "parallel/zero/partition.hpp"
 
 namespace trident {
 
@@ -27,10 +27,8 @@ double MemoryPrediction::model_states() const {
 MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank) {
   const ModelConfig& m = q.model;
   const ParamTable table(m);
-  pipeline::ScheduleKind kind = pipeline::ScheduleKind::kOneFOneB;
-  pipeline::parse_schedule(q.schedule, kind);
   const auto actions =
-      pipeline::make_schedule(kind, q.pp, pp_rank, q.micro_batches, q.virtual_stages);
+      pipeline::make_schedule(q.schedule, q.pp, pp_rank, q.micro_batches, q.virtual_stages);
   const double f = sizeof(float), N = static_cast<double>(q.micro_batch) * q.seq_len;
   const double h = m.n_embd, t = q.tp, a = m.n_head, s = q.seq_len;
   const double v_slice = padded_vocab(m.vocab_size, q.tp) / q.tp;
@@ -134,8 +132,8 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     add(MemCategory::kWorkspace, N * h + 3 * N + 2 * N * h + N * h / t + 3 * N * h / t +
                                      4 * N * h / t + q.micro_batch * (a / t) * s);
     // async: the gradient in flight; local_sgd: both moments staged for averaging.
-    if (q.dp_sync == "async") add(MemCategory::kCommBuffers, local.total_numel());
-    if (q.dp_sync == "local_sgd" && q.dp > 1)
+    if (q.dp_sync == DpSync::kAsync) add(MemCategory::kCommBuffers, local.total_numel());
+    if (q.dp_sync == DpSync::kLocalSgd && q.dp > 1)
       add(MemCategory::kCommBuffers, 2.0 * local.total_numel());
     // Pipeline gradient buffers: one receive, one send per slot.
     add(MemCategory::kCommBuffers, (1 + slots) * N * h);
@@ -165,16 +163,16 @@ MemoryQuery memory_query(const Config& c) {
   q.pp = par.pp;
   q.virtual_stages = par.virtual_stages;
   q.schedule = par.schedule;
-  q.zero_stage = c.zero.stage;
+  q.zero_stage = static_cast<int>(c.zero.stage);
   q.micro_batch = c.train.micro_batch_size;
   q.seq_len = c.train.seq_len;
   q.micro_batches = c.train.batch_size / par.dp / c.train.micro_batch_size;
   q.recompute = c.recompute.resolved();
   q.dp_sync = c.dp.sync;
-  parse_precision(c.precision.compute, q.precision);
-  parse_precision(c.precision.grad_reduce, q.grad_reduce);
-  q.offload_nvme = c.offload.optimizer == "nvme";
-  q.offload_params_nvme = c.offload.params == "nvme";
+  q.precision = c.precision.compute;
+  q.grad_reduce = c.precision.grad_reduce;
+  q.offload_nvme = c.offload.optimizer == OffloadTarget::kNvme;
+  q.offload_params_nvme = c.offload.params == OffloadTarget::kNvme;
   q.offload_buffer_elements =
       std::max<int64_t>(1, static_cast<int64_t>(c.offload.buffer_mb * 1048576.0 / 4));
   return q;

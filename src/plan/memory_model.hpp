@@ -8,22 +8,24 @@
 
 #include "core/half.hpp"
 #include "core/memory.hpp"
-#include "model/config.hpp"
+#include "model/model_config.hpp"
 #include "model/recompute.hpp"
+#include "parallel/data/options.hpp"
+#include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
 
 struct MemoryQuery {
   ModelConfig model;
   int dp = 1, tp = 1, pp = 1, virtual_stages = 1;
-  std::string schedule = "1f1b";
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int zero_stage = 0;
   bool offload_nvme = false;            // optimizer states streamed from files
   bool offload_params_nvme = false;     // ZeRO-3 parameter shards streamed from files
   int64_t offload_buffer_elements = 0;  // resident elements per moment while streaming
   int micro_batch = 1, seq_len = 1, micro_batches = 1;  // per pipeline, per step
   Recompute recompute;
-  std::string dp_sync = "sync";  // async and local_sgd (dp > 1) hold extra gradient-sized buffers
+  DpSync dp_sync = DpSync::kSync;  // async and local_sgd (dp > 1) hold extra gradient-sized buffers
   Precision precision = Precision::kFp32;
   Precision grad_reduce = Precision::kFp32;  // 16-bit: gradients rounded into 2-byte buffers
 };

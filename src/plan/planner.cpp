@@ -70,8 +70,20 @@ std::string PlanCandidate::describe() const {
                      zero, offload, recompute, micro_batch);
 }
 
-PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_batch_tokens,
-                        const PlanPolicy& policy) {
+namespace {
+
+// What every candidate shares: the model's sizes and per-token costs, the usable memory.
+struct PlanBasis {
+  double psi = 0, h = 0, s = 0, V = 0;
+  // The embedding (wte, wpe) sits on the first stage and, tied, feeds the head on the last; the
+  // blocks are split evenly over the stages.
+  double psi_embedding = 0, psi_blocks = 0;
+  double layer_flops = 0, head_flops = 0;  // per token, forward + backward
+  double usable_gb = 0;
+  long long sequences = 0;  // per step
+};
+
+PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_batch_tokens) {
   if (m.layers < 1 || m.hidden < 1 || m.heads < 1 || m.hidden % m.heads != 0 || m.seq < 1)
     throw InputError(
         "plan: the model needs --layers, --hidden and --heads (heads dividing "
@@ -80,191 +92,224 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
     throw InputError("plan: --gpus, --gpus-per-node, --gpu-mem and --peak-tflops must be positive");
   if (global_batch_tokens < m.seq)
     throw InputError("plan: --batch-tokens must hold at least one sequence");
-  const double psi = m.param_count();
-  const double h = m.hidden, s = m.seq, V = m.vocab;
-  // The embedding (wte, wpe) sits on the first stage and, tied, feeds the head on the last; the
-  // blocks are split evenly over the stages.
-  const double psi_embedding = std::min(psi, (V + s) * h);
-  const double psi_blocks = psi - psi_embedding;
-  const double layer_flops = 6 * psi_blocks / m.layers + 12 * h * s;  // per token, fwd + bwd
-  const double head_flops = 6 * V * h;                                // per token, last stage
-  const double usable_gb = kPlanUsableMemoryFraction * c.gpu_mem_gb;
-  const auto sequences = static_cast<long long>(std::floor(global_batch_tokens / m.seq));
+  PlanBasis b;
+  b.psi = m.param_count();
+  b.h = m.hidden;
+  b.s = m.seq;
+  b.V = m.vocab;
+  b.psi_embedding = std::min(b.psi, (b.V + b.s) * b.h);
+  b.psi_blocks = b.psi - b.psi_embedding;
+  b.layer_flops = 6 * b.psi_blocks / m.layers + 12 * b.h * b.s;
+  b.head_flops = 6 * b.V * b.h;  // last stage
+  b.usable_gb = kPlanUsableMemoryFraction * c.gpu_mem_gb;
+  b.sequences = static_cast<long long>(std::floor(global_batch_tokens / m.seq));
+  return b;
+}
 
-  PlanResult result;
-  std::vector<PlanCandidate> all;  // every layout evaluated, feasible or not
+// What the candidates of one (tp, pp) share.
+struct ModelParallelShape {
+  int tp = 1, pp = 1, dp = 1, layers = 1;
+  double psi_rank = 0, block_params = 0;  // parameters per GPU; of one block per GPU
+  double dp_gbs = 0, pp_gbs = 0, flops_per_second = 0;
+  long long per_pipeline = 0;  // sequences per step per dp rank
+};
+
+ModelParallelShape model_parallel_shape(const PlanModel& m, const PlanCluster& c,
+                                        const PlanBasis& b, int tp, int pp) {
+  ModelParallelShape x;
+  x.tp = tp;
+  x.pp = pp;
+  x.dp = c.gpus / (tp * pp);
+  while (b.sequences % x.dp != 0) --x.dp;
+  x.layers = m.layers / pp;
+  x.psi_rank = (b.psi_blocks / pp + b.psi_embedding) / tp;
+  x.block_params = b.psi_blocks / m.layers / tp;
+  // dp groups are contiguous after tp: they stay on NVLink while tp * dp fits a node. Stage
+  // neighbours are tp * dp ranks apart: some hop crosses nodes unless the whole world fits one.
+  x.dp_gbs = tp * x.dp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
+  x.pp_gbs = tp * x.dp * pp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
+  x.flops_per_second =
+      c.peak_tflops * 1e12 * c.mfu * gemm_efficiency(b.h / tp) / gemm_efficiency(b.h);
+  x.per_pipeline = b.sequences / x.dp;
+  return x;
+}
+
+// Memory per GPU of candidate k (its layout fields set).
+void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basis,
+                     const ModelParallelShape& x) {
+  const int dp = x.dp, tp = x.tp, pp = x.pp, zero = k.zero, b = k.micro_batch;
+  const int layers = x.layers, micro_batches = k.micro_batches;
+  const std::string& offload = k.offload;
+  const std::string& recompute = k.recompute;
+  const double psi_rank = x.psi_rank, block_params = x.block_params;
+  const double psi_embedding = basis.psi_embedding, s = basis.s, V = basis.V;
+  const double shard = zero >= 1 ? dp : 1;
+  k.params_gb = 2 * psi_rank / (zero >= 3 ? dp : 1) / kGB;
+  k.grads_gb = 2 * psi_rank / (zero >= 2 ? dp : 1) / kGB;
+  k.optimizer_gb = offload == "host" ? 0 : 12 * psi_rank / shard / kGB;
+  const double unit_buffers = 2 * (2 * block_params + psi_embedding / tp);
+  k.buffers_gb = (zero >= 2 ? unit_buffers : 0) + (zero >= 3 ? unit_buffers : 0);
+  k.buffers_gb /= kGB;
+  const double per_layer = layer_activation_bytes(m, b, tp, recompute);
+  const double working = recompute == "full" ? layer_activation_bytes(m, b, tp, "none") : 0;
+  const double logits = 4 * s * b * V / tp;
+  const double first_stage = per_layer * layers * std::min(pp, micro_batches) + working;
+  const double last_stage = per_layer * layers + working + logits;
+  k.activations_gb = (pp == 1 ? last_stage : std::max(first_stage, last_stage)) / kGB;
+  k.other_gb = kPlanRuntimeGB;
+}
+
+// Time per step of candidate k, set by the slowest (last) stage.
+void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
+                   const PlanBasis& basis, const ModelParallelShape& x) {
+  const int dp = x.dp, tp = x.tp, pp = x.pp, zero = k.zero, b = k.micro_batch;
+  const int layers = x.layers, micro_batches = k.micro_batches;
+  const std::string& offload = k.offload;
+  const std::string& recompute = k.recompute;
+  const double psi_rank = x.psi_rank, flops_per_second = x.flops_per_second;
+  const double pp_gbs = x.pp_gbs, dp_gbs = x.dp_gbs;
+  const double h = basis.h, s = basis.s, psi_blocks = basis.psi_blocks;
+  const double layer_flops = basis.layer_flops, head_flops = basis.head_flops;
+  const double shard = zero >= 1 ? dp : 1;
+  const double tokens = s * b;
+  const double stage_flops = (layers * layer_flops + head_flops) / tp * tokens;
+  const double attention_core = 4 * h * s * kPlanAttentionCoreSlowdown;
+  double extra_flops = 0;
+  if (recompute == "selective") extra_flops = layers * attention_core / tp * tokens;
+  if (recompute == "full")
+    extra_flops = layers * (2 * psi_blocks / m.layers + attention_core) / tp * tokens;
+  const double forward = stage_flops / 3 / flops_per_second;
+  const double micro = (stage_flops + extra_flops) / flops_per_second;
+  const double backward = micro - forward;
+  // Megatron's f/g operators: 2 all-reduces forward, 2 backward, 2 more when the
+  // forward is recomputed; an all-reduce is a reduce-scatter and an all-gather.
+  const int tp_collectives = recompute == "full" ? 6 : 4;
+  const double tp_micro =
+      tp_collectives * layers * 2 * ring_seconds(2 * tokens * h, tp, c.intra_gbs);
+  k.compute_seconds = micro_batches * micro;
+  k.recompute_seconds = micro_batches * extra_flops / flops_per_second;
+  k.tp_seconds = micro_batches * tp_micro;
+  // 1F1B bubble, plus each micro-batch's activation forward and gradient backward.
+  k.bubble_seconds = pp == 1 ? 0
+                             : (pp - 1) * (micro + tp_micro) +
+                                   2.0 * micro_batches * 2 * tokens * h / (pp_gbs * kGB);
+  // One bf16 pass of the rank's parameters or gradients over dp, and the compute each
+  // ZeRO stage can hide it behind (planner.hpp).
+  const double g = ring_seconds(2 * psi_rank, dp, dp_gbs);
+  switch (zero) {
+    case 0:
+      k.dp_traffic_seconds = 2 * g;
+      k.dp_seconds = exposed(2 * g, backward);
+      break;
+    case 1:
+      k.dp_traffic_seconds = 2 * g;
+      k.dp_seconds = exposed(g, backward) + exposed(g, forward);
+      break;
+    case 2:
+      k.dp_traffic_seconds = (micro_batches + 1) * g;
+      k.dp_seconds = micro_batches * exposed(g, backward) + exposed(g, forward);
+      break;
+    default:
+      k.dp_traffic_seconds = 3.0 * micro_batches * g;
+      k.dp_seconds = micro_batches * (exposed(g, forward) + exposed(2 * g, backward));
+  }
+  if (offload == "host")
+    k.offload_seconds =
+        4 * psi_rank / shard / (c.pcie_gbs * kGB) + 16 * psi_rank / shard / (c.host_adam_gbs * kGB);
+  k.step_seconds =
+      k.compute_seconds + k.bubble_seconds + k.tp_seconds + k.dp_seconds + k.offload_seconds;
+}
+
+// Every layout of the model on the cluster, with whether it fits.
+struct Evaluated {
+  std::vector<PlanCandidate> all;
   std::vector<bool> fits;
+  int considered = 0;
+};
+
+Evaluated evaluate_layouts(const PlanModel& m, const PlanCluster& c, const PlanBasis& basis) {
+  Evaluated out;
   for (int tp = 1; tp <= std::min(8, c.gpus); tp *= 2) {
     if (m.heads % tp != 0 || tp > c.gpus_per_node) continue;  // tp stays inside a node
     for (int pp = 1; pp <= m.layers; ++pp) {
       if (m.layers % pp != 0 || tp * pp > c.gpus) continue;
-      int dp = c.gpus / (tp * pp);
-      while (sequences % dp != 0) --dp;
-      const int layers = m.layers / pp;
-      const double psi_rank = (psi_blocks / pp + psi_embedding) / tp;
-      const double block_params = psi_blocks / m.layers / tp;
-      // dp groups are contiguous after tp: they stay on NVLink while tp * dp fits a node. Stage
-      // neighbours are tp * dp ranks apart: some hop crosses nodes unless the whole world fits one.
-      const double dp_gbs =
-          tp * dp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
-      const double pp_gbs =
-          tp * dp * pp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
-      const double flops_per_second =
-          c.peak_tflops * 1e12 * c.mfu * gemm_efficiency(h / tp) / gemm_efficiency(h);
-      const long long per_pipeline = sequences / dp;  // sequences per step per dp rank
+      const ModelParallelShape x = model_parallel_shape(m, c, basis, tp, pp);
       for (int zero = 0; zero <= 3; ++zero) {
-        if (zero > 0 && dp == 1) continue;
+        if (zero > 0 && x.dp == 1) continue;
         for (const std::string offload : {"none", "host"}) {
           if (offload == "host" && zero == 3) continue;  // ZeRO-Offload pairs with stage 2
           for (const std::string recompute : {"none", "selective", "full"}) {
-            for (int b = 1; b <= 32 && b <= per_pipeline; b *= 2) {
-              if (per_pipeline % b != 0) continue;
-              const int micro_batches = static_cast<int>(per_pipeline / b);
-              ++result.considered;
+            for (int b = 1; b <= 32 && b <= x.per_pipeline; b *= 2) {
+              if (x.per_pipeline % b != 0) continue;
+              ++out.considered;
               PlanCandidate k;
-              k.dp = dp, k.tp = tp, k.pp = pp, k.zero = zero, k.micro_batch = b;
-              k.micro_batches = micro_batches;
+              k.dp = x.dp, k.tp = tp, k.pp = pp, k.zero = zero, k.micro_batch = b;
+              k.micro_batches = static_cast<int>(x.per_pipeline / b);
               k.offload = offload, k.recompute = recompute;
-
-              // Memory per GPU.
-              const double shard = zero >= 1 ? dp : 1;
-              k.params_gb = 2 * psi_rank / (zero >= 3 ? dp : 1) / kGB;
-              k.grads_gb = 2 * psi_rank / (zero >= 2 ? dp : 1) / kGB;
-              k.optimizer_gb = offload == "host" ? 0 : 12 * psi_rank / shard / kGB;
-              const double unit_buffers = 2 * (2 * block_params + psi_embedding / tp);
-              k.buffers_gb = (zero >= 2 ? unit_buffers : 0) + (zero >= 3 ? unit_buffers : 0);
-              k.buffers_gb /= kGB;
-              const double per_layer = layer_activation_bytes(m, b, tp, recompute);
-              const double working =
-                  recompute == "full" ? layer_activation_bytes(m, b, tp, "none") : 0;
-              const double logits = 4 * s * b * V / tp;
-              const double first_stage = per_layer * layers * std::min(pp, micro_batches) + working;
-              const double last_stage = per_layer * layers + working + logits;
-              k.activations_gb = (pp == 1 ? last_stage : std::max(first_stage, last_stage)) / kGB;
-              k.other_gb = kPlanRuntimeGB;
-              const bool fit = k.memory_gb() <= usable_gb;
-
-              // Time per step, set by the slowest (last) stage.
-              const double tokens = s * b;
-              const double stage_flops = (layers * layer_flops + head_flops) / tp * tokens;
-              const double attention_core = 4 * h * s * kPlanAttentionCoreSlowdown;
-              double extra_flops = 0;
-              if (recompute == "selective") extra_flops = layers * attention_core / tp * tokens;
-              if (recompute == "full")
-                extra_flops = layers * (2 * psi_blocks / m.layers + attention_core) / tp * tokens;
-              const double forward = stage_flops / 3 / flops_per_second;
-              const double micro = (stage_flops + extra_flops) / flops_per_second;
-              const double backward = micro - forward;
-              // Megatron's f/g operators: 2 all-reduces forward, 2 backward, 2 more when the
-              // forward is recomputed; an all-reduce is a reduce-scatter and an all-gather.
-              const int tp_collectives = recompute == "full" ? 6 : 4;
-              const double tp_micro =
-                  tp_collectives * layers * 2 * ring_seconds(2 * tokens * h, tp, c.intra_gbs);
-              k.compute_seconds = micro_batches * micro;
-              k.recompute_seconds = micro_batches * extra_flops / flops_per_second;
-              k.tp_seconds = micro_batches * tp_micro;
-              // 1F1B bubble, plus each micro-batch's activation forward and gradient backward.
-              k.bubble_seconds = pp == 1
-                                     ? 0
-                                     : (pp - 1) * (micro + tp_micro) +
-                                           2.0 * micro_batches * 2 * tokens * h / (pp_gbs * kGB);
-              // One bf16 pass of the rank's parameters or gradients over dp, and the compute each
-              // ZeRO stage can hide it behind (planner.hpp).
-              const double g = ring_seconds(2 * psi_rank, dp, dp_gbs);
-              switch (zero) {
-                case 0:
-                  k.dp_traffic_seconds = 2 * g;
-                  k.dp_seconds = exposed(2 * g, backward);
-                  break;
-                case 1:
-                  k.dp_traffic_seconds = 2 * g;
-                  k.dp_seconds = exposed(g, backward) + exposed(g, forward);
-                  break;
-                case 2:
-                  k.dp_traffic_seconds = (micro_batches + 1) * g;
-                  k.dp_seconds = micro_batches * exposed(g, backward) + exposed(g, forward);
-                  break;
-                default:
-                  k.dp_traffic_seconds = 3.0 * micro_batches * g;
-                  k.dp_seconds = micro_batches * (exposed(g, forward) + exposed(2 * g, backward));
-              }
-              if (offload == "host")
-                k.offload_seconds = 4 * psi_rank / shard / (c.pcie_gbs * kGB) +
-                                    16 * psi_rank / shard / (c.host_adam_gbs * kGB);
-              k.step_seconds = k.compute_seconds + k.bubble_seconds + k.tp_seconds + k.dp_seconds +
-                               k.offload_seconds;
-              all.push_back(k);
-              fits.push_back(fit);
+              estimate_memory(k, m, basis, x);
+              estimate_time(k, m, c, basis, x);
+              out.fits.push_back(k.memory_gb() <= basis.usable_gb);
+              out.all.push_back(k);
             }
           }
         }
       }
     }
   }
+  return out;
+}
 
-  // The fastest feasible layout, and the least memory of any layout, among those matching `pred`.
-  struct Best {
-    const PlanCandidate* fastest = nullptr;
-    const PlanCandidate* smallest = nullptr;
-  };
-  auto best_of = [&](const std::function<bool(const PlanCandidate&)>& pred) {
-    Best best;
-    for (size_t i = 0; i < all.size(); ++i) {
-      const PlanCandidate& k = all[i];
-      if (!pred(k)) continue;
-      if (!best.smallest || k.memory_gb() < best.smallest->memory_gb()) best.smallest = &k;
-      if (fits[i] && (!best.fastest || k.step_seconds < best.fastest->step_seconds))
-        best.fastest = &k;
-    }
-    return best;
-  };
-  const Best overall = best_of([](const PlanCandidate&) { return true; });
-  if (!overall.fastest) {
-    const PlanCandidate& k = *overall.smallest;
-    result.recommendation = "none";
-    result.reasons = fmt::format(
-        "no layout fits {} GB per GPU ({:.3g} GB usable): the smallest ({}) needs {:.3g} GB: model "
-        "states {:.3g} GB, ZeRO buffers {:.3g} GB, activations {:.3g} GB, runtime {:.3g} GB; add "
-        "GPUs or memory",
-        c.gpu_mem_gb, usable_gb, k.describe(), k.memory_gb(), k.model_states_gb(), k.buffers_gb,
-        k.activations_gb, k.other_gb);
-    return result;
+// The fastest feasible layout, and the least memory of any layout, among those matching a test.
+struct Best {
+  const PlanCandidate* fastest = nullptr;
+  const PlanCandidate* smallest = nullptr;
+};
+
+Best best_of(const Evaluated& e, const std::function<bool(const PlanCandidate&)>& pred) {
+  Best best;
+  for (size_t i = 0; i < e.all.size(); ++i) {
+    const PlanCandidate& k = e.all[i];
+    if (!pred(k)) continue;
+    if (!best.smallest || k.memory_gb() < best.smallest->memory_gb()) best.smallest = &k;
+    if (e.fits[i] && (!best.fastest || k.step_seconds < best.fastest->step_seconds))
+      best.fastest = &k;
   }
-  const double fastest = overall.fastest->step_seconds;
-  result.fastest_seconds = fastest;
+  return best;
+}
 
-  // The fewest model-parallel axes whose best layout is within the model-parallel tolerance of
-  // the fastest; then, at that level, the simplest layout within the time tolerance of its best.
-  int level = 0;
+// The recommendation: the fewest model-parallel axes whose best layout is within the
+// model-parallel tolerance of the fastest; then, at that level, the simplest layout within the
+// time tolerance of its best. Sets `level` and `level_best`.
+const PlanCandidate& recommend(const Evaluated& e, double fastest, const PlanPolicy& policy,
+                               int& level, double& level_best) {
   Best at_level;
-  for (; level <= 2; ++level) {
-    at_level = best_of([&](const PlanCandidate& k) { return model_parallel_level(k) == level; });
+  for (level = 0; level <= 2; ++level) {
+    at_level = best_of(e, [&](const PlanCandidate& k) { return model_parallel_level(k) == level; });
     if (at_level.fastest &&
         at_level.fastest->step_seconds <= (1 + policy.model_parallel_tolerance) * fastest)
       break;
   }
-  const double level_best = at_level.fastest->step_seconds;
+  level_best = at_level.fastest->step_seconds;
   const PlanCandidate* chosen = at_level.fastest;
-  for (size_t i = 0; i < all.size(); ++i) {
-    const PlanCandidate& k = all[i];
-    if (fits[i] && model_parallel_level(k) == level &&
+  for (size_t i = 0; i < e.all.size(); ++i) {
+    const PlanCandidate& k = e.all[i];
+    if (e.fits[i] && model_parallel_level(k) == level &&
         k.step_seconds <= (1 + policy.time_tolerance) * level_best &&
         simplicity(k) < simplicity(*chosen))
       chosen = &k;
   }
-  const PlanCandidate best = *chosen;
+  return *chosen;
+}
 
-  for (size_t i = 0; i < all.size(); ++i)
-    if (fits[i]) result.feasible.push_back(all[i]);
-  std::stable_sort(result.feasible.begin(), result.feasible.end(),
-                   [](const PlanCandidate& a, const PlanCandidate& b) {
-                     return a.step_seconds < b.step_seconds;
-                   });
-  auto same = [&](const PlanCandidate& k) { return k.describe() == best.describe(); };
-  std::stable_partition(result.feasible.begin(), result.feasible.end(), same);
-  result.recommendation = best.describe();
-
-  // Reasons, one line per decision.
+// The reasons for the recommendation `best`, one line per decision: memory, time, model
+// parallelism, ZeRO stage, offload, recomputation.
+std::string explain(const Evaluated& e, const PlanBasis& basis, const PlanCluster& c,
+                    const PlanPolicy& policy, const PlanCandidate& best,
+                    const PlanCandidate& fastest_layout, int level, double level_best) {
+  const double fastest = fastest_layout.step_seconds;
+  const double usable_gb = basis.usable_gb;
+  const double psi_blocks = basis.psi_blocks, psi_embedding = basis.psi_embedding;
+  const long long sequences = basis.sequences;
   std::vector<std::string> why;
   const double over = best.step_seconds / fastest - 1;
   // How a family of alternatives fares against `reference` seconds: its fastest layout and how
@@ -305,7 +350,7 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
   // Model parallelism.
   const std::string tolerance = percent(policy.model_parallel_tolerance);
   if (level == 0) {
-    if (model_parallel_level(*overall.fastest) == 0)
+    if (model_parallel_level(fastest_layout) == 0)
       why.push_back(c.gpus == 1 ? "no tensor or pipeline parallelism: one GPU"
                                 : "no tensor or pipeline parallelism: no model-parallel layout "
                                   "is faster");
@@ -313,11 +358,12 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
       why.push_back(fmt::format(
           "no tensor or pipeline parallelism: the fastest layout ({}) is only {} faster, within "
           "the {} a model-parallel layout must gain to be worth its model surgery",
-          overall.fastest->describe(), percent(best.step_seconds / fastest - 1), tolerance));
+          fastest_layout.describe(), percent(best.step_seconds / fastest - 1), tolerance));
   } else {
-    const Best pure = best_of([](const PlanCandidate& k) { return model_parallel_level(k) == 0; });
+    const Best pure =
+        best_of(e, [](const PlanCandidate& k) { return model_parallel_level(k) == 0; });
     const Best tp_only =
-        best_of([](const PlanCandidate& k) { return model_parallel_level(k) == 1; });
+        best_of(e, [](const PlanCandidate& k) { return model_parallel_level(k) == 1; });
     if (level == 1)
       why.push_back(fmt::format(
           "tensor parallelism (tp={}) inside a node, on NVLink: without model parallelism {}; "
@@ -331,7 +377,7 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
                       than_fastest(pure), than_fastest(tp_only), tolerance));
     if (level == 1) {
       const Best piped =
-          best_of([](const PlanCandidate& k) { return model_parallel_level(k) == 2; });
+          best_of(e, [](const PlanCandidate& k) { return model_parallel_level(k) == 2; });
       if (piped.fastest && piped.fastest->step_seconds < level_best)
         why.push_back(fmt::format(
             "no pipeline parallelism: the best pipelined layout ({}) is only {} faster than the "
@@ -343,7 +389,7 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
 
   // ZeRO stage, at the chosen model-parallel level.
   auto at_chosen_level = [&](const std::function<bool(const PlanCandidate&)>& pred) {
-    return best_of([&](const PlanCandidate& k) {
+    return best_of(e, [&](const PlanCandidate& k) {
       return model_parallel_level(k) == level && k.tp == best.tp && k.pp == best.pp && pred(k);
     });
   };
@@ -382,8 +428,46 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
           return k.zero == best.zero && k.offload == best.offload &&
                  recompute_rank(k.recompute) < recompute_rank(best.recompute);
         }))));
-  result.reasons = why.front();
-  for (size_t i = 1; i < why.size(); ++i) result.reasons += "\n  " + why[i];
+  std::string out = why.front();
+  for (size_t i = 1; i < why.size(); ++i) out += "\n  " + why[i];
+  return out;
+}
+
+}  // namespace
+
+PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_batch_tokens,
+                        const PlanPolicy& policy) {
+  const PlanBasis basis = plan_basis(m, c, global_batch_tokens);
+  const Evaluated e = evaluate_layouts(m, c, basis);
+  PlanResult result;
+  result.considered = e.considered;
+  const Best overall = best_of(e, [](const PlanCandidate&) { return true; });
+  if (!overall.fastest) {
+    const PlanCandidate& k = *overall.smallest;
+    result.recommendation = "none";
+    result.reasons = fmt::format(
+        "no layout fits {} GB per GPU ({:.3g} GB usable): the smallest ({}) needs {:.3g} GB: model "
+        "states {:.3g} GB, ZeRO buffers {:.3g} GB, activations {:.3g} GB, runtime {:.3g} GB; add "
+        "GPUs or memory",
+        c.gpu_mem_gb, basis.usable_gb, k.describe(), k.memory_gb(), k.model_states_gb(),
+        k.buffers_gb, k.activations_gb, k.other_gb);
+    return result;
+  }
+  const double fastest = overall.fastest->step_seconds;
+  result.fastest_seconds = fastest;
+  int level = 0;
+  double level_best = 0;
+  const PlanCandidate best = recommend(e, fastest, policy, level, level_best);
+  for (size_t i = 0; i < e.all.size(); ++i)
+    if (e.fits[i]) result.feasible.push_back(e.all[i]);
+  std::stable_sort(result.feasible.begin(), result.feasible.end(),
+                   [](const PlanCandidate& a, const PlanCandidate& b) {
+                     return a.step_seconds < b.step_seconds;
+                   });
+  auto same = [&](const PlanCandidate& k) { return k.describe() == best.describe(); };
+  std::stable_partition(result.feasible.begin(), result.feasible.end(), same);
+  result.recommendation = best.describe();
+  result.reasons = explain(e, basis, c, policy, best, *overall.fastest, level, level_best);
   return result;
 }
 

@@ -5,20 +5,15 @@
 
 #include "comm/grid.hpp"
 #include "io/config.hpp"
+#include "train/faults.hpp"
 
 namespace trident {
 
 struct TrainOptions {
-  std::string resume;      // checkpoint to continue from, or empty
-  std::string dump_grads;  // write the first step's gradients here at global shape, or empty
-  // Testing aid: rank inject_overflow_rank writes infinity into its gradient at 1-based step
-  // inject_overflow_step (0: never), as an fp16 overflow would.
-  int inject_overflow_step = 0, inject_overflow_rank = 0;
-  // Testing aid: at 1-based step inject_fault_step rank inject_fault_rank is killed (SIGKILL),
-  // hangs in its forward, or is killed inside the checkpoint write ("kill", "hang",
-  // "kill-in-checkpoint"; empty: none).
-  std::string inject_fault;
-  int inject_fault_step = 0, inject_fault_rank = 0;
+  std::string resume;          // checkpoint to continue from, or empty
+  bool resume_newest = false;  // continue from the newest complete checkpoint of the run, if any
+  std::string dump_grads;      // write the first step's gradients here at global shape, or empty
+  StepHooks* hooks = nullptr;  // the test seam (injected faults); null: none
 };
 
 // Runs training on this rank's part of `grid`. Throws InputError before any output is written

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "comm/backend.hpp"
@@ -14,7 +16,7 @@ using namespace trident;
 namespace {
 
 // The InputError message make_communicator throws, or "" when it returns a communicator.
-std::string error_of(const std::string& backend, const std::string& key) {
+std::string error_of(CollectiveBackend backend, const std::string& key) {
   try {
     make_communicator(MPI_COMM_SELF, backend, true, key);
   } catch (const InputError& e) {
@@ -23,7 +25,7 @@ std::string error_of(const std::string& backend, const std::string& key) {
   return "";
 }
 
-std::string validate_error(Config c) {
+std::string validate_error(const Config& c) {
   try {
     validate(c, 1);
   } catch (const InputError& e) {
@@ -32,11 +34,16 @@ std::string validate_error(Config c) {
   return "";
 }
 
+// A config for one rank with the parallel keys given as TOML text, parsed as a file would be.
+Config parallel_config(const std::string& keys) {
+  return resolve(parse_config_text("[parallel]\n" + keys, "test"), 1);
+}
+
 }  // namespace
 
 TEST(Backend, MpiGivesAnMpiCommunicator) {
   for (const bool node_local : {true, false}) {
-    const auto comm = make_communicator(MPI_COMM_SELF, "mpi", node_local);
+    const auto comm = make_communicator(MPI_COMM_SELF, CollectiveBackend::kMpi, node_local);
     ASSERT_NE(comm, nullptr);
     EXPECT_NE(dynamic_cast<MpiCommunicator*>(comm.get()), nullptr);
     EXPECT_STREQ(comm->backend(), "mpi");
@@ -47,7 +54,7 @@ TEST(Backend, MpiGivesAnMpiCommunicator) {
 
 TEST(Backend, AutoPicksNcclForNodeLocalAxesOnlyWhereUsable) {
   // Host-only builds (this one in CI) always get MPI; a CUDA build with NCCL gets NCCL.
-  const auto comm = make_communicator(MPI_COMM_SELF, "auto", true);
+  const auto comm = make_communicator(MPI_COMM_SELF, CollectiveBackend::kAuto, true);
   EXPECT_STREQ(comm->backend(), nccl_usable() ? "nccl" : "mpi");
   if (!nccl_usable()) {
     EXPECT_NE(dynamic_cast<MpiCommunicator*>(comm.get()), nullptr);
@@ -55,69 +62,68 @@ TEST(Backend, AutoPicksNcclForNodeLocalAxesOnlyWhereUsable) {
 }
 
 TEST(Backend, AutoOffNodeIsAlwaysMpi) {
-  const auto comm = make_communicator(MPI_COMM_SELF, "auto", false);
+  const auto comm = make_communicator(MPI_COMM_SELF, CollectiveBackend::kAuto, false);
   EXPECT_STREQ(comm->backend(), "mpi");
 }
 
 TEST(Backend, NcclWorksWhereUsableAndOtherwiseSaysWhyAndWhatToUse) {
   if (nccl_usable()) {  // a CUDA build with NCCL and a GPU
-    EXPECT_STREQ(make_communicator(MPI_COMM_SELF, "nccl", true)->backend(), "nccl");
+    EXPECT_STREQ(make_communicator(MPI_COMM_SELF, CollectiveBackend::kNccl, true)->backend(),
+                 "nccl");
     return;
   }
-  const std::string msg = error_of("nccl", "parallel.backend_tp");
+  const std::string msg = error_of(CollectiveBackend::kNccl, "parallel.backend_tp");
   EXPECT_NE(msg.find("parallel.backend_tp = 'nccl'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("needs a CUDA build of Kokkos"), std::string::npos) << msg;
   EXPECT_NE(msg.find("host-only"), std::string::npos) << msg;
   EXPECT_NE(msg.find("use 'mpi' or 'auto'"), std::string::npos) << msg;
 }
 
-TEST(Backend, UnknownNameIsRejectedWithTheValidOnes) {
-  for (const std::string bad : {"gloo", "", "MPI", "nccl "}) {
-    const std::string msg = error_of(bad, "parallel.backend_dp");
-    EXPECT_NE(msg.find("parallel.backend_dp = '" + bad + "'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("auto, mpi, nccl"), std::string::npos) << msg;
-  }
-}
-
-TEST(Backend, NcclCompiledMatchesTheBuildFlag) {
-#ifdef TRIDENT_HAVE_NCCL
-  EXPECT_TRUE(nccl_compiled());
-  EXPECT_NE(backend_summary().find("NCCL backend compiled: yes"), std::string::npos)
-      << backend_summary();
-#else
-  EXPECT_FALSE(nccl_compiled());
-  EXPECT_NE(backend_summary().find("NCCL backend compiled: no"), std::string::npos)
-      << backend_summary();
-#endif
-  if (!nccl_compiled()) {
+TEST(Backend, SummaryReportsTheLinkedNcclAndARequestSaysWhatIsMissing) {
+  const std::string summary = backend_summary();
+  if (nccl_compiled()) {
+    // The version is asked of the library loaded at run time (ncclGetVersion), not the header.
+    EXPECT_NE(summary.find("NCCL backend compiled: yes, NCCL 2."), std::string::npos) << summary;
+  } else {
+    EXPECT_NE(summary.find("NCCL backend compiled: no"), std::string::npos) << summary;
     EXPECT_FALSE(nccl_usable());
   }
+  if (nccl_usable()) return;
+  const std::string msg = error_of(CollectiveBackend::kNccl, "parallel.backend_dp");
+  EXPECT_NE(
+      msg.find(nccl_compiled() ? "compiled but NCCL needs device buffers" : "no NCCL backend"),
+      std::string::npos)
+      << msg;
 }
 
 TEST(BackendConfig, KeysDefaultToAutoAndAcceptEveryBackend) {
   const Config defaults;
-  EXPECT_EQ(defaults.parallel.backend_tp, "auto");
-  EXPECT_EQ(defaults.parallel.backend_dp, "auto");
-  EXPECT_EQ(defaults.parallel.backend_pp, "auto");
+  EXPECT_EQ(defaults.parallel.backend_tp, CollectiveBackend::kAuto);
+  EXPECT_EQ(defaults.parallel.backend_dp, CollectiveBackend::kAuto);
+  EXPECT_EQ(defaults.parallel.backend_pp, CollectiveBackend::kAuto);
   for (const char* name : {"auto", "mpi", "nccl"}) {
-    Config c;
-    c.parallel.backend_tp = c.parallel.backend_dp = name;
-    EXPECT_EQ(validate_error(c), "") << name;  // availability is checked when axes are built
+    // Availability is checked when the axes are built, not by validation.
+    const Config c =
+        parallel_config(fmt::format("backend_tp = \"{0}\"\nbackend_dp = \"{0}\"\n", name));
+    EXPECT_EQ(name_of(c.parallel.backend_dp), std::string(name));
+    EXPECT_EQ(validate_error(c), "") << name;
   }
   // Pipeline transfers are tagged MPI messages; NCCL (no tags) is refused on that axis.
-  Config c;
-  c.parallel.backend_pp = "nccl";
+  Config c = parallel_config("");
+  c.parallel.backend_pp = CollectiveBackend::kNccl;
   EXPECT_NE(validate_error(c).find("parallel.backend_pp = 'nccl' is not supported"),
             std::string::npos);
 }
 
-TEST(BackendConfig, ValidationNamesTheKeyAndTheValidValues) {
-  Config c;
-  c.parallel.backend_dp = "gloo";
-  const std::string msg = validate_error(c);
-  EXPECT_NE(msg.find("parallel.backend_dp = 'gloo'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("auto, mpi, nccl"), std::string::npos) << msg;
-  c.parallel.backend_dp = "mpi";
-  c.parallel.backend_pp = "ucx";
-  EXPECT_NE(validate_error(c).find("parallel.backend_pp = 'ucx'"), std::string::npos);
+TEST(BackendConfig, UnknownNamesAreRefusedOnReadingWithTheKeyAndTheValidValues) {
+  for (const std::string bad : {"gloo", "", "MPI", "nccl "}) {
+    try {
+      parallel_config("backend_dp = \"" + bad + "\"\n");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("parallel.backend_dp = '" + bad + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("one of auto, mpi, nccl"), std::string::npos) << msg;
+    }
+  }
 }

@@ -26,8 +26,7 @@ std::string write_config(const std::string& text) {
 std::string error_of(const std::string& text, std::vector<std::string> overrides = {},
                      int ranks = 1) {
   try {
-    Config c = load_config(write_config(text), overrides);
-    validate(c, ranks);
+    resolve(load_config(write_config(text), overrides), ranks);
   } catch (const InputError& e) {
     return e.what();
   }
@@ -43,9 +42,10 @@ void expect_error(const std::string& text, const std::string& needle,
 }  // namespace
 
 TEST(Config, DefaultsAndModelPresetAndOverrides) {
-  Config c = load_config(write_config("[model]\nfrom = \"models/m.toml\"\nn_head = 3\n"),
-                         {"run.steps=7", "optim.lr=0.5", "run.name=abc"});
-  validate(c, 2);
+  const Config read = load_config(write_config("[model]\nfrom = \"models/m.toml\"\nn_head = 3\n"),
+                                  {"run.steps=7", "optim.lr=0.5", "run.name=abc"});
+  EXPECT_EQ(read.parallel.dp, 0);  // derived only when the world size is known
+  const Config c = resolve(read, 2);
   EXPECT_EQ(c.model.n_layer, 3);  // from the preset
   EXPECT_EQ(c.model.n_embd, 48);
   EXPECT_EQ(c.model.n_head, 3);  // the run file overrides the preset
@@ -57,12 +57,52 @@ TEST(Config, DefaultsAndModelPresetAndOverrides) {
 }
 
 TEST(Config, TomlRoundTripIsExact) {
-  Config c = load_config(write_config("[optim]\nlr = 3.3e-4\n[run]\nname = \"x y\"\n"), {});
-  validate(c, 1);
+  const Config c =
+      resolve(load_config(write_config("[optim]\nlr = 3.3e-4\n[run]\nname = \"x y\"\n[parallel]\n"
+                                       "schedule = \"gpipe\"\n[zero]\nstage = 1\n"),
+                          {"precision.compute=bf16", "dp.sync=async"}),
+              1);
   Config back = parse_config_text(c.to_toml(), "roundtrip");
   EXPECT_EQ(back.to_toml(), c.to_toml());
   EXPECT_DOUBLE_EQ(back.optim.lr, 3.3e-4);
   EXPECT_EQ(back.run.name, "x y");
+  // Choices are stored typed and written back by name (zero.stage by number).
+  EXPECT_EQ(back.parallel.schedule, pipeline::ScheduleKind::kGpipe);
+  EXPECT_EQ(back.zero.stage, ZeroStage::kOptimizer);
+  EXPECT_EQ(back.precision.compute, Precision::kBf16);
+  EXPECT_EQ(back.dp.sync, DpSync::kAsync);
+  EXPECT_NE(c.to_toml().find("schedule = 'gpipe'\n"), std::string::npos) << c.to_toml();
+  EXPECT_NE(c.to_toml().find("stage = 1\n"), std::string::npos);
+  EXPECT_NE(c.to_toml().find("sync = 'async'\n"), std::string::npos);
+}
+
+TEST(Config, ValidateReadsAndNeverWrites) {
+  Config c = load_config(write_config(""), {});
+  const std::string before = c.to_toml();
+  // Unresolved (dp = 0) is invalid for any world size, and validating changes nothing.
+  EXPECT_THROW(validate(c, 2), InputError);
+  EXPECT_EQ(c.to_toml(), before);
+  const Config resolved = resolve(c, 2);
+  EXPECT_EQ(c.to_toml(), before);  // resolve works on a copy
+  EXPECT_EQ(resolved.parallel.dp, 2);
+  EXPECT_NO_THROW(validate(resolved, 2));
+  EXPECT_THROW(validate(resolved, 4), InputError);  // the resolved layout is for 2 ranks
+}
+
+TEST(Config, ChoicesAreTypedOnReadingAndBadNamesListTheValidOnes) {
+  expect_error("[parallel]\nschedule = \"zb\"\n",
+               "parallel.schedule = 'zb' must be one of gpipe, 1f1b, interleaved");
+  expect_error("", "parallel.backend_dp = 'gloo' must be one of auto, mpi, nccl",
+               {"parallel.backend_dp=gloo"});
+  expect_error("", "zero.stage = 5 must be 0, 1, 2 or 3", {"zero.stage=5"});
+  expect_error("[zero]\nstage = \"two\"\n", "'zero.stage' must be an integer");
+  expect_error("[dp]\nsync = 3\n", "'dp.sync' must be a string");
+  expect_error("", "recompute.policy = 'most' must be one of none, selective, full",
+               {"recompute.policy=most"});
+  expect_error("", "offload.params = 'host' must be none or nvme", {"offload.params=host"});
+  const Config c = load_config(write_config(""), {"parallel.backend_tp=nccl", "dp.sync=local_sgd"});
+  EXPECT_EQ(c.parallel.backend_tp, CollectiveBackend::kNccl);
+  EXPECT_EQ(c.dp.sync, DpSync::kLocalSgd);
 }
 
 TEST(Config, BadInputNamesTheKey) {

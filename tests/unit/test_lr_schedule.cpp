@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "optim/schedule.hpp"
+#include "optim/lr_schedule.hpp"
 
 namespace trident {
 
@@ -17,11 +17,14 @@ TEST(LrScaling, LinearAndSqrtFollowTheBatchRatio) {
 
 TEST(LrScaling, ParsesTheThreeNames) {
   LrScaling s = LrScaling::kNone;
-  EXPECT_TRUE(parse_lr_scaling("sqrt", s));
+  EXPECT_TRUE(parse_name("sqrt", s));
   EXPECT_EQ(s, LrScaling::kSqrt);
-  EXPECT_TRUE(parse_lr_scaling("linear", s));
+  EXPECT_TRUE(parse_name("linear", s));
   EXPECT_EQ(s, LrScaling::kLinear);
-  EXPECT_FALSE(parse_lr_scaling("cubic", s));
+  EXPECT_FALSE(parse_name("cubic", s));
+  EXPECT_EQ(s, LrScaling::kLinear);  // untouched by a bad name
+  EXPECT_STREQ(name_of(LrScaling::kNone), "none");
+  EXPECT_EQ(valid_names<LrScaling>(), "one of none, linear, sqrt");
 }
 
 TEST(LrSchedule, WarmsUpLinearlyThenDecaysToTheFloorAlongACosine) {

@@ -43,9 +43,10 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
   model.forward(0, in.data(), tg.data(), B, T);
   model.backward(0, scale, trident::ConstVec());
   auto g = model.grads();
-  double worst = 0;
-  int checked = 0;
   for (const ParamSpec& s : model.table().specs()) {
+    // The comparison means something only where the gradient is not ~0: each tensor must have
+    // a sampled element that moves the loss visibly (else a path dropped out of backward).
+    double largest = 0;
     for (int k = 0; k < 3; ++k) {  // three elements of every tensor
       const int64_t i = s.offset + static_cast<int64_t>(mix64(k * 31 + s.offset) % s.numel());
       const float saved = p(i), h = 1e-3f;
@@ -58,11 +59,10 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
       const double err = std::abs(numeric - g(i)) / std::max(5e-2, std::abs(numeric));
       EXPECT_LT(err, 5e-2) << s.name << "[" << i - s.offset << "] numeric " << numeric
                            << " analytic " << g(i);
-      worst = std::max(worst, err);
-      ++checked;
+      largest = std::max(largest, std::abs(numeric));
     }
+    EXPECT_GT(largest, 1e-4) << s.name << ": no sampled element moves the loss";
   }
-  EXPECT_EQ(checked, 3 * static_cast<int>(model.table().specs().size()));
 }
 
 TEST(Gpt, MicroBatchesAccumulateToTheFullBatchGradient) {

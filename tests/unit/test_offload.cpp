@@ -4,9 +4,9 @@
 
 #include <filesystem>
 
+#include "core/file_store.hpp"
 #include "model/params.hpp"
 #include "optim/adamw.hpp"
-#include "parallel/zero/nvme_store.hpp"
 
 using namespace trident;
 
@@ -16,10 +16,10 @@ std::string temp(const std::string& name) {
 }
 }  // namespace
 
-TEST(NvmeStore, StartsZeroRoundTripsAndRemovesItsFile) {
+TEST(FileStore, StartsZeroRoundTripsAndRemovesItsFile) {
   const std::string path = temp("store");
   {
-    NvmeStore store(path, 1000);
+    FileStore store(path, 1000);
     std::vector<float> out(10, -1.0f), in(10);
     store.read(990, 10, out.data());
     for (float x : out) EXPECT_EQ(x, 0.0f);

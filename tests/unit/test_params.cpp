@@ -5,7 +5,7 @@
 #include <map>
 
 #include "model/params.hpp"
-#include "parallel/zero/partition.hpp"
+#include "model/partition.hpp"
 
 using namespace trident;
 

@@ -45,8 +45,8 @@ void for_each_valid(const std::function<void(ScheduleKind, int, int, int)>& body
 }
 
 std::string label(ScheduleKind kind, int pp, int m, int v) {
-  return std::string(schedule_name(kind)) + " pp=" + std::to_string(pp) +
-         " m=" + std::to_string(m) + " v=" + std::to_string(v);
+  return std::string(name_of(kind)) + " pp=" + std::to_string(pp) + " m=" + std::to_string(m) +
+         " v=" + std::to_string(v);
 }
 
 // Megatron's warm-up length for the interleaved schedule on `rank`.
@@ -59,13 +59,13 @@ int interleaved_warmup(int pp, int rank, int m, int v) {
 TEST(PipelineSchedule, ParsesAndNamesEveryKind) {
   for (ScheduleKind kind : kAllKinds) {
     ScheduleKind parsed = ScheduleKind::kGpipe;
-    ASSERT_TRUE(parse_schedule(schedule_name(kind), parsed));
+    ASSERT_TRUE(parse_name(name_of(kind), parsed));
     EXPECT_EQ(parsed, kind);
   }
-  EXPECT_STREQ(schedule_name(ScheduleKind::kOneFOneB), "1f1b");
+  EXPECT_STREQ(name_of(ScheduleKind::kOneFOneB), "1f1b");
   ScheduleKind untouched = ScheduleKind::kInterleaved;
   for (const char* bad : {"", "GPipe", "1F1B", "interleave", "1f1b ", "pipedream"})
-    EXPECT_FALSE(parse_schedule(bad, untouched)) << bad;
+    EXPECT_FALSE(parse_name(bad, untouched)) << bad;
   EXPECT_EQ(untouched, ScheduleKind::kInterleaved);
 }
 

@@ -28,12 +28,12 @@ void GradBuckets::ready_from(int64_t offset) {
     const int64_t b = begin_[launched_];
     const size_t n = static_cast<size_t>(end_[launched_] - b);
     if (reduce_ == Precision::kFp32) {
-      requests_[launched_] = dp_->iallreduce_sum(grads_.data() + b, n);
+      requests_[launched_] = dp_->iallreduce_sum(window(grads_, b, n));
     } else {
       kernels::store_half(Exec(), grads16_, static_cast<size_t>(b), window(grads_, b, n), n,
                           reduce_);
       Exec().fence();
-      requests_[launched_] = dp_->iallreduce_sum_16(grads16_.data() + b, n, reduce_);
+      requests_[launched_] = dp_->iallreduce_sum(CommBuffer(window(grads16_, b, n), reduce_));
     }
     ++launched_;
   }

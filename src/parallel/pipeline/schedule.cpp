@@ -110,31 +110,6 @@ bool check_rank_list(const std::vector<Action>& actions, int pp, int rank, int m
 
 }  // namespace
 
-bool parse_schedule(const std::string& s, ScheduleKind& out) {
-  if (s == "gpipe") {
-    out = ScheduleKind::kGpipe;
-  } else if (s == "1f1b") {
-    out = ScheduleKind::kOneFOneB;
-  } else if (s == "interleaved") {
-    out = ScheduleKind::kInterleaved;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-const char* schedule_name(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::kGpipe:
-      return "gpipe";
-    case ScheduleKind::kOneFOneB:
-      return "1f1b";
-    case ScheduleKind::kInterleaved:
-      return "interleaved";
-  }
-  return "unknown";
-}
-
 ActionComm action_comm(int pp, int v, int rank, const Action& a) {
   const int stage = virtual_stage(pp, rank, a.chunk), last = pp * v - 1;
   ActionComm c;
@@ -150,7 +125,7 @@ ActionComm action_comm(int pp, int v, int rank, const Action& a) {
 
 std::string validate_schedule(ScheduleKind kind, int pp, int m, int v) {
   std::ostringstream s;
-  const char* name = schedule_name(kind);
+  const char* name = name_of(kind);
   if (pp < 1) {
     s << "pipeline size pp must be >= 1 (got " << pp << ")";
   } else if (m < 1) {
@@ -282,7 +257,7 @@ double simulated_bubble(ScheduleKind kind, int pp, int m, int v) {
   std::string error;
   int steps = 0;
   if (!simulate(kind, pp, m, v, &error, &steps))
-    throw std::logic_error(std::string("schedule ") + schedule_name(kind) + ": " + error);
+    throw std::logic_error(std::string("schedule ") + name_of(kind) + ": " + error);
   return 1.0 - static_cast<double>(3 * m * v) / steps;
 }
 

@@ -4,14 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "core/names.hpp"
+
 namespace trident::pipeline {
 
 enum class ScheduleKind { kGpipe, kOneFOneB, kInterleaved };
-
-// Parses "gpipe" | "1f1b" | "interleaved"; returns false (and leaves `out` alone) for anything
-// else.
-bool parse_schedule(const std::string& s, ScheduleKind& out);
-const char* schedule_name(ScheduleKind k);
 
 enum class ActionType { kForward, kBackward };
 
@@ -83,3 +80,13 @@ bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, i
 double simulated_bubble(ScheduleKind kind, int pp, int m, int v);
 
 }  // namespace trident::pipeline
+
+namespace trident {
+
+template <>
+inline constexpr std::array<Named<pipeline::ScheduleKind>, 3> kNames<pipeline::ScheduleKind>{
+    {{pipeline::ScheduleKind::kGpipe, "gpipe"},
+     {pipeline::ScheduleKind::kOneFOneB, "1f1b"},
+     {pipeline::ScheduleKind::kInterleaved, "interleaved"}}};
+
+}  // namespace trident

@@ -41,7 +41,7 @@ void GradShards::unit_done(int u) {
   const View1 shard = shard_;
   const int64_t offset = shard_offset_[u];
   if (reduce_ == Precision::kFp32) {
-    comm_->reduce_scatter_sum(buffer.data(), received_.data(), static_cast<size_t>(part));
+    comm_->reduce_scatter_sum(window(buffer, 0, part * dp_), window(received_, 0, part));
     const View1 received = received_;
     Kokkos::parallel_for(
         "zero2_accumulate", Kokkos::RangePolicy<Exec>(0, part),
@@ -50,8 +50,8 @@ void GradShards::unit_done(int u) {
     const size_t whole = static_cast<size_t>(part * dp_);
     kernels::store_half(Exec(), send16_, 0, window(buffer, 0, whole), whole, reduce_);
     Exec().fence();
-    comm_->reduce_scatter_sum_16(send16_.data(), received16_.data(), static_cast<size_t>(part),
-                                 reduce_);
+    comm_->reduce_scatter_sum(CommBuffer(window(send16_, 0, whole), reduce_),
+                              CommBuffer(window(received16_, 0, part), reduce_));
     const HalfView1 received = received16_;
     const Precision p = reduce_;
     Kokkos::parallel_for(

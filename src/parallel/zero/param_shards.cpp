@@ -33,7 +33,7 @@ ParamShards::ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_
   } else if (nvme_path.empty()) {
     shard_ = allocate(ledger, MemCategory::kParams, "param_shard", total);
   } else {
-    store_ = std::make_unique<NvmeStore>(nvme_path, total);
+    store_ = std::make_unique<FileStore>(nvme_path, total);
     for (const View1& b : buffers_.all())
       staging_.push_back(allocate(ledger, MemCategory::kParams, "param_staging", b.extent(0) / dp));
   }
@@ -75,23 +75,25 @@ void ParamShards::start_gather(int u) {
   const int b = buffers_.index_of_unit(u);
   pending_[b].wait();  // the buffer's previous gather, if any, must land first
   const int64_t part = stage_.local().units()[u].padded / dp_;
+  const size_t whole = static_cast<size_t>(part * dp_);
   if (precision_ != Precision::kFp32) {
-    pending_[b] = comm_->iallgather_16(shard16_.data() + shard_offset_[u], gathered16_[b].data(),
-                                       static_cast<size_t>(part));
+    pending_[b] =
+        comm_->iallgather(CommBuffer(window(shard16_, shard_offset_[u], part), precision_),
+                          CommBuffer(window(gathered16_[b], 0, whole), precision_));
     resident_[b] = u;
     widened_[b] = false;
     return;
   }
-  const float* mine = nullptr;
+  Vec mine;
   if (store_) {  // offloaded: stage this unit's part of the shard first
     auto host = Kokkos::create_mirror_view(staging_[b]);
     store_->read(shard_offset_[u], part, host.data());
     Kokkos::deep_copy(staging_[b], host);
-    mine = staging_[b].data();
+    mine = window(staging_[b], 0, part);
   } else {
-    mine = shard_.data() + shard_offset_[u];
+    mine = window(shard_, shard_offset_[u], part);
   }
-  pending_[b] = comm_->iallgather(mine, buffers_.of_unit(u).data(), static_cast<size_t>(part));
+  pending_[b] = comm_->iallgather(mine, window(buffers_.of_unit(u), 0, whole));
   resident_[b] = u;
 }
 

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "core/file_store.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
 #include "model/unit_buffers.hpp"
-#include "parallel/zero/nvme_store.hpp"
 
 namespace trident {
 
@@ -35,7 +35,7 @@ class ParamShards {
   View1 shard() const { return shard_; }
   // 16-bit storage: the owned parameters, compact like shard().
   HalfView1 shard16() const { return shard16_; }
-  NvmeStore* store() const { return store_.get(); }
+  FileStore* store() const { return store_.get(); }
   // Makes unit u resident (waiting for its prefetch, or gathering it) and starts gathering
   // `next` (-1: none) into its buffer.
   void need(int u, int next);
@@ -59,7 +59,7 @@ class ParamShards {
   HalfView1 shard16_;                  // 16-bit storage: the owned parameters
   std::vector<HalfView1> gathered16_;  // 16-bit storage: buffer -> its unit as gathered
   std::vector<bool> widened_;          // 16-bit storage: buffer -> widened since its gather
-  std::unique_ptr<NvmeStore> store_;
+  std::unique_ptr<FileStore> store_;
   std::vector<View1> staging_;    // buffer -> its unit's part read from the store
   std::vector<int> resident_;     // buffer -> unit gathered into it (or -1)
   std::vector<Request> pending_;  // buffer -> its gather in flight

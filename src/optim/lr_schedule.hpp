@@ -2,24 +2,16 @@
 #pragma once
 
 #include <cmath>
-#include <string>
+
+#include "core/names.hpp"
 
 namespace trident {
 
 enum class LrScaling { kNone, kLinear, kSqrt };
 
-// "none" | "linear" | "sqrt"; false for anything else.
-inline bool parse_lr_scaling(const std::string& name, LrScaling& out) {
-  if (name == "none")
-    out = LrScaling::kNone;
-  else if (name == "linear")
-    out = LrScaling::kLinear;
-  else if (name == "sqrt")
-    out = LrScaling::kSqrt;
-  else
-    return false;
-  return true;
-}
+template <>
+inline constexpr std::array<Named<LrScaling>, 3> kNames<LrScaling>{
+    {{LrScaling::kNone, "none"}, {LrScaling::kLinear, "linear"}, {LrScaling::kSqrt, "sqrt"}}};
 
 // The peak lr for a global batch of `batch_tokens`, given `base_lr` tuned at
 // `base_batch_tokens`: unchanged, proportional to the batch (Goyal et al. 2017, with warmup), or

@@ -1,5 +1,5 @@
 // File-backed float arrays with checked positional I/O.
-#include "parallel/zero/nvme_store.hpp"
+#include "core/file_store.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,14 +19,14 @@ namespace {
 }
 }  // namespace
 
-NvmeStore::NvmeStore(const std::string& path, int64_t count) : path_(path), count_(count) {
+FileStore::FileStore(const std::string& path, int64_t count) : path_(path), count_(count) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd_ < 0) io_failure("open", path);
   if (::ftruncate(fd_, static_cast<off_t>(count * sizeof(float))) != 0)
     io_failure("ftruncate", path);  // a sparse file of zeros: fresh moments
 }
 
-NvmeStore::~NvmeStore() {
+FileStore::~FileStore() {
   if (fd_ >= 0) ::close(fd_);
   ::unlink(path_.c_str());
 }
@@ -49,11 +49,11 @@ void transfer(int fd, Buffer* data, int64_t offset, int64_t count, Call call, co
 }
 }  // namespace
 
-void NvmeStore::read(int64_t offset, int64_t count, float* dst) const {
+void FileStore::read(int64_t offset, int64_t count, float* dst) const {
   transfer(fd_, dst, offset, count, ::pread, "pread", path_);
 }
 
-void NvmeStore::write(int64_t offset, int64_t count, const float* src) {
+void FileStore::write(int64_t offset, int64_t count, const float* src) {
   transfer(fd_, src, offset, count, ::pwrite, "pwrite", path_);
 }
 

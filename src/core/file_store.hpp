@@ -1,5 +1,5 @@
-// Optimizer states on NVMe (or any file system): float arrays in files, read and written in
-// blocks through a bounded buffer, so they do not count as resident memory.
+// Float arrays in files (NVMe offload of optimizer states and ZeRO-3 parameters), read and
+// written in blocks through a bounded buffer, so they do not count as resident memory.
 #pragma once
 
 #include <cstdint>
@@ -7,13 +7,13 @@
 
 namespace trident {
 
-class NvmeStore {
+class FileStore {
  public:
   // Creates (truncates) `path` holding `count` zero floats; the file is removed on destruction.
-  NvmeStore(const std::string& path, int64_t count);
-  ~NvmeStore();
-  NvmeStore(const NvmeStore&) = delete;
-  NvmeStore& operator=(const NvmeStore&) = delete;
+  FileStore(const std::string& path, int64_t count);
+  ~FileStore();
+  FileStore(const FileStore&) = delete;
+  FileStore& operator=(const FileStore&) = delete;
 
   void read(int64_t offset, int64_t count, float* dst) const;
   void write(int64_t offset, int64_t count, const float* src);

@@ -1,0 +1,78 @@
+// Host-value collectives over MPI, every call checked.
+#include "comm/host_comm.hpp"
+
+#include "core/error.hpp"
+
+namespace trident {
+
+HostCollectives::HostCollectives(MPI_Comm comm) : comm_(comm) {
+  TRIDENT_MPI(MPI_Comm_size(comm_, &size_));
+  TRIDENT_MPI(MPI_Comm_rank(comm_, &rank_));
+}
+
+namespace {
+
+double reduce_all(MPI_Comm comm, double value, MPI_Op op) {
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, op, comm));
+  return value;
+}
+
+}  // namespace
+
+double HostCollectives::sum(double value) const {
+  return reduce_all(comm_, value, MPI_SUM);
+}
+
+double HostCollectives::max(double value) const {
+  return reduce_all(comm_, value, MPI_MAX);
+}
+
+double HostCollectives::min(double value) const {
+  return reduce_all(comm_, value, MPI_MIN);
+}
+
+std::vector<double> HostCollectives::gather(const std::vector<double>& values, int root) const {
+  std::vector<double> all(rank_ == root ? values.size() * static_cast<size_t>(size_) : 0);
+  const int count = static_cast<int>(values.size());
+  TRIDENT_MPI(
+      MPI_Gather(values.data(), count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, root, comm_));
+  return all;
+}
+
+std::string HostCollectives::broadcast(const std::string& value, int root) const {
+  std::string out = value;
+  int length = static_cast<int>(out.size());
+  TRIDENT_MPI(MPI_Bcast(&length, 1, MPI_INT, root, comm_));
+  out.resize(static_cast<size_t>(length));
+  TRIDENT_MPI(MPI_Bcast(out.data(), length, MPI_CHAR, root, comm_));
+  return out;
+}
+
+std::string HostCollectives::processor_names() const {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  TRIDENT_MPI(MPI_Get_processor_name(name, &len));
+  std::vector<char> all(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
+  TRIDENT_MPI(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
+                            MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_));
+  std::string out;
+  for (int r = 0; r < size_; ++r)
+    out +=
+        (r ? "," : "") + std::string(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  return out;
+}
+
+int HostCollectives::ranks_on_node() const {
+  MPI_Comm node = MPI_COMM_NULL;
+  TRIDENT_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  int ranks = 1;
+  TRIDENT_MPI(MPI_Comm_size(node, &ranks));
+  TRIDENT_MPI(MPI_Comm_free(&node));
+  return ranks;
+}
+
+void HostCollectives::barrier() const {
+  TRIDENT_MPI(MPI_Barrier(comm_));
+}
+
+}  // namespace trident

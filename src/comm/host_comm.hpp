@@ -1,0 +1,37 @@
+// Collectives on host values (losses, norms, timings, names) over an MPI communicator: what the
+// driver reduces and gathers about a run, kept apart from the Views the model's collectives move.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace trident {
+
+class HostCollectives {
+ public:
+  // Over `comm` (not owned; the grid frees it).
+  explicit HostCollectives(MPI_Comm comm);
+  int size() const { return size_; }
+  int rank() const { return rank_; }
+
+  double sum(double value) const;
+  double max(double value) const;
+  double min(double value) const;
+  // Every rank's `values` (the same count on each), in rank order, on `root`; empty elsewhere.
+  std::vector<double> gather(const std::vector<double>& values, int root = 0) const;
+  // Root's string on every rank.
+  std::string broadcast(const std::string& value, int root = 0) const;
+  // Every rank's processor (host) name, comma-separated in rank order, on every rank.
+  std::string processor_names() const;
+  // How many ranks of this communicator share this rank's node (its shared memory).
+  int ranks_on_node() const;
+  void barrier() const;
+
+ private:
+  MPI_Comm comm_;
+  int size_ = 1, rank_ = 0;
+};
+
+}  // namespace trident

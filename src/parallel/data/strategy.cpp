@@ -1,0 +1,291 @@
+// Plain DP, ZeRO-1, -2 and -3: gradient reduction, norm share, optimizer step, parameter gather
+// and checkpoint state of one model chunk.
+#include "parallel/data/strategy.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "kernels/adamw.hpp"
+#include "kernels/cast.hpp"
+#include "kernels/elementwise.hpp"
+#include "model/partition.hpp"
+
+namespace trident {
+
+StageBuffers DataParallelStrategy::stage_buffers(ZeroStage zero, int dp) {
+  StageBuffers buffers;
+  buffers.unit_alignment = zero == ZeroStage::kNone ? 1 : dp;
+  buffers.full_params = zero != ZeroStage::kParameters;
+  buffers.full_grads = zero == ZeroStage::kNone || zero == ZeroStage::kOptimizer;
+  return buffers;
+}
+
+std::unique_ptr<DataParallelStrategy> DataParallelStrategy::create(
+    GptStage& stage, Communicator& dp, const DataParallelSettings& settings, MemoryLedger& ledger,
+    PhaseTimer& timer) {
+  switch (settings.zero) {
+    case ZeroStage::kNone:
+      return std::make_unique<PlainDataParallel>(stage, dp, settings, ledger, timer);
+    case ZeroStage::kOptimizer:
+      return std::make_unique<Zero1>(stage, dp, settings, ledger, timer);
+    case ZeroStage::kGradients:
+      return std::make_unique<Zero2>(stage, dp, settings, ledger, timer);
+    case ZeroStage::kParameters:
+      return std::make_unique<Zero3>(stage, dp, settings, ledger, timer);
+  }
+  throw std::logic_error("unknown ZeRO stage");
+}
+
+DataParallelStrategy::DataParallelStrategy(GptStage& stage, Communicator& dp,
+                                           const DataParallelSettings& settings, MemoryLedger&,
+                                           PhaseTimer& timer)
+    : stage_(stage), dp_(dp), settings_(settings), timer_(timer) {
+  if (settings.zero != ZeroStage::kNone) {
+    shard_count_ = dp.size();
+    shard_index_ = dp.rank();
+  }
+}
+
+void DataParallelStrategy::build_optimizer(MemoryLedger& ledger, FileStore* offloaded_params) {
+  const LocalParamTable& local = stage_.local();
+  const std::vector<Segment> owned = zero_shard(local, shard_count_, shard_index_);
+  if (settings_.precision != Precision::kFp32) {
+    master_ = std::make_unique<MasterWeights>(local, owned, ledger);
+    master_->init(settings_.seed);
+  }
+  MomentStorage storage = settings_.moments;
+  storage.params = offloaded_params;
+  optimizer_ = std::make_unique<AdamW>(local, ledger, settings_.adamw, owned, storage);
+}
+
+void DataParallelStrategy::zero_grads() {
+  stage_.zero_grads();
+}
+
+bool DataParallelStrategy::exchange_async_gradients() {
+  throw std::logic_error("dp.sync = async needs zero.stage 0 or 1 (validated with the config)");
+}
+
+void DataParallelStrategy::average_replicas() {
+  throw std::logic_error("dp.sync = local_sgd needs zero.stage 0 (validated with the config)");
+}
+
+ChunkState DataParallelStrategy::checkpoint_state() const {
+  // Full-layout buffers holding this rank's owned elements (its ZeRO shard of the moments, read
+  // out of the optimizer, resident or streamed): checkpoints write only those, and loading fills
+  // every element the rank holds.
+  const int64_t n = stage_.local().total_numel();
+  ChunkState state{owned_params_at_flat_positions(), View1("moment_m", n), View1("moment_v", n)};
+  optimizer_->read_moments(state.m, state.v);
+  return state;
+}
+
+void DataParallelStrategy::restore(const ChunkState& state, int adam_steps) {
+  optimizer_->write_moments(state.m, state.v);
+  restore_params(state.params);
+  optimizer_->set_steps_taken(adam_steps);
+}
+
+View1 DataParallelStrategy::owned_params_at_flat_positions() const {
+  if (!master_) return stage_.params();  // a load lands in place
+  View1 full("master_full", stage_.local().total_numel());
+  master_->read_full(full);
+  return full;
+}
+
+void DataParallelStrategy::restore_params(const View1& full) {
+  if (!master_) return;
+  master_->write_full(full);
+  kernels::store_half(Exec(), stage_.params16(), 0, window(full, 0, full.extent(0)), full.extent(0),
+                      settings_.precision);
+  Exec().fence();
+  stage_.invalidate_expanded();
+}
+
+void DataParallelStrategy::refresh_half_params() {
+  master_->round_into(stage_.params16(), settings_.precision);
+  stage_.invalidate_expanded();
+}
+
+void DataParallelStrategy::gather_updated_shards() {
+  if (dp_.size() == 1) return;
+  ScopedPhase phase(timer_, Phase::kZeroGather);
+  // 16-bit storage: the updated 16-bit shards travel, half the bytes of fp32. One equal-count,
+  // in-place collective per unit.
+  for (const ParamUnit& u : stage_.local().units()) {
+    const int64_t part = u.padded / shard_count_;
+    const int64_t mine = u.offset + shard_index_ * part;
+    if (master_)
+      dp_.allgather(CommBuffer(window(stage_.params16(), mine, part), settings_.precision),
+                    CommBuffer(window(stage_.params16(), u.offset, u.padded), settings_.precision));
+    else
+      dp_.allgather(window(stage_.params(), mine, part),
+                    window(stage_.params(), u.offset, u.padded));
+  }
+  if (master_) stage_.invalidate_expanded();
+}
+
+// ---- plain DP and ZeRO-1 ----
+
+PlainDataParallel::PlainDataParallel(GptStage& stage, Communicator& dp,
+                                     const DataParallelSettings& settings, MemoryLedger& ledger,
+                                     PhaseTimer& timer)
+    : DataParallelStrategy(stage, dp, settings, ledger, timer) {
+  stage.init_params(settings.seed);
+  build_optimizer(ledger, nullptr);
+  buckets_ = std::make_unique<GradBuckets>(stage.grads(), settings.bucket_elements, &dp,
+                                           settings.grad_reduce, &ledger);
+  stage.set_grad_ready_hook([b = buckets_.get()](int64_t from) { b->ready_from(from); });
+  const int64_t n = stage.local().total_numel();
+  if (settings.sync == DpSync::kAsync)
+    async_grads_ = allocate(ledger, MemCategory::kCommBuffers, "async_grads", n);
+  if (settings.sync == DpSync::kLocalSgd && dp.size() > 1) {
+    replica_m_ = allocate(ledger, MemCategory::kCommBuffers, "replica_m", n);
+    replica_v_ = allocate(ledger, MemCategory::kCommBuffers, "replica_v", n);
+  }
+}
+
+void PlainDataParallel::finish_reduction(bool reduce) {
+  if (reduce) buckets_->finish();
+}
+
+Vec PlainDataParallel::held_gradient(const LocalParam& p) const {
+  return window(stage_.grads(), p.offset, p.numel);
+}
+
+void PlainDataParallel::add_grad_squares(double& sum, const ParamFilter& counted) const {
+  for (const LocalParam& p : stage_.local().params())
+    if (counted(p)) sum += kernels::sum_of_squares(Exec(), held_gradient(p));
+}
+
+void PlainDataParallel::step(double lr, float grad_scale) {
+  if (master_) {  // 16-bit storage: AdamW updates the fp32 master weights
+    optimizer_->step_compact(master_->values(), stage_.grads(), lr, grad_scale, false);
+    refresh_half_params();
+  } else {
+    optimizer_->step(stage_.params(), stage_.grads(), lr, grad_scale);
+  }
+}
+
+bool PlainDataParallel::exchange_async_gradients() {
+  const bool had_one = async_in_flight_;
+  async_pending_.wait();
+  kernels::swap_values(Exec(), stage_.grads(), async_grads_);
+  Exec().fence();
+  if (dp_.size() > 1) async_pending_ = dp_.iallreduce_sum(async_grads_);
+  async_in_flight_ = true;
+  return had_one;
+}
+
+void PlainDataParallel::average_replicas() {
+  if (dp_.size() == 1) return;
+  const float inverse = 1.0f / static_cast<float>(dp_.size());
+  optimizer_->read_moments(replica_m_, replica_v_);
+  // ZeRO-0: the master weights cover the whole flat buffer, in its order.
+  const View1 params = master_ ? master_->values() : stage_.params();
+  for (const View1& x : {params, replica_m_, replica_v_}) {
+    dp_.allreduce_sum(x);
+    kernels::scale(Exec(), x, inverse);
+  }
+  Exec().fence();
+  optimizer_->write_moments(replica_m_, replica_v_);
+  if (master_) refresh_half_params();
+}
+
+// ---- ZeRO-2 and ZeRO-3 ----
+
+Zero2::Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
+             MemoryLedger& ledger, PhaseTimer& timer)
+    : DataParallelStrategy(stage, dp, settings, ledger, timer) {
+  // ZeRO-3 shards the parameters before the optimizer is built on them.
+  if (settings.zero == ZeroStage::kParameters) {
+    param_shards_ = std::make_unique<ParamShards>(stage, shard_count_, shard_index_, &dp, ledger,
+                                                  &timer, settings.params_file, settings.precision);
+    param_shards_->init(settings.seed);
+  } else {
+    stage.init_params(settings.seed);
+  }
+  build_optimizer(ledger, param_shards_ ? param_shards_->store() : nullptr);
+  grad_shards_ =
+      std::make_unique<GradShards>(stage, shard_count_, &dp, ledger, &timer, settings.grad_reduce);
+}
+
+void Zero2::zero_grads() {
+  stage_.zero_grads();
+  grad_shards_->zero();
+}
+
+Vec Zero2::held_gradient(const LocalParam& p) const {
+  // Every unit is sharded alike on every rank that holds it (the tied embedding's two stages).
+  const int u = stage_.local().unit_of(p);
+  return window(grad_shards_->shard(), grad_shards_->shard_offset(u), grad_shards_->shard_size(u));
+}
+
+void Zero2::add_grad_squares(double& sum, const ParamFilter& counted) const {
+  // This rank holds the reduced gradient of its shard of each unit only.
+  const LocalParamTable& local = stage_.local();
+  for (const LocalParam& p : local.params()) {
+    if (!counted(p)) continue;
+    const int u = local.unit_of(p);
+    const int64_t part = grad_shards_->shard_size(u);
+    const int64_t own_begin = local.units()[u].offset + shard_index_ * part;
+    const int64_t a = std::max(own_begin, p.offset);
+    const int64_t b = std::min(own_begin + part, p.offset + p.numel);
+    if (a < b)
+      sum += kernels::sum_of_squares(
+          Exec(), window(grad_shards_->shard(), grad_shards_->shard_offset(u) + (a - own_begin),
+                         static_cast<size_t>(b - a)));
+  }
+}
+
+void Zero2::step(double lr, float grad_scale) {
+  if (master_) {
+    optimizer_->step_compact(master_->values(), grad_shards_->shard(), lr, grad_scale, true);
+    refresh_half_params();
+  } else {
+    optimizer_->step_shard(stage_.params(), grad_shards_->shard(), lr, grad_scale);
+  }
+}
+
+View1 Zero2::gradients_at_flat_positions() const {
+  const LocalParamTable& local = stage_.local();
+  View1 full("full_grads", local.total_numel());
+  for (size_t u = 0; u < local.units().size(); ++u) {
+    const int unit = static_cast<int>(u);
+    const int64_t part = grad_shards_->shard_size(unit);
+    const int64_t at = local.units()[u].offset + shard_index_ * part;
+    Kokkos::deep_copy(window(full, at, part),
+                      window(grad_shards_->shard(), grad_shards_->shard_offset(unit), part));
+  }
+  return full;
+}
+
+void Zero3::step(double lr, float grad_scale) {
+  if (master_) {
+    optimizer_->step_compact(master_->values(), grad_shards_->shard(), lr, grad_scale, true);
+    refresh_half_params();
+  } else {  // parameters, gradients and moments all sharded
+    optimizer_->step_shard(param_shards_->shard(), grad_shards_->shard(), lr, grad_scale, true);
+    param_shards_->invalidate();
+  }
+}
+
+View1 Zero3::owned_params_at_flat_positions() const {
+  if (master_) return DataParallelStrategy::owned_params_at_flat_positions();
+  View1 full("params_full", stage_.local().total_numel());
+  param_shards_->read_own(full);
+  return full;
+}
+
+void Zero3::restore_params(const View1& full) {
+  param_shards_->scatter_full(full);
+  if (master_) master_->write_full(full);
+}
+
+void Zero3::refresh_half_params() {
+  // The 16-bit shard, gathered again when next needed.
+  master_->round_into_compact(param_shards_->shard16(), settings_.precision);
+  param_shards_->invalidate();
+}
+
+}  // namespace trident

@@ -1,0 +1,190 @@
+// Data-parallel strategies (plain DP, ZeRO-1, -2, -3) behind one interface: each owns one model
+// chunk's gradient, optimizer and master-weight buffers, reduces the gradient over dp, adds its
+// share to the global norm, steps the optimizer, gathers parameters and hands its part of a
+// checkpoint. Offload (optimizer states or ZeRO-3 parameters in files) is a property of the
+// strategy, not another one. The trainer calls the interface and never asks which buffers exist.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "comm/comm.hpp"
+#include "core/half.hpp"
+#include "core/memory.hpp"
+#include "core/timer.hpp"
+#include "model/gpt.hpp"
+#include "optim/adamw.hpp"
+#include "optim/master_weights.hpp"
+#include "parallel/data/grad_buckets.hpp"
+#include "parallel/data/options.hpp"
+#include "parallel/zero/grad_shards.hpp"
+#include "parallel/zero/param_shards.hpp"
+
+namespace trident {
+
+using ParamFilter = std::function<bool(const LocalParam&)>;
+
+struct DataParallelSettings {
+  ZeroStage zero = ZeroStage::kNone;
+  Precision precision = Precision::kFp32;    // 16-bit parameters: fp32 master weights
+  Precision grad_reduce = Precision::kFp32;  // the format gradients are summed in over dp
+  DpSync sync = DpSync::kSync;
+  size_t bucket_elements = 1;  // ZeRO 0/1: gradient elements per all-reduce bucket
+  AdamWSettings adamw;
+  MomentStorage moments;    // resident, or streamed from files (optimizer offload)
+  std::string params_file;  // ZeRO-3 parameter offload: the shard's file; empty: resident
+  uint64_t seed = 0;        // counter-based initial values
+};
+
+// A chunk's parameters and AdamW moments in full-layout buffers (flat positions): what a
+// checkpoint writes and what loading fills.
+struct ChunkState {
+  View1 params, m, v;
+};
+
+class DataParallelStrategy {
+ public:
+  // How a stage lays out its own buffers under `zero` over `dp` replicas (ZeRO pads every unit
+  // to dp equal shards, and at stage 2 / 3 keeps no whole gradient / parameter buffer).
+  static StageBuffers stage_buffers(ZeroStage zero, int dp);
+  // The strategy for `settings.zero`, over a stage built with stage_buffers(): this rank is
+  // `dp.rank()` of `dp.size()` replicas. Initialises the parameters (and master weights) from
+  // settings.seed.
+  static std::unique_ptr<DataParallelStrategy> create(GptStage& stage, Communicator& dp,
+                                                      const DataParallelSettings& settings,
+                                                      MemoryLedger& ledger, PhaseTimer& timer);
+  virtual ~DataParallelStrategy() = default;
+
+  // Zeroes the gradients before a step's first backward.
+  virtual void zero_grads();
+  // Before a backward pass: `reduce` when its gradients are final and are to be summed over dp
+  // during it (the step's last micro-batch of a synchronous step).
+  virtual void before_backward(bool reduce) { (void)reduce; }
+  // After the step's last backward: the reduction over dp complete (when `reduce`).
+  virtual void finish_reduction(bool reduce) { (void)reduce; }
+  // Advances non-blocking reductions in flight (MPI moves them only inside MPI calls).
+  virtual void progress() {}
+  // The part of parameter p's unit gradient this rank holds after the reduction: all of p, or
+  // this rank's shard of the unit. The tied embedding sums it between first and last stage.
+  virtual Vec held_gradient(const LocalParam& p) const = 0;
+  // The whole gradient this rank holds after the reduction (the overflow check reads it).
+  virtual View1 held_gradients() const = 0;
+  // Adds to `sum` the squares of the held gradient of every parameter `counted` accepts.
+  virtual void add_grad_squares(double& sum, const ParamFilter& counted) const = 0;
+  // True when dp ranks hold different parts of the gradient: the global norm's squares are then
+  // summed over dp as well as over the model-parallel ranks.
+  virtual bool gradient_sharded() const { return false; }
+  // AdamW on this rank's part, the gradient multiplied by `grad_scale` (clipping, loss scale);
+  // 16-bit parameters are rounded from the updated master weights.
+  virtual void step(double lr, float grad_scale) = 0;
+  // After the step: every replica holds the whole updated parameters again (ZeRO-1/2 gather
+  // the updated shards; plain DP has nothing to do; ZeRO-3 gathers units only when needed).
+  virtual void gather_params() {}
+  // dp.sync = async: waits for the previous step's reduction and puts its result where step()
+  // reads the gradient; starts reducing this step's. False when nothing was in flight.
+  virtual bool exchange_async_gradients();
+  // dp.sync = local_sgd: parameters and AdamW moments averaged over the dp replicas.
+  virtual void average_replicas();
+  // The gradient at its flat positions (valid where this rank holds it): --dump-grads.
+  virtual View1 gradients_at_flat_positions() const = 0;
+  // Parameters (fp32: the master weights under 16-bit storage) and moments in full-layout
+  // buffers, valid at the elements this rank owns: what a checkpoint writes. Nothing gathered.
+  ChunkState checkpoint_state() const;
+  // Loads what checkpoint_state() produced (from a checkpoint of any layout) into the buffers;
+  // AdamW continues from `adam_steps` (its bias correction).
+  void restore(const ChunkState& state, int adam_steps);
+  int steps_taken() const { return optimizer_->steps_taken(); }
+
+ protected:
+  DataParallelStrategy(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
+                       MemoryLedger& ledger, PhaseTimer& timer);
+  // Builds master weights (16-bit storage) and AdamW over this rank's owned segments; called by
+  // the concrete strategies once the parameters are initialised.
+  void build_optimizer(MemoryLedger& ledger, FileStore* offloaded_params);
+  // The parameters a checkpoint stores (fp32 master weights under 16-bit storage) at flat
+  // positions, valid where owned; and their loaded values back into every buffer that holds them.
+  virtual View1 owned_params_at_flat_positions() const;
+  virtual void restore_params(const View1& full);
+  // The 16-bit parameters rounded from the master weights.
+  virtual void refresh_half_params();
+  // ZeRO-1/2: every replica all-gathers the updated shards of every unit.
+  void gather_updated_shards();
+
+  GptStage& stage_;
+  Communicator& dp_;
+  DataParallelSettings settings_;
+  PhaseTimer& timer_;
+  int shard_count_ = 1, shard_index_ = 0;  // every unit split into shard_count_ parts; ours
+  std::unique_ptr<MasterWeights> master_;  // 16-bit storage: the fp32 weights AdamW updates
+  std::unique_ptr<AdamW> optimizer_;
+};
+
+// ZeRO-0: replicated everything; gradients all-reduced over dp in buckets during backward.
+class PlainDataParallel : public DataParallelStrategy {
+ public:
+  PlainDataParallel(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
+                    MemoryLedger& ledger, PhaseTimer& timer);
+  void before_backward(bool reduce) override { buckets_->arm(reduce); }
+  void finish_reduction(bool reduce) override;
+  void progress() override { async_pending_.test(); }
+  Vec held_gradient(const LocalParam& p) const override;
+  View1 held_gradients() const override { return stage_.grads(); }
+  void add_grad_squares(double& sum, const ParamFilter& counted) const override;
+  void step(double lr, float grad_scale) override;
+  bool exchange_async_gradients() override;
+  void average_replicas() override;
+  View1 gradients_at_flat_positions() const override { return stage_.grads(); }
+
+ private:
+  std::unique_ptr<GradBuckets> buckets_;
+  View1 async_grads_;      // dp.sync = async: the gradient whose reduction is in flight
+  Request async_pending_;  // that reduction
+  bool async_in_flight_ = false;
+  View1 replica_m_, replica_v_;  // dp.sync = local_sgd: moments staged for averaging
+};
+
+// ZeRO-1: as plain DP, but each replica keeps AdamW moments (and master weights) for its shard of
+// every unit only, updates that shard and all-gathers the updated shards.
+class Zero1 final : public PlainDataParallel {
+ public:
+  using PlainDataParallel::PlainDataParallel;
+  void gather_params() override { gather_updated_shards(); }
+};
+
+// ZeRO-2: gradients too are sharded: each unit's gradient is reduce-scattered as soon as backward
+// finishes it; only the shard and a few units' working buffers are resident.
+class Zero2 : public DataParallelStrategy {
+ public:
+  Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
+        MemoryLedger& ledger, PhaseTimer& timer);
+  void zero_grads() override;
+  Vec held_gradient(const LocalParam& p) const override;
+  View1 held_gradients() const override { return grad_shards_->shard(); }
+  void add_grad_squares(double& sum, const ParamFilter& counted) const override;
+  bool gradient_sharded() const override { return true; }
+  void step(double lr, float grad_scale) override;
+  void gather_params() override { gather_updated_shards(); }
+  View1 gradients_at_flat_positions() const override;
+
+ protected:
+  std::unique_ptr<ParamShards> param_shards_;  // ZeRO-3 only (settings.zero = kParameters)
+  std::unique_ptr<GradShards> grad_shards_;
+};
+
+// ZeRO-3: parameters sharded as well, each unit all-gathered just before forward or backward
+// reads it (the next one prefetched), optionally kept in a file (parameter offload).
+class Zero3 final : public Zero2 {
+ public:
+  using Zero2::Zero2;  // settings.zero = kParameters: the parameters are sharded too
+  void step(double lr, float grad_scale) override;
+  void gather_params() override {}
+
+ protected:
+  View1 owned_params_at_flat_positions() const override;
+  void restore_params(const View1& full) override;
+  void refresh_half_params() override;
+};
+
+}  // namespace trident

@@ -1,0 +1,81 @@
+// Checkpoint writing, rotation, loading and gradient dumps over the strategies' owned buffers.
+#include "train/checkpointer.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "core/version.hpp"
+
+namespace trident {
+
+Checkpointer::Checkpointer(const Config& config, const Grid& grid, std::vector<ModelChunk>& chunks,
+                           std::string layout, StepHooks& hooks)
+    : config_(config),
+      grid_(grid),
+      chunks_(chunks),
+      layout_(std::move(layout)),
+      hooks_(hooks),
+      dir_(std::filesystem::path(config.run.out_dir) / config.run.name / "checkpoints") {}
+
+bool Checkpointer::due(int step) const {
+  const int every = config_.run.checkpoint_every;
+  return every >= 0 && (step == config_.run.steps || (every > 0 && step % every == 0));
+}
+
+ShardOwner Checkpointer::owner() const {
+  return {grid_.shape().dp, grid_.coord().dp, grid_.coord().tp,
+          static_cast<int>(config_.zero.stage)};
+}
+
+std::vector<ShardBuffers> Checkpointer::buffers(const std::vector<ChunkState>& states) const {
+  std::vector<ShardBuffers> out;
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    out.push_back({&chunks_[c].stage->local(), states[c].params, states[c].m, states[c].v});
+  return out;
+}
+
+void Checkpointer::save(int step, const LossScaler& scaler) {
+  last_written_ = (dir_ / fmt::format("step_{:06d}.h5", step)).string();
+  CheckpointMeta meta{step,    step,          config_.run.seed, chunks_.front().dp->steps_taken(),
+                      layout_, git_revision()};
+  meta.loss_scale = scaler.scale();
+  meta.loss_scale_clean_steps = scaler.clean_steps();
+  meta.loss_scale_hysteresis_left = scaler.hysteresis_left();
+  std::vector<ChunkState> states;
+  for (const ModelChunk& ch : chunks_) states.push_back(ch.dp->checkpoint_state());
+  save_checkpoint(last_written_, config_, meta, buffers(states), owner(), grid_.world(),
+                  [&] { hooks_.checkpoint_midway(step); });
+  if (grid_.rank() == 0) rotate_checkpoints(dir_.string(), config_.run.keep_checkpoints);
+}
+
+int Checkpointer::load(const std::string& path, LossScaler& scaler, const HostCollectives& world,
+                       const Console& console) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<ChunkState> states;
+  for (const ModelChunk& ch : chunks_) states.push_back(ch.dp->checkpoint_state());
+  const CheckpointMeta meta = load_checkpoint(path, buffers(states), owner(), grid_.world());
+  const double seconds =
+      world.max(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    chunks_[c].dp->restore(states[c], static_cast<int>(meta.adam_steps));
+  const int step = static_cast<int>(meta.data_cursor);
+  console.line(fmt::format("resumed from {} at step {} (written with layout {}) in {:.3f} s", path,
+                           step, meta.layout, seconds));
+  if (scaler.enabled() && read_checkpoint_config(path).precision.compute == Precision::kFp16) {
+    scaler.restore(meta.loss_scale, static_cast<int>(meta.loss_scale_clean_steps),
+                   static_cast<int>(meta.loss_scale_hysteresis_left));
+    console.line(fmt::format("fp16 loss scale restored: {:g}", scaler.scale()));
+  }
+  return step;
+}
+
+void Checkpointer::dump_gradients(const std::string& path, int step) const {
+  std::vector<ShardBuffers> grads;
+  for (const ModelChunk& ch : chunks_)
+    grads.push_back({&ch.stage->local(), ch.dp->gradients_at_flat_positions(), {}, {}});
+  save_checkpoint(path, config_, {step, step, config_.run.seed, 0, layout_, git_revision()}, grads,
+                  owner(), grid_.world());
+}
+
+}  // namespace trident

@@ -1,0 +1,53 @@
+// A run's checkpoints: when one is due, writing one (each rank its owned elements, through the
+// data-parallel strategies), rotation, loading one onto any layout, and the first-step
+// gradient dump that layout tests compare.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "comm/grid.hpp"
+#include "comm/host_comm.hpp"
+#include "io/checkpoint.hpp"
+#include "io/config.hpp"
+#include "optim/loss_scaler.hpp"
+#include "train/faults.hpp"
+#include "train/pipeline_runner.hpp"
+#include "train/step_metrics.hpp"
+
+namespace trident {
+
+class Checkpointer {
+ public:
+  Checkpointer(const Config& config, const Grid& grid, std::vector<ModelChunk>& chunks,
+               std::string layout, StepHooks& hooks);
+  std::filesystem::path directory() const { return dir_; }
+  // Whether a checkpoint is written after 1-based `step` (every run.checkpoint_every steps and
+  // at the end; never with -1).
+  bool due(int step) const;
+  // Writes step_NNNNNN.h5 of 1-based `step` and drops the oldest beyond run.keep_checkpoints.
+  // Collective.
+  void save(int step, const LossScaler& scaler);
+  const std::string& last_written() const { return last_written_; }
+  // Loads `path` (any layout) into every chunk and, for an fp16 run resumed from fp16, the loss
+  // scale into `scaler`. Returns the step to continue from. Collective.
+  int load(const std::string& path, LossScaler& scaler, const HostCollectives& world,
+           const Console& console);
+  // Writes the current gradients at global shapes (checkpoint schema, /params) to `path`.
+  void dump_gradients(const std::string& path, int step) const;
+
+ private:
+  std::vector<ShardBuffers> buffers(const std::vector<ChunkState>& states) const;
+  ShardOwner owner() const;
+
+  const Config& config_;
+  const Grid& grid_;
+  std::vector<ModelChunk>& chunks_;
+  std::string layout_;
+  StepHooks& hooks_;
+  std::filesystem::path dir_;
+  std::string last_written_;
+};
+
+}  // namespace trident

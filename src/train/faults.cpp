@@ -1,0 +1,67 @@
+// Injected faults for tests: SIGKILL, an endless phase, an infinite gradient element.
+#include "train/faults.hpp"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <limits>
+#include <stdexcept>
+
+namespace trident {
+namespace {
+
+// "a:b" -> a, b; false when malformed.
+bool parse_pair(const std::string& text, int& a, int& b) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) return false;
+  try {
+    size_t used = 0;
+    a = std::stoi(text.substr(0, colon), &used);
+    if (used != colon) return false;
+    b = std::stoi(text.substr(colon + 1), &used);
+    return used == text.size() - colon - 1;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+bool parse_fault(const std::string& text, FaultPlan& plan) {
+  const auto colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  FaultKind parsed = FaultKind::kNone;
+  if (kind == "kill")
+    parsed = FaultKind::kKill;
+  else if (kind == "hang")
+    parsed = FaultKind::kHang;
+  else if (kind == "kill-in-checkpoint")
+    parsed = FaultKind::kKillInCheckpoint;
+  if (parsed == FaultKind::kNone || colon == std::string::npos) return false;
+  if (!parse_pair(text.substr(colon + 1), plan.fault_step, plan.fault_rank)) return false;
+  plan.fault = parsed;
+  return true;
+}
+
+bool parse_overflow(const std::string& text, FaultPlan& plan) {
+  return parse_pair(text, plan.overflow_step, plan.overflow_rank);
+}
+
+void InjectedFaults::step_begins(int step, PhaseTimer& timer) {
+  if (fault_here(FaultKind::kKill, step)) std::raise(SIGKILL);
+  if (fault_here(FaultKind::kHang, step)) {
+    ScopedPhase phase(timer, Phase::kForward);
+    for (;;) sleep(1);  // the others block in their first collective with this rank
+  }
+}
+
+void InjectedFaults::gradients_final(int step, const View1& gradients) {
+  if (step != plan_.overflow_step || rank_ != plan_.overflow_rank) return;
+  Kokkos::deep_copy(Kokkos::subview(gradients, 0), std::numeric_limits<float>::infinity());
+}
+
+void InjectedFaults::checkpoint_midway(int step) {
+  if (fault_here(FaultKind::kKillInCheckpoint, step)) std::raise(SIGKILL);
+}
+
+}  // namespace trident

@@ -1,0 +1,61 @@
+// The test seam of a training run: the step loop announces a few events to a StepHooks object,
+// and `trident train --inject-fault / --inject-overflow` installs one that breaks things on
+// purpose there (a killed or hung rank, a kill mid-checkpoint, an fp16 overflow), so tests can
+// exercise failure handling without any test code in the step itself.
+#pragma once
+
+#include <string>
+
+#include "core/timer.hpp"
+#include "core/types.hpp"
+
+namespace trident {
+
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+  // A step (1-based) begins; `timer` shows what the rank is doing to the watchdog.
+  virtual void step_begins(int step, PhaseTimer& timer) {
+    (void)step;
+    (void)timer;
+  }
+  // The step's gradients are final (reduced over dp), before the fp16 overflow check reads them.
+  virtual void gradients_final(int step, const View1& gradients) {
+    (void)step;
+    (void)gradients;
+  }
+  // A checkpoint of `step` is half written (its first dataset is on disk).
+  virtual void checkpoint_midway(int step) { (void)step; }
+};
+
+enum class FaultKind { kNone, kKill, kHang, kKillInCheckpoint };
+
+// What --inject-fault KIND:STEP:RANK and --inject-overflow STEP:RANK ask for.
+struct FaultPlan {
+  FaultKind fault = FaultKind::kNone;
+  int fault_step = 0, fault_rank = 0;
+  int overflow_step = 0, overflow_rank = 0;  // overflow_step 0: none
+};
+
+// Parses "kill:3:1" into plan (false: not KIND:STEP:RANK with a known KIND).
+bool parse_fault(const std::string& text, FaultPlan& plan);
+// Parses "3:1" into plan's overflow fields.
+bool parse_overflow(const std::string& text, FaultPlan& plan);
+
+// The faults of `plan` that fall on rank `rank`.
+class InjectedFaults final : public StepHooks {
+ public:
+  InjectedFaults(const FaultPlan& plan, int rank) : plan_(plan), rank_(rank) {}
+  void step_begins(int step, PhaseTimer& timer) override;
+  void gradients_final(int step, const View1& gradients) override;
+  void checkpoint_midway(int step) override;
+
+ private:
+  bool fault_here(FaultKind kind, int step) const {
+    return plan_.fault == kind && step == plan_.fault_step && rank_ == plan_.fault_rank;
+  }
+  FaultPlan plan_;
+  int rank_;
+};
+
+}  // namespace trident

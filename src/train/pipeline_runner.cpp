@@ -1,0 +1,141 @@
+// The pipeline runtime: schedule actions, their transfers (peers from pipeline::action_comm) and
+// the hand-over of final gradients to the data-parallel strategies.
+#include "train/pipeline_runner.hpp"
+
+#include <algorithm>
+
+namespace trident {
+
+PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp,
+                               Communicator* embedding, const PipelinePlace& place,
+                               MemoryLedger& ledger, PhaseTimer& timer)
+    : chunks_(chunks),
+      pp_(pp),
+      embedding_(embedding),
+      place_(place),
+      timer_(timer),
+      activation_elements_(static_cast<size_t>(place.micro_batch) * place.seq_len *
+                           (chunks.empty() ? 0 : chunks.front().stage->config().n_embd)),
+      inputs_(static_cast<size_t>(place.micro_batch) * place.seq_len),
+      targets_(static_cast<size_t>(place.micro_batch) * place.seq_len) {
+  for (const ModelChunk& ch : chunks_) {
+    Transfers t;
+    const int slots = ch.stage->slots();
+    t.grad_recv = allocate(ledger, MemCategory::kCommBuffers, "grad_recv", activation_elements_);
+    for (int s = 0; s < slots; ++s)
+      t.grad_send.push_back(
+          allocate(ledger, MemCategory::kCommBuffers, "grad_send", activation_elements_));
+    t.forward_sends.resize(slots);
+    t.backward_sends.resize(slots);
+    transfers_.push_back(std::move(t));
+  }
+}
+
+double PipelineRunner::train(const std::vector<pipeline::Action>& actions,
+                             const BatchSampler& sampler, int64_t batch_index, bool reduce_over_dp,
+                             float loss_scale) {
+  const double loss_sum = run_actions(actions, sampler, batch_index, reduce_over_dp, loss_scale);
+  {
+    ScopedPhase phase(timer_, Phase::kDpComm);
+    for (ModelChunk& ch : chunks_) ch.dp->finish_reduction(reduce_over_dp);
+  }
+  sum_tied_embedding_gradient();
+  return loss_sum;
+}
+
+double PipelineRunner::evaluate(const std::vector<pipeline::Action>& actions,
+                                const BatchSampler& sampler, int64_t batch_index) {
+  return run_actions(actions, sampler, batch_index, false, 1.0f);
+}
+
+double PipelineRunner::run_actions(const std::vector<pipeline::Action>& actions,
+                                   const BatchSampler& sampler, int64_t batch_index,
+                                   bool reduce_over_dp, float loss_scale) {
+  std::vector<int> backwards_done(chunks_.size(), 0);
+  double loss_sum = 0.0;
+  for (const pipeline::Action& act : actions) {
+    for (ModelChunk& ch : chunks_) ch.dp->progress();
+    if (act.type == pipeline::ActionType::kForward) {
+      forward(act, sampler, batch_index, loss_sum);
+    } else {
+      const bool final_pass = ++backwards_done[act.chunk] == place_.micro_batches;
+      backward(act, final_pass && reduce_over_dp, loss_scale);
+    }
+  }
+  wait_for_sends();
+  return loss_sum;
+}
+
+PipelineRunner::Site PipelineRunner::site_of(const pipeline::Action& act) {
+  ModelChunk& ch = chunks_[act.chunk];
+  return {ch, transfers_[act.chunk], act.microbatch % ch.stage->slots(),
+          pipeline::action_comm(place_.pp, place_.virtual_stages, place_.pp_rank, act)};
+}
+
+void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sampler,
+                             int64_t batch_index, double& loss_sum) {
+  const auto [ch, t, slot, peers] = site_of(act);
+  GptStage& stage = *ch.stage;
+  const size_t n = activation_elements_;
+  sampler.fill(batch_index, place_.first_sequence + act.microbatch * place_.micro_batch,
+               place_.micro_batch, inputs_.data(), targets_.data());
+  {
+    ScopedPhase wait(timer_, Phase::kPpWait);
+    t.forward_sends[slot].wait();  // the slot's previous output must have left
+    if (peers.recv_from >= 0)
+      pp_.recv(window(stage.input_buffer(slot), 0, n), peers.recv_from,
+               tag(act.microbatch, ch.virtual_stage, 0));
+  }
+  double loss = 0.0;
+  {
+    ScopedPhase phase(timer_, Phase::kForward);
+    loss = stage.forward(slot, ch.first ? inputs_.data() : nullptr,
+                         ch.last ? targets_.data() : nullptr, place_.micro_batch, place_.seq_len);
+  }
+  if (ch.last && place_.tp_rank == 0) loss_sum += loss;  // tp ranks hold the same loss
+  if (peers.send_to >= 0)
+    t.forward_sends[slot] = pp_.isend(window(stage.output(slot), 0, n), peers.send_to,
+                                      tag(act.microbatch, ch.virtual_stage + 1, 0));
+}
+
+void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float loss_scale) {
+  const auto [ch, t, slot, peers] = site_of(act);
+  GptStage& stage = *ch.stage;
+  const size_t n = activation_elements_;
+  if (peers.recv_from >= 0) {
+    ScopedPhase wait(timer_, Phase::kPpWait);
+    pp_.recv(window(t.grad_recv, 0, n), peers.recv_from, tag(act.microbatch, ch.virtual_stage, 1));
+  }
+  ch.dp->before_backward(reduce);
+  {
+    ScopedPhase phase(timer_, Phase::kBackward);
+    stage.backward(slot, loss_scale, window(t.grad_recv, 0, n));
+  }
+  if (peers.send_to >= 0) {
+    ScopedPhase wait(timer_, Phase::kPpWait);
+    t.backward_sends[slot].wait();
+    Kokkos::deep_copy(window(t.grad_send[slot], 0, n), window(stage.input_grad(), 0, n));
+    t.backward_sends[slot] = pp_.isend(window(t.grad_send[slot], 0, n), peers.send_to,
+                                       tag(act.microbatch, ch.virtual_stage - 1, 1));
+  }
+}
+
+void PipelineRunner::wait_for_sends() {
+  ScopedPhase wait(timer_, Phase::kPpWait);
+  for (Transfers& t : transfers_) {
+    for (Request& r : t.forward_sends) r.wait();
+    for (Request& r : t.backward_sends) r.wait();
+  }
+}
+
+// The tied embedding: the first and the last stage each hold wte and a part of its gradient.
+// Summing over them commutes with the dp sum, so it may come after it.
+void PipelineRunner::sum_tied_embedding_gradient() {
+  if (!embedding_ || embedding_->size() == 1) return;
+  ScopedPhase wait(timer_, Phase::kPpWait);
+  for (ModelChunk& ch : chunks_)
+    if (ch.first || ch.last)
+      embedding_->allreduce_sum(ch.dp->held_gradient(ch.stage->local().at("wte")));
+}
+
+}  // namespace trident

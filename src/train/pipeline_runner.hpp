@@ -1,0 +1,91 @@
+// Executes a pipeline schedule on this rank's model chunks: receives inputs and output gradients,
+// runs forward and backward, sends outputs and input gradients (non-blocking, tagged), and tells
+// each chunk's data-parallel strategy when its gradients become final.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/comm.hpp"
+#include "core/memory.hpp"
+#include "core/timer.hpp"
+#include "io/dataset.hpp"
+#include "model/gpt.hpp"
+#include "parallel/data/strategy.hpp"
+#include "parallel/pipeline/schedule.hpp"
+
+namespace trident {
+
+// One model chunk on this rank (one per virtual stage): its layers and their data-parallel
+// strategy.
+struct ModelChunk {
+  std::unique_ptr<GptStage> stage;
+  std::unique_ptr<DataParallelStrategy> dp;
+  int virtual_stage = 0;
+  bool first = false, last = false;  // holds the token embedding / the head and the loss
+};
+
+// Where this rank sits in the pipeline and which sequences of the global batch it computes.
+struct PipelinePlace {
+  int pp = 1, pp_rank = 0, virtual_stages = 1;
+  int tp_rank = 0;         // the loss is counted on tp rank 0 (every tp rank holds it)
+  int seq_len = 1;         // T
+  int micro_batch = 1;     // sequences per micro-batch
+  int micro_batches = 1;   // per step on this pipeline
+  int first_sequence = 0;  // this dp replica's first sequence of the global batch
+};
+
+class PipelineRunner {
+ public:
+  // `embedding` joins the first and the last stage at this (dp, tp) (null on middle stages):
+  // both hold the tied embedding and sum its gradient.
+  PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp, Communicator* embedding,
+                 const PipelinePlace& place, MemoryLedger& ledger, PhaseTimer& timer);
+  // Runs a training step's `actions` on the batch `batch_index` of `sampler`; returns this rank's
+  // share of the summed per-token losses. Gradients, multiplied by `loss_scale`, accumulate over
+  // micro-batches and are final on return: reduced over dp when `reduce_over_dp`, and summed
+  // between the tied embedding's two stages.
+  double train(const std::vector<pipeline::Action>& actions, const BatchSampler& sampler,
+               int64_t batch_index, bool reduce_over_dp, float loss_scale);
+  // Runs forward-only `actions` (evaluation); returns this rank's share of the summed losses.
+  double evaluate(const std::vector<pipeline::Action>& actions, const BatchSampler& sampler,
+                  int64_t batch_index);
+
+ private:
+  struct Transfers {
+    View1 grad_recv;               // [N,C] output gradient received from the next stage
+    std::vector<View1> grad_send;  // per slot [N,C] input gradient sent to the previous one
+    std::vector<Request> forward_sends, backward_sends;  // per slot, waited before reuse
+  };
+  // Where an action runs: its chunk, that chunk's transfers, its activation slot, its peers.
+  struct Site {
+    ModelChunk& chunk;
+    Transfers& transfers;
+    int slot;
+    pipeline::ActionComm peers;
+  };
+  Site site_of(const pipeline::Action& act);
+  void forward(const pipeline::Action& act, const BatchSampler& sampler, int64_t batch_index,
+               double& loss_sum);
+  void backward(const pipeline::Action& act, bool final_pass, float loss_scale);
+  double run_actions(const std::vector<pipeline::Action>& actions, const BatchSampler& sampler,
+                     int64_t batch_index, bool reduce_over_dp, float loss_scale);
+  void wait_for_sends();
+  void sum_tied_embedding_gradient();
+  // Messages are tagged by micro-batch, receiving virtual stage and direction, so transfers of
+  // different micro-batches and chunks between the same two ranks never match each other.
+  int tag(int microbatch, int receiving_stage, int direction) const {
+    return (microbatch * place_.pp * place_.virtual_stages + receiving_stage) * 2 + direction;
+  }
+
+  std::vector<ModelChunk>& chunks_;
+  Communicator& pp_;
+  Communicator* embedding_;
+  PipelinePlace place_;
+  PhaseTimer& timer_;
+  size_t activation_elements_;  // N*C of one micro-batch
+  std::vector<Transfers> transfers_;
+  std::vector<int32_t> inputs_, targets_;
+};
+
+}  // namespace trident

@@ -1,0 +1,86 @@
+// Step metrics: gathers, timings rows, console lines.
+#include "train/step_metrics.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace trident {
+
+void Console::line(const std::string& text) const {
+  if (!enabled_) return;
+  std::fputs((text + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+StepMetrics::StepMetrics(const RunShape& shape, const HostCollectives& world,
+                         const MemoryLedger& ledger, std::unique_ptr<TimingsWriter> timings,
+                         const Console& console)
+    : shape_(shape),
+      world_(world),
+      ledger_(ledger),
+      timings_(std::move(timings)),
+      console_(console) {}
+
+double StepMetrics::mfu_percent(double tokens_per_second) const {
+  return 100.0 * shape_.flops_per_token * tokens_per_second /
+         (world_.size() * shape_.peak_tflops * 1e12);
+}
+
+void StepMetrics::record(const StepOutcome& s) {
+  const std::vector<double> phases = world_.gather({s.phases.begin(), s.phases.end()});
+  const std::vector<double> peak_mem = world_.gather({static_cast<double>(ledger_.peak_total())});
+  std::vector<double> categories(kMemCategories);
+  for (int cat = 0; cat < kMemCategories; ++cat)
+    categories[cat] = static_cast<double>(ledger_.peak(static_cast<MemCategory>(cat)));
+  const std::vector<double> peak_by_category = world_.gather(categories);
+  const double slowest = world_.max(s.seconds), fastest = world_.min(s.seconds);
+  last_loss_ = s.loss;
+  last_val_loss_ = s.val_loss;
+  if (s.skipped) ++skipped_steps_;
+  if (!timings_) return;  // rank 0 writes and prints
+  // Pipeline bubble: the share of the step the average rank spent waiting on pp.
+  double wait = 0;
+  for (int rank = 0; rank < world_.size(); ++rank)
+    wait += phases[static_cast<size_t>(rank) * kPhases + static_cast<int>(Phase::kPpWait)];
+  const double bubble = slowest > 0 ? wait / world_.size() / slowest : 0.0;
+  timings_->append({s.step, s.loss, s.val_loss, s.lr, s.grad_norm, s.loss_scale, s.skipped ? 1 : 0,
+                    shape_.tokens_per_step, slowest, fastest, bubble, phases, peak_mem,
+                    peak_by_category});
+  const int index = s.step - 1;  // the first step of a run warms caches and is not timed
+  if (index > shape_.start_step || shape_.steps - shape_.start_step == 1) {
+    sum_ms_ += slowest * 1e3;
+    ++timed_steps_;
+  }
+  print_step(s, slowest, fastest, peak_mem);
+}
+
+void StepMetrics::print_step(const StepOutcome& s, double slowest, double fastest,
+                             const std::vector<double>& peak_mem) const {
+  const double tok_s = shape_.tokens_per_step / slowest;
+  if (s.step % shape_.log_every == 0 || s.step == shape_.steps)
+    console_.line(fmt::format(
+        "step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms (min {:.1f}) | {:.0f} "
+        "tok/s | MFU {:.2f}% | peak mem {:.1f} MiB",
+        s.step, shape_.steps, s.loss, s.lr, s.grad_norm, slowest * 1e3, fastest * 1e3, tok_s,
+        mfu_percent(tok_s), *std::max_element(peak_mem.begin(), peak_mem.end()) / 1048576.0));
+  if (!std::isnan(s.val_loss))
+    console_.line(
+        fmt::format("eval  {:>5}/{} | val loss {:.4f}", s.step, shape_.steps, s.val_loss));
+}
+
+void StepMetrics::summarise(const std::string& last_checkpoint) const {
+  if (!timings_) return;
+  const double ms = timed_steps_ ? sum_ms_ / timed_steps_ : 0.0;
+  const double tok_s = ms > 0 ? shape_.tokens_per_step / (ms / 1e3) : 0.0;
+  console_.line(fmt::format("checkpoint: {}", last_checkpoint.empty() ? "none" : last_checkpoint));
+  console_.line(fmt::format(
+      "PERFORMANCE steps={} ranks={} layout=\"{}\" ms_per_step={:.2f} tokens_per_s={:.1f} "
+      "mfu_percent={:.3f} final_loss={:.6f} val_loss={:.6f} peak_mem_mib={:.1f} skipped_steps={}",
+      shape_.steps - shape_.start_step, world_.size(), shape_.layout, ms, tok_s, mfu_percent(tok_s),
+      last_loss_, last_val_loss_, ledger_.peak_total() / 1048576.0, skipped_steps_));
+}
+
+}  // namespace trident

@@ -1,0 +1,68 @@
+// What a run reports about its steps: every rank's phase times and peak memory gathered to rank
+// 0, a row of timings.h5 per step, the console's step and eval lines, and the final PERFORMANCE
+// line (its fields are fixed: scripts grep them).
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "comm/host_comm.hpp"
+#include "core/memory.hpp"
+#include "core/timer.hpp"
+#include "io/timings.hpp"
+
+namespace trident {
+
+// Prints on rank 0 only, flushed at once (a killed job keeps every line).
+class Console {
+ public:
+  explicit Console(bool enabled) : enabled_(enabled) {}
+  void line(const std::string& text) const;
+
+ private:
+  bool enabled_;
+};
+
+// One step as this rank saw it.
+struct StepOutcome {
+  int step = 0;  // 1-based
+  double loss = 0, val_loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
+  bool skipped = false;  // no update (fp16 overflow)
+  double seconds = 0;    // wall time of the step, evaluation excluded
+  std::array<double, kPhases> phases{};
+};
+
+struct RunShape {
+  int steps = 0, start_step = 0, log_every = 1;
+  int64_t tokens_per_step = 0;
+  double flops_per_token = 0, peak_tflops = 1;  // MFU = FLOP/s / (ranks x peak)
+  std::string layout;
+};
+
+class StepMetrics {
+ public:
+  // `timings` is rank 0's writer (null elsewhere).
+  StepMetrics(const RunShape& shape, const HostCollectives& world, const MemoryLedger& ledger,
+              std::unique_ptr<TimingsWriter> timings, const Console& console);
+  // Collective: gathers the step to rank 0, appends its row, prints its lines.
+  void record(const StepOutcome& s);
+  // Rank 0: the checkpoint written last and the PERFORMANCE line.
+  void summarise(const std::string& last_checkpoint) const;
+
+ private:
+  void print_step(const StepOutcome& s, double slowest, double fastest,
+                  const std::vector<double>& peak_mem) const;
+  double mfu_percent(double tokens_per_second) const;
+  RunShape shape_;
+  const HostCollectives& world_;
+  const MemoryLedger& ledger_;
+  std::unique_ptr<TimingsWriter> timings_;
+  const Console& console_;
+  double sum_ms_ = 0;
+  int timed_steps_ = 0, skipped_steps_ = 0;
+  double last_loss_ = 0, last_val_loss_ = NAN;  // NAN: no step ran
+};
+
+}  // namespace trident

@@ -1,0 +1,111 @@
+// The collectives on 4 ranks through CommBuffer: fp32 and 16-bit take one path, gathers work in
+// place, only Views in the execution space's memory are buffers; and the host-value collectives
+// the driver uses.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <type_traits>
+#include <vector>
+
+#include "comm/comm.hpp"
+#include "comm/host_comm.hpp"
+#include "core/half.hpp"
+
+using namespace trident;
+
+namespace {
+
+View1 filled(size_t n, float (*value)(int rank, size_t i), int rank) {
+  View1 v("filled", n);
+  auto h = Kokkos::create_mirror_view(v);
+  for (size_t i = 0; i < n; ++i) h(i) = value(rank, i);
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+}  // namespace
+
+TEST(Collectives, OnlyViewsInTheExecutionSpaceMemoryAreBuffers) {
+  using HostFloats = Kokkos::View<float*, Kokkos::HostSpace>;
+  EXPECT_TRUE((std::is_constructible_v<CommBuffer, View1>));
+  EXPECT_TRUE((std::is_constructible_v<CommBuffer, Vec>));
+  EXPECT_TRUE((std::is_constructible_v<CommBuffer, HalfView1, Precision>));
+  // A host View is a buffer only where host memory is the execution space's (a host build).
+  EXPECT_EQ((std::is_constructible_v<CommBuffer, HostFloats>),
+            (std::is_same_v<MemSpace, Kokkos::HostSpace>));
+  EXPECT_FALSE((std::is_constructible_v<CommBuffer, float*>));  // no raw pointers
+  EXPECT_FALSE((std::is_constructible_v<CommBuffer, Kokkos::View<double*, MemSpace>>));
+  EXPECT_FALSE((std::is_constructible_v<CommBuffer, HalfView1>));  // 16-bit needs its format
+  EXPECT_THROW(CommBuffer(HalfView1("h", 4), Precision::kFp32), std::logic_error);
+}
+
+TEST(Collectives, Fp32And16BitSumsTakeOnePath) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int n = comm.size(), rank = comm.rank();
+  View1 x = filled(
+      8, [](int r, size_t i) { return static_cast<float>(r + 1) * (i + 1); }, rank);
+  comm.allreduce_sum(x);
+  auto hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(hx(i), n * (n + 1) / 2.0f * (i + 1));
+  // bf16 / fp16 bit patterns summed as numbers of their format (small integers: exact in both),
+  // not as 16-bit integers.
+  for (const Precision p : {Precision::kBf16, Precision::kFp16}) {
+    HalfView1 h("h", 3);
+    auto hh = Kokkos::create_mirror_view(h);
+    for (int i = 0; i < 3; ++i) hh(i) = to_half(static_cast<float>(rank + i), p);
+    Kokkos::deep_copy(h, hh);
+    comm.iallreduce_sum(CommBuffer(h, p)).wait();
+    Kokkos::deep_copy(hh, h);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(from_half(hh(i), p), n * (n - 1) / 2.0f + n * i) << name_of(p) << " " << i;
+  }
+}
+
+TEST(Collectives, GathersAndReduceScatterSizeTheirBuffersByRanks) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int n = comm.size(), rank = comm.rank();
+  // In place: this rank's part already sits in its slot of the whole.
+  View1 whole = filled(
+      2 * n,
+      [](int r, size_t i) { return i / 2 == static_cast<size_t>(r) ? 10.0f * r + i % 2 : -1.0f; },
+      rank);
+  comm.allgather(window(whole, 2 * rank, 2), whole);
+  auto hw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), whole);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(hw(2 * r), 10.0f * r);
+    EXPECT_EQ(hw(2 * r + 1), 10.0f * r + 1);
+  }
+  // 16-bit bits travel unchanged.
+  HalfView1 mine("mine", 1), all("all", n);
+  Kokkos::deep_copy(mine, static_cast<uint16_t>(0x3f80 + rank));
+  comm.iallgather(CommBuffer(mine, Precision::kBf16), CommBuffer(all, Precision::kBf16)).wait();
+  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), all);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(ha(r), 0x3f80 + r);
+  // Reduce-scatter: rank r gets the sum of everyone's part r.
+  View1 send = filled(
+      static_cast<size_t>(n), [](int, size_t i) { return static_cast<float>(i); }, rank);
+  View1 part("part", 1);
+  comm.reduce_scatter_sum(send, part);
+  auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), part);
+  EXPECT_EQ(hp(0), static_cast<float>(n * rank));
+}
+
+TEST(HostCollectives, ReduceGatherAndBroadcastHostValues) {
+  const HostCollectives world(MPI_COMM_WORLD);
+  const int n = world.size(), rank = world.rank();
+  EXPECT_EQ(world.sum(rank + 1.0), n * (n + 1) / 2.0);
+  EXPECT_EQ(world.max(rank), n - 1.0);
+  EXPECT_EQ(world.min(rank), 0.0);
+  const std::vector<double> gathered = world.gather({1.0 * rank, 2.0 * rank});
+  if (rank == 0) {
+    ASSERT_EQ(gathered.size(), 2u * n);
+    for (int r = 0; r < n; ++r) EXPECT_EQ(gathered[2 * r + 1], 2.0 * r);
+  } else {
+    EXPECT_TRUE(gathered.empty());
+  }
+  EXPECT_EQ(world.broadcast(rank == 0 ? "runs/x/step_000010.h5" : "ignored"),
+            "runs/x/step_000010.h5");
+  EXPECT_EQ(world.broadcast(rank == 0 ? "" : "ignored"), "");
+  EXPECT_GE(world.ranks_on_node(), 1);
+  EXPECT_LE(world.ranks_on_node(), n);
+}
