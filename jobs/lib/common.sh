@@ -263,6 +263,9 @@ job_run() {
     status=failed reason="exit 0 but no timings.h5"
   elif ((JOB_DEADLINE == 1)); then
     status=timeout reason="stopped at the time limit"
+  elif ((rc == 4)); then
+    # trident's own early stop (a signal, run.max_minutes): a checkpoint was written.
+    status=timeout reason="stopped early with a checkpoint; see trident.log"
   elif ((RUN_TIMEOUT > 0 && (rc == 124 || rc == 137))); then
     # timeout(1) exits 124, or 137 when the run ignored TERM for 30 s and was killed.
     status=timeout reason="RUN_TIMEOUT=$RUN_TIMEOUT s"

@@ -37,14 +37,18 @@ bool parse_name(std::string_view name, E& out) {
   return false;
 }
 
+// Every name, separated by `separator`: "a, b, c".
+template <class E>
+std::string joined_names(const char* separator = ", ") {
+  std::string out;
+  for (const Named<E>& n : kNames<E>) out += (out.empty() ? "" : separator) + std::string(n.name);
+  return out;
+}
+
 // What a message lists as valid: "a or b", "one of a, b, c".
 template <class E>
 std::string valid_names() {
-  const auto& table = kNames<E>;
-  std::string out = table.size() > 2 ? "one of " : "";
-  for (size_t i = 0; i < table.size(); ++i)
-    out += (i == 0 ? "" : table.size() == 2 ? " or " : ", ") + std::string(table[i].name);
-  return out;
+  return kNames<E>.size() == 2 ? joined_names<E>(" or ") : "one of " + joined_names<E>();
 }
 
 }  // namespace trident

@@ -47,6 +47,34 @@ Choice zero_stage_choice(ZeroStage* target) {
           [target] { return std::to_string(static_cast<int>(*target)); }, "0, 1, 2 or 3", true};
 }
 
+// run.stop_signals: a comma-separated list of signal names, or "none".
+Choice signal_list_choice(std::vector<StopSignal>* target) {
+  return {[target](const toml::node& node) {
+            if (!node.is_string()) return false;
+            const std::string text = node.value<std::string>().value();
+            std::vector<StopSignal> parsed;
+            size_t begin = 0;
+            while (text != "none" && begin <= text.size()) {
+              const size_t end = std::min(text.find(',', begin), text.size());
+              StopSignal s = StopSignal::kTerm;
+              if (!parse_name(text.substr(begin, end - begin), s)) return false;
+              parsed.push_back(s);
+              begin = end + 1;
+            }
+            *target = parsed;
+            return true;
+          },
+          [target] {
+            std::string names;
+            for (const StopSignal s : *target)
+              names += (names.empty() ? "" : ",") + std::string(name_of(s));
+            std::ostringstream os;
+            os << toml::value<std::string>(names.empty() ? "none" : names);
+            return os.str();
+          },
+          "a comma-separated list of " + joined_names<StopSignal>() + ", or none", false};
+}
+
 using FieldRef = std::variant<int*, int64_t*, double*, std::string*, Choice>;
 
 struct Field {
@@ -73,6 +101,13 @@ std::vector<Field> schema(Config& c) {
        "abort the job, naming each rank's phase, when a rank's phase has not changed for this "
        "long (a hung collective); 0: off"},
       {"run", "peak_tflops", &c.run.peak_tflops, "per-rank peak TFLOP/s for MFU"},
+      {"run", "stop_signals", signal_list_choice(&c.run.stop_signals),
+       "signals that stop the run after the current step with a checkpoint and exit status 4 "
+       "(what Slurm sends before it kills a job): comma-separated TERM, INT, USR1, USR2, HUP, "
+       "or none"},
+      {"run", "max_minutes", &c.run.max_minutes,
+       "wall-clock budget: stop with a checkpoint (exit status 4) when another step would not "
+       "end within it; 0: none"},
       {"model", "name", &c.model.name, "model name"},
       {"model", "n_layer", &c.model.n_layer, "transformer blocks L"},
       {"model", "n_embd", &c.model.n_embd, "channels C"},
@@ -396,6 +431,8 @@ void validate_model_and_run(const Config& c, const Checker& require) {
   require(c.run.checkpoint_every >= -1,
           "run.checkpoint_every must be -1 (never), 0 (at the end) or a step interval");
   require(c.run.peak_tflops > 0, "run.peak_tflops must be positive");
+  require(c.run.max_minutes >= 0 && std::isfinite(c.run.max_minutes),
+          "run.max_minutes must not be negative (0: no time budget)");
   require(c.run.watchdog_seconds >= 0 && std::isfinite(c.run.watchdog_seconds),
           "run.watchdog_seconds must not be negative (0 turns the watchdog off)");
   require(c.run.keep_checkpoints >= 0,

@@ -7,6 +7,7 @@
 
 #include "comm/backend.hpp"
 #include "core/half.hpp"
+#include "core/stop_request.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
 #include "optim/lr_schedule.hpp"
@@ -27,6 +28,10 @@ struct RunSection {
   int keep_checkpoints = 0;       // keep the newest N checkpoints; 0: keep all
   double watchdog_seconds = 600;  // abort when a rank's phase is unchanged this long; 0: off
   double peak_tflops = 1.0;       // per rank; the denominator of MFU
+  // Stop early and resumably (checkpoint, exit status 4) on these signals, or before this
+  // wall-clock budget in minutes runs out (0: none).
+  std::vector<StopSignal> stop_signals = {StopSignal::kTerm, StopSignal::kInt, StopSignal::kUsr1};
+  double max_minutes = 0;
 };
 
 struct DataSection {

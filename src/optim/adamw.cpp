@@ -46,8 +46,10 @@ void AdamW::update(const View1& params, const View1& grads, double lr, float gra
   }
 }
 
-void AdamW::step_impl(const View1& params, const View1& grads, double lr, float grad_scale,
-                      bool compact_params, bool compact_grads) {
+void AdamW::step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
+                 double lr, float grad_scale) {
+  const bool compact_params = params_at == Placement::kCompact;
+  const bool compact_grads = grads_at == Placement::kCompact;
   ++step_;
   if (!streamed()) {
     for_pieces(0, count_, [&](int64_t flat, int64_t n, int64_t moment) {

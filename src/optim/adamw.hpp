@@ -29,30 +29,23 @@ struct MomentStorage {
   FileStore* params = nullptr;
 };
 
+// Where a buffer's elements sit: at their positions of the rank's flat buffer, or compact (the
+// owned segments one after another, as the moments are: a ZeRO shard, fp32 master weights).
+enum class Placement { kFlat, kCompact };
+
 class AdamW {
  public:
   // Updates the `owned` segments of the flat buffers (every unit whole when empty).
   AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s,
         std::vector<Segment> owned = {}, const MomentStorage& storage = {});
 
-  // One step on `params` from `grads` (full flat buffers), the gradient first multiplied by
-  // `grad_scale` (clipping). Only this optimizer's range is touched.
+  // One step on `params` from `grads`, the gradient first multiplied by `grad_scale` (clipping).
+  // Only this optimizer's owned elements are touched.
+  void step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
+            double lr, float grad_scale);
+  // The same on whole flat buffers.
   void step(const View1& params, const View1& grads, double lr, float grad_scale) {
-    step_impl(params, grads, lr, grad_scale, false, false);
-  }
-  // The same with `shard_grads` holding only the owned gradients, compact in owned-segment order
-  // (ZeRO-2: the reduce-scattered gradient), and with `compact_params` the parameters too
-  // (ZeRO-3: the rank holds only its shard of them).
-  void step_shard(const View1& params, const View1& shard_grads, double lr, float grad_scale,
-                  bool compact_params = false) {
-    step_impl(params, shard_grads, lr, grad_scale, compact_params, true);
-  }
-
-  // The same with the parameters compact (fp32 master weights of the owned segments) and the
-  // gradients full (`compact_grads` false) or compact.
-  void step_compact(const View1& params, const View1& grads, double lr, float grad_scale,
-                    bool compact_grads) {
-    step_impl(params, grads, lr, grad_scale, true, compact_grads);
+    step(params, Placement::kFlat, grads, Placement::kFlat, lr, grad_scale);
   }
   const std::vector<Segment>& owned() const { return owned_; }
 
@@ -65,8 +58,6 @@ class AdamW {
   void set_steps_taken(int s) { step_ = s; }
 
  private:
-  void step_impl(const View1& params, const View1& grads, double lr, float grad_scale,
-                 bool compact_params, bool compact_grads);
   // Updates flat [lo, hi) with moments m(i - base), v(i - base), gradient grads(i - grad_base),
   // parameter params(i - param_base).
   void update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,

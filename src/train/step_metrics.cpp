@@ -40,6 +40,7 @@ void StepMetrics::record(const StepOutcome& s) {
   last_loss_ = s.loss;
   last_val_loss_ = s.val_loss;
   if (s.skipped) ++skipped_steps_;
+  ++recorded_steps_;
   if (!timings_) return;  // rank 0 writes and prints
   // Pipeline bubble: the share of the step the average rank spent waiting on pp.
   double wait = 0;
@@ -79,8 +80,8 @@ void StepMetrics::summarise(const std::string& last_checkpoint) const {
   console_.line(fmt::format(
       "PERFORMANCE steps={} ranks={} layout=\"{}\" ms_per_step={:.2f} tokens_per_s={:.1f} "
       "mfu_percent={:.3f} final_loss={:.6f} val_loss={:.6f} peak_mem_mib={:.1f} skipped_steps={}",
-      shape_.steps - shape_.start_step, world_.size(), shape_.layout, ms, tok_s, mfu_percent(tok_s),
-      last_loss_, last_val_loss_, ledger_.peak_total() / 1048576.0, skipped_steps_));
+      recorded_steps_, world_.size(), shape_.layout, ms, tok_s, mfu_percent(tok_s), last_loss_,
+      last_val_loss_, ledger_.peak_total() / 1048576.0, skipped_steps_));
 }
 
 }  // namespace trident

@@ -61,7 +61,7 @@ class StepMetrics {
   std::unique_ptr<TimingsWriter> timings_;
   const Console& console_;
   double sum_ms_ = 0;
-  int timed_steps_ = 0, skipped_steps_ = 0;
+  int timed_steps_ = 0, skipped_steps_ = 0, recorded_steps_ = 0;
   double last_loss_ = 0, last_val_loss_ = NAN;  // NAN: no step ran
 };
 

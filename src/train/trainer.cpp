@@ -20,6 +20,7 @@
 #include "comm/host_comm.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/stop_request.hpp"
 #include "core/timer.hpp"
 #include "core/version.hpp"
 #include "core/watchdog.hpp"
@@ -42,6 +43,7 @@ namespace {
 
 constexpr uint64_t kTrainStream = 1, kValStream = 2;
 constexpr int kExitLossNotFinite = 3;
+constexpr int kExitStoppedEarly = 4;  // a signal or the time budget: checkpoint written, resumable
 
 std::string now_iso8601() {
   const std::time_t t = std::time(nullptr);
@@ -175,12 +177,15 @@ class Trainer {
   bool overflow_skips_step(int step);
   bool exchange_async_gradients();
   double evaluate();
+  // After 1-based `step`: a checkpoint (unless the step wrote one), the closing lines.
+  void stop_early(int step, const std::string& why, const StepMetrics& metrics);
 
   Config config_;
   const Grid& grid_;
   TrainOptions options_;
   StepHooks& hooks_;
   Console console_;
+  const std::string layout_;                    // describe_layout(): logs, timings and checkpoints
   HostCollectives world_, model_replica_;       // every rank; one model replica (pp x tp)
   std::unique_ptr<Communicator> tp_, dp_, pp_;  // per-axis backend (parallel.backend_*)
   std::unique_ptr<Communicator> embedding_;     // first and last stage: the tied embedding
@@ -206,6 +211,7 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
       options_(options),
       hooks_(hooks),
       console_(grid.rank() == 0),
+      layout_(describe_layout(config_, grid)),
       world_(grid.world()),
       model_replica_(grid.model_parallel_comm()),
       // NCCL only pays off within a node: tp groups are placed on one; dp and pp span nodes
@@ -237,10 +243,11 @@ int Trainer::run() {
                        tokens_per_step_,
                        flops_per_token(config_.model, config_.train.seq_len),
                        config_.run.peak_tflops,
-                       describe_layout(config_, grid_)};
+                       layout_};
   StepMetrics metrics(shape, world_, ledger_, std::move(timings), console_);
   const Watchdog watchdog(timer_, config_.run.watchdog_seconds, grid_.rank(),
                           [this] { return current_step_.load(); });
+  const StopRequest stop(config_.run.stop_signals, config_.run.max_minutes);
   for (int step = start_step; step < config_.run.steps; ++step) {
     StepOutcome outcome;
     if (!train_step(step, outcome)) return kExitLossNotFinite;
@@ -250,6 +257,12 @@ int Trainer::run() {
         outcome.step == config_.run.steps || (every > 0 && outcome.step % every == 0);
     outcome.val_loss = evaluation ? evaluate() : NAN;
     metrics.record(outcome);
+    // Every rank learns whether any was asked to stop, so all stop after the same step.
+    const int why = static_cast<int>(world_.max(stop.reason(outcome.seconds)));
+    if (why != 0 && outcome.step < config_.run.steps) {
+      stop_early(outcome.step, stop.describe(why), metrics);
+      return kExitStoppedEarly;
+    }
   }
   metrics.summarise(checkpointer_->last_written());
   return 0;
@@ -357,6 +370,26 @@ bool Trainer::exchange_async_gradients() {
   return had_one;
 }
 
+void Trainer::stop_early(int step, const std::string& why, const StepMetrics& metrics) {
+  std::string saved = "run.checkpoint_every = -1: no checkpoint written";
+  if (config_.run.checkpoint_every >= 0) {
+    if (!checkpointer_->due(step)) {
+      // A checkpoint holds one model: local_sgd replicas are averaged first, as before any.
+      if (config_.dp.sync == DpSync::kLocalSgd && replicas_diverged_) {
+        for (ModelChunk& ch : chunks_) ch.dp->average_replicas();
+        for (ModelChunk& ch : chunks_) ch.dp->gather_params();
+        replicas_diverged_ = false;
+      }
+      checkpointer_->save(step, scaler_);
+    }
+    saved =
+        fmt::format("checkpoint {}; continue with --resume auto", checkpointer_->last_written());
+  }
+  console_.line(
+      fmt::format("stopping after step {}/{} on {}: {}", step, config_.run.steps, why, saved));
+  metrics.summarise(checkpointer_->last_written());
+}
+
 double Trainer::evaluate() {
   double sum = 0.0;
   for (int b = 0; b < config_.run.eval_batches; ++b)
@@ -427,8 +460,7 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
   }
   runner_ =
       std::make_unique<PipelineRunner>(chunks_, *pp_, embedding_.get(), place, ledger, timer_);
-  checkpointer_ = std::make_unique<Checkpointer>(config_, grid_, chunks_,
-                                                 describe_layout(config_, grid_), hooks_);
+  checkpointer_ = std::make_unique<Checkpointer>(config_, grid_, chunks_, layout_, hooks_);
 }
 
 // timings.h5 with what identifies the run (rank 0), and the run directory. A resumed run keeps
@@ -453,7 +485,7 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
     // (Megatron-LM's weak scaling grows the model with the GPUs) in FLOP/s per rank.
     const std::map<std::string, std::string> attributes{
         {"config", config_.to_toml()},
-        {"layout", describe_layout(config_, grid_)},
+        {"layout", layout_},
         {"git_revision", git_revision()},
         {"hostnames", hosts},
         {"slurm_job_id", slurm ? slurm : ""},
@@ -480,8 +512,7 @@ void Trainer::print_banner(int start_step) const {
                             ParamTable(c.model).total_numel() / 1e6));
   console_.line(fmt::format(
       "layout {} | {} ranks | global batch {} x {} = {} tokens | {} micro-batches per pipeline",
-      describe_layout(c, grid_), grid_.size(), c.train.batch_size, T, tokens_per_step_,
-      micro_batches));
+      layout_, grid_.size(), c.train.batch_size, T, tokens_per_step_, micro_batches));
   console_.line(fmt::format(
       "MFU = {:.4g} FLOP/token x tokens/s / ({} ranks x {} TFLOP/s peak per rank); FLOP/token = "
       "6 x params + 12 x L x C x T (PaLM)",

@@ -37,8 +37,7 @@ std::unique_ptr<DataParallelStrategy> DataParallelStrategy::create(
 }
 
 DataParallelStrategy::DataParallelStrategy(GptStage& stage, Communicator& dp,
-                                           const DataParallelSettings& settings, MemoryLedger&,
-                                           PhaseTimer& timer)
+                                           const DataParallelSettings& settings, PhaseTimer& timer)
     : stage_(stage), dp_(dp), settings_(settings), timer_(timer) {
   if (settings.zero != ZeroStage::kNone) {
     shard_count_ = dp.size();
@@ -130,7 +129,7 @@ void DataParallelStrategy::gather_updated_shards() {
 PlainDataParallel::PlainDataParallel(GptStage& stage, Communicator& dp,
                                      const DataParallelSettings& settings, MemoryLedger& ledger,
                                      PhaseTimer& timer)
-    : DataParallelStrategy(stage, dp, settings, ledger, timer) {
+    : DataParallelStrategy(stage, dp, settings, timer) {
   stage.init_params(settings.seed);
   build_optimizer(ledger, nullptr);
   buckets_ = std::make_unique<GradBuckets>(stage.grads(), settings.bucket_elements, &dp,
@@ -160,7 +159,8 @@ void PlainDataParallel::add_grad_squares(double& sum, const ParamFilter& counted
 
 void PlainDataParallel::step(double lr, float grad_scale) {
   if (master_) {  // 16-bit storage: AdamW updates the fp32 master weights
-    optimizer_->step_compact(master_->values(), stage_.grads(), lr, grad_scale, false);
+    optimizer_->step(master_->values(), Placement::kCompact, stage_.grads(), Placement::kFlat, lr,
+                     grad_scale);
     refresh_half_params();
   } else {
     optimizer_->step(stage_.params(), stage_.grads(), lr, grad_scale);
@@ -196,7 +196,7 @@ void PlainDataParallel::average_replicas() {
 
 Zero2::Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
              MemoryLedger& ledger, PhaseTimer& timer)
-    : DataParallelStrategy(stage, dp, settings, ledger, timer) {
+    : DataParallelStrategy(stage, dp, settings, timer) {
   // ZeRO-3 shards the parameters before the optimizer is built on them.
   if (settings.zero == ZeroStage::kParameters) {
     param_shards_ = std::make_unique<ParamShards>(stage, shard_count_, shard_index_, &dp, ledger,
@@ -240,10 +240,12 @@ void Zero2::add_grad_squares(double& sum, const ParamFilter& counted) const {
 
 void Zero2::step(double lr, float grad_scale) {
   if (master_) {
-    optimizer_->step_compact(master_->values(), grad_shards_->shard(), lr, grad_scale, true);
+    optimizer_->step(master_->values(), Placement::kCompact, grad_shards_->shard(),
+                     Placement::kCompact, lr, grad_scale);
     refresh_half_params();
   } else {
-    optimizer_->step_shard(stage_.params(), grad_shards_->shard(), lr, grad_scale);
+    optimizer_->step(stage_.params(), Placement::kFlat, grad_shards_->shard(), Placement::kCompact,
+                     lr, grad_scale);
   }
 }
 
@@ -262,10 +264,12 @@ View1 Zero2::gradients_at_flat_positions() const {
 
 void Zero3::step(double lr, float grad_scale) {
   if (master_) {
-    optimizer_->step_compact(master_->values(), grad_shards_->shard(), lr, grad_scale, true);
+    optimizer_->step(master_->values(), Placement::kCompact, grad_shards_->shard(),
+                     Placement::kCompact, lr, grad_scale);
     refresh_half_params();
   } else {  // parameters, gradients and moments all sharded
-    optimizer_->step_shard(param_shards_->shard(), grad_shards_->shard(), lr, grad_scale, true);
+    optimizer_->step(param_shards_->shard(), Placement::kCompact, grad_shards_->shard(),
+                     Placement::kCompact, lr, grad_scale);
     param_shards_->invalidate();
   }
 }

@@ -99,7 +99,7 @@ class DataParallelStrategy {
 
  protected:
   DataParallelStrategy(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
-                       MemoryLedger& ledger, PhaseTimer& timer);
+                       PhaseTimer& timer);
   // Builds master weights (16-bit storage) and AdamW over this rank's owned segments; called by
   // the concrete strategies once the parameters are initialised.
   void build_optimizer(MemoryLedger& ledger, FileStore* offloaded_params);

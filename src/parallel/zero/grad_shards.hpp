@@ -26,7 +26,7 @@ class GradShards {
   // Reduce-scatters unit `u`'s working buffer, adds this rank's part to the shard, zeroes it.
   void unit_done(int u);
   void zero();
-  // The owned gradients, compact in owned-segment order (AdamW::step_shard).
+  // The owned gradients, compact in owned-segment order (AdamW::step with Placement::kCompact).
   View1 shard() const { return shard_; }
   // Where unit u's part starts in shard().
   int64_t shard_offset(int u) const { return shard_offset_[u]; }

@@ -30,7 +30,7 @@ class ParamShards {
               Precision precision = Precision::kFp32);
   // Fills this rank's shard from the counter-based initialiser.
   void init(uint64_t seed);
-  // The owned parameters, compact in owned-segment order (AdamW::step_shard); empty when
+  // The owned parameters, compact in owned-segment order (AdamW::step with Placement::kCompact); empty when
   // offloaded, then store() holds them.
   View1 shard() const { return shard_; }
   // 16-bit storage: the owned parameters, compact like shard().
