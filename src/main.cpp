@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
 #include "comm/grid.hpp"
+#include "comm/host_comm.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "io/checkpoint_tools.hpp"
@@ -23,6 +25,20 @@ namespace {
 
 constexpr int kExitBadInput = 2;
 
+// Numbers on the command line must be finite: "nan" and "inf" parse as doubles but mean nothing
+// as a temperature, a fraction or a bandwidth.
+const CLI::Validator kFinite(
+    [](std::string& text) {
+      double value = 0;
+      try {
+        value = std::stod(text);
+      } catch (const std::exception&) {
+        return std::string();  // not a number at all: the option's own conversion says so
+      }
+      return std::isfinite(value) ? std::string() : "must be a finite number, not '" + text + "'";
+    },
+    "FINITE");
+
 int run_train(MPI_Comm world, const std::string& config_path,
               const std::vector<std::string>& overrides, trident::TrainOptions options,
               const trident::FaultPlan& faults) {
@@ -30,6 +46,9 @@ int run_train(MPI_Comm world, const std::string& config_path,
   TRIDENT_MPI(MPI_Comm_size(world, &world_size));
   trident::Config config =
       trident::resolve(trident::load_config(config_path, overrides), world_size);
+  // Every rank must run the same config (an MPMD launch, or a file that differs between nodes,
+  // would otherwise build mismatched grids or diverge silently).
+  trident::require_same_config(config, trident::HostCollectives(world));
   const trident::GridShape shape{config.parallel.pp, config.parallel.dp, config.parallel.tp};
   trident::Grid grid(world, shape);
   if (!grid.tp_groups_node_local() && grid.rank() == 0)
@@ -117,6 +136,9 @@ struct TrainCommand {
         },
         "continue from this checkpoint (.h5), or 'auto': the newest complete one in "
         "<out_dir>/<name>/checkpoints, if any (for requeued jobs)");
+    app->add_flag("--allow-config-change", options.allow_config_change,
+                  "resume although the config changes what the remaining steps compute "
+                  "(optimizer, LR schedule, data, seed, precision); the changes are listed");
     app->add_option("--dump-grads", options.dump_grads,
                     "write the first step's gradients, gathered to global shapes, to this .h5 "
                     "(checkpoint schema, /params); for layout checks");
@@ -158,6 +180,7 @@ struct FileCommands {
     generate->add_option("--prompt", gen.prompt, "text to continue");
     generate->add_option("--tokens", gen.tokens, "tokens to sample")->capture_default_str();
     generate->add_option("--temperature", gen.temperature, "softmax temperature")
+        ->check(kFinite)
         ->capture_default_str();
     generate->add_option("--top-k", gen.top_k, "sample among the k most likely (0: all)")
         ->capture_default_str();
@@ -167,6 +190,7 @@ struct FileCommands {
     prepare->add_option("--out-dir", prep.out_dir, "output directory")->capture_default_str();
     prepare->add_option("--name", prep.name, "file name prefix")->capture_default_str();
     prepare->add_option("--val-fraction", prep.val_fraction, "share held out for validation")
+        ->check(kFinite)
         ->capture_default_str();
     ckpt = app.add_subcommand("ckpt", "inspect, verify or export a checkpoint");
     ckpt->require_subcommand(1);
@@ -233,7 +257,8 @@ struct PlanCommand {
     app->add_option("--config", config_path,
                     "a run config: predict its own layout's memory, and plan for its model");
     app->add_option("--set", overrides, "override a key of --config (repeatable)");
-    app->add_option("--params", model.params, "parameters (default 12 L h^2 + V h)");
+    app->add_option("--params", model.params, "parameters (default 12 L h^2 + V h)")
+        ->check(kFinite);
     app->add_option("--layers", model.layers, "transformer layers L");
     app->add_option("--hidden", model.hidden, "hidden size h");
     app->add_option("--heads", model.heads, "attention heads");
@@ -242,14 +267,20 @@ struct PlanCommand {
     app->add_option("--gpus", cluster.gpus, "GPUs")->capture_default_str();
     app->add_option("--gpus-per-node", cluster.gpus_per_node, "GPUs per node")
         ->capture_default_str();
-    app->add_option("--gpu-mem", cluster.gpu_mem_gb, "memory per GPU, GB")->capture_default_str();
+    app->add_option("--gpu-mem", cluster.gpu_mem_gb, "memory per GPU, GB")
+        ->check(kFinite)
+        ->capture_default_str();
     app->add_option("--peak-tflops", cluster.peak_tflops, "bf16 peak per GPU")
+        ->check(kFinite)
         ->capture_default_str();
     app->add_option("--intra-bw", cluster.intra_gbs, "per-GPU bandwidth in a node, GB/s")
+        ->check(kFinite)
         ->capture_default_str();
     app->add_option("--inter-bw", cluster.inter_gbs, "per-GPU bandwidth between nodes, GB/s")
+        ->check(kFinite)
         ->capture_default_str();
     app->add_option("--batch-tokens", batch_tokens, "global batch in tokens")
+        ->check(kFinite)
         ->capture_default_str();
     app->add_option("--top", top, "layouts to list")->capture_default_str();
   }

@@ -95,6 +95,12 @@ int checkpoint_verify(const std::string& path) {
 }
 
 void export_llmc(const std::string& path, const std::string& out) {
+  std::error_code ec;
+  if (std::filesystem::equivalent(path, out, ec))
+    throw InputError(fmt::format(
+        "ckpt export: --llmc '{}' is the checkpoint itself; writing it would destroy the "
+        "checkpoint (choose another output)",
+        out));
   const Config c = read_checkpoint_config(path);
   const ModelConfig& m = c.model;
   h5::Handle file = open_or_throw(path);

@@ -347,6 +347,55 @@ std::string format_value(const FieldRef& ref) {
 
 }  // namespace
 
+namespace {
+
+// Keys whose change alters the remaining run's arithmetic or data. Everything else is layout
+// (parallel, zero, offload, recompute, micro-batch) or bookkeeping (names, logging, checkpoints).
+bool changes_math(const Field& f) {
+  if (f.section == "model") return f.key != "name";
+  if (f.section == "optim" || f.section == "data" || f.section == "dp") return true;
+  if (f.section == "precision") return true;
+  if (f.section == "train") return f.key != "micro_batch_size";
+  // run.steps is the length of the cosine LR schedule; run.seed the data order.
+  return f.section == "run" && (f.key == "seed" || f.key == "steps");
+}
+
+}  // namespace
+
+std::vector<ConfigChange> config_changes(const Config& before, const Config& after) {
+  Config a = before, b = after;
+  const std::vector<Field> fa = schema(a), fb = schema(b);
+  std::vector<ConfigChange> out;
+  for (size_t i = 0; i < fa.size(); ++i) {
+    const std::string va = format_value(fa[i].ref), vb = format_value(fb[i].ref);
+    if (va != vb) out.push_back({fa[i].path(), va, vb, changes_math(fa[i])});
+  }
+  return out;
+}
+
+uint64_t config_hash(const Config& c) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char ch : c.to_toml()) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+void require_same_config(const Config& c, const HostCollectives& ranks) {
+  const uint64_t h = config_hash(c);
+  // Two 32-bit halves: doubles hold them exactly.
+  const std::vector<double> all =
+      ranks.gather({static_cast<double>(h >> 32), static_cast<double>(h & 0xffffffffu)});
+  std::string differing;
+  for (int r = 1; r < ranks.size() && !all.empty(); ++r)
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+      differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  differing = ranks.broadcast(differing);
+  if (!differing.empty())
+    throw InputError(fmt::format(
+        "ranks {} hold a different configuration than rank 0 (--config, --set or the file "
+        "differ between ranks); every rank of a run needs the same",
+        differing));
+}
+
 std::string Config::to_toml() const {
   Config copy = *this;
   std::string out, section;

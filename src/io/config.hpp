@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/backend.hpp"
+#include "comm/host_comm.hpp"
 #include "core/half.hpp"
 #include "core/stop_request.hpp"
 #include "model/model_config.hpp"
@@ -127,6 +128,22 @@ struct Config {
   // The resolved configuration as TOML: what `from`, defaults and overrides produced.
   std::string to_toml() const;
 };
+
+// A key whose value differs between two configs (checkpoint and run), as TOML values.
+struct ConfigChange {
+  std::string key, before, after;
+  // True when the change alters what the remaining steps compute (model, data, optimizer, LR
+  // schedule, seed, precision, dp synchrony); false for layout and bookkeeping keys, which every
+  // layout reproduces up to summation order.
+  bool changes_math = false;
+};
+// Every key whose value differs from `before` to `after`, in schema order.
+std::vector<ConfigChange> config_changes(const Config& before, const Config& after);
+// A 64-bit hash of the resolved config (FNV-1a of to_toml()): ranks compare it at start.
+uint64_t config_hash(const Config& c);
+// InputError on every rank of `ranks` unless all hold the same resolved config; the message
+// names the ranks that differ from rank 0. Collective.
+void require_same_config(const Config& c, const HostCollectives& ranks);
 
 // Reads `path` (following [model] from = "...", relative to the file) and applies overrides
 // ("section.key=value"). Every value is typed on reading: a name not among an enum's values is

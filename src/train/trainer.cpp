@@ -70,8 +70,11 @@ TrainingData read_training_data(const Config& c) {
   return data;
 }
 
-// Checks that a checkpoint's model matches the configured one, before anything is written.
-void check_resume_compatible(const Config& ours, const std::string& path) {
+// Checks a checkpoint's config against the run's, before anything is written: the model must be
+// the same; keys that change what the remaining steps compute only with --allow-config-change.
+// Every difference is listed.
+void check_resume_compatible(const Config& ours, const std::string& path, bool allow_math_changes,
+                             const Console& console) {
   const Config theirs = read_checkpoint_config(path);
   const ModelConfig &a = ours.model, &b = theirs.model;
   if (a.n_layer != b.n_layer || a.n_embd != b.n_embd || a.n_head != b.n_head ||
@@ -81,6 +84,21 @@ void check_resume_compatible(const Config& ours, const std::string& path) {
         "config (L={} C={} NH={} V={} block={})",
         path, b.n_layer, b.n_embd, b.n_head, b.vocab_size, b.block_size, a.n_layer, a.n_embd,
         a.n_head, a.vocab_size, a.block_size));
+  const std::vector<ConfigChange> changes = config_changes(theirs, ours);
+  std::string math;
+  for (const ConfigChange& c : changes)
+    if (c.changes_math)
+      math += fmt::format("{}{} {} -> {}", math.empty() ? "" : ", ", c.key, c.before, c.after);
+  if (!math.empty() && !allow_math_changes)
+    throw InputError(fmt::format(
+        "resuming from '{}' with a config that changes what the remaining steps compute: {}; "
+        "pass --allow-config-change if that is intended (layout, ZeRO, offload, recompute and "
+        "output keys may change freely)",
+        path, math));
+  for (const ConfigChange& c : changes)
+    console.line(
+        fmt::format("resume: {} = {} (checkpoint: {}){}", c.key, c.after, c.before,
+                    c.changes_math ? "; changes the remaining run (--allow-config-change)" : ""));
 }
 
 // --resume auto: the newest complete checkpoint, what a requeued job needs. Rank 0 decides and
@@ -408,7 +426,8 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
       std::filesystem::path(config_.run.out_dir) / config_.run.name / "checkpoints";
   std::string& resume = options_.resume;
   if (options_.resume_newest) resume = newest_complete_checkpoint(ckpt_dir, world_, console_);
-  if (!resume.empty()) check_resume_compatible(config_, resume);
+  if (!resume.empty())
+    check_resume_compatible(config_, resume, options_.allow_config_change, console_);
   // The memory model's prediction for this rank, checked now and recorded next to what the
   // ranks allocate.
   const GridCoord& me = grid_.coord();

@@ -12,6 +12,9 @@ namespace trident {
 struct TrainOptions {
   std::string resume;          // checkpoint to continue from, or empty
   bool resume_newest = false;  // continue from the newest complete checkpoint of the run, if any
+  // Resume even when the config changes what the remaining steps compute (optimizer, LR
+  // schedule, data, seed, precision); without it such a resume is refused.
+  bool allow_config_change = false;
   std::string dump_grads;      // write the first step's gradients here at global shape, or empty
   StepHooks* hooks = nullptr;  // the test seam (injected faults); null: none
 };

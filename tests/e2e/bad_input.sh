@@ -70,7 +70,7 @@ expect_bad "token beyond vocab" "model.vocab_size = 100" "${train[@]}" --set mod
 expect_bad "resume missing" "does not exist" "${train[@]}" --resume "$work/none.h5"
 expect_bad "resume garbage" "not a readable HDF5 file" "${train[@]}" --resume "$work/garbage.h5"
 expect_bad "resume truncated" "truncated or corrupt" "${train[@]}" --resume "$work/truncated.h5"
-expect_bad "resume corrupted tensor" "dataset 'params/h.1.mlp.fc.weight' fails its checksum" "${train[@]}" --resume "$work/corrupted.h5"
+expect_bad "resume corrupted tensor" "dataset 'params/h.1.mlp.fc.weight' fails its checksum" "${train[@]}" --set run.steps=1 --resume "$work/corrupted.h5"
 expect_bad "resume cut in the data" "checkpoint '$work/cut.h5'" "${train[@]}" --resume "$work/cut.h5"
 expect_bad "resume other model" "holds a different model" "${train[@]}" --set model.n_layer=3 --resume "$good_ckpt"
 expect_bad "generate garbage" "not a readable HDF5 file" "$trident" generate --ckpt "$work/garbage.h5" --prompt hi
@@ -102,5 +102,12 @@ expect_bad "model too big for memory" "by the memory model" "${train[@]}" --set 
 expect_bad "unknown option" "--bogus" "$trident" train --config inputs/tiny.toml --bogus
 expect_bad "no subcommand" "subcommand" "$trident"
 
+# Non-finite numbers are refused, and an export onto its own checkpoint too (it would destroy it).
+expect_bad "nan temperature" "--temperature: must be a finite number, not 'nan'" "$trident" generate --ckpt "$good_ckpt" --temperature nan
+expect_bad "inf val fraction" "--val-fraction: must be a finite number, not 'inf'" "$trident" prepare --text README.md --out-dir "$work/out" --val-fraction inf
+expect_bad "nan plan memory" "--gpu-mem: must be a finite number, not 'nan'" "$trident" plan --layers 2 --hidden 64 --heads 4 --gpu-mem nan
+cp "$good_ckpt" "$work/self.h5"
+expect_bad "export onto itself" "is the checkpoint itself" "$trident" ckpt export "$work/self.h5" --llmc "$work/self.h5"
+"$trident" ckpt verify "$work/self.h5" > /dev/null || { echo "FAIL [export onto itself]: the checkpoint was damaged"; failures=$((failures + 1)); }
 echo "$((cases - failures)) passed, $failures failed"
 [ $failures -eq 0 ]

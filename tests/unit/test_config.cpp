@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/error.hpp"
 #include "io/config.hpp"
@@ -144,4 +145,23 @@ TEST(Config, MissingFileIsNamed) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/run.toml"), std::string::npos);
   }
+}
+
+TEST(Config, ChangesThatAlterTheRemainingRunAreToldApartFromLayout) {
+  const Config before = resolve(load_config(write_config(""), {}), 4);
+  const Config after = resolve(
+      load_config(write_config(""),
+                  {"parallel.tp=2", "zero.stage=1", "recompute.policy=full", "run.log_every=5",
+                   "optim.warmup_steps=9", "precision.compute=bf16", "run.steps=200"}),
+      4);
+  std::map<std::string, bool> math;
+  for (const ConfigChange& c : config_changes(before, after)) math[c.key] = c.changes_math;
+  const std::map<std::string, bool> expected{
+      {"run.steps", true},         {"run.log_every", false},    {"optim.warmup_steps", true},
+      {"parallel.dp", false},      {"parallel.tp", false},      {"zero.stage", false},
+      {"recompute.policy", false}, {"precision.compute", true}, {"train.micro_batch_size", false}};
+  EXPECT_EQ(math, expected);
+  EXPECT_TRUE(config_changes(before, before).empty());
+  EXPECT_EQ(config_hash(before), config_hash(resolve(load_config(write_config(""), {}), 4)));
+  EXPECT_NE(config_hash(before), config_hash(after));
 }
