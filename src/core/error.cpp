@@ -28,10 +28,4 @@ void check_mpi(int rc, const char* call, const char* file, int line) {
   fatal(call, file, line, std::string(msg, static_cast<size_t>(len)));
 }
 
-void check_hdf5(long long rc, const char* call, const char* file, int line) {
-  if (rc >= 0) return;
-  fatal(call, file, line, "HDF5 returned an error (see the HDF5 error stack above)",
-        "check the path is writable and the file is not open in another program");
-}
-
 }  // namespace trident

@@ -19,10 +19,7 @@ class InputError : public std::runtime_error {
                         const std::string& hint = "");
 
 void check_mpi(int rc, const char* call, const char* file, int line);
-void check_hdf5(long long rc, const char* call, const char* file, int line);
 
 }  // namespace trident
 
 #define TRIDENT_MPI(call) ::trident::check_mpi((call), #call, __FILE__, __LINE__)
-#define TRIDENT_H5(call) \
-  ::trident::check_hdf5(static_cast<long long>(call), #call, __FILE__, __LINE__)

@@ -5,6 +5,55 @@
 
 #include "core/error.hpp"
 
+namespace trident {
+namespace {
+
+// Collects the "error message = '...'" a low-level (file driver) error records: the system's.
+herr_t find_system_error(unsigned, const H5E_error2_t* err, void* out) {
+  const std::string desc = err->desc ? err->desc : "";
+  const std::string key = "error message = '";
+  const size_t at = desc.find(key);
+  auto& found = *static_cast<std::string*>(out);
+  if (found.empty() && at != std::string::npos) {
+    const size_t begin = at + key.size(), end = desc.find('\'', begin);
+    found = desc.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  }
+  return 0;
+}
+
+std::string hint_for(const std::string& cause) {
+  if (cause.find("No space left") != std::string::npos)
+    return "the file system is full: free space, or point run.out_dir (or the path given) at "
+           "another one";
+  if (cause.find("quota") != std::string::npos)
+    return "your disk quota is used up: free space or write elsewhere";
+  if (cause.find("Read-only") != std::string::npos ||
+      cause.find("Permission denied") != std::string::npos)
+    return "the path is not writable by this user";
+  if (cause.empty())
+    return "check the path is writable and the file is not open in another program";
+  return "";
+}
+
+}  // namespace
+
+std::string hdf5_system_error() {
+  std::string found;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, find_system_error, &found);
+  return found;
+}
+
+void check_hdf5(long long rc, const char* call, const char* file, int line) {
+  if (rc >= 0) return;
+  const std::string cause = hdf5_system_error();
+  fatal(call, file, line,
+        cause.empty() ? "HDF5 returned an error (see the HDF5 error stack above)"
+                      : "HDF5 could not write or read the file: " + cause,
+        hint_for(cause));
+}
+
+}  // namespace trident
+
 namespace trident::h5 {
 
 QuietErrors::QuietErrors() {
@@ -17,9 +66,12 @@ QuietErrors::~QuietErrors() {
 
 Handle create_file(const std::string& path) {
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (id < 0)
-    fatal("H5Fcreate", __FILE__, __LINE__, "cannot create " + path,
-          "check that the directory exists and is writable");
+  if (id < 0) {
+    const std::string cause = hdf5_system_error();
+    fatal("H5Fcreate", __FILE__, __LINE__,
+          "cannot create " + path + (cause.empty() ? "" : ": " + cause),
+          cause.empty() ? "check that the directory exists and is writable" : hint_for(cause));
+  }
   return Handle(id, H5Fclose);
 }
 

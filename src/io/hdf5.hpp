@@ -7,6 +7,20 @@
 #include <string>
 #include <vector>
 
+namespace trident {
+
+// Aborts the job (see fatal()) when an HDF5 call returned a negative status, with the cause the
+// HDF5 error stack records from the system (a full disk, a quota, a read-only path) and a hint
+// for it.
+void check_hdf5(long long rc, const char* call, const char* file, int line);
+// The system error behind the current HDF5 error stack ("No space left on device"), or "".
+std::string hdf5_system_error();
+
+}  // namespace trident
+
+#define TRIDENT_H5(call) \
+  ::trident::check_hdf5(static_cast<long long>(call), #call, __FILE__, __LINE__)
+
 namespace trident::h5 {
 
 // Owns an HDF5 identifier and closes it with the matching H5*close.

@@ -3,16 +3,21 @@
 
 #include <fmt/format.h>
 
+#include <sys/statvfs.h>
+
 #include <chrono>
 
+#include "core/error.hpp"
 #include "core/version.hpp"
+#include "model/params.hpp"
 
 namespace trident {
 
-Checkpointer::Checkpointer(const Config& config, const Grid& grid, std::vector<ModelChunk>& chunks,
-                           std::string layout, StepHooks& hooks)
+Checkpointer::Checkpointer(const Config& config, const Grid& grid, const HostCollectives& world,
+                           std::vector<ModelChunk>& chunks, std::string layout, StepHooks& hooks)
     : config_(config),
       grid_(grid),
+      world_(world),
       chunks_(chunks),
       layout_(std::move(layout)),
       hooks_(hooks),
@@ -35,7 +40,29 @@ std::vector<ShardBuffers> Checkpointer::buffers(const std::vector<ChunkState>& s
   return out;
 }
 
+// Rank 0 compares the free space of the checkpoint directory's file system with what the
+// checkpoint holds (parameters and two moments in fp32, plus a margin for metadata) and every rank
+// learns the answer, so none starts a collective write that cannot end.
+void Checkpointer::require_room(int step) const {
+  const double needed =
+      3.0 * 4.0 * static_cast<double>(ParamTable(config_.model).total_numel()) + 1048576.0;
+  double available = 0;
+  if (world_.rank() == 0) {
+    struct statvfs fs {};
+    available = statvfs(dir_.c_str(), &fs) == 0
+                    ? static_cast<double>(fs.f_bavail) * static_cast<double>(fs.f_frsize)
+                    : needed;  // unknown: let the write itself report
+  }
+  available = world_.max(available);
+  if (available < needed)
+    throw InputError(fmt::format(
+        "the file system holding {} is full: {:.1f} MiB free, checkpoint step {} needs {:.1f} MiB; "
+        "free space or point run.out_dir at another file system, then --resume auto",
+        dir_.string(), available / 1048576.0, step, needed / 1048576.0));
+}
+
 void Checkpointer::save(int step, const LossScaler& scaler) {
+  require_room(step);
   last_written_ = (dir_ / fmt::format("step_{:06d}.h5", step)).string();
   CheckpointMeta meta{step,    step,          config_.run.seed, chunks_.front().dp->steps_taken(),
                       layout_, git_revision()};

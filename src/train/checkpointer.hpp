@@ -20,14 +20,15 @@ namespace trident {
 
 class Checkpointer {
  public:
-  Checkpointer(const Config& config, const Grid& grid, std::vector<ModelChunk>& chunks,
-               std::string layout, StepHooks& hooks);
+  Checkpointer(const Config& config, const Grid& grid, const HostCollectives& world,
+               std::vector<ModelChunk>& chunks, std::string layout, StepHooks& hooks);
   std::filesystem::path directory() const { return dir_; }
   // Whether a checkpoint is written after 1-based `step` (every run.checkpoint_every steps and
   // at the end; never with -1).
   bool due(int step) const;
   // Writes step_NNNNNN.h5 of 1-based `step` and drops the oldest beyond run.keep_checkpoints.
-  // Collective.
+  // A checkpoint the file system has no room for is refused before a byte is written
+  // (InputError on every rank, naming the free and the needed space). Collective.
   void save(int step, const LossScaler& scaler);
   const std::string& last_written() const { return last_written_; }
   // Loads `path` (any layout) into every chunk and, for an fp16 run resumed from fp16, the loss
@@ -40,9 +41,11 @@ class Checkpointer {
  private:
   std::vector<ShardBuffers> buffers(const std::vector<ChunkState>& states) const;
   ShardOwner owner() const;
+  void require_room(int step) const;
 
   const Config& config_;
   const Grid& grid_;
+  const HostCollectives& world_;
   std::vector<ModelChunk>& chunks_;
   std::string layout_;
   StepHooks& hooks_;

@@ -479,7 +479,7 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
   }
   runner_ =
       std::make_unique<PipelineRunner>(chunks_, *pp_, embedding_.get(), place, ledger, timer_);
-  checkpointer_ = std::make_unique<Checkpointer>(config_, grid_, chunks_, layout_, hooks_);
+  checkpointer_ = std::make_unique<Checkpointer>(config_, grid_, world_, chunks_, layout_, hooks_);
 }
 
 // timings.h5 with what identifies the run (rank 0), and the run directory. A resumed run keeps

@@ -1,0 +1,134 @@
+/* Test helper (LD_PRELOAD): a file system that fills up. Writes to files opened under
+ * $TRIDENT_FULL_DISK_DIR fail with ENOSPC once $TRIDENT_FULL_DISK_BYTES bytes have been written
+ * to them, as they would on a full disk, and statvfs of a path under it reports the bytes left as
+ * free; other files are untouched. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+enum { kMaxFd = 65536 };
+static unsigned char watched[kMaxFd];
+static long long budget = -1; /* bytes left; -1: not configured */
+static const char* dir = NULL;
+
+static void configure(void) {
+  if (dir) return;
+  dir = getenv("TRIDENT_FULL_DISK_DIR");
+  const char* bytes = getenv("TRIDENT_FULL_DISK_BYTES");
+  budget = bytes ? atoll(bytes) : -1;
+  if (!dir) dir = "";
+}
+
+static void watch(int fd, const char* path) {
+  configure();
+  if (fd >= 0 && fd < kMaxFd) watched[fd] = dir[0] && path && strncmp(path, dir, strlen(dir)) == 0;
+}
+
+/* Whether a write of n bytes to fd may go ahead; sets errno when not. */
+static int allowed(int fd, size_t n) {
+  if (fd < 0 || fd >= kMaxFd || !watched[fd] || budget < 0) return 1;
+  if ((long long)n > budget) {
+    errno = ENOSPC;
+    return 0;
+  }
+  budget -= (long long)n;
+  return 1;
+}
+
+int open(const char* path, int flags, ...) {
+  static int (*real)(const char*, int, ...) = NULL;
+  if (!real) real = (int (*)(const char*, int, ...))dlsym(RTLD_NEXT, "open");
+  va_list ap;
+  va_start(ap, flags);
+  const mode_t mode = (flags & O_CREAT) ? (mode_t)va_arg(ap, int) : 0;
+  va_end(ap);
+  const int fd = real(path, flags, mode);
+  watch(fd, path);
+  return fd;
+}
+
+int open64(const char* path, int flags, ...) {
+  static int (*real)(const char*, int, ...) = NULL;
+  if (!real) real = (int (*)(const char*, int, ...))dlsym(RTLD_NEXT, "open64");
+  va_list ap;
+  va_start(ap, flags);
+  const mode_t mode = (flags & O_CREAT) ? (mode_t)va_arg(ap, int) : 0;
+  va_end(ap);
+  const int fd = real(path, flags, mode);
+  watch(fd, path);
+  return fd;
+}
+
+ssize_t write(int fd, const void* buf, size_t n) {
+  static ssize_t (*real)(int, const void*, size_t) = NULL;
+  if (!real) real = (ssize_t(*)(int, const void*, size_t))dlsym(RTLD_NEXT, "write");
+  return allowed(fd, n) ? real(fd, buf, n) : -1;
+}
+
+ssize_t pwrite(int fd, const void* buf, size_t n, off_t offset) {
+  static ssize_t (*real)(int, const void*, size_t, off_t) = NULL;
+  if (!real) real = (ssize_t(*)(int, const void*, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+  return allowed(fd, n) ? real(fd, buf, n, offset) : -1;
+}
+
+ssize_t pwrite64(int fd, const void* buf, size_t n, off_t offset) {
+  static ssize_t (*real)(int, const void*, size_t, off_t) = NULL;
+  if (!real) real = (ssize_t(*)(int, const void*, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
+  return allowed(fd, n) ? real(fd, buf, n, offset) : -1;
+}
+
+static size_t total(const struct iovec* iov, int count) {
+  size_t n = 0;
+  for (int i = 0; i < count; ++i) n += iov[i].iov_len;
+  return n;
+}
+
+ssize_t writev(int fd, const struct iovec* iov, int count) {
+  static ssize_t (*real)(int, const struct iovec*, int) = NULL;
+  if (!real) real = (ssize_t(*)(int, const struct iovec*, int))dlsym(RTLD_NEXT, "writev");
+  return allowed(fd, total(iov, count)) ? real(fd, iov, count) : -1;
+}
+
+ssize_t pwritev(int fd, const struct iovec* iov, int count, off_t offset) {
+  static ssize_t (*real)(int, const struct iovec*, int, off_t) = NULL;
+  if (!real) real = (ssize_t(*)(int, const struct iovec*, int, off_t))dlsym(RTLD_NEXT, "pwritev");
+  return allowed(fd, total(iov, count)) ? real(fd, iov, count, offset) : -1;
+}
+
+ssize_t pwritev64(int fd, const struct iovec* iov, int count, off_t offset) {
+  static ssize_t (*real)(int, const struct iovec*, int, off_t) = NULL;
+  if (!real) real = (ssize_t(*)(int, const struct iovec*, int, off_t))dlsym(RTLD_NEXT, "pwritev64");
+  return allowed(fd, total(iov, count)) ? real(fd, iov, count, offset) : -1;
+}
+
+static void report_free(const char* path, struct statvfs* st) {
+  configure();
+  if (dir[0] && budget >= 0 && path && strncmp(path, dir, strlen(dir)) == 0)
+    st->f_bavail = st->f_bfree = (fsblkcnt_t)budget / (st->f_frsize ? st->f_frsize : 1);
+}
+
+int statvfs(const char* path, struct statvfs* st) {
+  static int (*real)(const char*, struct statvfs*) = NULL;
+  if (!real) real = (int (*)(const char*, struct statvfs*))dlsym(RTLD_NEXT, "statvfs");
+  const int rc = real(path, st);
+  if (rc == 0) report_free(path, st);
+  return rc;
+}
+
+int statvfs64(const char* path, struct statvfs64* st) {
+  static int (*real)(const char*, struct statvfs64*) = NULL;
+  if (!real) real = (int (*)(const char*, struct statvfs64*))dlsym(RTLD_NEXT, "statvfs64");
+  const int rc = real(path, st);
+  configure();
+  if (rc == 0 && dir[0] && budget >= 0 && path && strncmp(path, dir, strlen(dir)) == 0)
+    st->f_bavail = st->f_bfree = (fsblkcnt64_t)budget / (st->f_frsize ? st->f_frsize : 1);
+  return rc;
+}
