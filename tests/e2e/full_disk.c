@@ -43,29 +43,23 @@ static int allowed(int fd, size_t n) {
   return 1;
 }
 
-int open(const char* path, int flags, ...) {
-  static int (*real)(const char*, int, ...) = NULL;
-  if (!real) real = (int (*)(const char*, int, ...))dlsym(RTLD_NEXT, "open");
-  va_list ap;
-  va_start(ap, flags);
-  const mode_t mode = (flags & O_CREAT) ? (mode_t)va_arg(ap, int) : 0;
-  va_end(ap);
-  const int fd = real(path, flags, mode);
-  watch(fd, path);
-  return fd;
-}
+typedef int (*open_fn)(const char*, int, ...);
 
-int open64(const char* path, int flags, ...) {
-  static int (*real)(const char*, int, ...) = NULL;
-  if (!real) real = (int (*)(const char*, int, ...))dlsym(RTLD_NEXT, "open64");
-  va_list ap;
-  va_start(ap, flags);
-  const mode_t mode = (flags & O_CREAT) ? (mode_t)va_arg(ap, int) : 0;
-  va_end(ap);
-  const int fd = real(path, flags, mode);
-  watch(fd, path);
-  return fd;
-}
+/* open and open64 alike: the real call, then the descriptor watched when under the directory. */
+#define WATCHED_OPEN(symbol)                                                \
+  int symbol(const char* path, int flags, ...) {                            \
+    static open_fn real = NULL;                                             \
+    if (!real) real = (open_fn)dlsym(RTLD_NEXT, #symbol);                   \
+    va_list ap;                                                             \
+    va_start(ap, flags);                                                    \
+    const mode_t mode = (flags & O_CREAT) ? (mode_t)va_arg(ap, int) : 0;    \
+    va_end(ap);                                                             \
+    const int fd = real(path, flags, mode);                                 \
+    watch(fd, path);                                                        \
+    return fd;                                                              \
+  }
+WATCHED_OPEN(open)
+WATCHED_OPEN(open64)
 
 ssize_t write(int fd, const void* buf, size_t n) {
   static ssize_t (*real)(int, const void*, size_t) = NULL;
@@ -111,7 +105,7 @@ ssize_t pwritev64(int fd, const struct iovec* iov, int count, off_t offset) {
 
 static void report_free(const char* path, struct statvfs* st) {
   configure();
-  if (dir[0] && budget >= 0 && path && strncmp(path, dir, strlen(dir)) == 0)
+  if (dir[0] && budget >= 0 && strncmp(path, dir, strlen(dir)) == 0)
     st->f_bavail = st->f_bfree = (fsblkcnt_t)budget / (st->f_frsize ? st->f_frsize : 1);
 }
 
@@ -128,7 +122,7 @@ int statvfs64(const char* path, struct statvfs64* st) {
   if (!real) real = (int (*)(const char*, struct statvfs64*))dlsym(RTLD_NEXT, "statvfs64");
   const int rc = real(path, st);
   configure();
-  if (rc == 0 && dir[0] && budget >= 0 && path && strncmp(path, dir, strlen(dir)) == 0)
+  if (rc == 0 && dir[0] && budget >= 0 && strncmp(path, dir, strlen(dir)) == 0)
     st->f_bavail = st->f_bfree = (fsblkcnt64_t)budget / (st->f_frsize ? st->f_frsize : 1);
   return rc;
 }
