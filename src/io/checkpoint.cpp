@@ -271,16 +271,27 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   return out;
 }
 
-std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
+std::vector<std::string> complete_checkpoints(const std::string& dir,
+                                              std::vector<std::string>* skipped) {
+  std::vector<std::pair<int64_t, std::string>> found;  // (step inside, path), in name order
   for (const std::string& path : list_checkpoints(dir)) {
     try {
-      open_checkpoint(path);
-      return path;
+      h5::Handle file = open_checkpoint(path);
+      found.emplace_back(h5::read_attr_int(file, "step", path), path);
     } catch (const InputError& e) {
       if (skipped) skipped->push_back(e.what());
     }
   }
-  return "";
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (const auto& [step, path] : found) out.push_back(path);
+  return out;
+}
+
+std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
+  const std::vector<std::string> all = complete_checkpoints(dir, skipped);
+  return all.empty() ? "" : all.front();
 }
 
 void rotate_checkpoints(const std::string& dir, int keep) {
@@ -374,7 +385,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
     }
   }
   if (!bad.empty())
-    throw InputError(
+    throw CorruptCheckpoint(
         fmt::format("checkpoint '{}': dataset '{}' fails its checksum (corrupted)", path, bad));
   return meta;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/types.hpp"
 #include "io/config.hpp"
 #include "model/params.hpp"
@@ -58,9 +59,20 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
 
 // The checkpoints `dir` holds (step_NNNNNN.h5; unfinished *.tmp files are not), newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
-// The newest checkpoint in `dir` that opens as a complete trident checkpoint, or "" if none;
-// `skipped` collects the newer ones that do not (with why).
+// The checkpoints in `dir` that open as complete trident checkpoints, newest first by the step
+// recorded inside them (not by file name: a copy renamed newer does not rewind a run); `skipped`
+// collects the files that do not open (with why).
+std::vector<std::string> complete_checkpoints(const std::string& dir,
+                                              std::vector<std::string>* skipped = nullptr);
+// The first of complete_checkpoints(), or "" if none.
 std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* skipped = nullptr);
+
+// A checkpoint whose data fails its checksums. Thrown by load_checkpoint on every rank alike (the
+// ranks sum their parts first), so a caller may fall back to another checkpoint.
+class CorruptCheckpoint : public InputError {
+ public:
+  using InputError::InputError;
+};
 // Deletes all but the newest `keep` checkpoints in `dir` (keep <= 0: none deleted).
 void rotate_checkpoints(const std::string& dir, int keep);
 
@@ -70,7 +82,8 @@ Config read_checkpoint_config(const std::string& path);
 // Fills this rank's shards (parameters, and moments where given) from the global tensors.
 // Every rank reads only the hyperslabs it holds. The ranks together verify every dataset's
 // checksum (each over the elements it owns, summed over `world`). InputError for a missing,
-// truncated, corrupted or foreign checkpoint. Collective over `world`.
+// truncated or foreign checkpoint, CorruptCheckpoint for one that fails a checksum. Collective
+// over `world`.
 CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardBuffers>& mine,
                                const ShardOwner& owner, MPI_Comm world);
 

@@ -101,18 +101,26 @@ void check_resume_compatible(const Config& ours, const std::string& path, bool a
                     c.changes_math ? "; changes the remaining run (--allow-config-change)" : ""));
 }
 
-// --resume auto: the newest complete checkpoint, what a requeued job needs. Rank 0 decides and
-// tells the others, so every rank resumes from the same file.
-std::string newest_complete_checkpoint(const std::filesystem::path& dir,
-                                       const HostCollectives& world, const Console& console) {
+// --resume auto, what a requeued job needs: the complete checkpoints, newest first by the step
+// recorded inside them. Rank 0 decides and tells the others, so every rank tries the same files.
+std::vector<std::string> complete_checkpoints_for_all(const std::filesystem::path& dir,
+                                                      const HostCollectives& world,
+                                                      const Console& console) {
   std::vector<std::string> skipped;
-  const std::string found =
-      world.broadcast(world.rank() == 0 ? newest_checkpoint(dir.string(), &skipped) : "");
+  std::string joined;  // one path a line
+  if (world.rank() == 0)
+    for (const std::string& path : complete_checkpoints(dir.string(), &skipped))
+      joined += path + "\n";
+  joined = world.broadcast(joined);
   for (const std::string& why : skipped) console.line("--resume auto: skipping " + why);
-  if (found.empty())
+  std::vector<std::string> out;
+  for (size_t begin = 0, end; (end = joined.find('\n', begin)) != std::string::npos;
+       begin = end + 1)
+    out.push_back(joined.substr(begin, end - begin));
+  if (out.empty())
     console.line(
         fmt::format("--resume auto: no checkpoint in {}; starting from step 0", dir.string()));
-  return found;
+  return out;
 }
 
 // Before allocating anything: what the memory model says this rank needs, against the memory of
@@ -182,6 +190,9 @@ class Trainer {
  private:
   // Data, resume, memory check, model chunks, restore, outputs; returns the first step to run.
   int setup(std::unique_ptr<TimingsWriter>& timings);
+  // Loads the first of `candidates` that verifies; returns its step. --resume auto falls back
+  // past a checkpoint that fails its checksums, with a line; an explicit --resume does not.
+  int resume_from(const std::vector<std::string>& candidates);
   void build_chunks(MemoryLedger& ledger);
   std::unique_ptr<TimingsWriter> open_outputs(int start_step, const MemoryPrediction& mine);
   void print_banner(int start_step) const;
@@ -424,22 +435,39 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
   val_sampler_ = std::make_unique<BatchSampler>(data_.val, config_.run.seed, kValStream, T);
   const std::filesystem::path ckpt_dir =
       std::filesystem::path(config_.run.out_dir) / config_.run.name / "checkpoints";
-  std::string& resume = options_.resume;
-  if (options_.resume_newest) resume = newest_complete_checkpoint(ckpt_dir, world_, console_);
-  if (!resume.empty())
-    check_resume_compatible(config_, resume, options_.allow_config_change, console_);
+  std::vector<std::string> candidates;  // checkpoints to resume from, the first that loads wins
+  if (options_.resume_newest)
+    candidates = complete_checkpoints_for_all(ckpt_dir, world_, console_);
+  else if (!options_.resume.empty())
+    candidates = {options_.resume};
+  if (!candidates.empty())
+    check_resume_compatible(config_, candidates.front(), options_.allow_config_change, console_);
   // The memory model's prediction for this rank, checked now and recorded next to what the
   // ranks allocate.
   const GridCoord& me = grid_.coord();
   const MemoryPrediction mine = predict_rank_memory(memory_query(config_), me.pp, me.tp, me.dp);
   check_memory_fits(mine, world_);
   build_chunks(ledger_);
-  const int start_step =
-      resume.empty() ? 0 : checkpointer_->load(resume, scaler_, world_, console_);
+  const int start_step = candidates.empty() ? 0 : resume_from(candidates);
   first_update_step_ = start_step + (config_.dp.sync == DpSync::kAsync ? 1 : 0);
   timings = open_outputs(start_step, mine);
   print_banner(start_step);
   return start_step;
+}
+
+int Trainer::resume_from(const std::vector<std::string>& candidates) {
+  for (size_t i = 0;; ++i) {
+    try {
+      if (i > 0)
+        check_resume_compatible(config_, candidates[i], options_.allow_config_change, console_);
+      const int step = checkpointer_->load(candidates[i], scaler_, world_, console_);
+      options_.resume = candidates[i];
+      return step;
+    } catch (const CorruptCheckpoint& e) {
+      if (!options_.resume_newest || i + 1 == candidates.size()) throw;
+      console_.line(fmt::format("--resume auto: skipping {}", e.what()));
+    }
+  }
 }
 
 void Trainer::build_chunks(MemoryLedger& ledger) {
