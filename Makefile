@@ -34,7 +34,7 @@ data-bpe: build
 	@bash tools/prepare_kjv.sh $(TRIDENT) data gpt2
 
 run: data
-	mpirun -np $(NP) --oversubscribe $(TRIDENT) train --config $(CONFIG)
+	mpirun -np $(NP) --oversubscribe $(TRIDENT) train --config $(CONFIG) --overwrite
 	@echo "--- sample from the newest checkpoint:"
 	@$(TRIDENT) generate --ckpt "$$(ls -1 runs/small/checkpoints/step_*.h5 | tail -n 1)" \
 	  --prompt "And God said" --tokens 300

@@ -20,6 +20,7 @@ inflates the step time).
 """
 import json
 import os
+import re
 import sys
 
 import h5py
@@ -100,6 +101,7 @@ class Run:
         self.data = {}
         self.config = {}
         self.timed = None
+        self.segments = []
 
     # -- resolved config --
     def cfg(self, dotted, default=None):
@@ -198,22 +200,15 @@ def _load(run):
             raise RunProblem(str(e)) from None
     if not os.path.isfile(run.timings_path):
         raise RunProblem(f"no timings.h5{_log_hint(run.dir)}")
-    try:
-        with h5py.File(run.timings_path, "r") as f:
-            for name in ATTRS:
-                if name not in f.attrs:
-                    raise RunProblem(f"timings.h5 lacks the attribute '{name}'")
-                value = f.attrs[name]
-                run.attrs[name] = value.decode() if isinstance(value, bytes) else str(value)
-            for name in DATASETS_1D + DATASETS_ND:
-                if name not in f:
-                    raise RunProblem(f"timings.h5 lacks the dataset '{name}'")
-                run.data[name] = f[name][()]
-    except RunProblem:
-        raise
-    except Exception as e:  # h5py raises OSError, KeyError or RuntimeError on a damaged file
-        raise RunProblem(f"timings.h5 is unreadable (killed while writing?): "
-                         f"{type(e).__name__}: {e}") from None
+    # A run directory's every segment (resumed runs write timings.2.h5, ...); a file given by
+    # name is that segment alone.
+    whole_run = run.timings_path == os.path.join(run.dir, "timings.h5")
+    run.segments = timings_segments(run.dir) if whole_run else [run.timings_path]
+    segments = [_read_segment(path) for path in run.segments]
+    run.attrs, data = segments[-1]
+    if len(segments) > 1:
+        data = _merge_segments(run.segments, [d for _, d in segments])
+    run.data = data
     try:
         run.config = tomllib.loads(run.attrs["config"])
     except tomllib.TOMLDecodeError as e:
@@ -226,11 +221,67 @@ def _load(run):
     if want is not None and int(steps[-1]) < int(want):
         raise RunProblem(f"timings.h5 is partial: {int(steps[-1])} of {want} steps recorded "
                          f"(killed?){_log_hint(run.dir)}")
-    rows = len(steps)
-    for name in DATASETS_1D + ("phase_seconds", "peak_memory_bytes", "peak_memory_by_category"):
-        if run.data[name].shape[0] != rows:
-            raise RunProblem(f"timings.h5 is partial: '{name}' has {run.data[name].shape[0]} rows, "
+
+
+SEGMENT_NAME = re.compile(r"timings(?:\.([0-9]+))?\.h5")
+PER_STEP_ND = ("phase_seconds", "peak_memory_bytes", "peak_memory_by_category")
+
+
+def timings_segments(run_dir):
+    """The run's timings files in segment order: timings.h5, then timings.2.h5, timings.3.h5, ...
+    (trident starts one per resume, never overwriting an earlier one)."""
+    found = []
+    for name in os.listdir(run_dir):
+        m = SEGMENT_NAME.fullmatch(name)
+        if m:
+            found.append((int(m.group(1) or 1), os.path.join(run_dir, name)))
+    return [path for _, path in sorted(found)]
+
+
+def _read_segment(path):
+    """(attrs, datasets) of one timings file; RunProblem when it cannot be used."""
+    name = os.path.basename(path)
+    attrs, data = {}, {}
+    try:
+        with h5py.File(path, "r") as f:
+            for key in ATTRS:
+                if key not in f.attrs:
+                    raise RunProblem(f"{name} lacks the attribute '{key}'")
+                value = f.attrs[key]
+                attrs[key] = value.decode() if isinstance(value, bytes) else str(value)
+            for key in DATASETS_1D + DATASETS_ND:
+                if key not in f:
+                    raise RunProblem(f"{name} lacks the dataset '{key}'")
+                data[key] = f[key][()]
+    except RunProblem:
+        raise
+    except Exception as e:  # h5py raises OSError, KeyError or RuntimeError on a damaged file
+        raise RunProblem(f"{name} is unreadable (killed while writing?): "
+                         f"{type(e).__name__}: {e}") from None
+    rows = len(data["step"])
+    for key in DATASETS_1D + PER_STEP_ND:
+        if data[key].shape[0] != rows:
+            raise RunProblem(f"{name} is partial: '{key}' has {data[key].shape[0]} rows, "
                              f"'step' {rows}")
+    return attrs, data
+
+
+def _merge_segments(paths, segments):
+    """One run's rows from its segments: a step recorded by several (a segment that resumed from
+    a checkpoint older than the previous segment's last step redid it) comes from the latest."""
+    ranks = {d["phase_seconds"].shape[1:] for d in segments}
+    if len(ranks) > 1:
+        raise RunProblem(f"its timings segments ({', '.join(map(os.path.basename, paths))}) ran on "
+                         f"different rank counts (resumed with another layout); pass one "
+                         f"segment's file to analyse it alone")
+    merged = {k: np.concatenate([d[k] for d in segments]) for k in DATASETS_1D + PER_STEP_ND}
+    latest = {}
+    for row, step in enumerate(merged["step"]):
+        latest[int(step)] = row
+    rows = np.array([latest[step] for step in sorted(latest)], dtype=int)
+    merged = {k: v[rows] for k, v in merged.items()}
+    merged["predicted_memory_bytes"] = segments[-1]["predicted_memory_bytes"]
+    return merged
 
 
 def _discover(path):

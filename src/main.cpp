@@ -128,7 +128,7 @@ struct TrainCommand {
     app->add_option("--config", config_path, "run config (TOML), e.g. inputs/small.toml")
         ->required();
     app->add_option("--set", overrides, "override a key: --set run.steps=10 (repeatable)");
-    app->add_option_function<std::string>(
+    CLI::Option* resume = app->add_option_function<std::string>(
         "--resume",
         [this](const std::string& v) {
           options.resume_newest = v == "auto";
@@ -136,6 +136,10 @@ struct TrainCommand {
         },
         "continue from this checkpoint (.h5), or 'auto': the newest complete one in "
         "<out_dir>/<name>/checkpoints, if any (for requeued jobs)");
+    app->add_flag("--overwrite", options.overwrite,
+                  "start afresh in a run directory that holds an earlier run, deleting its "
+                  "timings and checkpoints (without it such a run is refused)")
+        ->excludes(resume);
     app->add_flag("--allow-config-change", options.allow_config_change,
                   "resume although the config changes what the remaining steps compute "
                   "(optimizer, LR schedule, data, seed, precision); the changes are listed");
@@ -346,6 +350,15 @@ int main(int argc, char** argv) {
       if (status != 0) status = kExitBadInput;
     } catch (const trident::InputError& e) {
       if (rank == 0) std::fprintf(stderr, "trident: error: %s\n", e.what());
+      status = kExitBadInput;
+    } catch (const std::exception& e) {
+      // Not agreed by every rank (an unexpected system error on one): say which rank, and end the
+      // whole job, since the others may wait for this one in a collective.
+      std::fprintf(stderr, "trident: error: rank %d: %s\n", rank, e.what());
+      std::fflush(stderr);
+      int ranks = 1;
+      MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+      if (ranks > 1) MPI_Abort(MPI_COMM_WORLD, kExitBadInput);
       status = kExitBadInput;
     }
   }

@@ -75,4 +75,18 @@ void HostCollectives::barrier() const {
   TRIDENT_MPI(MPI_Barrier(comm_));
 }
 
+void HostCollectives::agree(const std::function<void()>& work) const {
+  std::string failure;
+  bool failed = false;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    failure = e.what();
+    failed = true;
+  }
+  const int first = static_cast<int>(min(failed ? rank_ : size_));
+  if (first == size_) return;
+  throw InputError(broadcast(failure, first));
+}
+
 }  // namespace trident

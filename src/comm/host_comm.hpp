@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,10 @@ class HostCollectives {
   // How many ranks of this communicator share this rank's node (its shared memory).
   int ranks_on_node() const;
   void barrier() const;
+  // Runs `work` on every rank (it may do nothing on some). When it throws on any rank, every rank
+  // throws InputError with the message of the lowest such rank, so none is left waiting in a
+  // later collective: for file system work one rank does for all.
+  void agree(const std::function<void()>& work) const;
 
  private:
   MPI_Comm comm_;

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/paths.hpp"
 #include "io/hdf5.hpp"
 #include "model/partition.hpp"
 
@@ -22,8 +24,8 @@ namespace trident {
 namespace {
 
 h5::Handle open_checkpoint(const std::string& path) {
-  if (!std::filesystem::is_regular_file(path))
-    throw InputError(fmt::format("checkpoint '{}' does not exist", path));
+  if (const std::string why = not_a_file(path); !why.empty())
+    throw InputError(fmt::format("checkpoint '{}' {}", path, why));
   h5::Handle file = h5::open_file_quiet(path);
   if (file < 0)
     throw InputError(
@@ -191,6 +193,7 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
   }
   const std::string tmp = path + ".tmp";
   {
+    const h5::WritingFile writing(tmp, /*remove_on_failure=*/true);
     h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     TRIDENT_H5(H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL));
     TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true));
@@ -250,14 +253,23 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
   int rank = 0;
   TRIDENT_MPI(MPI_Comm_rank(world, &rank));
   TRIDENT_MPI(MPI_Barrier(world));  // every rank has closed the file
-  if (rank == 0) std::filesystem::rename(tmp, path);
+  if (rank == 0) {
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+      std::filesystem::remove(tmp, ec);
+      fatal("rename", __FILE__, __LINE__,
+            fmt::format("cannot rename the written checkpoint {} to {}: {}", tmp, path,
+                        explain_errno(ec.value())));
+    }
+  }
   TRIDENT_MPI(MPI_Barrier(world));
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::string> out;
-  if (!std::filesystem::is_directory(dir)) return out;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+  std::error_code ec;  // a directory that cannot be read holds no checkpoint to resume from
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     // step_ + 6 or more digits + .h5: the zero-padded names sort by step.
     if (name.size() >= 14 && name.rfind("step_", 0) == 0 &&
@@ -289,6 +301,11 @@ std::vector<std::string> complete_checkpoints(const std::string& dir,
   return out;
 }
 
+int64_t checkpoint_step(const std::string& path) {
+  h5::Handle file = open_checkpoint(path);
+  return h5::read_attr_int(file, "step", path);
+}
+
 std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
   const std::vector<std::string> all = complete_checkpoints(dir, skipped);
   return all.empty() ? "" : all.front();
@@ -297,7 +314,12 @@ std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* 
 void rotate_checkpoints(const std::string& dir, int keep) {
   if (keep <= 0) return;
   const std::vector<std::string> all = list_checkpoints(dir);
-  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) std::filesystem::remove(all[i]);
+  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
+    std::error_code ec;
+    if (!std::filesystem::remove(all[i], ec) && ec)
+      std::fprintf(stderr, "warning: run.keep_checkpoints: cannot delete %s: %s\n", all[i].c_str(),
+                   explain_errno(ec.value()).c_str());
+  }
 }
 
 Config read_checkpoint_config(const std::string& path) {

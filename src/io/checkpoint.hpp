@@ -64,6 +64,8 @@ std::vector<std::string> list_checkpoints(const std::string& dir);
 // collects the files that do not open (with why).
 std::vector<std::string> complete_checkpoints(const std::string& dir,
                                               std::vector<std::string>* skipped = nullptr);
+// The step recorded inside a checkpoint; InputError when it does not open.
+int64_t checkpoint_step(const std::string& path);
 // The first of complete_checkpoints(), or "" if none.
 std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* skipped = nullptr);
 

@@ -3,12 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/paths.hpp"
 #include "io/checkpoint.hpp"
 #include "io/hdf5.hpp"
 #include "model/params.hpp"
@@ -112,8 +114,10 @@ void export_llmc(const std::string& path, const std::string& out) {
     return data;
   };
   const int padded_v = (m.vocab_size + 127) / 128 * 128;
+  if (std::filesystem::is_directory(out, ec))
+    throw InputError(fmt::format("ckpt export: --llmc '{}' is a directory; give a file name", out));
   std::ofstream f(out, std::ios::binary);
-  if (!f) throw InputError(fmt::format("cannot write '{}'", out));
+  if (!f) throw InputError(fmt::format("cannot write '{}': {}", out, explain_errno(errno)));
   int32_t header[256] = {};
   header[0] = 20240326;  // llm.c's model magic
   header[1] = 3;         // version 3: padded vocabulary
@@ -139,7 +143,12 @@ void export_llmc(const std::string& path, const std::string& out) {
     for (int l = 0; l < m.n_layer; ++l) put(read(fmt::format("h.{}.{}", l, suffix)));
   put(read("ln_f.weight"));
   put(read("ln_f.bias"));
-  if (!f) throw InputError(fmt::format("writing '{}' failed", out));
+  f.close();
+  if (!f) {
+    const int error = errno;
+    std::filesystem::remove(out, ec);  // no truncated model file left behind
+    throw InputError(fmt::format("writing '{}' failed: {}", out, explain_errno(error)));
+  }
 }
 
 }  // namespace trident

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "core/paths.hpp"
 
 namespace trident {
 namespace {
@@ -412,8 +413,8 @@ std::string Config::to_toml() const {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Config c;
   c.source = path;
-  if (!std::filesystem::is_regular_file(path))
-    throw InputError(fmt::format("config file '{}' does not exist (try inputs/small.toml)", path));
+  if (const std::string why = not_a_file(path); !why.empty())
+    throw InputError(fmt::format("config file '{}' {} (try inputs/small.toml)", path, why));
   toml::table root;
   try {
     root = toml::parse_file(path);
@@ -486,8 +487,10 @@ void validate_model_and_run(const Config& c, const Checker& require) {
           "run.watchdog_seconds must not be negative (0 turns the watchdog off)");
   require(c.run.keep_checkpoints >= 0,
           "run.keep_checkpoints must not be negative (0 keeps every checkpoint)");
-  require(!c.run.name.empty() && c.run.name.find('/') == std::string::npos,
-          "run.name must be a non-empty name without '/'");
+  const std::string bad_name = path_component_problem(c.run.name);
+  require(bad_name.empty(), fmt::format("run.name = '{}' {}: it must be one directory name "
+                                        "inside run.out_dir",
+                                        c.run.name, bad_name));
 }
 
 void validate_optim(const OptimSection& op, const Checker& require) {
@@ -571,8 +574,9 @@ void validate_data_parallel(const Config& c, const Checker& require) {
               (c.zero.stage == ZeroStage::kParameters && off.optimizer == OffloadTarget::kNvme),
           "offload.params = 'nvme' needs zero.stage = 3 (sharded parameters) and "
           "offload.optimizer = 'nvme' (the optimizer streams them)");
+  std::error_code ec;
   if (off.optimizer == OffloadTarget::kNvme || off.params == OffloadTarget::kNvme)
-    require(std::filesystem::is_directory(off.nvme_dir),
+    require(std::filesystem::is_directory(off.nvme_dir, ec),
             fmt::format("offload.nvme_dir = '{}' is not a directory (create it, or point it at "
                         "an NVMe mount)",
                         off.nvme_dir));

@@ -3,16 +3,20 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/paths.hpp"
 #include "model/params.hpp"
 
 namespace trident {
 
 std::vector<uint16_t> read_token_file(const std::string& path) {
+  if (const std::string why = not_a_file(path); !why.empty() && why != "does not exist")
+    throw InputError(fmt::format("data file '{}' {}", path, why));
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f)
     throw InputError(fmt::format(
@@ -54,12 +58,22 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
   header[2] = static_cast<int32_t>(tokens.size());
   const std::string tmp = path + ".tmp";
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-  if (!f) throw InputError(fmt::format("cannot write '{}'", tmp));
+  if (!f) throw InputError(fmt::format("cannot write '{}': {}", tmp, explain_errno(errno)));
   bool ok = std::fwrite(header, sizeof(int32_t), kTokenHeaderInts, f.get()) == kTokenHeaderInts;
   ok = ok && std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
-  ok = std::fclose(f.release()) == 0 && ok;
-  if (!ok) throw InputError(fmt::format("writing '{}' failed (disk full?)", tmp));
-  std::filesystem::rename(tmp, path);
+  int error = ok ? 0 : errno;
+  if (std::fclose(f.release()) != 0 && ok) {
+    ok = false;
+    error = errno;  // buffered data that did not fit
+  }
+  std::error_code ec;
+  if (ok) std::filesystem::rename(tmp, path, ec);
+  if (!ok || ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);  // no half-written file left behind
+    throw InputError(
+        fmt::format("writing '{}' failed: {}", path, explain_errno(ok ? ec.value() : error)));
+  }
 }
 
 BatchSampler::BatchSampler(const std::vector<uint16_t>& tokens, uint64_t seed, uint64_t stream,

@@ -1,7 +1,14 @@
 // HDF5 helper implementations.
 #include "io/hdf5.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -19,6 +26,22 @@ herr_t find_system_error(unsigned, const H5E_error2_t* err, void* out) {
     found = desc.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
   }
   return 0;
+}
+
+thread_local const h5::WritingFile* writing = nullptr;
+
+// Why a write into `dir` fails, by trying one: "" when a test write of 1 MiB succeeds.
+std::string test_write_error(const std::filesystem::path& dir) {
+  const std::string probe = (dir / fmt::format(".trident_write_test.{}", getpid())).string();
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return std::strerror(errno);
+  const std::vector<char> block(1 << 20, 0);
+  int error = 0;
+  if (write(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size()) || fsync(fd) != 0)
+    error = errno ? errno : ENOSPC;  // a short write: the device filled up
+  close(fd);
+  unlink(probe.c_str());
+  return error ? std::strerror(error) : "";
 }
 
 std::string hint_for(const std::string& cause) {
@@ -45,16 +68,31 @@ std::string hdf5_system_error() {
 
 void check_hdf5(long long rc, const char* call, const char* file, int line) {
   if (rc >= 0) return;
-  const std::string cause = hdf5_system_error();
+  std::string cause = hdf5_system_error();
+  std::string subject = "the file";
+  if (writing) {
+    subject = writing->path;
+    const std::filesystem::path dir = std::filesystem::path(writing->path).parent_path();
+    if (cause.empty()) cause = test_write_error(dir.empty() ? "." : dir);
+    if (writing->remove_on_failure) unlink(writing->path.c_str());
+  }
   fatal(call, file, line,
         cause.empty() ? "HDF5 returned an error (see the HDF5 error stack above)"
-                      : "HDF5 could not write or read the file: " + cause,
+                      : fmt::format("HDF5 could not write or read {}: {}", subject, cause),
         hint_for(cause));
 }
 
 }  // namespace trident
 
 namespace trident::h5 {
+
+WritingFile::WritingFile(const std::string& file, bool remove)
+    : path(file), remove_on_failure(remove), outer_(writing) {
+  writing = this;
+}
+WritingFile::~WritingFile() {
+  writing = outer_;
+}
 
 QuietErrors::QuietErrors() {
   H5Eget_auto2(H5E_DEFAULT, &func_, &data_);

@@ -75,6 +75,24 @@ void write_floats(hid_t parent, const std::string& name, const std::vector<int64
 void read_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
                  float* data, const std::string& file);
 
+// While alive, names the file this thread is writing: a failed HDF5 call whose error stack names
+// no system error (MPI-IO reports "MPI_ERR_OTHER") then finds the cause by a test write into the
+// file's directory, and a partly written file marked `remove_on_failure` (a checkpoint's .tmp)
+// is removed before the job ends.
+class WritingFile {
+ public:
+  explicit WritingFile(const std::string& path, bool remove_on_failure = false);
+  ~WritingFile();
+  WritingFile(const WritingFile&) = delete;
+  WritingFile& operator=(const WritingFile&) = delete;
+
+  std::string path;
+  bool remove_on_failure;
+
+ private:
+  const WritingFile* outer_;
+};
+
 // Silences HDF5's automatic error-stack printing for the lifetime of the object.
 class QuietErrors {
  public:

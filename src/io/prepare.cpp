@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/paths.hpp"
 #include "io/dataset.hpp"
 
 namespace trident {
@@ -18,6 +19,12 @@ namespace trident {
 void prepare_byte_corpus(const PrepareOptions& o) {
   if (o.val_fraction <= 0 || o.val_fraction >= 1)
     throw InputError(fmt::format("--val-fraction {} must be in (0, 1)", o.val_fraction));
+  if (const std::string bad = path_component_problem(o.name); !bad.empty())
+    throw InputError(
+        fmt::format("--name '{}' {}: it must be a file name prefix inside --out-dir", o.name, bad));
+  std::error_code ec;
+  if (o.text_path != "-" && std::filesystem::is_directory(o.text_path, ec))
+    throw InputError(fmt::format("--text '{}' is a directory; give a text file", o.text_path));
   std::string text;
   if (o.text_path == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -38,9 +45,16 @@ void prepare_byte_corpus(const PrepareOptions& o) {
                    100.0 * (i + 1) / text.size());
   }
   const size_t n_val = static_cast<size_t>(tokens.size() * o.val_fraction);
-  std::filesystem::create_directories(o.out_dir);
+  make_directories(o.out_dir, "the --out-dir");
   const std::string train = (std::filesystem::path(o.out_dir) / (o.name + "_train.bin")).string();
   const std::string val = (std::filesystem::path(o.out_dir) / (o.name + "_val.bin")).string();
+  for (const std::string& out : {train, val}) {
+    if (o.text_path != "-" && std::filesystem::equivalent(o.text_path, out, ec))
+      throw InputError(
+          fmt::format("--text '{}' would be overwritten by the output '{}'; choose "
+                      "another --out-dir or --name",
+                      o.text_path, out));
+  }
   write_token_file(train, {tokens.begin(), tokens.end() - n_val});
   write_token_file(val, {tokens.end() - n_val, tokens.end()});
   std::fprintf(stderr, "prepare: wrote %s (%zu tokens) and %s (%zu tokens)\n", train.c_str(),

@@ -28,8 +28,9 @@ void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t>
 
 TimingsWriter::TimingsWriter(const std::string& path, int ranks,
                              const std::map<std::string, std::string>& attributes,
-                             const std::vector<double>& predicted_memory)
-    : file_(h5::create_file(path)), ranks_(ranks) {
+                             TimingsSegment segment, const std::vector<double>& predicted_memory)
+    : path_(path), file_(h5::create_file(path)), ranks_(ranks) {
+  const h5::WritingFile writing(path_);
   for (const auto& [key, value] : attributes) h5::write_attr(file_, key, value);
   std::string phases;
   for (const char* p : kPhaseNames) phases += (phases.empty() ? "" : ",") + std::string(p);
@@ -39,6 +40,8 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
     categories += (c ? "," : "") + std::string(mem_category_name(static_cast<MemCategory>(c)));
   h5::write_attr(file_, "memory_categories", categories);
   h5::write_attr(file_, "format_version", static_cast<int64_t>(1));
+  h5::write_attr(file_, "segment", static_cast<int64_t>(segment.number));
+  h5::write_attr(file_, "start_step", static_cast<int64_t>(segment.start_step));
   const hsize_t r = static_cast<hsize_t>(ranks);
   create_extendible(file_, "step", {}, H5T_STD_I64LE);
   for (const char* name : {"loss", "val_loss", "lr", "grad_norm", "loss_scale", "step_seconds_max",
@@ -83,6 +86,7 @@ void TimingsWriter::append_row(const std::string& name, const void* row, hid_t t
 }
 
 void TimingsWriter::append(const StepRecord& r) {
+  const h5::WritingFile writing(path_);
   append_row("step", &r.step, H5T_NATIVE_INT64);
   append_row("loss", &r.loss, H5T_NATIVE_DOUBLE);
   append_row("val_loss", &r.val_loss, H5T_NATIVE_DOUBLE);

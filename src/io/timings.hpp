@@ -1,4 +1,5 @@
-// runs/<name>/timings.h5: per-step, per-rank phase seconds and step metrics, flushed each row.
+// runs/<name>/timings.h5 (and timings.<k>.h5 for resumed segments): per-step, per-rank phase
+// seconds and step metrics, flushed each row.
 #pragma once
 
 #include <cstdint>
@@ -23,18 +24,26 @@ struct StepRecord {
   std::vector<double> peak_mem_by_category;  // [ranks * memory categories]
 };
 
+// Which part of a run a timings file holds: a run resumed k - 1 times has k segments, each in its
+// own file (timings.h5, timings.2.h5, ...), starting after `start_step` steps.
+struct TimingsSegment {
+  int number = 1;
+  int start_step = 0;
+};
+
 // Written by one rank. Every dataset is chunked and extendible along steps and flushed after
 // each row, so a killed run keeps every completed step.
 class TimingsWriter {
  public:
   // `predicted_memory` [ranks * memory categories]: the memory model's bytes per rank.
   TimingsWriter(const std::string& path, int ranks,
-                const std::map<std::string, std::string>& attributes,
+                const std::map<std::string, std::string>& attributes, TimingsSegment segment,
                 const std::vector<double>& predicted_memory);
   void append(const StepRecord& r);
 
  private:
   void append_row(const std::string& name, const void* row, hid_t type);
+  std::string path_;
   h5::Handle file_;
   int ranks_;
   hsize_t rows_ = 0;

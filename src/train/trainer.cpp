@@ -20,6 +20,7 @@
 #include "comm/host_comm.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/paths.hpp"
 #include "core/stop_request.hpp"
 #include "core/timer.hpp"
 #include "core/version.hpp"
@@ -36,6 +37,7 @@
 #include "plan/memory_model.hpp"
 #include "train/checkpointer.hpp"
 #include "train/pipeline_runner.hpp"
+#include "train/run_directory.hpp"
 #include "train/step_metrics.hpp"
 
 namespace trident {
@@ -161,6 +163,12 @@ std::string describe_layout(const Config& c, const Grid& grid) {
   return out;
 }
 
+// <nvme_dir>/<run name>.rank<r>: what this rank's NVMe offload files are named after (and locked).
+std::string offload_prefix(const Config& c, int rank) {
+  return (std::filesystem::path(c.offload.nvme_dir) / fmt::format("{}.rank{}", c.run.name, rank))
+      .string();
+}
+
 DataParallelSettings data_parallel_settings(const Config& c, int rank, int chunk) {
   DataParallelSettings s;
   s.zero = c.zero.stage;
@@ -171,13 +179,12 @@ DataParallelSettings data_parallel_settings(const Config& c, int rank, int chunk
       std::max<size_t>(1, static_cast<size_t>(c.parallel.dp_bucket_mb * 1048576.0 / sizeof(float)));
   s.adamw = {c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay};
   // Files are per rank and chunk, named after the run so that runs sharing a directory differ.
-  const std::filesystem::path files = std::filesystem::path(c.offload.nvme_dir) /
-                                      fmt::format("{}.rank{}.chunk{}", c.run.name, rank, chunk);
+  const std::string files = fmt::format("{}.chunk{}", offload_prefix(c, rank), chunk);
   s.moments.nvme = c.offload.optimizer == OffloadTarget::kNvme;
-  s.moments.path_prefix = files.string();
+  s.moments.path_prefix = files;
   s.moments.buffer_elements =
       std::max<int64_t>(1, static_cast<int64_t>(c.offload.buffer_mb * 1048576.0 / 4));
-  if (c.offload.params == OffloadTarget::kNvme) s.params_file = files.string() + ".params";
+  if (c.offload.params == OffloadTarget::kNvme) s.params_file = files + ".params";
   s.seed = static_cast<uint64_t>(c.run.seed);
   return s;
 }
@@ -190,6 +197,9 @@ class Trainer {
  private:
   // Data, resume, memory check, model chunks, restore, outputs; returns the first step to run.
   int setup(std::unique_ptr<TimingsWriter>& timings);
+  // The run owns its directory (and its NVMe offload files) from here to its end: locked; a fresh
+  // run refuses one holding an earlier run, an explicit --resume one holding later checkpoints.
+  void own_run_directory();
   // Loads the first of `candidates` that verifies; returns its step. --resume auto falls back
   // past a checkpoint that fails its checksums, with a line; an explicit --resume does not.
   int resume_from(const std::vector<std::string>& candidates);
@@ -218,6 +228,7 @@ class Trainer {
   HostCollectives world_, model_replica_;       // every rank; one model replica (pp x tp)
   std::unique_ptr<Communicator> tp_, dp_, pp_;  // per-axis backend (parallel.backend_*)
   std::unique_ptr<Communicator> embedding_;     // first and last stage: the tied embedding
+  std::unique_ptr<RunDirectory> run_dir_;       // created and locked first, released last
   PhaseTimer timer_;
   MemoryLedger ledger_;
   std::vector<ModelChunk> chunks_;
@@ -266,6 +277,11 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
 int Trainer::run() {
   std::unique_ptr<TimingsWriter> timings;
   const int start_step = setup(timings);
+  if (start_step == config_.run.steps) {
+    console_.line(fmt::format("run {} is already complete at step {} ({}); nothing to do",
+                              run_dir_->path().string(), start_step, options_.resume));
+    return 0;
+  }
   const RunShape shape{config_.run.steps,
                        start_step,
                        config_.run.log_every,
@@ -428,16 +444,17 @@ double Trainer::evaluate() {
 }
 
 int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
-  // Everything the user supplied is checked before any file is written.
+  // Everything the user supplied is checked before any file is written; a run that fails after
+  // its directory was created leaves no empty directory behind.
   data_ = read_training_data(config_);
   const int T = config_.train.seq_len;
   train_sampler_ = std::make_unique<BatchSampler>(data_.train, config_.run.seed, kTrainStream, T);
   val_sampler_ = std::make_unique<BatchSampler>(data_.val, config_.run.seed, kValStream, T);
-  const std::filesystem::path ckpt_dir =
-      std::filesystem::path(config_.run.out_dir) / config_.run.name / "checkpoints";
+  const std::filesystem::path run_dir =
+      std::filesystem::path(config_.run.out_dir) / config_.run.name;
   std::vector<std::string> candidates;  // checkpoints to resume from, the first that loads wins
   if (options_.resume_newest)
-    candidates = complete_checkpoints_for_all(ckpt_dir, world_, console_);
+    candidates = complete_checkpoints_for_all(run_dir / "checkpoints", world_, console_);
   else if (!options_.resume.empty())
     candidates = {options_.resume};
   if (!candidates.empty())
@@ -447,12 +464,29 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
   const GridCoord& me = grid_.coord();
   const MemoryPrediction mine = predict_rank_memory(memory_query(config_), me.pp, me.tp, me.dp);
   check_memory_fits(mine, world_);
+  own_run_directory();
   build_chunks(ledger_);
   const int start_step = candidates.empty() ? 0 : resume_from(candidates);
+  if (start_step > config_.run.steps)
+    throw InputError(fmt::format(
+        "checkpoint '{}' is at step {}, past run.steps = {}; raise run.steps to train further",
+        options_.resume, start_step, config_.run.steps));
+  if (start_step == config_.run.steps) return start_step;  // finished: nothing to write
   first_update_step_ = start_step + (config_.dp.sync == DpSync::kAsync ? 1 : 0);
   timings = open_outputs(start_step, mine);
   print_banner(start_step);
   return start_step;
+}
+
+void Trainer::own_run_directory() {
+  run_dir_ = std::make_unique<RunDirectory>(config_, world_, console_);
+  if (config_.offload.optimizer == OffloadTarget::kNvme ||
+      config_.offload.params == OffloadTarget::kNvme)
+    run_dir_->lock_offload_files(offload_prefix(config_, grid_.rank()));
+  if (!options_.resume_newest && options_.resume.empty())
+    run_dir_->require_fresh(options_.overwrite);
+  else if (!options_.resume_newest)
+    run_dir_->require_nothing_after(checkpoint_step(options_.resume), options_.resume);
 }
 
 int Trainer::resume_from(const std::vector<std::string>& candidates) {
@@ -510,23 +544,21 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
   checkpointer_ = std::make_unique<Checkpointer>(config_, grid_, world_, chunks_, layout_, hooks_);
 }
 
-// timings.h5 with what identifies the run (rank 0), and the run directory. A resumed run keeps
-// the earlier timings under another name.
+// The timings file of this segment of the run, with what identifies it (rank 0), and the
+// checkpoint directory. A resumed run starts a new segment; earlier ones are kept.
 std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const MemoryPrediction& mine) {
   const std::string hosts = world_.processor_names();
   const std::vector<double> predicted =
       world_.gather(std::vector<double>(mine.bytes.begin(), mine.bytes.end()));
+  // run.checkpoint_every = -1 writes no checkpoint, so leaves no checkpoints/ directory.
+  world_.agree([&] {
+    if (grid_.rank() == 0 && config_.run.checkpoint_every >= 0)
+      make_directories(checkpointer_->directory(), "the checkpoint directory");
+  });
   std::unique_ptr<TimingsWriter> timings;
   if (grid_.rank() == 0) {
-    const std::filesystem::path run_dir =
-        std::filesystem::path(config_.run.out_dir) / config_.run.name;
-    // run.checkpoint_every = -1 writes no checkpoint, so leaves no checkpoints/ directory.
-    std::filesystem::create_directories(
-        config_.run.checkpoint_every >= 0 ? checkpointer_->directory() : run_dir);
-    const auto timings_path = run_dir / "timings.h5";
-    if (start_step > 0 && std::filesystem::exists(timings_path))
-      std::filesystem::rename(timings_path,
-                              run_dir / fmt::format("timings.before_step_{}.h5", start_step));
+    TimingsSegment segment{0, start_step};
+    const std::filesystem::path timings_path = run_dir_->next_timings_segment(segment.number);
     const char* slurm = std::getenv("SLURM_JOB_ID");
     // Model FLOPs per token and parameters let the analysis compare runs of different models
     // (Megatron-LM's weak scaling grows the model with the GPUs) in FLOP/s per rank.
@@ -542,8 +574,8 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
         {"flops_per_token",
          fmt::format("{:.17g}", flops_per_token(config_.model, config_.train.seq_len))},
         {"parameters", std::to_string(ParamTable(config_.model).total_numel())}};
-    timings =
-        std::make_unique<TimingsWriter>(timings_path.string(), grid_.size(), attributes, predicted);
+    timings = std::make_unique<TimingsWriter>(timings_path.string(), grid_.size(), attributes,
+                                              segment, predicted);
   }
   world_.barrier();
   return timings;

@@ -15,6 +15,9 @@ struct TrainOptions {
   // Resume even when the config changes what the remaining steps compute (optimizer, LR
   // schedule, data, seed, precision); without it such a resume is refused.
   bool allow_config_change = false;
+  // A fresh run into a run directory that holds an earlier run deletes its timings and
+  // checkpoints first; without it such a run is refused.
+  bool overwrite = false;
   std::string dump_grads;      // write the first step's gradients here at global shape, or empty
   StepHooks* hooks = nullptr;  // the test seam (injected faults); null: none
 };

@@ -1,7 +1,7 @@
 /* Test helper (LD_PRELOAD): a file system that fills up. Writes to files opened under
  * $TRIDENT_FULL_DISK_DIR fail with ENOSPC once $TRIDENT_FULL_DISK_BYTES bytes have been written
  * to them, as they would on a full disk, and statvfs of a path under it reports the bytes left as
- * free; other files are untouched. */
+ * free (unless TRIDENT_FULL_DISK_HIDDEN=1); other files are untouched. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -9,8 +9,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
 #include <sys/statvfs.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -46,17 +46,17 @@ static int allowed(int fd, size_t n) {
 typedef int (*open_fn)(const char*, int, ...);
 
 /* open and open64 alike: the real call, then the descriptor watched when under the directory. */
-#define WATCHED_OPEN(symbol)                                                \
-  int symbol(const char* path, int flags, ...) {                            \
-    static open_fn real = NULL;                                             \
-    if (!real) real = (open_fn)dlsym(RTLD_NEXT, #symbol);                   \
-    va_list ap;                                                             \
-    va_start(ap, flags);                                                    \
-    const mode_t mode = (flags & O_CREAT) ? (mode_t)va_arg(ap, int) : 0;    \
-    va_end(ap);                                                             \
-    const int fd = real(path, flags, mode);                                 \
-    watch(fd, path);                                                        \
-    return fd;                                                              \
+#define WATCHED_OPEN(symbol)                                             \
+  int symbol(const char* path, int flags, ...) {                         \
+    static open_fn real = NULL;                                          \
+    if (!real) real = (open_fn)dlsym(RTLD_NEXT, #symbol);                \
+    va_list ap;                                                          \
+    va_start(ap, flags);                                                 \
+    const mode_t mode = (flags & O_CREAT) ? (mode_t)va_arg(ap, int) : 0; \
+    va_end(ap);                                                          \
+    const int fd = real(path, flags, mode);                              \
+    watch(fd, path);                                                     \
+    return fd;                                                           \
   }
 WATCHED_OPEN(open)
 WATCHED_OPEN(open64)
@@ -103,17 +103,22 @@ ssize_t pwritev64(int fd, const struct iovec* iov, int count, off_t offset) {
   return allowed(fd, total(iov, count)) ? real(fd, iov, count, offset) : -1;
 }
 
-static void report_free(const char* path, struct statvfs* st) {
+/* Whether statvfs of path reports the budget as its free space; not with
+ * TRIDENT_FULL_DISK_HIDDEN=1: a quota or a file system that over-commits, which statvfs does not
+ * show, so only the write itself fails. */
+static int reports_budget(const char* path) {
   configure();
-  if (dir[0] && budget >= 0 && strncmp(path, dir, strlen(dir)) == 0)
-    st->f_bavail = st->f_bfree = (fsblkcnt_t)budget / (st->f_frsize ? st->f_frsize : 1);
+  const char* hidden = getenv("TRIDENT_FULL_DISK_HIDDEN");
+  return dir[0] && budget >= 0 && strncmp(path, dir, strlen(dir)) == 0 &&
+         !(hidden && strcmp(hidden, "1") == 0);
 }
 
 int statvfs(const char* path, struct statvfs* st) {
   static int (*real)(const char*, struct statvfs*) = NULL;
   if (!real) real = (int (*)(const char*, struct statvfs*))dlsym(RTLD_NEXT, "statvfs");
   const int rc = real(path, st);
-  if (rc == 0) report_free(path, st);
+  if (rc == 0 && reports_budget(path))
+    st->f_bavail = st->f_bfree = (fsblkcnt_t)budget / (st->f_frsize ? st->f_frsize : 1);
   return rc;
 }
 
@@ -121,8 +126,7 @@ int statvfs64(const char* path, struct statvfs64* st) {
   static int (*real)(const char*, struct statvfs64*) = NULL;
   if (!real) real = (int (*)(const char*, struct statvfs64*))dlsym(RTLD_NEXT, "statvfs64");
   const int rc = real(path, st);
-  configure();
-  if (rc == 0 && dir[0] && budget >= 0 && strncmp(path, dir, strlen(dir)) == 0)
+  if (rc == 0 && reports_budget(path))
     st->f_bavail = st->f_bfree = (fsblkcnt64_t)budget / (st->f_frsize ? st->f_frsize : 1);
   return rc;
 }

@@ -1,0 +1,116 @@
+// The run directory: creation, lock, earlier-run check and timings segment names.
+#include "train/run_directory.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <regex>
+
+#include "core/error.hpp"
+#include "core/paths.hpp"
+#include "io/checkpoint.hpp"
+
+namespace trident {
+
+int timings_segment(const std::string& file_name) {
+  static const std::regex pattern(R"(timings(\.([0-9]+))?\.h5)");
+  std::smatch m;
+  if (!std::regex_match(file_name, m, pattern)) return 0;
+  return m[2].matched ? std::stoi(m[2].str()) : 1;
+}
+
+RunDirectory::RunDirectory(const Config& config, const HostCollectives& world,
+                           const Console& console)
+    : path_(std::filesystem::path(config.run.out_dir) / config.run.name),
+      world_(world),
+      console_(console) {
+  world_.agree([&] {
+    if (world_.rank() != 0) return;
+    std::error_code ec;
+    for (auto dir = path_; !dir.empty() && !std::filesystem::exists(dir, ec);
+         dir = dir.parent_path())
+      created_.push_back(dir);
+    make_directories(path_, "the run directory");
+    lock_ = std::make_unique<RunLock>((path_ / "run.lock").string(),
+                                      fmt::format("run directory {}", path_.string()),
+                                      [&](const std::string& why) { console_.line(why); });
+  });
+}
+
+RunDirectory::~RunDirectory() {
+  lock_.reset();
+  for (const auto& dir : created_) rmdir(dir.c_str());  // fails, as it should, unless empty
+}
+
+std::vector<std::filesystem::path> RunDirectory::earlier_outputs() const {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(path_, ec))
+    if (timings_segment(entry.path().filename().string()) > 0) out.push_back(entry.path());
+  for (const auto& entry : std::filesystem::directory_iterator(path_ / "checkpoints", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0) out.push_back(entry.path());
+  }
+  return out;
+}
+
+void RunDirectory::require_fresh(bool overwrite) const {
+  world_.agree([&] {
+    if (world_.rank() != 0) return;
+    const std::vector<std::filesystem::path> earlier = earlier_outputs();
+    if (earlier.empty()) return;
+    if (!overwrite)
+      throw InputError(fmt::format(
+          "run directory {} holds an earlier run ({} files: timings, checkpoints); continue it "
+          "with --resume auto, choose another run.name, or pass --overwrite to delete its "
+          "timings and checkpoints and start afresh",
+          path_.string(), earlier.size()));
+    for (const auto& file : earlier) {
+      std::error_code ec;
+      std::filesystem::remove(file, ec);
+      if (ec)
+        throw InputError(fmt::format("--overwrite: cannot delete '{}': {}", file.string(),
+                                     explain_errno(ec.value())));
+    }
+    console_.line(fmt::format("--overwrite: deleted the earlier run's {} files in {}",
+                              earlier.size(), path_.string()));
+  });
+}
+
+void RunDirectory::require_nothing_after(int64_t step, const std::string& resume) const {
+  world_.agree([&] {
+    if (world_.rank() != 0) return;
+    std::string later;
+    for (const std::string& path : complete_checkpoints((path_ / "checkpoints").string()))
+      if (checkpoint_step(path) > step)
+        later += (later.empty() ? "" : ", ") + std::filesystem::path(path).filename().string();
+    if (!later.empty())
+      throw InputError(fmt::format(
+          "resuming from '{}' (step {}) into {}, which holds later checkpoints ({}) of the run "
+          "being rewound: the new run's checkpoints would mix with them and --resume auto would "
+          "continue theirs; move them away, or resume into another run.name",
+          resume, step, path_.string(), later));
+  });
+}
+
+void RunDirectory::lock_offload_files(const std::string& prefix) {
+  world_.agree([&] {
+    const int rank = world_.rank();
+    offload_lock_ = std::make_unique<RunLock>(
+        prefix + ".lock", fmt::format("the NVMe offload prefix {}", prefix),
+        [rank](const std::string& why) {
+          std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
+        });
+  });
+}
+
+std::filesystem::path RunDirectory::next_timings_segment(int& segment) const {
+  segment = 1;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(path_, ec))
+    segment = std::max(segment, timings_segment(entry.path().filename().string()) + 1);
+  return path_ / (segment == 1 ? std::string("timings.h5") : fmt::format("timings.{}.h5", segment));
+}
+
+}  // namespace trident

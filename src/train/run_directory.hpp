@@ -1,0 +1,58 @@
+// A run's directory, <out_dir>/<name>/: created and locked for the run, refused to a fresh run when
+// it holds an earlier one, and the timings segments of a run resumed there.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/host_comm.hpp"
+#include "core/run_lock.hpp"
+#include "io/config.hpp"
+#include "train/step_metrics.hpp"
+
+namespace trident {
+
+class RunDirectory {
+ public:
+  // Every rank: rank 0 creates the directory and takes its lock (run.lock); when that fails
+  // every rank throws InputError with the cause (a path that is a file, no permission, another
+  // run holding it).
+  RunDirectory(const Config& config, const HostCollectives& world, const Console& console);
+  // Releases the lock; removes the directories this run created when they are still empty (a
+  // run refused before writing anything leaves nothing behind).
+  ~RunDirectory();
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+  // A fresh run (no --resume): refused on every rank when the directory holds an earlier run's
+  // timings or checkpoints, unless `overwrite`, which deletes them first.
+  void require_fresh(bool overwrite) const;
+  // An explicit --resume from a checkpoint at `step`: refused on every rank when the directory
+  // holds checkpoints past it (the timeline being rewound), which the new run's would mix with.
+  void require_nothing_after(int64_t step, const std::string& resume) const;
+  // Each rank's NVMe offload files are named by run and rank; this rank locks them too, so two
+  // runs sharing offload.nvme_dir under one run.name cannot corrupt each other's states.
+  void lock_offload_files(const std::string& prefix);
+
+  // The timings file of the segment starting now: timings.h5 for a run's first, timings.<k>.h5
+  // for its k-th (resumed) one; none is ever overwritten. Rank 0.
+  std::filesystem::path next_timings_segment(int& segment) const;
+
+ private:
+  // The earlier run's files that a fresh run would mix with: timings segments, checkpoints.
+  std::vector<std::filesystem::path> earlier_outputs() const;
+
+  std::filesystem::path path_;
+  const HostCollectives& world_;
+  const Console& console_;
+  std::vector<std::filesystem::path> created_;  // deepest first
+  std::unique_ptr<RunLock> lock_, offload_lock_;
+};
+
+// The segment number of a timings file name (timings.h5: 1, timings.<k>.h5: k), 0 otherwise.
+int timings_segment(const std::string& file_name);
+
+}  // namespace trident
