@@ -115,7 +115,10 @@ EOF
   JOB_MAX_RANKS=$((JOB_NODES * RANKS_PER_NODE))
 
   SWEEP_DIR=${RUNS_DIR:-$TRIDENT_ROOT/runs}/$JOB_EXPERIMENT/$JOB_ID
-  mkdir -p "$SWEEP_DIR" || job_die "cannot create $SWEEP_DIR"
+  # JOB_SWEEP=0: one run with its own directory (jobs/train.sh), no sweep directory.
+  if [[ ${JOB_SWEEP:-1} == 1 ]]; then
+    mkdir -p "$SWEEP_DIR" || job_die "cannot create $SWEEP_DIR"
+  fi
   JOB_COMPLETED=0
   JOB_FAILED=0
   JOB_TIMEOUT=0
@@ -126,8 +129,10 @@ EOF
   # analysis. TERM (scancel) stops the current run as failed.
   trap 'JOB_DEADLINE=1; job_log "time limit near: stopping"; job_stop_child' USR1
   trap 'JOB_DEADLINE=2; job_log "cancelled: stopping"; job_stop_child' TERM INT
-  job_log "$JOB_EXPERIMENT: job $JOB_ID via $JOB_LAUNCHER, $JOB_NODES node(s) x" \
-    "$RANKS_PER_NODE rank(s), site $SITE, config ${CONFIGS:-$CONFIG}, $STEPS steps; outputs in $SWEEP_DIR"
+  [[ ${JOB_SWEEP:-1} == 1 ]] &&
+    job_log "$JOB_EXPERIMENT: job $JOB_ID via $JOB_LAUNCHER, $JOB_NODES node(s) x" \
+      "$RANKS_PER_NODE rank(s), site $SITE, config ${CONFIGS:-$CONFIG}, $STEPS steps; outputs in $SWEEP_DIR"
+  return 0
 }
 
 # TP, PP, SCHEDULE and ZERO_STAGE of a scaling study (the same at every size), and `micro`: the
@@ -140,6 +145,30 @@ job_model_parallel_params() {
   micro=()
   [[ -n ${MICRO_BATCH-} ]] && micro=(--set "train.micro_batch_size=$MICRO_BATCH")
   return 0
+}
+
+# Runs a command as the job's child, its output appended to LOG: job_child LOG COMMAND...; the
+# exit status is left in JOB_RC. The traps stop the child (job_stop_child) on the job's signals.
+job_child() {
+  local log=$1
+  shift
+  "$@" >>"$log" 2>&1 &
+  JOB_CHILD=$!
+  ((JOB_DEADLINE)) && job_stop_child  # a signal that came before the child existed
+  # A trapped signal interrupts `wait` (status > 128); wait again until the run has really ended
+  # and take its own status (127: the first wait had already collected it).
+  while true; do
+    wait "$JOB_CHILD"
+    JOB_RC=$?
+    ((JOB_RC > 128)) || break
+    if ! kill -0 "$JOB_CHILD" 2>/dev/null; then
+      wait "$JOB_CHILD" 2>/dev/null
+      local again=$?
+      ((again != 127)) && JOB_RC=$again
+      break
+    fi
+  done
+  JOB_CHILD=
 }
 
 job_stop_child() {
@@ -218,12 +247,19 @@ job_run() {
     return 0
   fi
   local nodes=$(((ranks + RANKS_PER_NODE - 1) / RANKS_PER_NODE))
+  # A requeued job (same id, same sweep directory) keeps what an earlier start completed and
+  # measures the rest afresh (--overwrite below).
+  if [[ $(cat "$dir/status" 2>/dev/null) == completed ]]; then
+    job_log "  $name: completed in an earlier start of this job"
+    JOB_COMPLETED=$((JOB_COMPLETED + 1))
+    return 0
+  fi
   mkdir -p "$dir"
   echo running >"$dir/status"
   local sets=(--set "run.out_dir=$SWEEP_DIR" --set "run.name=$name" --set "run.steps=$STEPS"
     --set "parallel.dp=$dp" --set "parallel.tp=$tp" --set "parallel.pp=$pp"
     --set "zero.stage=$zero" --set "train.batch_size=$batch"
-    --set "run.checkpoint_every=$((KEEP_CHECKPOINTS ? 0 : -1))" "$@")
+    --set "run.checkpoint_every=$((KEEP_CHECKPOINTS ? 0 : -1))" --overwrite "$@")
   # Empty arrays under set -u need this form on bash < 4.4 (older cluster login nodes).
   [[ ${#JOB_EXTRA_SETS[@]} -gt 0 ]] && sets+=("${JOB_EXTRA_SETS[@]/#/--set=}")
   local cmd
@@ -238,23 +274,9 @@ job_run() {
   printf '%q ' "${cmd[@]}" >"$dir/command"
   local start rc
   start=$(date +%s.%N)
-  "${cmd[@]}" >"$dir/trident.log" 2>&1 &
-  JOB_CHILD=$!
-  ((JOB_DEADLINE)) && job_stop_child  # a signal that came before the child existed
-  # A trapped signal interrupts `wait` (status > 128); wait again until the run has really ended
-  # and take its own status (127: the first wait had already collected it).
-  while true; do
-    wait "$JOB_CHILD"
-    rc=$?
-    ((rc > 128)) || break
-    if ! kill -0 "$JOB_CHILD" 2>/dev/null; then
-      wait "$JOB_CHILD" 2>/dev/null
-      local again=$?
-      ((again != 127)) && rc=$again
-      break
-    fi
-  done
-  JOB_CHILD=
+  : >"$dir/trident.log"
+  job_child "$dir/trident.log" "${cmd[@]}"
+  rc=$JOB_RC
   local seconds status reason=""
   seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   if ((rc == 0)) && [[ -f $dir/timings.h5 ]]; then

@@ -32,10 +32,22 @@ expect_status() {
   [[ -f $sweep/$1/status ]] || fail "$sweep/$1/status is missing"
   [[ $(status_of "$1") == "$2" ]] || fail "$1: status $(status_of "$1"), want $2"
 }
+# signal_when_logged LOG PATTERN PID OUT: once LOG holds PATTERN (30 s at most), SIGUSR1 to the job
+# PID, as Slurm's --signal=B:USR1 sends it; waits for the job, sets $rc and prints its output OUT.
+signal_when_logged() {
+  for _ in $(seq 300); do
+    grep -q "$2" "$1" 2>/dev/null && break
+    sleep 0.1
+  done
+  kill -USR1 "$3"
+  rc=0
+  wait "$3" || rc=$?
+  cat "$4"
+}
 png() { [[ $(head -c 8 "$1" | od -An -tx1 | tr -d ' ') == 89504e470d0a1a0a ]] || fail "$1 is not a PNG"; }
 
 # Outside Slurm without LAUNCHER: refuse, and say how to run it.
-for script in weak_scaling strong_scaling layout_sweep zero_memory convergence; do
+for script in weak_scaling strong_scaling layout_sweep zero_memory convergence train; do
   rc=0
   bash "jobs/$script.sh" >"$work/guard.out" 2>&1 || rc=$?
   [[ $rc == 2 ]] || fail "$script outside Slurm exited $rc, want 2"
@@ -161,16 +173,30 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 sweep=$(grep -o 'outputs in [^ ]*' "$work/usr1.out" | cut -d' ' -f3)
-for _ in $(seq 100); do
-  [[ -f $sweep/n1_dp1_tp1_pp1/trident.log ]] && grep -q "step" "$sweep/n1_dp1_tp1_pp1/trident.log" && break
-  sleep 0.1
-done
-kill -USR1 "$job_pid"
-rc=0
-wait "$job_pid" || rc=$?
-cat "$work/usr1.out"
+signal_when_logged "$sweep/n1_dp1_tp1_pp1/trident.log" "step" "$job_pid" "$work/usr1.out"
 [[ $rc == 1 ]] || fail "the USR1-stopped sweep exited $rc, want 1"
 expect_status n1_dp1_tp1_pp1 timeout
 [[ ! -d $sweep/n1_dp2_tp1_pp1 ]] || fail "a layout started after the time-limit warning"
 grep -q "n1_dp2_tp1_pp1: not started" "$work/usr1.out" || fail "the skipped layout is not reported"
+
+# jobs/train.sh: one run, stopped on the time-limit signal (exit 4, a checkpoint), started again
+# to the end, and once more: already complete.
+train_env=(LAUNCHER=mpirun RANKS=2 STEPS=1500 RUN_NAME=long SETS="run.log_every=10 run.eval_every=0")
+run_dir=$work/runs/train/long
+env "${train_env[@]}" bash jobs/train.sh >"$work/train1.out" 2>&1 &
+job_pid=$!
+signal_when_logged "$run_dir/trident.log" "^step   100/" "$job_pid" "$work/train1.out"
+[[ $rc == 4 ]] || fail "train.sh stopped by USR1 exited $rc, want 4"
+grep -q "train: stopped early with a checkpoint; run the script again to continue" "$work/train1.out" ||
+  fail "train.sh: no stop line"
+rc=0
+env "${train_env[@]}" bash jobs/train.sh >"$work/train2.out" 2>&1 || rc=$?
+cat "$work/train2.out"
+[[ $rc == 0 && $(cat "$run_dir/status") == completed ]] || fail "train.sh again: exit $rc"
+grep -q "^  resumed from $run_dir/checkpoints/step_.*.h5 at step" "$work/train2.out" ||
+  fail "train.sh again: did not resume"
+env "${train_env[@]}" bash jobs/train.sh >"$work/train3.out" 2>&1 || fail "train.sh a third time"
+grep -q "^  run $run_dir is already complete at step 1500" "$work/train3.out" ||
+  { cat "$work/train3.out"; fail "train.sh a third time: not 'already complete'"; }
+[[ -f $run_dir/timings.2.h5 && ! -e $run_dir/timings.3.h5 ]] || fail "train.sh: segments $(ls "$run_dir")"
 echo PASS

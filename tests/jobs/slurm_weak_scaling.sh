@@ -7,29 +7,7 @@
 # (--nodes=2 --ntasks-per-node=2). Waits through `scontrol show job` (there is no accounting, so
 # no sacct), checks each layout's status and timings.h5 and the analysis outputs, and stops the
 # daemons by pid whatever happens.
-set -euo pipefail
-exe=$(realpath "$1")
-src=$(realpath "$2")
-work=$3
-python=${PYTHON:-/usr/bin/python3}
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: the Slurm daemons must run as root (this test is run as root in CI)"
-  exit 77
-fi
-rm -rf "$work"
-mkdir -p "$work"
-work=$(realpath "$work")
-cluster=$work/cluster
-job=
-# A job still running (a failure, or the wait below running out) is cancelled first: with
-# proctrack/linuxproc its steps would outlive the daemons.
-cleanup() {
-  if [[ -n $job ]] && scancel "$job" 2>/dev/null; then sleep 2; fi
-  bash "$src/tools/local_slurm.sh" stop "$cluster"
-}
-trap cleanup EXIT
-eval "$(bash "$src/tools/local_slurm.sh" start "$cluster" 8 2)"
-export SLURM_CONF
+source "$(dirname "$0")/slurm_cluster.sh" "$1" "$2" "$3" 2
 sinfo
 
 fail() {

@@ -1,0 +1,27 @@
+# Sourced by the tests/jobs/slurm_*.sh tests: arguments, a Slurm cluster on localhost for the
+# test's lifetime, and its cleanup. Sets exe, src, work, python, cluster and SLURM_CONF; a test
+# sets $job while a job runs, so that a failure cancels it before the daemons stop.
+# usage: source slurm_cluster.sh TRIDENT_EXE SOURCE_DIR WORK_DIR NODES
+set -euo pipefail
+exe=$(realpath "$1")
+src=$(realpath "$2")
+work=$3
+python=${PYTHON:-/usr/bin/python3}
+if [[ $(id -u) -ne 0 ]]; then
+  echo "SKIP: the Slurm daemons must run as root (this test is run as root in CI)"
+  exit 77
+fi
+rm -rf "$work"
+mkdir -p "$work"
+work=$(realpath "$work")
+cluster=$work/cluster
+job=
+# A job still running (a failure, or a wait running out) is cancelled first: with
+# proctrack/linuxproc its steps would outlive the daemons.
+cleanup() {
+  if [[ -n $job ]] && scancel "$job" 2>/dev/null; then sleep 2; fi
+  bash "$src/tools/local_slurm.sh" stop "$cluster"
+}
+trap cleanup EXIT
+eval "$(bash "$src/tools/local_slurm.sh" start "$cluster" 8 "$4")"
+export SLURM_CONF
