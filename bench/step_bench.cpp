@@ -13,15 +13,13 @@
 #include <utility>
 #include <vector>
 
+#include "core/blas_info.hpp"
 #include "core/memory.hpp"
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/gemm.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
-
-// OpenBLAS reports the thread count it really uses (OPENBLAS_NUM_THREADS, capped by the cores).
-extern "C" int openblas_get_num_threads(void);
 
 namespace {
 
@@ -225,10 +223,10 @@ int run(const Options& o) {
 
   std::printf(
       "trident_config model=%s L=%d C=%d NH=%d V=%d B=%d T=%d params=%lld "
-      "openblas_threads=%d steps=%d warmup=%d max_norm=%g\n",
+      "openblas_threads=%d blas=\"%s\" steps=%d warmup=%d max_norm=%g\n",
       m.name.c_str(), m.n_layer, m.n_embd, m.n_head, m.vocab_size, o.B, o.T,
-      static_cast<long long>(model.table().total_numel()), openblas_get_num_threads(), o.steps,
-      o.warmup, o.max_norm);
+      static_cast<long long>(model.table().total_numel()), openblas_get_num_threads(),
+      blas_info().describe().c_str(), o.steps, o.warmup, o.max_norm);
   std::fflush(stdout);
 
   // One step as the trainer runs it: zero, forward, backward, global-norm clip + AdamW.

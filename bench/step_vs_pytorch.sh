@@ -25,24 +25,36 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
 fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Older OpenBLAS builds needed OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE set by hand to pick their
-# kernels, but on current builds they force slower ones. Both are unset for EVERY side of the
-# comparison alike (trident and PyTorch link the same OpenBLAS), so neither side is favoured.
+# The same OpenBLAS kernel on both sides (they link the same libopenblas): the one that fits this
+# CPU, set explicitly because Debian's OpenBLAS 0.3.21 falls back to its generic Prescott kernel
+# on CPUs it does not know (4-5x slower GEMMs). BENCH_CORETYPE overrides; "auto" leaves OpenBLAS
+# to choose. OPENBLAS_L2_SIZE is unset on both sides.
+coretype=${BENCH_CORETYPE:-}
+if [[ -z $coretype ]]; then
+  if grep -qw avx512f /proc/cpuinfo; then coretype=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then coretype=Haswell
+  else coretype=auto
+  fi
+fi
 clean_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-# PyTorch runs its own ops on an OpenMP pool and its GEMMs on OpenBLAS's pthread pool; with the
-# default (spinning) OpenMP wait policy the idle OpenMP workers steal the cores OpenBLAS needs,
-# which roughly doubled torch's 2-thread step here. PASSIVE is set for every side alike (trident
-# has no OpenMP pool); export OMP_WAIT_POLICY=ACTIVE to measure the spinning default instead.
+[[ $coretype != auto ]] && clean_env+=(OPENBLAS_CORETYPE="$coretype")
+# PyTorch tuned as its experts run it: glibc's allocator kept from returning memory to the system
+# after every step (trim and mmap thresholds raised, as PyTorch's performance guide advises with
+# jemalloc/tcmalloc absent), zero_grad(set_to_none=True), one interop thread, and OpenMP workers
+# that do not spin against OpenBLAS's threads (OMP_WAIT_POLICY=PASSIVE; the spinning default
+# roughly doubled torch's 2-thread step here). Every setting applies to both sides alike.
+malloc_tunables="glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_threshold=4294967296"
+clean_env+=(GLIBC_TUNABLES="$malloc_tunables")
 wait_policy=${OMP_WAIT_POLICY:-PASSIVE}
 log=$build/step_vs_pytorch.log
 : >"$log"
 
 echo "gpt2-124m training step, B=4 T=64 fp32, median of $steps steps after $warmup warm-up"
-echo "note: every side runs under 'env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE' (older OpenBLAS"
-echo "      builds need them, current kernels are slower with them); was:" \
-  "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-<unset>}"
-echo "note: OMP_WAIT_POLICY=$wait_policy on every side (PyTorch's OpenMP pool vs OpenBLAS threads)"
-echo "note: one step = zero grads, forward + loss, backward, global-norm clip (1.0) + AdamW"
+echo "note: OpenBLAS kernel on every side: ${coretype} (OPENBLAS_CORETYPE$([[ $coretype == auto ]] &&
+  echo " unset" || echo "=$coretype")); the 'GEMM:' line below is what OpenBLAS reports using"
+echo "note: GLIBC_TUNABLES=$malloc_tunables and OMP_WAIT_POLICY=$wait_policy on every side"
+echo "note: one step = zero grads, forward + loss, backward, global-norm clip (1.0) + AdamW;"
+echo "      torch: zero_grad(set_to_none=True), set_num_interop_threads(1)"
 echo "raw output: $log"
 
 value() {  # value KEY FILE: the number after KEY= on its line
@@ -61,6 +73,7 @@ for n in $threads_list; do
   "${clean_env[@]}" OPENBLAS_NUM_THREADS="$n" OMP_NUM_THREADS="$n" OMP_WAIT_POLICY="$wait_policy" \
     "$python" "$here/torch_step.py" --threads "$n" --steps "$steps" --warmup "$warmup" |
     tee -a "$log" >"$out_torch"
+  [[ -n ${reported-} ]] || { reported=1 && echo "GEMM: $(sed -n 's/.*blas="\([^"]*\)".*/\1/p' "$out_trident")"; }
   tr_step=$(value trident_step_seconds "$out_trident")
   tr_gemm=$(value trident_gemm_seconds "$out_trident")
   to_step=$(value torch_step_seconds "$out_torch")

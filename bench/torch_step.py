@@ -81,6 +81,7 @@ def main():
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)  # one pool of args.threads, as on trident's side
     torch.manual_seed(1337)
     B, T, C, NH = args.batch, args.seq, 768, 12
     model = GPT(args.layers, C, NH, args.vocab, 1024, T)
@@ -97,11 +98,13 @@ def main():
     print(f"torch_config torch={torch.__version__} L={args.layers} C={C} NH={NH} V={args.vocab} "
           f"B={B} T={T} params={nparams} threads={torch.get_num_threads()} "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '')} "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')} "
+          f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')} "
           f"steps={args.steps} warmup={args.warmup} max_norm={args.max_norm}", flush=True)
 
     def step():
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=False)  # in place, as trident zeroes its flat buffer
+        opt.zero_grad(set_to_none=True)  # PyTorch's own advice: no memset, fresh grads
         t1 = time.perf_counter()
         loss = model(tokens, targets)
         t2 = time.perf_counter()

@@ -1,26 +1,29 @@
-// The one GEMM dispatch: KokkosBlas::gemm (OpenBLAS on host spaces, cuBLAS on CUDA builds).
+// The one GEMM dispatch: CBLAS sgemm on host execution spaces (Debian's OpenBLAS by default).
 #pragma once
 
-#include <KokkosBlas3_gemm.hpp>
+#include <cblas.h>
+
+#include <algorithm>
 
 #include "core/types.hpp"
 #include "kernels/region.hpp"
 
 namespace trident::kernels {
 
-// C = alpha * op(A) * op(B) + beta * C, with op = transpose when trans_* is 'T'.
+// C = alpha * op(A) * op(B) + beta * C, with op = transpose when trans_* is 'T'. The Views are
+// row-major (LayoutRight), so their row stride is the leading dimension CBLAS takes.
 inline void gemm(const Exec& exec, char trans_a, char trans_b, float alpha, const ConstMat& A,
                  const ConstMat& B, float beta, const Mat& C) {
+  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible,
+                "a device build needs its own GEMM (cuBLAS)");
   Region region("trident::gemm");
-  const char ta[2] = {trans_a, '\0'};
-  const char tb[2] = {trans_b, '\0'};
-#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 40000
-  KokkosBlas::gemm(exec, ta, tb, alpha, A, B, beta, C);
-#else
-  // KokkosKernels before 4.0 has no execution-space overload: order work explicitly.
-  exec.fence();
-  KokkosBlas::gemm(ta, tb, alpha, A, B, beta, C);
-#endif
+  exec.fence();  // BLAS runs outside Kokkos: the kernels writing A, B and C must have finished
+  const auto leading = [](auto view) { return std::max<int>(1, static_cast<int>(view.stride(0))); };
+  const int m = static_cast<int>(C.extent(0)), n = static_cast<int>(C.extent(1));
+  const int k = static_cast<int>(trans_a == 'T' ? A.extent(0) : A.extent(1));
+  cblas_sgemm(CblasRowMajor, trans_a == 'T' ? CblasTrans : CblasNoTrans,
+              trans_b == 'T' ? CblasTrans : CblasNoTrans, m, n, k, alpha, A.data(), leading(A),
+              B.data(), leading(B), beta, C.data(), leading(C));
 }
 
 }  // namespace trident::kernels

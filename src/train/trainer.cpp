@@ -18,6 +18,7 @@
 
 #include "comm/backend.hpp"
 #include "comm/host_comm.hpp"
+#include "core/blas_info.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/paths.hpp"
@@ -573,7 +574,8 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
         {"peak_lr", fmt::format("{:.17g}", lr_.peak_lr)},
         {"flops_per_token",
          fmt::format("{:.17g}", flops_per_token(config_.model, config_.train.seq_len))},
-        {"parameters", std::to_string(ParamTable(config_.model).total_numel())}};
+        {"parameters", std::to_string(ParamTable(config_.model).total_numel())},
+        {"blas", blas_info().describe()}};
     timings = std::make_unique<TimingsWriter>(timings_path.string(), grid_.size(), attributes,
                                               segment, predicted);
   }
@@ -615,6 +617,9 @@ void Trainer::print_banner(int start_step) const {
                           : std::string()));
   console_.line(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),
                             pp_->backend(), backend_summary()));
+  const BlasInfo blas = blas_info();
+  console_.line(fmt::format("GEMM: {}", blas.describe()));
+  if (!blas.warning.empty()) console_.line("warning: " + blas.warning);
   if (c.offload.optimizer == OffloadTarget::kHost &&
       std::is_same_v<Exec::memory_space, Kokkos::HostSpace>)
     console_.line(

@@ -20,7 +20,7 @@ def fail(msg):
 def schema(args):
     with h5py.File(args.timings, "r") as f:
         for attr in ["config", "layout", "git_revision", "hostnames", "slurm_job_id",
-                     "start_time", "phases", "format_version"]:
+                     "start_time", "phases", "format_version", "blas", "segment", "start_step"]:
             if attr not in f.attrs:
                 fail(f"attribute {attr} missing")
         config = tomllib.loads(f.attrs["config"])
