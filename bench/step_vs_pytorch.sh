@@ -39,11 +39,12 @@ fi
 clean_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 [[ $coretype != auto ]] && clean_env+=(OPENBLAS_CORETYPE="$coretype")
 # PyTorch tuned as its experts run it: glibc's allocator kept from returning memory to the system
-# after every step (trim and mmap thresholds raised, as PyTorch's performance guide advises with
-# jemalloc/tcmalloc absent), zero_grad(set_to_none=True), one interop thread, and OpenMP workers
-# that do not spin against OpenBLAS's threads (OMP_WAIT_POLICY=PASSIVE; the spinning default
-# roughly doubled torch's 2-thread step here). Every setting applies to both sides alike.
-malloc_tunables="glibc.malloc.trim_threshold=4294967296:glibc.malloc.mmap_threshold=4294967296"
+# after every step (no mmap'd blocks, whose every free is a munmap, and no trimming of the heap:
+# glibc caps mmap_threshold at 32 MiB, below GPT-2's largest tensors, so mmap_max=0 is the way),
+# zero_grad(set_to_none=True), one interop thread, and OpenMP workers that do not spin against
+# OpenBLAS's threads (OMP_WAIT_POLICY=PASSIVE; the spinning default roughly doubled torch's
+# 2-thread step here). Every setting applies to both sides alike.
+malloc_tunables="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184"
 clean_env+=(GLIBC_TUNABLES="$malloc_tunables")
 wait_policy=${OMP_WAIT_POLICY:-PASSIVE}
 log=$build/step_vs_pytorch.log
