@@ -5,22 +5,35 @@ JOBS ?= 2
 CONFIG ?= inputs/small.toml
 TRIDENT := $(BUILD)/src/trident
 
-# OpenMPI refuses to run as root without both of these; one BLAS thread per rank, since
-# every core already runs a rank.
+# Kokkos with OpenMP, built from Debian's trilinos source (tools/build_kokkos.sh) into the build
+# directory; KOKKOS_ROOT=/path/to/kokkos uses a site Kokkos instead (3.4 or 4.x).
+KOKKOS_ROOT ?= $(abspath $(BUILD))/_kokkos
+
+# OpenMPI refuses to run as root without both of these; one BLAS and one OpenMP thread per rank,
+# since every core already runs a rank (R ranks x T threads: NP=R OMP_NUM_THREADS=T
+# OPENBLAS_NUM_THREADS=T). Unbound, passive OpenMP threads: ranks share the cores.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export OPENBLAS_NUM_THREADS ?= 1
+export OMP_NUM_THREADS ?= 1
+export OMP_PROC_BIND ?= false
+export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: all deps configure build data data-bpe run test bench clean
+.PHONY: all deps kokkos configure build data data-bpe run test bench clean
 
 all: build
 
 deps:
 	@bash tools/install_deps.sh
 
-configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > $(BUILD).configure.log 2>&1 || \
+kokkos: deps
+	@if [ "$(KOKKOS_ROOT)" = "$(abspath $(BUILD))/_kokkos" ]; then \
+	  bash tools/build_kokkos.sh $(KOKKOS_ROOT); fi
+
+configure: deps kokkos
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT=$(KOKKOS_ROOT) \
+	  > $(BUILD).configure.log 2>&1 || \
 	  { cat $(BUILD).configure.log; exit 1; }
 
 build: configure

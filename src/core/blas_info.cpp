@@ -46,6 +46,7 @@ BlasInfo blas_info() {
   version >> name >> number;
   info.library = name + " " + number;
   info.kernel = openblas_get_corename();
+  info.threads = openblas_get_num_threads();
   std::string fitting;
 #if defined(__x86_64__) || defined(__i386__)
   fitting = __builtin_cpu_supports("avx512f") ? "SkylakeX"

@@ -8,6 +8,7 @@ namespace trident {
 struct BlasInfo {
   std::string library;  // "OpenBLAS 0.3.21", or the configured vendor
   std::string kernel;   // OpenBLAS's core name ("SkylakeX", "Haswell", "Prescott"), or ""
+  int threads = 0;      // the threads OpenBLAS runs a GEMM on; 0 when not OpenBLAS
   // When the CPU has AVX-512 or AVX2 and the kernel is a generic fallback: what that costs and
   // how to choose the right one; "" otherwise.
   std::string warning;

@@ -575,7 +575,10 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
         {"flops_per_token",
          fmt::format("{:.17g}", flops_per_token(config_.model, config_.train.seq_len))},
         {"parameters", std::to_string(ParamTable(config_.model).total_numel())},
-        {"blas", blas_info().describe()}};
+        {"blas", blas_info().describe()},
+        {"blas_threads", std::to_string(blas_info().threads)},
+        {"kokkos_backend", Exec::name()},
+        {"threads_per_rank", std::to_string(Exec().concurrency())}};
     timings = std::make_unique<TimingsWriter>(timings_path.string(), grid_.size(), attributes,
                                               segment, predicted);
   }
@@ -618,7 +621,8 @@ void Trainer::print_banner(int start_step) const {
   console_.line(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),
                             pp_->backend(), backend_summary()));
   const BlasInfo blas = blas_info();
-  console_.line(fmt::format("GEMM: {}", blas.describe()));
+  console_.line(fmt::format("GEMM: {} | threads per rank: {} {} (Kokkos), BLAS {}", blas.describe(),
+                            Exec::name(), Exec().concurrency(), blas.threads));
   if (!blas.warning.empty()) console_.line("warning: " + blas.warning);
   if (c.offload.optimizer == OffloadTarget::kHost &&
       std::is_same_v<Exec::memory_space, Kokkos::HostSpace>)
