@@ -61,6 +61,7 @@ fi
 log "building Kokkos (Serial + OpenMP) into $prefix"
 work=$prefix.build
 rm -rf "$work"
+mkdir -p "$(dirname "$prefix")"
 cmake -S "$src" -B "$work" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" \
   -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_SHARED_LIBS=ON -DKokkos_ENABLE_SERIAL=ON \
   -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_TESTS=OFF >"$work.log" 2>&1 ||
