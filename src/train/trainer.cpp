@@ -561,6 +561,7 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
     TimingsSegment segment{0, start_step};
     const std::filesystem::path timings_path = run_dir_->next_timings_segment(segment.number);
     const char* slurm = std::getenv("SLURM_JOB_ID");
+    const BlasInfo blas = blas_info();
     // Model FLOPs per token and parameters let the analysis compare runs of different models
     // (Megatron-LM's weak scaling grows the model with the GPUs) in FLOP/s per rank.
     const std::map<std::string, std::string> attributes{
@@ -575,8 +576,8 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
         {"flops_per_token",
          fmt::format("{:.17g}", flops_per_token(config_.model, config_.train.seq_len))},
         {"parameters", std::to_string(ParamTable(config_.model).total_numel())},
-        {"blas", blas_info().describe()},
-        {"blas_threads", std::to_string(blas_info().threads)},
+        {"blas", blas.describe()},
+        {"blas_threads", std::to_string(blas.threads)},
         {"kokkos_backend", Exec::name()},
         {"threads_per_rank", std::to_string(Exec().concurrency())}};
     timings = std::make_unique<TimingsWriter>(timings_path.string(), grid_.size(), attributes,
