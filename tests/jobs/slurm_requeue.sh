@@ -22,14 +22,16 @@ steps=4000
 run=$work/runs/train/requeued
 cd "$src"
 job=$(TRIDENT=$exe CONFIG=inputs/tiny.toml STEPS=$steps RUNS_DIR=$work/runs RUN_NAME=requeued \
-  SETS="run.log_every=50 run.eval_every=0 run.checkpoint_every=0" \
+  SETS="run.log_every=50 run.eval_every=0 run.checkpoint_every=100" \
   sbatch --parsable --output="$work/train.out" --nodes=1 --ntasks-per-node=2 jobs/train.sh)
 echo "submitted job $job"
+# The run is under way once its first checkpoint is in place (renamed only when complete; the
+# log is no clock, as srun may pass the ranks' output on in bursts).
 for _ in $(seq 1200); do
-  grep -q "^step   200/$steps" "$run/trident.log" 2>/dev/null && break
+  [[ -f $run/checkpoints/step_000100.h5 ]] && break
   sleep 0.1
 done
-grep -q "^step   200/$steps" "$run/trident.log" || fail "the run did not reach step 200"
+[[ -f $run/checkpoints/step_000100.h5 ]] || fail "the run did not reach step 100"
 scancel --signal=USR1 "$job"
 echo "sent SIGUSR1 to the ranks of job $job"
 state=
