@@ -3,7 +3,9 @@
 #
 # usage: tools/local_slurm.sh start DIR [CPUS [NODES]]
 #            writes DIR/slurm.conf, starts the daemons, waits until every node is idle, prints
-#            `export SLURM_CONF=...`; CPUS per node (default 8), NODES (default 1)
+#            `export SLURM_CONF=...`; CPUS per node (default 8), NODES (default 1);
+#            SLURM_CRED_EXPIRE=S shortens the job credential lifetime (120 s), which is also
+#            how long a requeued job waits before it may start again
 #        tools/local_slurm.sh stop DIR
 #            stops the daemons by the pids in DIR (idempotent)
 #
@@ -114,7 +116,7 @@ SlurmdPort=$((port + 1))
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$socket
+AuthInfo=socket=$socket${SLURM_CRED_EXPIRE:+,cred_expire=$SLURM_CRED_EXPIRE}
 CredType=cred/munge
 MpiDefault=pmix
 ProctrackType=proctrack/linuxproc
