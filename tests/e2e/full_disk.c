@@ -113,20 +113,15 @@ static int reports_budget(const char* path) {
          !(hidden && strcmp(hidden, "1") == 0);
 }
 
-int statvfs(const char* path, struct statvfs* st) {
-  static int (*real)(const char*, struct statvfs*) = NULL;
-  if (!real) real = (int (*)(const char*, struct statvfs*))dlsym(RTLD_NEXT, "statvfs");
-  const int rc = real(path, st);
-  if (rc == 0 && reports_budget(path))
-    st->f_bavail = st->f_bfree = (fsblkcnt_t)budget / (st->f_frsize ? st->f_frsize : 1);
-  return rc;
-}
-
-int statvfs64(const char* path, struct statvfs64* st) {
-  static int (*real)(const char*, struct statvfs64*) = NULL;
-  if (!real) real = (int (*)(const char*, struct statvfs64*))dlsym(RTLD_NEXT, "statvfs64");
-  const int rc = real(path, st);
-  if (rc == 0 && reports_budget(path))
-    st->f_bavail = st->f_bfree = (fsblkcnt64_t)budget / (st->f_frsize ? st->f_frsize : 1);
-  return rc;
-}
+/* statvfs and statvfs64 alike: the real call, then the budget reported as the free space. */
+#define BUDGET_STATVFS(symbol, stat_type, count_type)                                      \
+  int symbol(const char* path, struct stat_type* st) {                                     \
+    static int (*real)(const char*, struct stat_type*) = NULL;                             \
+    if (!real) real = (int (*)(const char*, struct stat_type*))dlsym(RTLD_NEXT, #symbol);  \
+    const int rc = real(path, st);                                                         \
+    if (rc == 0 && reports_budget(path))                                                   \
+      st->f_bavail = st->f_bfree = (count_type)budget / (st->f_frsize ? st->f_frsize : 1); \
+    return rc;                                                                             \
+  }
+BUDGET_STATVFS(statvfs, statvfs, fsblkcnt_t)
+BUDGET_STATVFS(statvfs64, statvfs64, fsblkcnt64_t)
