@@ -9,14 +9,15 @@ TRIDENT := $(BUILD)/src/trident
 # directory; KOKKOS_ROOT=/path/to/kokkos uses a site Kokkos instead (3.4 or 4.x).
 KOKKOS_ROOT ?= $(abspath $(BUILD))/_kokkos
 
-# OpenMPI refuses to run as root without both of these; one BLAS and one OpenMP thread per rank,
-# since every core already runs a rank (R ranks x T threads: NP=R OMP_NUM_THREADS=T
-# OPENBLAS_NUM_THREADS=T). Unbound, passive OpenMP threads: ranks share the cores.
+# OpenMPI refuses to run as root without both of these. R ranks x T threads: NP=R
+# THREADS_PER_RANK=T, one OpenMP pool of T threads per rank that runs the Kokkos kernels and the
+# GEMMs alike (OpenBLAS's OpenMP flavour). Unbound, passive OpenMP threads: ranks share the cores.
+THREADS_PER_RANK ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
-export OPENBLAS_NUM_THREADS ?= 1
-export OMP_NUM_THREADS ?= 1
+export OPENBLAS_NUM_THREADS ?= $(THREADS_PER_RANK)
+export OMP_NUM_THREADS ?= $(THREADS_PER_RANK)
 export OMP_PROC_BIND ?= false
 export OMP_WAIT_POLICY ?= PASSIVE
 

@@ -2,7 +2,8 @@
 """Weak or strong scaling of sweeps: throughput and parallel efficiency per run.
 
 Per run, over its timed steps (see below):
-  ranks        phase_seconds.shape[1]; nodes: run.json's, else the distinct hostnames
+  ranks        phase_seconds.shape[1]; nodes: run.json's, else the distinct hostnames;
+               threads: each rank's host threads (timings.h5 threads_per_rank), cores = ranks x threads
   tokens/step  global tokens per step (the `tokens` dataset)
   step s       median over timed steps of step_seconds_max (the slowest rank's step)
   tokens/s     tokens per step / step s
@@ -51,6 +52,7 @@ def table(runs, kind):
         tokens = float(np.median(r.timed_values("tokens")))
         rows.append({
             "run": r.name, "nodes": r.nodes, "ranks": r.ranks,
+            "threads": r.threads_per_rank, "cores": r.ranks * r.threads_per_rank,
             "dp": r.cfg("parallel.dp"), "tp": r.cfg("parallel.tp"), "pp": r.cfg("parallel.pp"),
             "zero_stage": r.cfg("zero.stage"), "global_batch": r.cfg("train.batch_size"),
             "tokens_per_step": tokens, "timed_steps": int(r.timed.sum()),
@@ -117,7 +119,7 @@ def main():
     kind = scaling_kind(args.kind, runs)
     df, baseline = table(runs, kind)
     out = tr.output_dir(args.out, runs)
-    md_cols = ["run", "nodes", "ranks", "dp", "tp", "pp", "zero_stage", "parameters",
+    md_cols = ["run", "nodes", "ranks", "threads", "dp", "tp", "pp", "zero_stage", "parameters",
                "global_batch", "tokens_per_step", "timed_steps", "median_step_s", "tokens_per_s",
                "tflops_per_rank", "efficiency"]
     text = tr.write_table(df, out, "scaling", md_df=df[md_cols],

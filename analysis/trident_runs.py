@@ -43,6 +43,8 @@ DATASETS_ND = ("phase_seconds", "peak_memory_bytes", "peak_memory_by_category",
                "predicted_memory_bytes")
 ATTRS = ("config", "layout", "hostnames", "phases", "memory_categories", "flops_per_token",
          "parameters")
+# Read when present: runs from before trident recorded them lack these.
+OPTIONAL_ATTRS = ("threads_per_rank", "kokkos_backend", "blas", "blas_threads", "host_simd")
 RUN_MARKERS = ("status", "run.json", "timings.h5", "trident.log")
 MIB = 1024.0 * 1024.0
 
@@ -115,6 +117,12 @@ class Run:
     @property
     def ranks(self):
         return self.data["phase_seconds"].shape[1]
+
+    @property
+    def threads_per_rank(self):
+        """Host threads of each rank (Kokkos' OpenMP pool, which also runs the GEMMs), from
+        timings.h5; 1 for runs written before trident recorded it."""
+        return int(self.attrs.get("threads_per_rank", 1))
 
     @property
     def nodes(self):
@@ -249,6 +257,10 @@ def _read_segment(path):
                     raise RunProblem(f"{name} lacks the attribute '{key}'")
                 value = f.attrs[key]
                 attrs[key] = value.decode() if isinstance(value, bytes) else str(value)
+            for key in OPTIONAL_ATTRS:
+                if key in f.attrs:
+                    value = f.attrs[key]
+                    attrs[key] = value.decode() if isinstance(value, bytes) else str(value)
             for key in DATASETS_1D + DATASETS_ND:
                 if key not in f:
                     raise RunProblem(f"{name} lacks the dataset '{key}'")

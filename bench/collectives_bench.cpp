@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "core/host_threads.hpp"
 #include "core/types.hpp"
 
 namespace {
@@ -272,6 +273,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int status = 0;
   {
+    trident::settle_omp_proc_bind();
     Kokkos::ScopeGuard kokkos(argc, argv);
     int rank = 0, n = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

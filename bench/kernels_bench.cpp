@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/host_threads.hpp"
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
@@ -363,6 +364,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int status = 0;
   {
+    trident::settle_omp_proc_bind();
     Kokkos::ScopeGuard kokkos(argc, argv);
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/blas_info.hpp"
+#include "core/host_threads.hpp"
 #include "core/memory.hpp"
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
@@ -346,6 +347,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int status = 0;
   {
+    trident::settle_omp_proc_bind();
     Kokkos::ScopeGuard kokkos(argc, argv);
     Options o;
     if (!parse(argc, argv, o)) {

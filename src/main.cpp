@@ -11,6 +11,7 @@
 #include "comm/grid.hpp"
 #include "comm/host_comm.hpp"
 #include "core/error.hpp"
+#include "core/host_threads.hpp"
 #include "core/memory.hpp"
 #include "io/checkpoint_tools.hpp"
 #include "io/config.hpp"
@@ -328,6 +329,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int status = 0;
   {
+    trident::settle_omp_proc_bind();
     Kokkos::ScopeGuard kokkos(argc, argv);
     CLI::App app{"trident: 3D-parallel GPT training on Kokkos and MPI"};
     app.require_subcommand(1);

@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
-  libtrilinos-kokkos-dev libopenblas-dev
+  libtrilinos-kokkos-dev libopenblas-dev libopenblas-openmp-dev
   libgtest-dev libbenchmark-dev libtomlplusplus-dev libcli11-dev libfmt-dev
   python3-torch python3-h5py python3-numpy python3-pandas python3-matplotlib
   slurm-wlm munge

@@ -15,6 +15,9 @@ JOB_COMMON_USAGE="common environment variables:
   RANKS_PER_NODE            ranks on each node (default: GPUS_PER_NODE, else Slurm's tasks per node,
                             else the cores here)
   GPUS_PER_NODE=0           GPUs per node (one rank each); 0 on CPU builds
+  THREADS_PER_RANK          OpenMP threads of each rank, for its Kokkos kernels and GEMMs alike
+                            (default: Slurm's --cpus-per-task, else 1); R ranks x T threads per
+                            node: sbatch --ntasks-per-node=R --cpus-per-task=T
   SITE=local                jobs/machines/<SITE>/profile.sh: modules, launcher and NCCL settings
   RUN_TIMEOUT=0             seconds before one run is stopped and marked timeout (0: no limit)
   RUNS_DIR=runs             outputs go to RUNS_DIR/<experiment>/<job id>/<layout>/
@@ -113,6 +116,28 @@ EOF
       "node of this allocation; submit with --ntasks-per-node=$RANKS_PER_NODE"
   fi
   JOB_MAX_RANKS=$((JOB_NODES * RANKS_PER_NODE))
+  # One OpenMP pool per rank runs both the Kokkos kernels and the GEMMs (trident links OpenBLAS's
+  # OpenMP flavour, which takes OMP_NUM_THREADS; OPENBLAS_NUM_THREADS would cap it).
+  THREADS_PER_RANK=${THREADS_PER_RANK:-${SLURM_CPUS_PER_TASK:-1}}
+  [[ $THREADS_PER_RANK =~ ^[1-9][0-9]*$ ]] ||
+    job_die "THREADS_PER_RANK=$THREADS_PER_RANK must be a positive integer"
+  if [[ -n ${SLURM_CPUS_PER_TASK-} ]] && ((THREADS_PER_RANK > SLURM_CPUS_PER_TASK)); then
+    job_die "THREADS_PER_RANK=$THREADS_PER_RANK exceeds the $SLURM_CPUS_PER_TASK CPUs per task of" \
+      "this allocation; submit with --cpus-per-task=$THREADS_PER_RANK"
+  fi
+  export OMP_NUM_THREADS=$THREADS_PER_RANK OPENBLAS_NUM_THREADS=$THREADS_PER_RANK
+  # A site whose launcher gives each rank its own cores (BIND_THREADS=1 in its profile, with
+  # srun --cpu-bind=cores) pins each thread to one of them; unbound otherwise, as on a shared
+  # workstation where ranks outnumber the cores.
+  if ((${BIND_THREADS:-0})); then
+    export OMP_PROC_BIND=close OMP_PLACES=cores
+  else
+    export OMP_PROC_BIND=${OMP_PROC_BIND:-false}
+  fi
+  if ((RANKS_PER_NODE * THREADS_PER_RANK > $(nproc))); then
+    job_log "note: $RANKS_PER_NODE ranks x $THREADS_PER_RANK threads per node oversubscribe" \
+      "the $(nproc) cores here"
+  fi
 
   SWEEP_DIR=${RUNS_DIR:-$TRIDENT_ROOT/runs}/$JOB_EXPERIMENT/$JOB_ID
   # JOB_SWEEP=0: one run with its own directory (jobs/train.sh), no sweep directory.
@@ -227,7 +252,7 @@ job_write_sweep() {
   local kv extra=""
   for kv in "$@"; do extra+=", \"${kv%%=*}\": \"$(json_escape "${kv#*=}")\""; done
   cat >"$SWEEP_DIR/sweep.json" <<EOF
-{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "config": "$(json_escape "${CONFIGS:-$CONFIG}")", "steps": $STEPS, "warmup": $WARMUP, "launcher": "$JOB_LAUNCHER", "site": "$SITE", "nodes": $JOB_NODES, "ranks_per_node": $RANKS_PER_NODE, "started": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"$extra}
+{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "config": "$(json_escape "${CONFIGS:-$CONFIG}")", "steps": $STEPS, "warmup": $WARMUP, "launcher": "$JOB_LAUNCHER", "site": "$SITE", "nodes": $JOB_NODES, "ranks_per_node": $RANKS_PER_NODE, "threads_per_rank": $THREADS_PER_RANK, "started": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"$extra}
 EOF
 }
 
@@ -264,8 +289,10 @@ job_run() {
   [[ ${#JOB_EXTRA_SETS[@]} -gt 0 ]] && sets+=("${JOB_EXTRA_SETS[@]/#/--set=}")
   local cmd
   if [[ $JOB_LAUNCHER == srun ]]; then
+    # --cpus-per-task on srun itself: srun does not inherit sbatch's (Slurm 22.05 to 23.02), and
+    # with binding every rank would get a single core whatever the job asked for.
     cmd=(srun --nodes="$nodes" --ntasks="$ranks" --ntasks-per-node="$((ranks < RANKS_PER_NODE ? ranks : RANKS_PER_NODE))"
-      ${SRUN_ARGS-} "$TRIDENT" train --config "$CONFIG" "${sets[@]}")
+      --cpus-per-task="$THREADS_PER_RANK" ${SRUN_ARGS-} "$TRIDENT" train --config "$CONFIG" "${sets[@]}")
   else
     cmd=(mpirun -np "$ranks" --oversubscribe ${MPIRUN_ARGS-} "$TRIDENT" train --config "$CONFIG"
       "${sets[@]}")
@@ -297,7 +324,7 @@ job_run() {
     status=failed reason="exit code $rc; see trident.log"
   fi
   cat >"$dir/run.json" <<EOF
-{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "layout": "$name", "nodes": $nodes, "ranks": $ranks, "dp": $dp, "tp": $tp, "pp": $pp, "zero_stage": $zero, "global_batch": $batch, "exit_code": $rc, "seconds": $seconds, "status": "$status", "reason": "$(json_escape "$reason")"}
+{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "layout": "$name", "nodes": $nodes, "ranks": $ranks, "threads_per_rank": $THREADS_PER_RANK, "dp": $dp, "tp": $tp, "pp": $pp, "zero_stage": $zero, "global_batch": $batch, "exit_code": $rc, "seconds": $seconds, "status": "$status", "reason": "$(json_escape "$reason")"}
 EOF
   echo "$status" >"$dir/status"
   case $status in

@@ -12,7 +12,36 @@
 namespace trident {
 
 std::string BlasInfo::describe() const {
-  return kernel.empty() ? library : fmt::format("{}, kernel {}", library, kernel);
+  const std::string name = threading.empty() ? library : fmt::format("{} ({})", library, threading);
+  return kernel.empty() ? name : fmt::format("{}, kernel {}", name, kernel);
+}
+
+std::string host_simd() {
+#if defined(__AVX512F__)
+  return "AVX-512";
+#elif defined(__AVX2__)
+  return "AVX2";
+#elif defined(__x86_64__)
+  return "SSE2";
+#elif defined(__aarch64__)
+  return "AArch64";
+#else
+  return "generic";
+#endif
+}
+
+std::string blas_pool_warning(const std::string& threading, int blas_threads,
+                              const std::string& kokkos_backend, int kokkos_threads) {
+  if (threading != "pthreads" || blas_threads < 2 || kokkos_backend != "OpenMP" ||
+      kokkos_threads < 2)
+    return "";
+  return fmt::format(
+      "OpenBLAS runs GEMMs on a pthread pool of its own ({} threads) beside Kokkos' {} OpenMP "
+      "threads; its workers spin after each GEMM on the cores the next kernel needs (non-GEMM "
+      "kernels ran at one-thread speed this way on 2 cores). Build against Debian's OpenMP "
+      "OpenBLAS (libopenblas-openmp-dev, -DTRIDENT_OPENBLAS_FLAVOUR=openmp), or run with "
+      "OPENBLAS_NUM_THREADS=1",
+      blas_threads, kokkos_threads);
 }
 
 std::string blas_kernel_warning(const std::string& kernel, const std::string& fitting,
@@ -47,6 +76,17 @@ BlasInfo blas_info() {
   info.library = name + " " + number;
   info.kernel = openblas_get_corename();
   info.threads = openblas_get_num_threads();
+  switch (openblas_get_parallel()) {
+    case OPENBLAS_OPENMP:
+      info.threading = "OpenMP";
+      break;
+    case OPENBLAS_THREAD:
+      info.threading = "pthreads";
+      break;
+    default:
+      info.threading = "sequential";
+      break;
+  }
   std::string fitting;
 #if defined(__x86_64__) || defined(__i386__)
   fitting = __builtin_cpu_supports("avx512f") ? "SkylakeX"

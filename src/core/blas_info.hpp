@@ -9,10 +9,13 @@ struct BlasInfo {
   std::string library;  // "OpenBLAS 0.3.21", or the configured vendor
   std::string kernel;   // OpenBLAS's core name ("SkylakeX", "Haswell", "Prescott"), or ""
   int threads = 0;      // the threads OpenBLAS runs a GEMM on; 0 when not OpenBLAS
+  // OpenBLAS's threading: "OpenMP" (its GEMMs run on the OpenMP runtime's threads, Kokkos'
+  // too), "pthreads" (a pool of its own) or "sequential"; "" when not OpenBLAS.
+  std::string threading;
   // When the CPU has AVX-512 or AVX2 and the kernel is a generic fallback: what that costs and
   // how to choose the right one; "" otherwise.
   std::string warning;
-  std::string describe() const;  // "OpenBLAS 0.3.21, kernel SkylakeX"
+  std::string describe() const;  // "OpenBLAS 0.3.21 (OpenMP), kernel SkylakeX"
 };
 
 BlasInfo blas_info();
@@ -22,5 +25,15 @@ BlasInfo blas_info();
 // (or ""); "" when the kernel suits the CPU.
 std::string blas_kernel_warning(const std::string& kernel, const std::string& fitting,
                                 const std::string& forced);
+
+// The vector instructions the host kernels were compiled for: "AVX-512", "AVX2", "SSE2", or the
+// architecture's name elsewhere.
+std::string host_simd();
+
+// When BLAS keeps a thread pool of its own (`threading` "pthreads", `blas_threads` > 1) beside
+// Kokkos' OpenMP threads (`kokkos_threads` > 1): the two pools compete for the cores, and what to
+// do about it; "" otherwise.
+std::string blas_pool_warning(const std::string& threading, int blas_threads,
+                              const std::string& kokkos_backend, int kokkos_threads);
 
 }  // namespace trident

@@ -32,21 +32,57 @@ inline void adamw_update(const Exec& exec, const Vec& param, const Vec& m, const
       });
 }
 
-// sum_i x_i^2 in double, for the global gradient norm.
+// The squares of kSquareSegments contiguous segments of x, one work item each, reduced as an
+// array whose slot s only segment s writes: joining per-thread copies adds zeros, so the result is
+// the same bits whatever the number of threads (a scalar parallel_reduce joins partial sums whose
+// ranges depend on it). Inside a segment, float lanes over blocks of kSquareBlock, summed in
+// double.
+constexpr int kSquareSegments = 64;
+constexpr size_t kSquareBlock = 1024;
+
+struct SegmentSquares {
+  using value_type = double[];
+  using size_type = int;
+  unsigned value_count = kSquareSegments;
+  ConstVec x;
+  size_t segment_length;
+
+  KOKKOS_INLINE_FUNCTION void operator()(int segment, value_type sums) const {
+    const size_t n = x.extent(0);
+    const size_t begin = segment * segment_length;
+    const size_t end = begin + segment_length < n ? begin + segment_length : n;
+    double total = 0.0;
+    for (size_t block = begin; block < end; block += kSquareBlock) {
+      const int length = static_cast<int>(end - block < kSquareBlock ? end - block : kSquareBlock);
+      total += kmath::lane_sum(length, [&](int i) { return x(block + i) * x(block + i); });
+    }
+    sums[segment] += total;
+  }
+  KOKKOS_INLINE_FUNCTION void init(value_type sums) const {
+    for (unsigned s = 0; s < value_count; ++s) sums[s] = 0.0;
+  }
+  KOKKOS_INLINE_FUNCTION void join(value_type into, const value_type from) const {
+    for (unsigned s = 0; s < value_count; ++s) into[s] += from[s];
+  }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type into, const volatile value_type from) const {
+    for (unsigned s = 0; s < value_count; ++s) into[s] += from[s];
+  }
+};
+
+// sum_i x_i^2 in double, for the global gradient norm; bit-identical at every thread count.
 inline double sum_of_squares(const Exec& exec, const ConstVec& x) {
   Region region("trident::sum_of_squares");
-  constexpr size_t W = 16;
-  const size_t n = x.extent(0), chunks = (n + W - 1) / W;
+  const size_t n = x.extent(0);
+  if (n == 0) return 0.0;
+  size_t length = (n + kSquareSegments - 1) / kSquareSegments;
+  length = (length + kSquareBlock - 1) / kSquareBlock * kSquareBlock;
+  const int segments = static_cast<int>((n + length - 1) / length);
+  double sums[kSquareSegments];
+  Kokkos::parallel_reduce("sum_of_squares", Kokkos::RangePolicy<Exec>(exec, 0, segments),
+                          SegmentSquares{kSquareSegments, x, length}, sums);
+  exec.fence();
   double total = 0.0;
-  Kokkos::parallel_reduce(
-      "sum_of_squares", Kokkos::RangePolicy<Exec>(exec, 0, chunks),
-      KOKKOS_LAMBDA(size_t c, double& acc) {
-        float part = 0.f;
-        const size_t end = (c + 1) * W < n ? (c + 1) * W : n;
-        for (size_t i = c * W; i < end; ++i) part += x(i) * x(i);
-        acc += part;
-      },
-      total);
+  for (int s = 0; s < segments; ++s) total += sums[s];
   return total;
 }
 

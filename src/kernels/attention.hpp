@@ -29,18 +29,18 @@ inline void attention_forward(const Exec& exec, const Mat& out, const Mat& att, 
         float maxv = -3.0e38f;
         for (int t2 = 0; t2 <= t; ++t2) {
           const int krow = b * T + t2;
-          float dot = 0.f;
-          for (int i = 0; i < HS; ++i) dot += qkv(qrow, h * HS + i) * qkv(krow, C + h * HS + i);
-          dot *= scale;
+          const float dot =
+              kmath::lane_sum(
+                  HS, [&](int i) { return qkv(qrow, h * HS + i) * qkv(krow, C + h * HS + i); }) *
+              scale;
           att(idx, t2) = dot;
           if (dot > maxv) maxv = dot;
         }
-        float sum = 0.f;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float e = kmath::exp(att(idx, t2) - maxv);
+        const float sum = kmath::lane_sum(t + 1, [&](int t2) {
+          const float e = kmath::exp_vec(att(idx, t2) - maxv);
           att(idx, t2) = e;
-          sum += e;
-        }
+          return e;
+        });
         const float inv = 1.0f / sum;
         for (int t2 = 0; t2 < T; ++t2) att(idx, t2) = t2 <= t ? att(idx, t2) * inv : 0.0f;
         // Row-wise over the values: contiguous in i, so it vectorises.
@@ -80,12 +80,11 @@ inline void attention_backward(const Exec& exec, const Mat& dqkv, const Mat& dat
           float dot_sum = 0.f;
           for (int t2 = 0; t2 <= t; ++t2) {
             const int vrow = b * T + t2;
-            float d = 0.f;
-            for (int i = 0; i < HS; ++i) {
-              const float g = dout(qrow, h * HS + i);
-              d += g * qkv(vrow, 2 * C + h * HS + i);
-              dqkv(vrow, 2 * C + h * HS + i) += att(idx, t2) * g;
-            }
+            const float d = kmath::lane_sum(
+                HS, [&](int i) { return dout(qrow, h * HS + i) * qkv(vrow, 2 * C + h * HS + i); });
+            const float a = att(idx, t2);
+            for (int i = 0; i < HS; ++i)
+              dqkv(vrow, 2 * C + h * HS + i) += a * dout(qrow, h * HS + i);
             datt_scratch(bh, t2) = d;
             dot_sum += att(idx, t2) * d;
           }

@@ -19,9 +19,8 @@ inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const Co
   Kokkos::parallel_for(
       "cross_entropy_row_max", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
-        float m = -3.0e38f;
-        for (int v = 0; v < valid; ++v) m = logits(n, v) > m ? logits(n, v) : m;
-        row_max(n) = m;
+        row_max(n) = kmath::lane_max(
+            valid, [&](int v) { return logits(n, v); }, -3.0e38f);
       });
 }
 
@@ -36,9 +35,8 @@ inline void cross_entropy_row_sums(const Exec& exec, const Vec& row_sum, const V
       "cross_entropy_row_sums", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
         const float m = row_max(n);
-        float s = 0.f;
-        for (int v = 0; v < valid; ++v) s += kmath::exp(logits(n, v) - m);
-        row_sum(n) = s;
+        row_sum(n) =
+            kmath::lane_sum(valid, [&](int v) { return kmath::exp_vec(logits(n, v) - m); });
         const int local = targets(n) - vocab_start;
         target_logit(n) = local >= 0 && local < valid ? logits(n, local) : 0.0f;
       });
@@ -72,7 +70,7 @@ inline void cross_entropy_backward(const Exec& exec, const Mat& dlogits, const C
         const float l = lse(n);
         const float s = targets(n) >= 0 ? scale : 0.0f;
         for (int v = 0; v < valid; ++v) {
-          const float p = kmath::exp(logits(n, v) - l);
+          const float p = kmath::exp_vec(logits(n, v) - l);
           dlogits(n, v) = s * (p - (v == local ? 1.0f : 0.0f));
         }
         for (int v = valid; v < width; ++v) dlogits(n, v) = 0.0f;

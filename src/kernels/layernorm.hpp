@@ -16,14 +16,11 @@ inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean,
   const int C = static_cast<int>(inp.extent(1));
   Kokkos::parallel_for(
       "layernorm_forward", Kokkos::RangePolicy<Exec>(exec, 0, inp.extent(0)), KOKKOS_LAMBDA(int n) {
-        float sum = 0.f;
-        for (int c = 0; c < C; ++c) sum += inp(n, c);
-        const float m = sum / C;
-        float var = 0.f;
-        for (int c = 0; c < C; ++c) {
+        const float m = kmath::lane_sum(C, [&](int c) { return inp(n, c); }) / C;
+        const float var = kmath::lane_sum(C, [&](int c) {
           const float d = inp(n, c) - m;
-          var += d * d;
-        }
+          return d * d;
+        });
         const float s = 1.0f / kmath::sqrt(var / C + kLayerNormEps);
         for (int c = 0; c < C; ++c) out(n, c) = (inp(n, c) - m) * s * weight(c) + bias(c);
         mean(n) = m;
@@ -41,32 +38,38 @@ inline void layernorm_backward(const Exec& exec, const Mat& dinp, const Vec& dwe
   Kokkos::parallel_for(
       "layernorm_backward_input", Kokkos::RangePolicy<Exec>(exec, 0, N), KOKKOS_LAMBDA(int n) {
         const float m = mean(n), s = rstd(n);
-        float dnorm_mean = 0.f, dnorm_norm_mean = 0.f;
-        for (int c = 0; c < C; ++c) {
-          const float xhat = (inp(n, c) - m) * s;
-          const float dnorm = weight(c) * dout(n, c);
-          dnorm_mean += dnorm;
-          dnorm_norm_mean += dnorm * xhat;
-        }
-        dnorm_mean /= C;
-        dnorm_norm_mean /= C;
+        const float dnorm_mean =
+            kmath::lane_sum(C, [&](int c) { return weight(c) * dout(n, c); }) / C;
+        const float dnorm_norm_mean =
+            kmath::lane_sum(C,
+                            [&](int c) { return weight(c) * dout(n, c) * (inp(n, c) - m) * s; }) /
+            C;
         for (int c = 0; c < C; ++c) {
           const float xhat = (inp(n, c) - m) * s;
           const float dnorm = weight(c) * dout(n, c);
           dinp(n, c) += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
         }
       });
-  // Parameter gradients: one channel per work item, rows summed in order (deterministic).
+  // Parameter gradients: kLanes channels per work item, rows summed in order (deterministic);
+  // the inner loop runs along a row, so it vectorises.
+  constexpr int L = kmath::kLanes;
   Kokkos::parallel_for(
-      "layernorm_backward_params", Kokkos::RangePolicy<Exec>(exec, 0, C), KOKKOS_LAMBDA(int c) {
-        float dw = 0.f, db = 0.f;
+      "layernorm_backward_params", Kokkos::RangePolicy<Exec>(exec, 0, (C + L - 1) / L),
+      KOKKOS_LAMBDA(int block) {
+        const int c0 = block * L, width = C - c0 < L ? C - c0 : L;
+        float dw[L] = {}, db[L] = {};
         for (int n = 0; n < N; ++n) {
-          const float g = dout(n, c);
-          dw += g * (inp(n, c) - mean(n)) * rstd(n);
-          db += g;
+          const float m = mean(n), s = rstd(n);
+          for (int j = 0; j < width; ++j) {
+            const float g = dout(n, c0 + j);
+            dw[j] += g * (inp(n, c0 + j) - m) * s;
+            db[j] += g;
+          }
         }
-        dweight(c) += dw;
-        dbias(c) += db;
+        for (int j = 0; j < width; ++j) {
+          dweight(c0 + j) += dw[j];
+          dbias(c0 + j) += db[j];
+        }
       });
 }
 

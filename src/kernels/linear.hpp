@@ -1,6 +1,7 @@
 // Fully connected layer y = x W^T + b with W stored [out, in] (PyTorch's nn.Linear layout).
 #pragma once
 
+#include "core/math.hpp"
 #include "core/types.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/region.hpp"
@@ -32,13 +33,18 @@ inline void linear_backward(const Exec& exec, const Mat& dinp, const Mat& dweigh
   gemm(exec, 'N', 'N', 1.0f, dout, weight, accumulate_dinp ? 1.0f : 0.0f, dinp);
   gemm(exec, 'T', 'N', 1.0f, dout, inp, 1.0f, dweight);
   if (dbias.extent(0) > 0) {
-    const int N = static_cast<int>(dout.extent(0));
+    // kLanes columns per work item, rows summed in order: deterministic, and the inner loop runs
+    // along a row, so it vectorises.
+    const int N = static_cast<int>(dout.extent(0)), OC = static_cast<int>(dout.extent(1));
+    constexpr int L = kmath::kLanes;
     Kokkos::parallel_for(
-        "linear_backward_bias", Kokkos::RangePolicy<Exec>(exec, 0, dout.extent(1)),
-        KOKKOS_LAMBDA(int o) {
-          float sum = 0.f;
-          for (int n = 0; n < N; ++n) sum += dout(n, o);
-          dbias(o) += sum;
+        "linear_backward_bias", Kokkos::RangePolicy<Exec>(exec, 0, (OC + L - 1) / L),
+        KOKKOS_LAMBDA(int block) {
+          const int o0 = block * L, width = OC - o0 < L ? OC - o0 : L;
+          float sum[L] = {};
+          for (int n = 0; n < N; ++n)
+            for (int j = 0; j < width; ++j) sum[j] += dout(n, o0 + j);
+          for (int j = 0; j < width; ++j) dbias(o0 + j) += sum[j];
         });
   }
 }

@@ -578,6 +578,7 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
         {"parameters", std::to_string(ParamTable(config_.model).total_numel())},
         {"blas", blas.describe()},
         {"blas_threads", std::to_string(blas.threads)},
+        {"host_simd", host_simd()},
         {"kokkos_backend", Exec::name()},
         {"threads_per_rank", std::to_string(Exec().concurrency())}};
     timings = std::make_unique<TimingsWriter>(timings_path.string(), grid_.size(), attributes,
@@ -622,9 +623,13 @@ void Trainer::print_banner(int start_step) const {
   console_.line(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),
                             pp_->backend(), backend_summary()));
   const BlasInfo blas = blas_info();
-  console_.line(fmt::format("GEMM: {} | threads per rank: {} {} (Kokkos), BLAS {}", blas.describe(),
-                            Exec::name(), Exec().concurrency(), blas.threads));
+  console_.line(
+      fmt::format("GEMM: {} | host kernels: {} | threads per rank: {} {} (Kokkos), BLAS {}",
+                  blas.describe(), host_simd(), Exec::name(), Exec().concurrency(), blas.threads));
   if (!blas.warning.empty()) console_.line("warning: " + blas.warning);
+  const std::string pool_warning =
+      blas_pool_warning(blas.threading, blas.threads, Exec::name(), Exec().concurrency());
+  if (!pool_warning.empty()) console_.line("warning: " + pool_warning);
   if (c.offload.optimizer == OffloadTarget::kHost &&
       std::is_same_v<Exec::memory_space, Kokkos::HostSpace>)
     console_.line(

@@ -97,6 +97,7 @@ def timings(run_dir):
         data["categories"] = f.attrs["memory_categories"].split(",")
         data["hostnames"] = f.attrs["hostnames"].split(",")
         data["flops_per_token"] = float(f.attrs["flops_per_token"])
+        data["threads_per_rank"] = int(f.attrs["threads_per_rank"])
     return data
 
 

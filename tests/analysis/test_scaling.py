@@ -23,6 +23,10 @@ def check_table(env, out, kind, warmup=3):
               f"{r['run']}: ranks {r['ranks']} vs timings {data['phase_seconds'].shape[1]}")
         check(int(r["nodes"]) == len(set(data["hostnames"])) == 1,
               f"{r['run']}: nodes {r['nodes']}")
+        # The suite runs every rank on OMP_NUM_THREADS=2 (TRIDENT_TEST_ENV).
+        check(int(r["threads"]) == data["threads_per_rank"] == int(os.environ["OMP_NUM_THREADS"]),
+              f"{r['run']}: threads {r['threads']}, timings {data['threads_per_rank']}")
+        check(int(r["cores"]) == int(r["ranks"]) * int(r["threads"]), f"{r['run']}: cores")
         timed = timed_mask(data, warmup)
         # 12 steps with checkpoints at 5, 10 and 12.
         want_timed = len([s for s in range(warmup + 1, 13) if s not in (5, 10, 12)])

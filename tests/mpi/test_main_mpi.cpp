@@ -5,10 +5,13 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "core/host_threads.hpp"
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int status = 0;
   {
+    trident::settle_omp_proc_bind();
     Kokkos::ScopeGuard kokkos(argc, argv);
     ::testing::InitGoogleTest(&argc, argv);
     int rank = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/host_threads.hpp"
 #include "core/memory.hpp"
 #include "io/config.hpp"
 #include "io/hdf5.hpp"
@@ -189,6 +190,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int status = 0;
   {
+    trident::settle_omp_proc_bind();
     Kokkos::ScopeGuard kokkos(argc, argv);
     if (argc < 2 || argc > 3) {
       std::fprintf(stderr, "usage: %s OUT.h5 [RUN_CONFIG.toml]\n", argv[0]);

@@ -2,6 +2,8 @@
 #include <cblas.h>
 #include <gtest/gtest.h>
 
+#include <Kokkos_Core.hpp>
+
 #include "core/blas_info.hpp"
 
 using namespace trident;
@@ -12,8 +14,36 @@ TEST(BlasInfo, NamesTheLibraryAndKernel) {
 #ifdef OPENBLAS_VERSION
   EXPECT_EQ(info.library.rfind("OpenBLAS 0.", 0), 0u) << info.library;
   EXPECT_FALSE(info.kernel.empty());
-  EXPECT_EQ(info.describe(), info.library + ", kernel " + info.kernel);
+  EXPECT_EQ(info.describe(), info.library + " (" + info.threading + "), kernel " + info.kernel);
 #endif
+}
+
+TEST(BlasInfo, RunsTheOpenBlasFlavourTheBuildChose) {
+  // With Kokkos on OpenMP the build links Debian's OpenMP OpenBLAS (CMakeLists.txt), so a GEMM and
+  // the kernels around it share one pool; its run path must keep the system's libopenblas.so.0
+  // alternative (pthreads by default) from replacing it at run time.
+#ifdef TRIDENT_OPENBLAS_FLAVOUR
+  const std::string flavour = TRIDENT_OPENBLAS_FLAVOUR;
+  const std::string expected = flavour == "openmp"    ? "OpenMP"
+                               : flavour == "pthread" ? "pthreads"
+                                                      : "sequential";
+  EXPECT_EQ(blas_info().threading, expected) << "built against the " << flavour << " flavour";
+#ifdef KOKKOS_ENABLE_OPENMP
+  EXPECT_EQ(flavour, "openmp") << "Kokkos runs on OpenMP: BLAS should share its threads";
+#endif
+#else
+  GTEST_SKIP() << "not built against one of Debian's OpenBLAS flavours";
+#endif
+}
+
+TEST(BlasInfo, WarnsWhenTwoThreadPoolsCompete) {
+  EXPECT_EQ(blas_pool_warning("OpenMP", 2, "OpenMP", 2), "");
+  EXPECT_EQ(blas_pool_warning("pthreads", 1, "OpenMP", 2), "") << "one BLAS thread: no pool";
+  EXPECT_EQ(blas_pool_warning("pthreads", 2, "Serial", 1), "");
+  EXPECT_EQ(blas_pool_warning("pthreads", 2, "OpenMP", 1), "");
+  const std::string compete = blas_pool_warning("pthreads", 2, "OpenMP", 2);
+  EXPECT_NE(compete.find("pthread pool of its own (2 threads)"), std::string::npos) << compete;
+  EXPECT_NE(compete.find("-DTRIDENT_OPENBLAS_FLAVOUR=openmp"), std::string::npos);
 }
 
 TEST(BlasInfo, WarnsOnlyForAGenericKernelOnAVectorCpu) {

@@ -4,10 +4,13 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "core/host_threads.hpp"
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int status = 0;
   {
+    trident::settle_omp_proc_bind();
     Kokkos::ScopeGuard kokkos(argc, argv);
     ::testing::InitGoogleTest(&argc, argv);
     status = RUN_ALL_TESTS();

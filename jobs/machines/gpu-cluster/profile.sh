@@ -11,9 +11,6 @@ fi
 # rank its own device (Kokkos then uses device 0 of what it sees), and closest binding keeps host
 # buffers on the GPU's NUMA node.
 SRUN_ARGS=${SRUN_ARGS:---mpi=pmix --gpus-per-task=1 --gpu-bind=closest --cpu-bind=cores}
-# srun does not inherit sbatch's --cpus-per-task (Slurm 22.05 to 23.02); without this, binding
-# gives every rank a single core whatever the job asked for.
-export SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK:-${SLURM_CPUS_PER_TASK:-1}}
 # NCCL carries tp (and dp inside a node) collectives. These say which network to use, since a
 # wrong guess (e.g. the management Ethernet) is slow without failing:
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-ib0}  # bootstrap over the InfiniBand interface
@@ -24,8 +21,7 @@ export NCCL_NET_GDR_LEVEL=${NCCL_NET_GDR_LEVEL:-PHB}
 # NCCL's warnings in every run's trident.log; NCCL_DEBUG=INFO also prints its choice of rings,
 # transports and interfaces, the first thing to read when a scaling curve bends.
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-# One CPU thread per rank for OpenBLAS (host-side work only; kernels run on the GPU) and for
-# OpenMP, so ranks sharing a node do not oversubscribe its cores.
-export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Host threads per rank: THREADS_PER_RANK, from sbatch --cpus-per-task (jobs/lib/common.sh);
+# --cpu-bind=cores above gives each rank its own cores, so its OpenMP threads are pinned to them.
+BIND_THREADS=${BIND_THREADS:-1}
 PYTHON=${PYTHON:-python3}

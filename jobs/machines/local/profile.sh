@@ -12,8 +12,8 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_mpi_yield_when_idle=1
 # Jobs run as root in containers and CI; OpenMPI refuses root without both of these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# One BLAS thread per rank: every core already runs a rank, and BLAS threads would fight them.
-export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+# Threads per rank: THREADS_PER_RANK (jobs/lib/common.sh), 1 unless asked, since by default every
+# core already runs a rank; left unbound (no BIND_THREADS), as ranks may outnumber the cores.
 # Debian's python3 has h5py, numpy, pandas and matplotlib (python3-* packages); a pyenv or venv
 # python earlier on PATH usually does not.
 PYTHON=${PYTHON:-/usr/bin/python3}
