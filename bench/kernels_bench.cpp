@@ -226,14 +226,15 @@ void BM_AttentionBackward(benchmark::State& state) {
   const View1 qkv = random_view("qkv", static_cast<size_t>(kN) * 3 * kC, -1, 1, 15);
   const View1 dout = random_view("dout", kN * kC, -1, 1, 16);
   View1 out("out", kN * kC), att("att", static_cast<size_t>(kN) * kNH * kT);
-  View1 dqkv("dqkv", static_cast<size_t>(kN) * 3 * kC), scratch("scratch", kB * kNH * kT);
+  const int scratch_rows = kB * kNH * kernels::attention_block_rows(kT);
+  View1 dqkv("dqkv", static_cast<size_t>(kN) * 3 * kC), scratch("scratch", scratch_rows * kT);
   const kernels::AttentionShape s{kB, kT, kNH, kHS};
   kernels::attention_forward(exec, window(out, 0, kN, kC), window(att, 0, kN * kNH, kT),
                              window(qkv, 0, kN, 3 * kC), s);
   for (auto _ : state) {
-    kernels::attention_backward(exec, window(dqkv, 0, kN, 3 * kC), window(scratch, 0, kB * kNH, kT),
-                                window(dout, 0, kN, kC), window(qkv, 0, kN, 3 * kC),
-                                window(att, 0, kN * kNH, kT), s);
+    kernels::attention_backward(exec, window(dqkv, 0, kN, 3 * kC),
+                                window(scratch, 0, scratch_rows, kT), window(dout, 0, kN, kC),
+                                window(qkv, 0, kN, 3 * kC), window(att, 0, kN * kNH, kT), s);
     exec.fence();
   }
   set_flops(state, 4 * 2.0 * kAttentionPairs * kHS);  // datt, dv, dq, dk

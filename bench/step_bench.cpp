@@ -30,14 +30,15 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   int steps = 5, warmup = 2, profile_steps = 2;
   int B = 4, T = 64;
-  int layers = 12, vocab = 50257;  // smaller values only for smoke tests
-  double max_norm = 1.0;           // global-norm clipping as in the trainer (0: off)
+  int layers = 12, vocab = 50257;  // other shapes: smoke tests, and `make run`'s small model
+  int embd = 768, heads = 12;
+  double max_norm = 1.0;  // global-norm clipping as in the trainer (0: off)
 };
 
 void usage() {
   std::fprintf(stderr,
                "usage: trident_step_bench [--steps N] [--warmup N] [--profile-steps N] [--batch B]"
-               " [--seq T] [--layers L] [--vocab V] [--max-norm X]\n");
+               " [--seq T] [--layers L] [--vocab V] [--embd C] [--heads NH] [--max-norm X]\n");
 }
 
 bool parse(int argc, char** argv, Options& o) {
@@ -59,13 +60,18 @@ bool parse(int argc, char** argv, Options& o) {
       o.layers = std::atoi(v);
     else if (a == "--vocab")
       o.vocab = std::atoi(v);
+    else if (a == "--embd")
+      o.embd = std::atoi(v);
+    else if (a == "--heads")
+      o.heads = std::atoi(v);
     else if (a == "--max-norm")
       o.max_norm = std::atof(v);
     else
       return false;
   }
   return o.steps > 0 && o.warmup >= 0 && o.profile_steps >= 0 && o.B > 0 && o.T > 0 &&
-         o.T <= 1024 && o.layers > 0 && o.vocab > 0;
+         o.T <= 1024 && o.layers > 0 && o.vocab > 0 && o.heads > 0 && o.embd > 0 &&
+         o.embd % o.heads == 0;
 }
 
 double seconds_since(Clock::time_point t0) {
@@ -200,10 +206,10 @@ struct StepTimes {
 
 int run(const Options& o) {
   ModelConfig m;
-  m.name = "gpt2-124m";
+  m.name = o.embd == 768 && o.heads == 12 ? "gpt2-124m" : "custom";
   m.n_layer = o.layers;
-  m.n_embd = 768;
-  m.n_head = 12;
+  m.n_embd = o.embd;
+  m.n_head = o.heads;
   m.vocab_size = o.vocab;
   m.block_size = 1024;
   const int N = o.B * o.T;

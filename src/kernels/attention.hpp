@@ -3,6 +3,8 @@
 
 #include "core/math.hpp"
 #include "core/types.hpp"
+#include "kernels/attention_blocking.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/region.hpp"
 
 namespace trident::kernels {
@@ -11,92 +13,106 @@ struct AttentionShape {
   int B, T, NH, HS;  // C = NH * HS
 };
 
+// One work item per (batch, head), whose products are GEMMs on blocks of kAttentionRowBlock query
+// rows (gemm_block): as fast as the BLAS where one dot product per (query, key) pair ran at a few
+// GFLOP/s, and each (batch, head) is summed in a fixed order by one thread.
+
 // qkv[B*T, 3C] holds q | k | v, each head h at columns h*HS..h*HS+HS of its third.
 // out[B*T, C]: per head softmax(q k^T / sqrt(HS), causal) v.  att[B*NH*T, T]: the
 // probabilities (zero above the diagonal), kept for backward.
 inline void attention_forward(const Exec& exec, const Mat& out, const Mat& att, const ConstMat& qkv,
                               AttentionShape s) {
   Region region("trident::attention_forward");
+  exec.fence();  // BLAS reads what earlier kernels wrote
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
+  const int R = attention_block_rows(T);
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
+  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_att = static_cast<int>(att.stride(0));
+  const int ld_out = static_cast<int>(out.stride(0));
   Kokkos::parallel_for(
-      "attention_forward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH * T),
-      KOKKOS_LAMBDA(int idx) {
-        const int t = idx % T;
-        const int h = (idx / T) % NH;
-        const int b = idx / (T * NH);
-        const int qrow = b * T + t;
-        float maxv = -3.0e38f;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const int krow = b * T + t2;
-          const float dot =
-              kmath::lane_sum(
-                  HS, [&](int i) { return qkv(qrow, h * HS + i) * qkv(krow, C + h * HS + i); }) *
-              scale;
-          att(idx, t2) = dot;
-          if (dot > maxv) maxv = dot;
-        }
-        const float sum = kmath::lane_sum(t + 1, [&](int t2) {
-          const float e = kmath::exp_vec(att(idx, t2) - maxv);
-          att(idx, t2) = e;
-          return e;
-        });
-        const float inv = 1.0f / sum;
-        for (int t2 = 0; t2 < T; ++t2) att(idx, t2) = t2 <= t ? att(idx, t2) * inv : 0.0f;
-        // Row-wise over the values: contiguous in i, so it vectorises.
-        for (int i = 0; i < HS; ++i) out(qrow, h * HS + i) = 0.f;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float a = att(idx, t2);
-          for (int i = 0; i < HS; ++i)
-            out(qrow, h * HS + i) += a * qkv(b * T + t2, 2 * C + h * HS + i);
+      "attention_forward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), [=](int bh) {
+        const int h = bh % NH, b = bh / NH;
+        const float* q = &qkv(b * T, h * HS);
+        const float* k = q + C;
+        const float* v = q + 2 * C;
+        float* p = &att(bh * T, 0);
+        float* o = &out(b * T, h * HS);
+        for (int r0 = 0; r0 < T; r0 += R) {
+          const int rows = T - r0 < R ? T - r0 : R, keys = r0 + rows;
+          float* p_block = p + static_cast<size_t>(r0) * ld_att;
+          gemm_block('N', 'T', rows, keys, HS, scale, q + static_cast<size_t>(r0) * ld_qkv, ld_qkv,
+                     k, ld_qkv, 0.0f, p_block, ld_att);
+          for (int i = 0; i < rows; ++i) {
+            const int t = r0 + i;
+            float* row = p_block + static_cast<size_t>(i) * ld_att;
+            const float m = kmath::lane_max(
+                t + 1, [&](int j) { return row[j]; }, -3.0e38f);
+            const float sum = kmath::lane_sum(t + 1, [&](int j) {
+              const float e = kmath::exp_vec(row[j] - m);
+              row[j] = e;
+              return e;
+            });
+            const float inv = 1.0f / sum;
+            for (int j = 0; j <= t; ++j) row[j] *= inv;
+            for (int j = t + 1; j < T; ++j) row[j] = 0.0f;
+          }
+          gemm_block('N', 'N', rows, HS, keys, 1.0f, p_block, ld_att, v, ld_qkv, 0.0f,
+                     o + static_cast<size_t>(r0) * ld_out, ld_out);
         }
       });
 }
 
-// dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten). One work item per (batch, head) so the
-// scattered k/v gradients are summed in a fixed order. datt_scratch: [B*NH, T].
+// dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten). datt_scratch: [B*NH*attention_block_rows(T),
+// T], one block of score gradients per (batch, head).
 inline void attention_backward(const Exec& exec, const Mat& dqkv, const Mat& datt_scratch,
                                const ConstMat& dout, const ConstMat& qkv, const ConstMat& att,
                                AttentionShape s) {
   Region region("trident::attention_backward");
+  exec.fence();  // BLAS reads what earlier kernels wrote
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
+  const int R = attention_block_rows(T);
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
+  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_att = static_cast<int>(att.stride(0));
+  const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
+  const int ld_scratch = static_cast<int>(datt_scratch.stride(0));
   Kokkos::parallel_for(
-      "attention_backward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), KOKKOS_LAMBDA(int bh) {
-        const int h = bh % NH;
-        const int b = bh / NH;
-        for (int t = 0; t < T; ++t) {
-          const int row = b * T + t;
+      "attention_backward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), [=](int bh) {
+        const int h = bh % NH, b = bh / NH;
+        const float* q = &qkv(b * T, h * HS);
+        const float* k = q + C;
+        const float* v = q + 2 * C;
+        const float* p = &att(bh * T, 0);
+        const float* g = &dout(b * T, h * HS);
+        float* dq = &dqkv(b * T, h * HS);
+        float* dk = dq + C;
+        float* dv = dq + 2 * C;
+        float* ds = &datt_scratch(bh * R, 0);
+        for (int t = 0; t < T; ++t)
           for (int i = 0; i < HS; ++i) {
-            dqkv(row, h * HS + i) = 0.f;
-            dqkv(row, C + h * HS + i) = 0.f;
-            dqkv(row, 2 * C + h * HS + i) = 0.f;
+            dk[static_cast<size_t>(t) * ld_dqkv + i] = 0.0f;
+            dv[static_cast<size_t>(t) * ld_dqkv + i] = 0.0f;
           }
-        }
-        for (int t = 0; t < T; ++t) {
-          const int idx = bh * T + t;
-          const int qrow = b * T + t;
-          // datt[t2] = dout[t] . v[t2];  dv[t2] += att[t,t2] * dout[t]
-          float dot_sum = 0.f;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const int vrow = b * T + t2;
-            const float d = kmath::lane_sum(
-                HS, [&](int i) { return dout(qrow, h * HS + i) * qkv(vrow, 2 * C + h * HS + i); });
-            const float a = att(idx, t2);
-            for (int i = 0; i < HS; ++i)
-              dqkv(vrow, 2 * C + h * HS + i) += a * dout(qrow, h * HS + i);
-            datt_scratch(bh, t2) = d;
-            dot_sum += att(idx, t2) * d;
+        for (int r0 = 0; r0 < T; r0 += R) {
+          const int rows = T - r0 < R ? T - r0 : R, keys = r0 + rows;
+          const float* p_block = p + static_cast<size_t>(r0) * ld_att;
+          const float* g_block = g + static_cast<size_t>(r0) * ld_dout;
+          // d(probabilities) = dout v^T, then through the softmax and the 1/sqrt(HS) scale.
+          gemm_block('N', 'T', rows, keys, HS, 1.0f, g_block, ld_dout, v, ld_qkv, 0.0f, ds,
+                     ld_scratch);
+          for (int i = 0; i < rows; ++i) {
+            const int t = r0 + i;
+            const float* prow = p_block + static_cast<size_t>(i) * ld_att;
+            float* drow = ds + static_cast<size_t>(i) * ld_scratch;
+            const float dot = kmath::lane_sum(t + 1, [&](int j) { return prow[j] * drow[j]; });
+            for (int j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot) * scale;
+            for (int j = t + 1; j < keys; ++j) drow[j] = 0.0f;
           }
-          // Softmax backward, then the scaled dot product's.
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const float dpre = att(idx, t2) * (datt_scratch(bh, t2) - dot_sum) * scale;
-            const int krow = b * T + t2;
-            for (int i = 0; i < HS; ++i) {
-              dqkv(qrow, h * HS + i) += dpre * qkv(krow, C + h * HS + i);
-              dqkv(krow, C + h * HS + i) += dpre * qkv(qrow, h * HS + i);
-            }
-          }
+          gemm_block('N', 'N', rows, HS, keys, 1.0f, ds, ld_scratch, k, ld_qkv, 0.0f,
+                     dq + static_cast<size_t>(r0) * ld_dqkv, ld_dqkv);
+          gemm_block('T', 'N', keys, HS, rows, 1.0f, ds, ld_scratch,
+                     q + static_cast<size_t>(r0) * ld_qkv, ld_qkv, 1.0f, dk, ld_dqkv);
+          gemm_block('T', 'N', keys, HS, rows, 1.0f, p_block, ld_att, g_block, ld_dout, 1.0f, dv,
+                     ld_dqkv);
         }
       });
 }

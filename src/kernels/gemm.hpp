@@ -26,4 +26,17 @@ inline void gemm(const Exec& exec, char trans_a, char trans_b, float alpha, cons
               B.data(), leading(B), beta, C.data(), leading(C));
 }
 
+// The same on raw row-major blocks, for a kernel's work item on a host space: no fence and no
+// profiling region, as it runs inside a parallel loop. Called from inside an OpenMP parallel
+// region, Debian's OpenMP OpenBLAS runs it on the calling thread alone, so concurrent work items
+// do not fight over the cores, and each result is the same whatever the number of threads.
+inline void gemm_block(char trans_a, char trans_b, int m, int n, int k, float alpha, const float* A,
+                       int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible,
+                "a device build needs its own GEMM (cuBLAS)");
+  cblas_sgemm(CblasRowMajor, trans_a == 'T' ? CblasTrans : CblasNoTrans,
+              trans_b == 'T' ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, beta, C,
+              ldc);
+}
+
 }  // namespace trident::kernels

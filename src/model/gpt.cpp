@@ -194,7 +194,8 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   datty_ = work("datty", N * C_tp_);
   dqkv_ = work("dqkv", N * 3 * C_tp_);
   dfch_ = work("dfch", N * F_tp_);
-  datt_scratch_ = work("datt_scratch", static_cast<size_t>(max_batch) * NH_tp_ * T);
+  datt_scratch_ =
+      work("datt_scratch", static_cast<size_t>(max_batch) * NH_tp_ * attention_block_rows(T) * T);
 }
 
 void GptStage::init_params(uint64_t seed) {
@@ -567,7 +568,8 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
                     false);
     round(datty_, static_cast<size_t>(N) * C_tp_);
     const Mat dqkv = window(dqkv_, 0, N, 3 * C_tp_);
-    attention_backward(exec_, dqkv, window(datt_scratch_, 0, B * NH_tp_, T), datty,
+    attention_backward(exec_, dqkv,
+                       window(datt_scratch_, 0, B * NH_tp_ * attention_block_rows(T), T), datty,
                        window(b.qkv, 0, N, 3 * C_tp_), window(b.att, 0, N * NH_tp_, T), shape);
     round(dqkv_, static_cast<size_t>(N) * 3 * C_tp_);
     linear_backward(exec_, dln, g.qkv_w, g.qkv_b, dqkv, window(b.ln1, 0, N, C), w.qkv_w, false);

@@ -222,7 +222,7 @@ class GptStage {
   View1 dresidual_, dln_, datty_;  // [N,C], [N,C], [N,C_tp]
   View1 dqkv_;                     // [N,3C_tp]
   View1 dfch_;                     // [N,4C_tp]
-  View1 datt_scratch_;             // [B*NH_tp, T]
+  View1 datt_scratch_;             // [B*NH_tp*attention_block_rows(T), T]
 };
 
 }  // namespace trident

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "io/config.hpp"
+#include "kernels/attention_blocking.hpp"
 #include "model/params.hpp"
 #include "model/partition.hpp"
 #include "model/unit_buffers.hpp"
@@ -129,8 +130,9 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
       add(MemCategory::kActivations, probabilities);
     }
     // Workspace: projection scratch, cross-entropy reductions, backward buffers.
-    add(MemCategory::kWorkspace, N * h + 3 * N + 2 * N * h + N * h / t + 3 * N * h / t +
-                                     4 * N * h / t + q.micro_batch * (a / t) * s);
+    add(MemCategory::kWorkspace,
+        N * h + 3 * N + 2 * N * h + N * h / t + 3 * N * h / t + 4 * N * h / t +
+            q.micro_batch * (a / t) * kernels::attention_block_rows(static_cast<int>(s)) * s);
     // async: the gradient in flight; local_sgd: both moments staged for averaging.
     if (q.dp_sync == DpSync::kAsync) add(MemCategory::kCommBuffers, local.total_numel());
     if (q.dp_sync == DpSync::kLocalSgd && q.dp > 1)

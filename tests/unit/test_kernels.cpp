@@ -211,58 +211,71 @@ TEST(Kernels, EmbeddingForwardAndBackward) {
   expect_matches_finite_differences(wpe, dwpe, f);
 }
 
-TEST(Kernels, AttentionForwardMatchesNaiveLoop) {
-  const AttentionShape s{2, 5, 2, 3};
-  const int C = s.NH * s.HS, N = s.B * s.T;
-  View1 qkv = random_view(N * 3 * C, 25), out("o", N * C), att("a", N * s.NH * s.T);
-  attention_forward(exec, window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
-                    window(qkv, 0, N, 3 * C), s);
-  exec.fence();
-  auto q = [&](int b, int t, int h, int i) { return qkv((b * s.T + t) * 3 * C + h * s.HS + i); };
-  auto k = [&](int b, int t, int h, int i) {
-    return qkv((b * s.T + t) * 3 * C + C + h * s.HS + i);
-  };
-  auto v = [&](int b, int t, int h, int i) {
-    return qkv((b * s.T + t) * 3 * C + 2 * C + h * s.HS + i);
-  };
-  for (int b = 0; b < s.B; ++b)
-    for (int h = 0; h < s.NH; ++h)
-      for (int t = 0; t < s.T; ++t) {
-        std::vector<double> w(t + 1);
-        double mx = -1e30, sum = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          double d = 0;
-          for (int i = 0; i < s.HS; ++i) d += q(b, t, h, i) * k(b, t2, h, i);
-          w[t2] = d / std::sqrt(s.HS);
-          mx = std::max(mx, w[t2]);
-        }
-        for (auto& x : w) sum += (x = std::exp(x - mx));
-        for (int i = 0; i < s.HS; ++i) {
-          double ref = 0;
-          for (int t2 = 0; t2 <= t; ++t2) ref += w[t2] / sum * v(b, t2, h, i);
-          EXPECT_NEAR(out((b * s.T + t) * C + h * s.HS + i), ref, 1e-5);
-        }
-      }
-}
+// Shapes with one block of query rows, and with several and a partial last one (T = 70 against
+// kAttentionRowBlock = 32), so that the causal blocking is exercised.
+const AttentionShape kAttentionShapes[] = {{2, 5, 2, 3}, {1, 2 * kAttentionRowBlock + 6, 2, 4}};
 
-TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
-  const AttentionShape s{2, 4, 2, 3};
-  const int C = s.NH * s.HS, N = s.B * s.T;
-  View1 qkv = random_view(N * 3 * C, 26), out("o", N * C), att("a", N * s.NH * s.T);
-  View1 r = random_view(N * C, 27);
-  auto f = [&] {
+TEST(Kernels, AttentionForwardMatchesNaiveLoop) {
+  for (const AttentionShape& s : kAttentionShapes) {
+    const int C = s.NH * s.HS, N = s.B * s.T;
+    View1 qkv = random_view(N * 3 * C, 25), out("o", N * C), att("a", N * s.NH * s.T);
+    Kokkos::deep_copy(att, 7.0f);  // stale values: every probability must be written
     attention_forward(exec, window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
                       window(qkv, 0, N, 3 * C), s);
     exec.fence();
-    return dot(out, r);
-  };
-  f();
-  View1 dqkv("dqkv", N * 3 * C), scratch("s", s.B * s.NH * s.T);
-  attention_backward(exec, window(dqkv, 0, N, 3 * C), window(scratch, 0, s.B * s.NH, s.T),
-                     window(r, 0, N, C), window(qkv, 0, N, 3 * C), window(att, 0, N * s.NH, s.T),
-                     s);
-  exec.fence();
-  expect_matches_finite_differences(qkv, dqkv, f);
+    auto q = [&](int b, int t, int h, int i) { return qkv((b * s.T + t) * 3 * C + h * s.HS + i); };
+    auto k = [&](int b, int t, int h, int i) {
+      return qkv((b * s.T + t) * 3 * C + C + h * s.HS + i);
+    };
+    auto v = [&](int b, int t, int h, int i) {
+      return qkv((b * s.T + t) * 3 * C + 2 * C + h * s.HS + i);
+    };
+    for (int b = 0; b < s.B; ++b)
+      for (int h = 0; h < s.NH; ++h)
+        for (int t = 0; t < s.T; ++t) {
+          std::vector<double> w(t + 1);
+          double mx = -1e30, sum = 0;
+          for (int t2 = 0; t2 <= t; ++t2) {
+            double d = 0;
+            for (int i = 0; i < s.HS; ++i) d += q(b, t, h, i) * k(b, t2, h, i);
+            w[t2] = d / std::sqrt(s.HS);
+            mx = std::max(mx, w[t2]);
+          }
+          for (auto& x : w) sum += (x = std::exp(x - mx));
+          const size_t att_row = static_cast<size_t>((b * s.NH + h) * s.T + t) * s.T;
+          for (int t2 = 0; t2 < s.T; ++t2)
+            EXPECT_NEAR(att(att_row + t2), t2 <= t ? w[t2] / sum : 0.0, 1e-6)
+                << "T=" << s.T << " t=" << t << " t2=" << t2;
+          for (int i = 0; i < s.HS; ++i) {
+            double ref = 0;
+            for (int t2 = 0; t2 <= t; ++t2) ref += w[t2] / sum * v(b, t2, h, i);
+            EXPECT_NEAR(out((b * s.T + t) * C + h * s.HS + i), ref, 1e-5) << "T=" << s.T;
+          }
+        }
+  }
+}
+
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
+  for (const AttentionShape& s : kAttentionShapes) {
+    const int C = s.NH * s.HS, N = s.B * s.T;
+    View1 qkv = random_view(N * 3 * C, 26), out("o", N * C), att("a", N * s.NH * s.T);
+    View1 r = random_view(N * C, 27);
+    auto f = [&] {
+      attention_forward(exec, window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
+                        window(qkv, 0, N, 3 * C), s);
+      exec.fence();
+      return dot(out, r);
+    };
+    f();
+    const int scratch_rows = s.B * s.NH * attention_block_rows(s.T);
+    View1 dqkv("dqkv", N * 3 * C), scratch("s", scratch_rows * s.T);
+    Kokkos::deep_copy(dqkv, 7.0f);  // stale values: the gradient is overwritten, not added to
+    attention_backward(exec, window(dqkv, 0, N, 3 * C), window(scratch, 0, scratch_rows, s.T),
+                       window(r, 0, N, C), window(qkv, 0, N, 3 * C), window(att, 0, N * s.NH, s.T),
+                       s);
+    exec.fence();
+    expect_matches_finite_differences(qkv, dqkv, f);
+  }
 }
 
 TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
