@@ -20,6 +20,16 @@ export OPENBLAS_NUM_THREADS ?= $(THREADS_PER_RANK)
 export OMP_NUM_THREADS ?= $(THREADS_PER_RANK)
 export OMP_PROC_BIND ?= false
 export OMP_WAIT_POLICY ?= PASSIVE
+# OpenMPI binds each rank to one core when the ranks fit the cores: with T threads per rank they
+# would all share it (1 rank x 2 threads ran at one core's speed). Give each rank T cores, or
+# leave the ranks unbound when R x T oversubscribes.
+ifeq ($(THREADS_PER_RANK),1)
+  MPIRUN_BIND ?=
+else ifeq ($(shell [ $$(( $(NP) * $(THREADS_PER_RANK) )) -le $$(nproc) ] && echo fits),fits)
+  MPIRUN_BIND ?= --map-by slot:PE=$(THREADS_PER_RANK) --bind-to core
+else
+  MPIRUN_BIND ?= --bind-to none
+endif
 
 .PHONY: all deps kokkos configure build data data-bpe run test bench clean
 
@@ -48,7 +58,7 @@ data-bpe: build
 	@bash tools/prepare_kjv.sh $(TRIDENT) data gpt2
 
 run: data
-	mpirun -np $(NP) --oversubscribe $(TRIDENT) train --config $(CONFIG) --overwrite
+	mpirun -np $(NP) --oversubscribe $(MPIRUN_BIND) $(TRIDENT) train --config $(CONFIG) --overwrite
 	@echo "--- sample from the newest checkpoint:"
 	@$(TRIDENT) generate --ckpt "$$(ls -1 runs/small/checkpoints/step_*.h5 | tail -n 1)" \
 	  --prompt "And God said" --tokens 300

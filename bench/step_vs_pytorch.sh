@@ -2,14 +2,17 @@
 # Compares one gpt2-124m training step (B=4, T=64, fp32), trident vs PyTorch, at 1 and 2 threads.
 #
 # usage: bench/step_vs_pytorch.sh BUILD_DIR
-#   env: THREADS="1 2"  STEPS=5  WARMUP=2  PYTHON=/usr/bin/python3  OMP_WAIT_POLICY=PASSIVE
-# Prints a table (threads, trident s/step, torch s/step, torch/trident: the speed-up, trident step/GEMM-only)
+#   env: THREADS="1 2"  STEPS=5  WARMUP=2  REPEATS=2  PYTHON=/usr/bin/python3
+#        OMP_WAIT_POLICY=PASSIVE
+# Prints a table (threads, trident s/step, torch s/step, torch/trident: the speed-up, trident step/GEMM-only,
+# and the speed-up between the two sides' fastest steps)
 # and keeps every raw output in BUILD_DIR/step_vs_pytorch.log.
 set -euo pipefail
 
 build=${1:?usage: bench/step_vs_pytorch.sh BUILD_DIR}
 threads_list=${THREADS:-"1 2"}
 steps=${STEPS:-5}
+repeats=${REPEATS:-2}
 warmup=${WARMUP:-2}
 python=${PYTHON:-/usr/bin/python3}  # Debian's, which has python3-torch
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -50,7 +53,8 @@ wait_policy=${OMP_WAIT_POLICY:-PASSIVE}
 log=$build/step_vs_pytorch.log
 : >"$log"
 
-echo "gpt2-124m training step, B=4 T=64 fp32, median of $steps steps after $warmup warm-up"
+echo "gpt2-124m training step, B=4 T=64 fp32, median of $steps steps after $warmup warm-up; each side"
+echo "runs $repeats times (trident, torch, torch, trident, ...) and its fastest median counts"
 echo "note: OpenBLAS kernel on every side: ${coretype} (OPENBLAS_CORETYPE$([[ $coretype == auto ]] &&
   echo " unset" || echo "=$coretype")); the 'GEMM:' line below is what OpenBLAS reports using"
 echo "note: GLIBC_TUNABLES=$malloc_tunables and OMP_WAIT_POLICY=$wait_policy on every side"
@@ -62,6 +66,47 @@ echo "raw output: $log"
 value() {  # value KEY FILE: the number after KEY= on its line
   sed -n "s/^$1=\([0-9.eE+-]*\).*/\1/p" "$2" | tail -n 1
 }
+fastest() {  # fastest PREFIX FILE: the shortest of the timed steps' `PREFIX_step index=...` lines
+  sed -n "s/^$1_step index=[0-9]* seconds=\([0-9.eE+-]*\).*/\1/p" "$2" | sort -g | head -n 1
+}
+
+# keep_faster CANDIDATE BEST KEY: moves CANDIDATE over BEST when its KEY median is lower (or BEST
+# is empty); removes CANDIDATE otherwise.
+keep_faster() {
+  local new old
+  new=$(value "$3" "$1") old=$(value "$3" "$2")
+  if [[ -z $old ]] || awk -v a="$new" -v b="$old" 'BEGIN { exit !(a < b) }'; then
+    mv "$1" "$2"
+  else
+    rm -f "$1"
+  fi
+}
+
+run_trident() {  # run_trident THREADS: one trident run, its medians kept when the fastest yet
+  local out
+  out=$(mktemp)
+  echo "== trident, $1 thread(s)" >>"$log"
+  "${clean_env[@]}" OPENBLAS_NUM_THREADS="$1" OMP_NUM_THREADS="$1" OMP_WAIT_POLICY="$wait_policy" \
+    "$step_bench" --steps "$steps" --warmup "$warmup" | tee -a "$log" >"$out"
+  [[ -n ${reported-} ]] || { reported=1 && echo "GEMM: $(sed -n 's/.*blas="\([^"]*\)".*/\1/p' "$out")"; }
+  echo "   trident: $(value trident_step_seconds "$out") s/step ($1 threads)"
+  keep_faster "$out" "$out_trident" trident_step_seconds
+}
+
+run_torch() {  # run_torch THREADS: PyTorch with each of Debian's threaded OpenBLAS flavours
+  local flavour flavour_dir out
+  for flavour in pthread openmp; do
+    flavour_dir=/usr/lib/$(gcc -print-multiarch)/openblas-$flavour
+    [[ -e $flavour_dir/libblas.so.3 ]] || continue
+    out=$(mktemp)
+    echo "== torch, $1 thread(s), OpenBLAS $flavour flavour" >>"$log"
+    "${clean_env[@]}" LD_LIBRARY_PATH="$flavour_dir" OPENBLAS_NUM_THREADS="$1" OMP_NUM_THREADS="$1" \
+      OMP_WAIT_POLICY="$wait_policy" "$python" "$here/torch_step.py" --threads "$1" \
+      --steps "$steps" --warmup "$warmup" | tee -a "$log" >"$out"
+    echo "   torch with OpenBLAS's $flavour flavour: $(value torch_step_seconds "$out") s/step ($1 threads)"
+    keep_faster "$out" "$out_torch" torch_step_seconds
+  done
+}
 
 declare -a rows
 for n in $threads_list; do
@@ -69,30 +114,19 @@ for n in $threads_list; do
   # n threads per side: trident's Kokkos kernels and its GEMMs share one OpenMP pool (it links
   # Debian's OpenMP OpenBLAS); PyTorch runs its own ops on n OpenMP threads and its GEMMs on the
   # system's libblas.so.3, measured with both of Debian's threaded OpenBLAS flavours (pthreads,
-  # the default alternative, and OpenMP, its pool shared as trident's is); its faster one counts.
-  echo "== trident, $n thread(s)" >>"$log"
-  "${clean_env[@]}" OPENBLAS_NUM_THREADS="$n" OMP_NUM_THREADS="$n" OMP_WAIT_POLICY="$wait_policy" \
-    "$step_bench" --steps "$steps" --warmup "$warmup" | tee -a "$log" >"$out_trident"
-  [[ -n ${reported-} ]] || { reported=1 && echo "GEMM: $(sed -n 's/.*blas="\([^"]*\)".*/\1/p' "$out_trident")"; }
-  to_step=""
-  for flavour in pthread openmp; do
-    flavour_dir=/usr/lib/$(gcc -print-multiarch)/openblas-$flavour
-    [[ -e $flavour_dir/libblas.so.3 ]] || continue
-    out=$(mktemp)
-    echo "== torch, $n thread(s), OpenBLAS $flavour flavour" >>"$log"
-    "${clean_env[@]}" LD_LIBRARY_PATH="$flavour_dir" OPENBLAS_NUM_THREADS="$n" OMP_NUM_THREADS="$n" \
-      OMP_WAIT_POLICY="$wait_policy" "$python" "$here/torch_step.py" --threads "$n" \
-      --steps "$steps" --warmup "$warmup" | tee -a "$log" >"$out"
-    step=$(value torch_step_seconds "$out")
-    echo "   torch with OpenBLAS's $flavour flavour: $step s/step ($n threads)"
-    if [[ -z $to_step ]] || awk -v a="$step" -v b="$to_step" 'BEGIN { exit !(a < b) }'; then
-      to_step=$step && cp "$out" "$out_torch"
+  # the default alternative, and OpenMP, its pool shared as trident's is). Each side runs
+  # REPEATS times, in the order trident, torch, torch, trident, ... so that a slow spell of the
+  # machine does not fall on one side only, and each side's fastest median counts.
+  for ((round = 1; round <= repeats; round++)); do
+    if ((round % 2)); then
+      run_trident "$n" && run_torch "$n"
+    else
+      run_torch "$n" && run_trident "$n"
     fi
-    rm -f "$out"
   done
   tr_step=$(value trident_step_seconds "$out_trident")
   tr_gemm=$(value trident_gemm_seconds "$out_trident")
-  rows+=("$n $tr_step $to_step $tr_gemm")
+  rows+=("$n $tr_step $to_step $tr_gemm $(fastest trident "$out_trident") $(fastest torch "$out_torch")")
   for phase in forward backward optimizer; do
     printf '   %-9s trident %7.3f s   torch %7.3f s   (%s threads)\n' "$phase" \
       "$(value trident_${phase}_seconds "$out_trident")" \
@@ -102,10 +136,13 @@ for n in $threads_list; do
 done
 
 echo
-printf '%-8s %-16s %-16s %-15s %-16s %-18s\n' threads "trident s/step" "torch s/step" \
-  "torch/trident" "GEMM-only s" "trident step/GEMM"
+# Medians, and the fastest step of each side: on a machine whose neighbours slow it down now and
+# then, the fastest step is the least disturbed measurement of what each side can do.
+printf '%-8s %-16s %-16s %-15s %-16s %-18s %-22s\n' threads "trident s/step" "torch s/step" \
+  "torch/trident" "GEMM-only s" "trident step/GEMM" "torch/trident fastest"
 for row in "${rows[@]}"; do
-  read -r n tr to gemm <<<"$row"
-  awk -v n="$n" -v tr="$tr" -v to="$to" -v g="$gemm" 'BEGIN {
-    printf "%-8s %-16.3f %-16.3f %-15.2f %-16.3f %-18.2f\n", n, tr, to, to / tr, g, tr / g }'
+  read -r n tr to gemm tr_min to_min <<<"$row"
+  awk -v n="$n" -v tr="$tr" -v to="$to" -v g="$gemm" -v a="$tr_min" -v b="$to_min" 'BEGIN {
+    printf "%-8s %-16.3f %-16.3f %-15.2f %-16.3f %-18.2f %.3f / %.3f = %.2f\n", n, tr, to, to / tr,
+      g, tr / g, b, a, b / a }'
 done

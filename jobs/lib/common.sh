@@ -16,8 +16,8 @@ JOB_COMMON_USAGE="common environment variables:
                             else the cores here)
   GPUS_PER_NODE=0           GPUs per node (one rank each); 0 on CPU builds
   THREADS_PER_RANK          OpenMP threads of each rank, for its Kokkos kernels and GEMMs alike
-                            (default: Slurm's --cpus-per-task, else 1); R ranks x T threads per
-                            node: sbatch --ntasks-per-node=R --cpus-per-task=T
+                            (default: Slurm's --cpus-per-task, else OMP_NUM_THREADS, else 1);
+                            R ranks x T threads: sbatch --ntasks-per-node=R --cpus-per-task=T
   SITE=local                jobs/machines/<SITE>/profile.sh: modules, launcher and NCCL settings
   RUN_TIMEOUT=0             seconds before one run is stopped and marked timeout (0: no limit)
   RUNS_DIR=runs             outputs go to RUNS_DIR/<experiment>/<job id>/<layout>/
@@ -118,12 +118,21 @@ EOF
   JOB_MAX_RANKS=$((JOB_NODES * RANKS_PER_NODE))
   # One OpenMP pool per rank runs both the Kokkos kernels and the GEMMs (trident links OpenBLAS's
   # OpenMP flavour, which takes OMP_NUM_THREADS; OPENBLAS_NUM_THREADS would cap it).
-  THREADS_PER_RANK=${THREADS_PER_RANK:-${SLURM_CPUS_PER_TASK:-1}}
+  THREADS_PER_RANK=${THREADS_PER_RANK:-${SLURM_CPUS_PER_TASK:-${OMP_NUM_THREADS:-1}}}
   [[ $THREADS_PER_RANK =~ ^[1-9][0-9]*$ ]] ||
     job_die "THREADS_PER_RANK=$THREADS_PER_RANK must be a positive integer"
   if [[ -n ${SLURM_CPUS_PER_TASK-} ]] && ((THREADS_PER_RANK > SLURM_CPUS_PER_TASK)); then
     job_die "THREADS_PER_RANK=$THREADS_PER_RANK exceeds the $SLURM_CPUS_PER_TASK CPUs per task of" \
       "this allocation; submit with --cpus-per-task=$THREADS_PER_RANK"
+  fi
+  # srun reserves the CPUs per task the allocation has (it does not inherit sbatch's
+  # --cpus-per-task, Slurm 22.05 to 23.02; with binding every rank would get a single core).
+  JOB_SRUN_CPUS=()
+  if [[ -n ${SLURM_CPUS_PER_TASK-} ]]; then
+    JOB_SRUN_CPUS=(--cpus-per-task="$THREADS_PER_RANK")
+  elif [[ -n ${SLURM_JOB_ID-} ]] && ((THREADS_PER_RANK > 1)); then
+    job_log "note: $THREADS_PER_RANK threads per rank, but the allocation has one CPU per task;" \
+      "submit with --cpus-per-task=$THREADS_PER_RANK to give each rank its cores"
   fi
   export OMP_NUM_THREADS=$THREADS_PER_RANK OPENBLAS_NUM_THREADS=$THREADS_PER_RANK
   # A site whose launcher gives each rank its own cores (BIND_THREADS=1 in its profile, with
@@ -289,13 +298,22 @@ job_run() {
   [[ ${#JOB_EXTRA_SETS[@]} -gt 0 ]] && sets+=("${JOB_EXTRA_SETS[@]/#/--set=}")
   local cmd
   if [[ $JOB_LAUNCHER == srun ]]; then
-    # --cpus-per-task on srun itself: srun does not inherit sbatch's (Slurm 22.05 to 23.02), and
-    # with binding every rank would get a single core whatever the job asked for.
     cmd=(srun --nodes="$nodes" --ntasks="$ranks" --ntasks-per-node="$((ranks < RANKS_PER_NODE ? ranks : RANKS_PER_NODE))"
-      --cpus-per-task="$THREADS_PER_RANK" ${SRUN_ARGS-} "$TRIDENT" train --config "$CONFIG" "${sets[@]}")
+      ${JOB_SRUN_CPUS[@]+"${JOB_SRUN_CPUS[@]}"} ${SRUN_ARGS-} "$TRIDENT" train --config "$CONFIG" "${sets[@]}")
   else
-    cmd=(mpirun -np "$ranks" --oversubscribe ${MPIRUN_ARGS-} "$TRIDENT" train --config "$CONFIG"
-      "${sets[@]}")
+    # OpenMPI binds each rank to one core when the ranks fit the cores, which would put all of a
+    # rank's threads on it: with several threads, T cores per rank, or no binding when R x T
+    # oversubscribes this machine.
+    local bind=()
+    if ((THREADS_PER_RANK > 1)); then
+      if ((ranks * THREADS_PER_RANK <= $(nproc))); then
+        bind=(--map-by "slot:PE=$THREADS_PER_RANK" --bind-to core)
+      else
+        bind=(--bind-to none)
+      fi
+    fi
+    cmd=(mpirun -np "$ranks" --oversubscribe ${bind[@]+"${bind[@]}"} ${MPIRUN_ARGS-} "$TRIDENT" train
+      --config "$CONFIG" "${sets[@]}")
   fi
   ((RUN_TIMEOUT > 0)) && cmd=(timeout --signal=TERM --kill-after=30 "$RUN_TIMEOUT" "${cmd[@]}")
   printf '%q ' "${cmd[@]}" >"$dir/command"

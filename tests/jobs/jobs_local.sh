@@ -69,17 +69,26 @@ run_job strong strong_scaling.sh STEPS=6 GLOBAL_BATCH=8
 for dp in 1 2 4; do expect_status "n1_dp${dp}_tp1_pp1" completed; done
 png "$sweep/scaling.png"
 png "$sweep/breakdown.png"
-"${PYTHON:-/usr/bin/python3}" - "$sweep" <<'PY'
-import json, sys
+"${PYTHON:-/usr/bin/python3}" - "$sweep" "${OMP_NUM_THREADS:-1}" <<'PY'
+import json, os, sys
 from pathlib import Path
 import h5py
-sweep = Path(sys.argv[1])
+sweep, threads = Path(sys.argv[1]), int(sys.argv[2])
 assert json.loads((sweep / "sweep.json").read_text())["experiment"] == "strong_scaling"
 for dp in (1, 2, 4):
     run = sweep / f"n1_dp{dp}_tp1_pp1"
     meta = json.loads((run / "run.json").read_text())
     assert (meta["ranks"], meta["dp"], meta["global_batch"], meta["status"]) == (dp, dp, 8, "completed"), meta
+    # THREADS_PER_RANK follows OMP_NUM_THREADS outside Slurm; one rank gets both cores, more
+    # ranks than that are left unbound.
+    assert meta["threads_per_rank"] == threads, (meta, threads)
+    command = (run / "command").read_text()
+    if threads > 1:
+        fits = dp * threads <= len(os.sched_getaffinity(0))
+        expected = f"--map-by slot:PE={threads} --bind-to core" if fits else "--bind-to none"
+        assert expected in command, (expected, command)
     with h5py.File(run / "timings.h5", "r") as f:
+        assert int(f.attrs["threads_per_rank"]) == threads, f.attrs["threads_per_rank"]
         assert (f["tokens"][:] == 8 * 16).all()  # the same global batch at every size
         assert f["phase_seconds"].shape[1] == dp and f["step"].shape == (6,)
     assert not (run / "checkpoints").exists()  # KEEP_CHECKPOINTS=0: run.checkpoint_every=-1

@@ -56,6 +56,8 @@ import numpy as np
 
 sweep, job, steps = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 shapes = [tuple(map(int, s.split(":"))) for s in sys.argv[4].split()]
+threads = int(sys.argv[5])  # each rank's OpenMP threads
+srun_cpus = sys.argv[6] == "cpus-per-task"  # from sbatch --cpus-per-task, which srun must be given
 per_rank = {}
 for ranks, nodes in shapes:
     run = sweep / f"n{nodes}_dp{ranks}_tp1_pp1"
@@ -63,8 +65,11 @@ for ranks, nodes in shapes:
     meta = json.loads((run / "run.json").read_text())
     assert (meta["ranks"], meta["nodes"], meta["dp"], meta["exit_code"]) == (ranks, nodes, ranks, 0), meta
     assert meta["global_batch"] == 8 * ranks, meta  # weak scaling: the batch grows with dp
+    assert meta["threads_per_rank"] == threads, (meta, threads)
+    assert (f"--cpus-per-task={threads} " in (run / "command").read_text()) == srun_cpus, run
     with h5py.File(run / "timings.h5", "r") as f:
         assert f.attrs["slurm_job_id"] == job, (f.attrs["slurm_job_id"], job)
+        assert int(f.attrs["threads_per_rank"]) == threads, f.attrs["threads_per_rank"]
         assert len(f.attrs["hostnames"].split(",")) == ranks
         assert f["step"].shape == (steps,), f["step"].shape
         assert f["phase_seconds"].shape[1] == ranks
@@ -97,13 +102,16 @@ print("weak scaling under Slurm:", {k: round(float(v["efficiency"]), 3) for k, v
 PY
 }
 
+# Threads per rank: the test's OMP_NUM_THREADS on one node (srun reserves 1 CPU per task, as the
+# job has), 3 from --cpus-per-task on two (srun is given it).
 submit one_node --nodes=1 --ntasks-per-node=4
-check "$sweep" "$(basename "$sweep")" "$steps" "1:1 2:1 4:1" || fail "one-node sweep"
+check "$sweep" "$(basename "$sweep")" "$steps" "1:1 2:1 4:1" "${OMP_NUM_THREADS:-1}" "" ||
+  fail "one-node sweep"
 
 # Both nodes share this host's name, and OpenMPI's shared-memory transport would take ranks of
 # different nodes for neighbours (tools/local_slurm.sh): TCP between every pair instead.
-OMPI_MCA_btl=self,tcp submit two_nodes --nodes=2 --ntasks-per-node=2
-check "$sweep" "$(basename "$sweep")" "$steps" "2:1 4:2" || fail "two-node sweep"
+OMPI_MCA_btl=self,tcp submit two_nodes --nodes=2 --ntasks-per-node=2 --cpus-per-task=3
+check "$sweep" "$(basename "$sweep")" "$steps" "2:1 4:2" 3 cpus-per-task || fail "two-node sweep"
 grep -q "job $(basename "$sweep") via srun, 2 node(s) x 2 rank(s)" "$work/two_nodes.out" ||
   fail "the two-node job did not see 2 nodes of 2 ranks"
 echo PASS
