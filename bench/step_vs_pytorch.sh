@@ -126,6 +126,7 @@ for n in $threads_list; do
   done
   tr_step=$(value trident_step_seconds "$out_trident")
   tr_gemm=$(value trident_gemm_seconds "$out_trident")
+  to_step=$(value torch_step_seconds "$out_torch")
   rows+=("$n $tr_step $to_step $tr_gemm $(fastest trident "$out_trident") $(fastest torch "$out_torch")")
   for phase in forward backward optimizer; do
     printf '   %-9s trident %7.3f s   torch %7.3f s   (%s threads)\n' "$phase" \
