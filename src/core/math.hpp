@@ -61,12 +61,11 @@ KOKKOS_INLINE_FUNCTION float exp_vec(float x) {
 // it may not reorder), and the bits depend on n only, never on the number of threads.
 constexpr int kLanes = 16;
 
-KOKKOS_INLINE_FUNCTION float combine_lanes(const float* lanes) {
-  float width[kLanes];
-  for (int j = 0; j < kLanes; ++j) width[j] = lanes[j];
+// Folds the lanes in halves (in place), the same tree whatever the row.
+KOKKOS_INLINE_FUNCTION float combine_lanes(float* lanes) {
   for (int half = kLanes / 2; half > 0; half /= 2)
-    for (int j = 0; j < half; ++j) width[j] += width[j + half];
-  return width[0];
+    for (int j = 0; j < half; ++j) lanes[j] += lanes[j + half];
+  return lanes[0];
 }
 
 template <class Term>
