@@ -31,7 +31,17 @@ else
   MPIRUN_BIND ?= --bind-to none
 endif
 
-.PHONY: all deps kokkos configure build data data-bpe run test bench clean
+# The GPU build (CUDA Kokkos, cuBLAS, NCCL) in BUILD_CUDA, for sm_80 and sm_90: it compiles and
+# links with a CUDA toolkit and no GPU. Host code for x86-64-v3 (AVX2), not this machine's CPU: the
+# binaries go to GPU nodes (tools/device_bundle.sh).
+BUILD_CUDA ?= build-cuda
+CUDA_ROOT ?= /usr/local/cuda
+KOKKOS_CUDA_ROOT ?= $(abspath $(BUILD_CUDA))/_kokkos
+CUDA_HOST_ARCH ?= x86-64-v3
+HAVE_CUDA := $(shell [ -x $(CUDA_ROOT)/bin/nvcc ] && \
+  { [ -e $(CUDA_ROOT)/include/nccl.h ] || [ -e /usr/include/nccl.h ]; } && echo yes)
+
+.PHONY: all deps kokkos configure build build-cuda data data-bpe run test bench clean
 
 all: build
 
@@ -50,6 +60,14 @@ configure: deps kokkos
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+build-cuda: deps
+	@CUDA_ROOT=$(CUDA_ROOT) bash tools/build_kokkos.sh $(KOKKOS_CUDA_ROOT) cuda
+	@cmake -S . -B $(BUILD_CUDA) -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT=$(KOKKOS_CUDA_ROOT) \
+	  -DCMAKE_CXX_COMPILER=$(KOKKOS_CUDA_ROOT)/bin/trident-nvcc -DCUDAToolkit_ROOT=$(CUDA_ROOT) \
+	  -DTRIDENT_HOST_ARCH=$(CUDA_HOST_ARCH) > $(BUILD_CUDA).configure.log 2>&1 || \
+	  { cat $(BUILD_CUDA).configure.log; exit 1; }
+	@cmake --build $(BUILD_CUDA) -j $(JOBS)
+
 data: build
 	@bash tools/prepare_kjv.sh $(TRIDENT) data
 
@@ -63,11 +81,12 @@ run: data
 	@$(TRIDENT) generate --ckpt "$$(ls -1 runs/small/checkpoints/step_*.h5 | tail -n 1)" \
 	  --prompt "And God said" --tokens 300
 
-test: data
+# With a CUDA toolkit here, the GPU build is compiled too, and the cuda.* tests check it.
+test: data $(if $(HAVE_CUDA),build-cuda)
 	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j $(JOBS)
 
 bench: data
 	bash bench/step_vs_pytorch.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(BUILD_CUDA) $(BUILD_CUDA).configure.log

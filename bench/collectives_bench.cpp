@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "core/device.hpp"
 #include "core/host_threads.hpp"
 #include "core/types.hpp"
 
@@ -271,6 +272,10 @@ double time_calls(const std::function<void()>& call, int iters, int n) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  if (trident::report_missing_device(argv[0], /*print=*/true)) {  // a CUDA build without a GPU
+    MPI_Finalize();
+    return 2;
+  }
   int status = 0;
   {
     trident::settle_omp_proc_bind();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/device.hpp"
 #include "core/host_threads.hpp"
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
@@ -363,6 +364,10 @@ TRIDENT_BENCH(BM_ZeroFill)->ArgName("n")->Arg(kModelParams);
 // every View must be gone before Kokkos finalises: the benchmarks own theirs locally.
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  if (trident::report_missing_device(argv[0], /*print=*/true)) {  // a CUDA build without a GPU
+    MPI_Finalize();
+    return 2;
+  }
   int status = 0;
   {
     trident::settle_omp_proc_bind();

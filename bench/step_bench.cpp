@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/blas_info.hpp"
+#include "core/device.hpp"
 #include "core/host_threads.hpp"
 #include "core/memory.hpp"
 #include "core/types.hpp"
@@ -228,12 +229,13 @@ int run(const Options& o) {
   }
   for (int n = 0; n < N; ++n) targets[n] = tokens[(n + 1) % N];
 
+  const BlasInfo blas = blas_info();
   std::printf(
       "trident_config model=%s L=%d C=%d NH=%d V=%d B=%d T=%d params=%lld "
       "openblas_threads=%d blas=\"%s\" steps=%d warmup=%d max_norm=%g\n",
       m.name.c_str(), m.n_layer, m.n_embd, m.n_head, m.vocab_size, o.B, o.T,
-      static_cast<long long>(model.table().total_numel()), openblas_get_num_threads(),
-      blas_info().describe().c_str(), o.steps, o.warmup, o.max_norm);
+      static_cast<long long>(model.table().total_numel()), blas.threads, blas.describe().c_str(),
+      o.steps, o.warmup, o.max_norm);
   std::fflush(stdout);
 
   // One step as the trainer runs it: zero, forward, backward, global-norm clip + AdamW.
@@ -351,6 +353,10 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  if (trident::report_missing_device(argv[0], /*print=*/true)) {  // a CUDA build without a GPU
+    MPI_Finalize();
+    return 2;
+  }
   int status = 0;
   {
     trident::settle_omp_proc_bind();

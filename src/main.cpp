@@ -10,6 +10,7 @@
 
 #include "comm/grid.hpp"
 #include "comm/host_comm.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/host_threads.hpp"
 #include "core/memory.hpp"
@@ -328,6 +329,10 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int status = 0;
+  if (trident::report_missing_device("trident", rank == 0)) {
+    MPI_Finalize();
+    return kExitBadInput;
+  }
   {
     trident::settle_omp_proc_bind();
     Kokkos::ScopeGuard kokkos(argc, argv);

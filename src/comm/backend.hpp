@@ -6,18 +6,10 @@
 #include <memory>
 #include <string>
 
+#include "comm/collective_backend.hpp"
 #include "comm/comm.hpp"
-#include "core/names.hpp"
 
 namespace trident {
-
-// The values of parallel.backend_tp / backend_dp / backend_pp.
-enum class CollectiveBackend { kAuto, kMpi, kNccl };
-template <>
-inline constexpr std::array<Named<CollectiveBackend>, 3> kNames<CollectiveBackend>{
-    {{CollectiveBackend::kAuto, "auto"},
-     {CollectiveBackend::kMpi, "mpi"},
-     {CollectiveBackend::kNccl, "nccl"}}};
 
 // True when the NCCL backend was compiled in (CMake found CUDA and NCCL).
 bool nccl_compiled();

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/build_options.hpp"
+
 namespace trident {
 
 std::string BlasInfo::describe() const {

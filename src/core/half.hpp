@@ -7,20 +7,9 @@
 #include <cstring>
 #include <string>
 
-#include "core/names.hpp"
+#include "core/precision.hpp"
 
 namespace trident {
-
-enum class Precision { kFp32, kBf16, kFp16 };
-
-template <>
-inline constexpr std::array<Named<Precision>, 3> kNames<Precision>{
-    {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}}};
-
-// Bytes per stored element.
-inline int bytes_of(Precision p) {
-  return p == Precision::kFp32 ? 4 : 2;
-}
 
 KOKKOS_INLINE_FUNCTION uint32_t float_bits(float f) {
   uint32_t u;

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/backend.hpp"
+#include "comm/collective_backend.hpp"
 #include "comm/host_comm.hpp"
-#include "core/half.hpp"
+#include "core/precision.hpp"
 #include "core/stop_request.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"

@@ -13,16 +13,106 @@ struct AttentionShape {
   int B, T, NH, HS;  // C = NH * HS
 };
 
-// One work item per (batch, head), whose products are GEMMs on blocks of kAttentionRowBlock query
-// rows (gemm_block): as fast as the BLAS where one dot product per (query, key) pair ran at a few
-// GFLOP/s, and each (batch, head) is summed in a fixed order by one thread.
+// Batched (the GPU's attention; host builds compile it too, and a test holds it to the blocked
+// one): per sequence, the products of all its heads are one strided-batched GEMM (a head's q, k
+// and v are HS columns apart in qkv, its scores T rows apart in att), and a kernel per row does
+// the causal softmax. The full T x T scores are computed; the causal mask is the softmax's.
+
+// The causal softmax of each row of att[B*NH*T, T] in place: row r is query t = r % T.
+inline void causal_softmax_rows(const Exec& exec, const Mat& att, int T, float scale) {
+  Kokkos::parallel_for(
+      "attention_softmax", Kokkos::RangePolicy<Exec>(exec, 0, att.extent(0)), KOKKOS_LAMBDA(int r) {
+        const int t = r % T;
+        float m = -3.0e38f;
+        for (int j = 0; j <= t; ++j) m = att(r, j) * scale > m ? att(r, j) * scale : m;
+        float sum = 0.0f;
+        for (int j = 0; j <= t; ++j) {
+          const float e = kmath::exp_vec(att(r, j) * scale - m);
+          att(r, j) = e;
+          sum += e;
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j <= t; ++j) att(r, j) *= inv;
+        for (int j = t + 1; j < T; ++j) att(r, j) = 0.0f;
+      });
+}
+
+inline void attention_forward_batched(const Exec& exec, const Mat& out, const Mat& att,
+                                      const ConstMat& qkv, AttentionShape s) {
+  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
+  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_att = static_cast<int>(att.stride(0));
+  const int ld_out = static_cast<int>(out.stride(0));
+  const long long head_scores = static_cast<long long>(T) * ld_att;
+  for (int b = 0; b < s.B; ++b) {  // scores = q k^T, scaled in the softmax
+    const float* q = qkv.data() + static_cast<size_t>(b) * T * ld_qkv;
+    float* p = att.data() + static_cast<size_t>(b) * NH * head_scores;
+    gemm_strided_batched(exec, 'N', 'T', T, T, HS, 1.0f, q, ld_qkv, HS, q + C, ld_qkv, HS, 0.0f, p,
+                         ld_att, head_scores, NH);
+  }
+  causal_softmax_rows(exec, att, T, 1.0f / kmath::sqrt(static_cast<float>(HS)));
+  for (int b = 0; b < s.B; ++b) {  // out = p v
+    const float* v = qkv.data() + static_cast<size_t>(b) * T * ld_qkv + 2 * C;
+    const float* p = att.data() + static_cast<size_t>(b) * NH * head_scores;
+    gemm_strided_batched(exec, 'N', 'N', T, HS, T, 1.0f, p, ld_att, head_scores, v, ld_qkv, HS,
+                         0.0f, out.data() + static_cast<size_t>(b) * T * ld_out, ld_out, HS, NH);
+  }
+}
+
+// dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten). datt_scratch: [B*NH*T, T], the score
+// gradients.
+inline void attention_backward_batched(const Exec& exec, const Mat& dqkv, const Mat& datt_scratch,
+                                       const ConstMat& dout, const ConstMat& qkv,
+                                       const ConstMat& att, AttentionShape s) {
+  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
+  const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
+  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_att = static_cast<int>(att.stride(0));
+  const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
+  const int ld_ds = static_cast<int>(datt_scratch.stride(0));
+  const long long head_scores = static_cast<long long>(T) * ld_att;
+  const long long head_ds = static_cast<long long>(T) * ld_ds;
+  for (int b = 0; b < s.B; ++b) {  // d(probabilities) = dout v^T
+    const float* v = qkv.data() + static_cast<size_t>(b) * T * ld_qkv + 2 * C;
+    gemm_strided_batched(exec, 'N', 'T', T, T, HS, 1.0f,
+                         dout.data() + static_cast<size_t>(b) * T * ld_dout, ld_dout, HS, v, ld_qkv,
+                         HS, 0.0f, datt_scratch.data() + static_cast<size_t>(b) * NH * head_ds,
+                         ld_ds, head_ds, NH);
+  }
+  // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - sum_j p dp) / sqrt(HS).
+  const Mat ds = datt_scratch;
+  Kokkos::parallel_for(
+      "attention_softmax_backward", Kokkos::RangePolicy<Exec>(exec, 0, att.extent(0)),
+      KOKKOS_LAMBDA(int r) {
+        const int t = r % T;
+        float dot = 0.0f;
+        for (int j = 0; j <= t; ++j) dot += att(r, j) * ds(r, j);
+        for (int j = 0; j <= t; ++j) ds(r, j) = att(r, j) * (ds(r, j) - dot) * scale;
+        for (int j = t + 1; j < T; ++j) ds(r, j) = 0.0f;
+      });
+  for (int b = 0; b < s.B; ++b) {
+    const float* q = qkv.data() + static_cast<size_t>(b) * T * ld_qkv;
+    const float* p = att.data() + static_cast<size_t>(b) * NH * head_scores;
+    const float* g = dout.data() + static_cast<size_t>(b) * T * ld_dout;
+    const float* d = datt_scratch.data() + static_cast<size_t>(b) * NH * head_ds;
+    float* dq = dqkv.data() + static_cast<size_t>(b) * T * ld_dqkv;
+    gemm_strided_batched(exec, 'N', 'N', T, HS, T, 1.0f, d, ld_ds, head_ds, q + C, ld_qkv, HS, 0.0f,
+                         dq, ld_dqkv, HS, NH);  // dq = ds k
+    gemm_strided_batched(exec, 'T', 'N', T, HS, T, 1.0f, d, ld_ds, head_ds, q, ld_qkv, HS, 0.0f,
+                         dq + C, ld_dqkv, HS, NH);  // dk = ds^T q
+    gemm_strided_batched(exec, 'T', 'N', T, HS, T, 1.0f, p, ld_att, head_scores, g, ld_dout, HS,
+                         0.0f, dq + 2 * C, ld_dqkv, HS, NH);  // dv = p^T dout
+  }
+}
+
+#if !defined(KOKKOS_ENABLE_CUDA)
+// Blocked (host builds): one work item per (batch, head), whose products are GEMMs on blocks of
+// kAttentionRowBlock query rows (gemm_block): as fast as the BLAS where one dot product per (query,
+// key) pair ran at a few GFLOP/s, and each (batch, head) is summed in a fixed order by one thread.
 
 // qkv[B*T, 3C] holds q | k | v, each head h at columns h*HS..h*HS+HS of its third.
 // out[B*T, C]: per head softmax(q k^T / sqrt(HS), causal) v.  att[B*NH*T, T]: the
 // probabilities (zero above the diagonal), kept for backward.
-inline void attention_forward(const Exec& exec, const Mat& out, const Mat& att, const ConstMat& qkv,
-                              AttentionShape s) {
-  Region region("trident::attention_forward");
+inline void attention_forward_blocked(const Exec& exec, const Mat& out, const Mat& att,
+                                      const ConstMat& qkv, AttentionShape s) {
   exec.fence();  // BLAS reads what earlier kernels wrote
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
   const int R = attention_block_rows(T);
@@ -64,10 +154,9 @@ inline void attention_forward(const Exec& exec, const Mat& out, const Mat& att, 
 
 // dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten). datt_scratch: [B*NH*attention_block_rows(T),
 // T], one block of score gradients per (batch, head).
-inline void attention_backward(const Exec& exec, const Mat& dqkv, const Mat& datt_scratch,
-                               const ConstMat& dout, const ConstMat& qkv, const ConstMat& att,
-                               AttentionShape s) {
-  Region region("trident::attention_backward");
+inline void attention_backward_blocked(const Exec& exec, const Mat& dqkv, const Mat& datt_scratch,
+                                       const ConstMat& dout, const ConstMat& qkv,
+                                       const ConstMat& att, AttentionShape s) {
   exec.fence();  // BLAS reads what earlier kernels wrote
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
   const int R = attention_block_rows(T);
@@ -115,6 +204,31 @@ inline void attention_backward(const Exec& exec, const Mat& dqkv, const Mat& dat
                      ld_dqkv);
         }
       });
+}
+
+#endif
+
+// The attention of this build: batched on GPUs, blocked on host spaces. datt_scratch has
+// B*NH*attention_block_rows(T) rows.
+inline void attention_forward(const Exec& exec, const Mat& out, const Mat& att, const ConstMat& qkv,
+                              AttentionShape s) {
+  Region region("trident::attention_forward");
+#if defined(KOKKOS_ENABLE_CUDA)
+  attention_forward_batched(exec, out, att, qkv, s);
+#else
+  attention_forward_blocked(exec, out, att, qkv, s);
+#endif
+}
+
+inline void attention_backward(const Exec& exec, const Mat& dqkv, const Mat& datt_scratch,
+                               const ConstMat& dout, const ConstMat& qkv, const ConstMat& att,
+                               AttentionShape s) {
+  Region region("trident::attention_backward");
+#if defined(KOKKOS_ENABLE_CUDA)
+  attention_backward_batched(exec, dqkv, datt_scratch, dout, qkv, att, s);
+#else
+  attention_backward_blocked(exec, dqkv, datt_scratch, dout, qkv, att, s);
+#endif
 }
 
 }  // namespace trident::kernels

@@ -77,4 +77,13 @@ inline void cross_entropy_backward(const Exec& exec, const Mat& dlogits, const C
       });
 }
 
+// The sum of losses[0, N) in double: the micro-batch's loss for the log (one scalar to the host).
+inline double cross_entropy_loss_sum(const Exec& exec, const ConstVec& losses, int N) {
+  double total = 0.0;
+  Kokkos::parallel_reduce(
+      "loss_sum", Kokkos::RangePolicy<Exec>(exec, 0, N),
+      KOKKOS_LAMBDA(int n, double& acc) { acc += losses(n); }, total);
+  return total;
+}
+
 }  // namespace trident::kernels

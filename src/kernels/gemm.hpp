@@ -1,42 +1,81 @@
-// The one GEMM dispatch: CBLAS sgemm on host execution spaces (Debian's OpenBLAS by default).
+// The one GEMM dispatch: cuBLAS on Kokkos' stream in GPU builds, CBLAS sgemm (Debian's OpenBLAS
+// by default) on host execution spaces.
 #pragma once
-
-#include <cblas.h>
 
 #include <algorithm>
 
 #include "core/types.hpp"
 #include "kernels/region.hpp"
 
+#if defined(KOKKOS_ENABLE_CUDA)
+#include "kernels/cublas.hpp"
+#else
+#include <cblas.h>
+#endif
+
 namespace trident::kernels {
 
+#if defined(KOKKOS_ENABLE_CUDA)
+static_assert(std::is_same_v<Exec, Kokkos::Cuda>, "GPU builds run their kernels on Kokkos::Cuda");
+
+// Row-major C[m,n] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the operands
+// swapped, each with its own transpose flag, and the same leading dimensions.
+inline cublasOperation_t cublas_op(char trans) {
+  return trans == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+#endif
+
 // C = alpha * op(A) * op(B) + beta * C, with op = transpose when trans_* is 'T'. The Views are
-// row-major (LayoutRight), so their row stride is the leading dimension CBLAS takes.
+// row-major (LayoutRight), so their row stride is the leading dimension BLAS takes.
 inline void gemm(const Exec& exec, char trans_a, char trans_b, float alpha, const ConstMat& A,
                  const ConstMat& B, float beta, const Mat& C) {
-  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible,
-                "a device build needs its own GEMM (cuBLAS)");
   Region region("trident::gemm");
-  exec.fence();  // BLAS runs outside Kokkos: the kernels writing A, B and C must have finished
   const auto leading = [](auto view) { return std::max<int>(1, static_cast<int>(view.stride(0))); };
   const int m = static_cast<int>(C.extent(0)), n = static_cast<int>(C.extent(1));
   const int k = static_cast<int>(trans_a == 'T' ? A.extent(0) : A.extent(1));
+#if defined(KOKKOS_ENABLE_CUDA)
+  TRIDENT_CUBLAS(cublasSgemm(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m, k,
+                             &alpha, B.data(), leading(B), A.data(), leading(A), &beta, C.data(),
+                             leading(C)));
+#else
+  exec.fence();  // BLAS runs outside Kokkos: the kernels writing A, B and C must have finished
   cblas_sgemm(CblasRowMajor, trans_a == 'T' ? CblasTrans : CblasNoTrans,
               trans_b == 'T' ? CblasTrans : CblasNoTrans, m, n, k, alpha, A.data(), leading(A),
               B.data(), leading(B), beta, C.data(), leading(C));
+#endif
 }
 
+// `batch` row-major GEMMs C_i = alpha op(A_i) op(B_i) + beta C_i, where X_i = X + i * stride_x: one
+// cuBLAS launch for all heads of a sequence (attention on GPUs). Host builds run the same
+// column-major calls one by one through CBLAS, so that the GPU's algorithm is tested here.
+inline void gemm_strided_batched(const Exec& exec, char trans_a, char trans_b, int m, int n, int k,
+                                 float alpha, const float* A, int lda, long long stride_a,
+                                 const float* B, int ldb, long long stride_b, float beta, float* C,
+                                 int ldc, long long stride_c, int batch) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  TRIDENT_CUBLAS(cublasSgemmStridedBatched(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a),
+                                           n, m, k, &alpha, B, ldb, stride_b, A, lda, stride_a,
+                                           &beta, C, ldc, stride_c, batch));
+#else
+  exec.fence();
+  for (int i = 0; i < batch; ++i)
+    cblas_sgemm(CblasColMajor, trans_b == 'T' ? CblasTrans : CblasNoTrans,
+                trans_a == 'T' ? CblasTrans : CblasNoTrans, n, m, k, alpha, B + i * stride_b, ldb,
+                A + i * stride_a, lda, beta, C + i * stride_c, ldc);
+#endif
+}
+
+#if !defined(KOKKOS_ENABLE_CUDA)
 // The same on raw row-major blocks, for a kernel's work item on a host space: no fence and no
 // profiling region, as it runs inside a parallel loop. Called from inside an OpenMP parallel
 // region, Debian's OpenMP OpenBLAS runs it on the calling thread alone, so concurrent work items
 // do not fight over the cores, and each result is the same whatever the number of threads.
 inline void gemm_block(char trans_a, char trans_b, int m, int n, int k, float alpha, const float* A,
                        int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible,
-                "a device build needs its own GEMM (cuBLAS)");
   cblas_sgemm(CblasRowMajor, trans_a == 'T' ? CblasTrans : CblasNoTrans,
               trans_b == 'T' ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, beta, C,
               ldc);
 }
+#endif
 
 }  // namespace trident::kernels

@@ -310,12 +310,7 @@ double GptStage::cross_entropy(ActivationSlot& a, const View1& logits_buffer, in
                          vocab_valid_);
   tp_allreduce(row_sum_, 2 * static_cast<size_t>(N));
   cross_entropy_losses(exec_, a.losses, a.lse, row_max_, sums, target_logit, a.targets);
-  double total = 0.0;
-  const View1 losses = a.losses;
-  Kokkos::parallel_reduce(
-      "loss_sum", Kokkos::RangePolicy<Exec>(exec_, 0, N),
-      KOKKOS_LAMBDA(int n, double& acc) { acc += losses(n); }, total);
-  return total;
+  return cross_entropy_loss_sum(exec_, window(a.losses, 0, N), N);
 }
 
 void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, const View1& x,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/host_threads.hpp"
 #include "core/memory.hpp"
@@ -188,6 +189,10 @@ int run(const std::string& out_path, const std::string& config_path) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  if (trident::report_missing_device(argv[0], /*print=*/true)) {  // a CUDA build without a GPU
+    MPI_Finalize();
+    return 2;
+  }
   int status = 0;
   {
     trident::settle_omp_proc_bind();

@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "core/blas_info.hpp"
+#include "core/build_options.hpp"
 
 using namespace trident;
 

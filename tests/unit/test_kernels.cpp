@@ -278,6 +278,41 @@ TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
   }
 }
 
+#if !defined(KOKKOS_ENABLE_CUDA)
+// The GPU's attention (strided-batched GEMMs over the heads, full T x T scores; here on CBLAS with
+// the column-major calls cuBLAS gets) computes what the host's blocked attention does.
+TEST(Kernels, AttentionBatchedMatchesBlocked) {
+  for (const AttentionShape& s :
+       {kAttentionShapes[0], kAttentionShapes[1], AttentionShape{3, 37, 3, 4}}) {
+    const int C = s.NH * s.HS, N = s.B * s.T, rows = N * s.NH;
+    View1 qkv = random_view(N * 3 * C, 30), dout = random_view(N * C, 31);
+    View1 out("o", N * C), att("a", rows * s.T), out_b("ob", N * C), att_b("ab", rows * s.T);
+    View1 dqkv("d", N * 3 * C), dqkv_b("db", N * 3 * C);
+    View1 scratch("s", s.B * s.NH * attention_block_rows(s.T) * s.T), scratch_b("sb", rows * s.T);
+    for (const View1& v : {out_b, att_b, dqkv_b, scratch_b}) Kokkos::deep_copy(v, 7.0f);  // stale
+    attention_forward_blocked(exec, window(out, 0, N, C), window(att, 0, rows, s.T),
+                              window(qkv, 0, N, 3 * C), s);
+    attention_forward_batched(exec, window(out_b, 0, N, C), window(att_b, 0, rows, s.T),
+                              window(qkv, 0, N, 3 * C), s);
+    attention_backward_blocked(exec, window(dqkv, 0, N, 3 * C),
+                               window(scratch, 0, s.B * s.NH * attention_block_rows(s.T), s.T),
+                               window(dout, 0, N, C), window(qkv, 0, N, 3 * C),
+                               window(att, 0, rows, s.T), s);
+    attention_backward_batched(exec, window(dqkv_b, 0, N, 3 * C), window(scratch_b, 0, rows, s.T),
+                               window(dout, 0, N, C), window(qkv, 0, N, 3 * C),
+                               window(att_b, 0, rows, s.T), s);
+    exec.fence();
+    for (int i = 0; i < rows * s.T; ++i)
+      ASSERT_NEAR(att_b(i), att(i), 1e-6) << "T=" << s.T << " i=" << i;
+    for (int i = 0; i < N * C; ++i)
+      ASSERT_NEAR(out_b(i), out(i), 1e-5) << "T=" << s.T << " i=" << i;
+    for (int i = 0; i < N * 3 * C; ++i)
+      ASSERT_NEAR(dqkv_b(i), dqkv(i), 1e-5 * (1.0 + std::fabs(dqkv(i))))
+          << "T=" << s.T << " i=" << i;
+  }
+}
+#endif
+
 TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
   const int N = 4, V = 7;
   View1 logits = random_view(N * V, 28, 2.0f), losses("l", N), lse("lse", N);
