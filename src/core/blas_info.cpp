@@ -1,7 +1,6 @@
 // The BLAS library and kernel, from OpenBLAS's own queries when it is OpenBLAS.
 #include "core/blas_info.hpp"
 
-#include <cblas.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +9,10 @@
 #include <sstream>
 
 #include "core/build_options.hpp"
+
+#if defined(TRIDENT_HOST_BLAS)
+#include <cblas.h>
+#endif
 
 namespace trident {
 

@@ -34,9 +34,9 @@ inline void gemm(const Exec& exec, char trans_a, char trans_b, float alpha, cons
   const int m = static_cast<int>(C.extent(0)), n = static_cast<int>(C.extent(1));
   const int k = static_cast<int>(trans_a == 'T' ? A.extent(0) : A.extent(1));
 #if defined(KOKKOS_ENABLE_CUDA)
-  TRIDENT_CUBLAS(cublasSgemm(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m, k,
-                             &alpha, B.data(), leading(B), A.data(), leading(A), &beta, C.data(),
-                             leading(C)));
+  TRIDENT_CUBLAS(cublas_api().sgemm(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m,
+                                    k, &alpha, B.data(), leading(B), A.data(), leading(A), &beta,
+                                    C.data(), leading(C)));
 #else
   exec.fence();  // BLAS runs outside Kokkos: the kernels writing A, B and C must have finished
   cblas_sgemm(CblasRowMajor, trans_a == 'T' ? CblasTrans : CblasNoTrans,
@@ -53,9 +53,9 @@ inline void gemm_strided_batched(const Exec& exec, char trans_a, char trans_b, i
                                  const float* B, int ldb, long long stride_b, float beta, float* C,
                                  int ldc, long long stride_c, int batch) {
 #if defined(KOKKOS_ENABLE_CUDA)
-  TRIDENT_CUBLAS(cublasSgemmStridedBatched(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a),
-                                           n, m, k, &alpha, B, ldb, stride_b, A, lda, stride_a,
-                                           &beta, C, ldc, stride_c, batch));
+  TRIDENT_CUBLAS(cublas_api().sgemm_strided_batched(
+      cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m, k, &alpha, B, ldb, stride_b, A,
+      lda, stride_a, &beta, C, ldc, stride_c, batch));
 #else
   exec.fence();
   for (int i = 0; i < batch; ++i)

@@ -30,6 +30,7 @@
 #include "io/dataset.hpp"
 #include "io/timings.hpp"
 #include "kernels/cast.hpp"
+#include "kernels/cublas.hpp"
 #include "model/gpt.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
@@ -622,6 +623,13 @@ void Trainer::print_banner(int start_step) const {
                           : std::string()));
   console_.line(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),
                             pp_->backend(), backend_summary()));
+#if defined(KOKKOS_ENABLE_CUDA)
+  cudaDeviceProp device{};
+  cudaGetDeviceProperties(&device, Exec().cuda_device());
+  console_.line(fmt::format("GEMM: {} | kernels: Kokkos Cuda on device {} ({}, sm_{}{})",
+                            kernels::cublas_summary(Exec()), Exec().cuda_device(), device.name,
+                            device.major, device.minor));
+#else
   const BlasInfo blas = blas_info();
   console_.line(
       fmt::format("GEMM: {} | host kernels: {} | threads per rank: {} {} (Kokkos), BLAS {}",
@@ -630,6 +638,7 @@ void Trainer::print_banner(int start_step) const {
   const std::string pool_warning =
       blas_pool_warning(blas.threading, blas.threads, Exec::name(), Exec().concurrency());
   if (!pool_warning.empty()) console_.line("warning: " + pool_warning);
+#endif
   if (c.offload.optimizer == OffloadTarget::kHost &&
       std::is_same_v<Exec::memory_space, Kokkos::HostSpace>)
     console_.line(

@@ -1,11 +1,14 @@
 // The BLAS kernel report: the library and kernel named, and the warning for a generic fallback.
-#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
 
 #include "core/blas_info.hpp"
 #include "core/build_options.hpp"
+
+#if defined(TRIDENT_HOST_BLAS)
+#include <cblas.h>
+#endif
 
 using namespace trident;
 

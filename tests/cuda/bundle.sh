@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The GPU bundle (tools/device_bundle.sh) is at most 64 MiB and runs from anywhere with none of
+# this machine's MPI, HDF5, Kokkos, OpenMPI plugins or CUDA toolkit: they are hidden in a private
+# mount namespace (root only), NCCL is offered where PyTorch's wheel would put it, and mpirun
+# starts two ranks of the bundle's unit tests, which reach MPI_Init and refuse for want of a GPU;
+# trident itself refuses with exit 2.
+# usage: tests/cuda/bundle.sh REPO BUILD_CUDA WORK_DIR
+set -euo pipefail
+repo=${1:?usage: bundle.sh REPO BUILD_CUDA WORK_DIR}
+build=${2:?}
+work=${3:?}
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+if [[ $(id -u) -ne 0 ]] || ! command -v unshare >/dev/null; then
+  echo "SKIP: hiding the system's libraries needs root and unshare"
+  exit 77
+fi
+rm -rf "$work" && mkdir -p "$work"
+bash "$repo/tools/device_bundle.sh" "$work/built" "$build" | tee "$work/bundle.log"
+size_kib=$(du -sk "$work/built" | cut -f1)
+((size_kib <= 64 * 1024)) || fail "bundle is $size_kib KiB, over 64 MiB"
+mv "$work/built" "$work/moved"  # relocated: nothing may point at where it was made
+
+# PyTorch's wheels, as the target has them: nvidia/nccl/lib/libnccl.so.2 under site-packages.
+nccl=$(ldd "$build/src/trident" | sed -n 's/.*libnccl.so.2 => \(\S*\).*/\1/p')
+[[ -n $nccl ]] || fail "the CUDA build does not resolve libnccl.so.2 here"
+mkdir -p "$work/site/nvidia/nccl/lib" "$work/empty"
+: >"$work/hidden"
+cat >"$work/inside.sh" <<INSIDE
+set -euo pipefail
+mount --bind "$(dirname "$(readlink -f "$nccl")")" "$work/site/nvidia/nccl/lib"
+# Every library the bundle carries, at the place it came from; the plugin and toolkit trees.
+while read -r _ source; do
+  mount --bind /dev/null "\$source" && echo "\$source" >>"$work/hidden"
+done <"$work/moved/SOURCES"
+for dir in /usr/lib/$(gcc -print-multiarch)/openmpi /usr/lib/$(gcc -print-multiarch)/pmix2 \\
+    /usr/share/openmpi /usr/local/cuda "$(readlink -f /usr/local/cuda)" "$build"; do
+  [[ -d \$dir ]] && mount --bind "$work/empty" "\$dir" && echo "\$dir" >>"$work/hidden"
+done
+cd "$work"
+set +e
+env -u LD_LIBRARY_PATH TRIDENT_CUDA_LIBS="$work/site/nvidia/nccl/lib" \\
+  "$work/moved/run.sh" mpirun -np 2 --tag-output trident_unit_tests >"$work/mpirun.out" 2>&1
+echo \$? >"$work/mpirun.rc"
+env -u LD_LIBRARY_PATH TRIDENT_CUDA_LIBS="$work/site/nvidia/nccl/lib" \\
+  "$work/moved/run.sh" trident plan --help >"$work/single.out" 2>&1
+echo \$? >"$work/single.rc"
+INSIDE
+unshare -m --propagation private bash "$work/inside.sh" || fail "mount namespace setup failed"
+echo "hidden: $(wc -l <"$work/hidden") libraries and trees"
+grep -q "libmpi.so" "$work/hidden" || fail "libmpi was not hidden: $(cat "$work/hidden")"
+refusal="CUDA build and no GPU is usable here"
+# The test programs report on every rank, after MPI_Init and before MPI_Finalize, so both ranks
+# print before either exits.
+for rank in 0 1; do
+  grep -q "^\[1,$rank\]<stderr>:.*$refusal" "$work/mpirun.out" ||
+    fail "mpirun -np 2 from the bundle: rank $rank did not report: $(cat "$work/mpirun.out")"
+done
+[[ $(cat "$work/mpirun.rc") -ne 0 ]] || fail "mpirun exited 0 although the ranks refused"
+grep -q "$refusal" "$work/single.out" && [[ $(cat "$work/single.rc") -eq 2 ]] ||
+  fail "trident from the bundle (rc $(cat "$work/single.rc")): $(cat "$work/single.out")"
+echo "mpirun -np 2 from the relocated bundle: both ranks through MPI_Init, refusing (no GPU):"
+grep "$refusal" "$work/mpirun.out"
+echo "trident alone (exit 2): $(cat "$work/single.out")"
+echo "OK"

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Packs the CUDA build into a relocatable folder for a GPU machine with a driver and PyTorch only.
+# usage: tools/device_bundle.sh OUT_DIR [BUILD_CUDA]   (env BUNDLE_LIMIT_MIB, default 64)
+#
+# The target: x86-64, an NVIDIA driver, PyTorch with CUDA, a newer glibc than Debian 12's, and no
+# MPI, HDF5 or Debian packages; nothing can be fetched there. The bundle carries:
+#   bin/      trident, its unit tests and step benchmark (CUDA build), OpenMPI's mpirun and orted;
+#   lib/      every shared library they need but glibc's, libstdc++/libgcc_s (the newer system's
+#             serve), the driver's, cuBLAS and NCCL: the last two are 760 MB, so they come from
+#             PyTorch's own nvidia-* wheels at run time (trident opens cuBLAS 13 or 12 itself;
+#             NCCL's soname libnccl.so.2 is the same in both);
+#   lib/x86_64-linux-gnu/openmpi/lib/openmpi3/  OpenMPI's plugins for one node (shared memory,
+#             TCP; no InfiniBand, UCX, OFI, PSM or OpenSHMEM), found through OPAL_PREFIX;
+#   lib/pmix/ PMIx's plugins; share/openmpi, share/pmix: their help texts;
+#   run.sh    sets the paths and runs a command: ./run.sh trident train ..., ./run.sh mpirun ...;
+#   SOURCES   where each library came from (tests/cuda/bundle.sh hides those to prove relocation).
+set -euo pipefail
+out=${1:?usage: tools/device_bundle.sh OUT_DIR [BUILD_CUDA]}
+build=${2:-build-cuda}
+limit_mib=${BUNDLE_LIMIT_MIB:-64}
+triplet=$(gcc -print-multiarch)
+ompi_plugins=/usr/lib/$triplet/openmpi/lib/openmpi3
+pmix_plugins=/usr/lib/$triplet/pmix2/lib/pmix
+programs=("$build/src/trident" "$build/tests/unit/trident_unit_tests" "$build/bench/trident_step_bench")
+for p in "${programs[@]}"; do
+  [[ -x $p ]] || { echo "device_bundle: $p is missing: run make build-cuda first" >&2 && exit 1; }
+done
+grep -q '^TRIDENT_CUDA:BOOL=ON\|KOKKOS_ENABLE_CUDA' "$build/CMakeCache.txt" "$build"/_kokkos/include/KokkosCore_config.h 2>/dev/null ||
+  { echo "device_bundle: $build is not a CUDA build (make build-cuda)" >&2 && exit 1; }
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/lib/pmix" "$out/share" "$out/lib/$triplet/openmpi/lib"
+cp "${programs[@]}" "$out/bin/"
+cp "$(readlink -f /usr/bin/orterun)" "$out/bin/orterun"
+ln -s orterun "$out/bin/mpirun"
+cp "$(readlink -f /usr/bin/orted)" "$out/bin/orted"
+
+# OpenMPI's plugins for a single node: the network stacks need libraries (and hardware) the
+# target does not have, and OpenSHMEM is not used.
+mkdir -p "$out/lib/$triplet/openmpi/lib/openmpi3"
+for plugin in "$ompi_plugins"/*.so; do
+  case $(basename "$plugin") in
+    *ucx* | *ofi* | *openib* | *psm* | *verbs* | mca_atomic_* | mca_memheap_* | mca_scoll_* | \
+      mca_spml_* | mca_sshmem_*) continue ;;
+  esac
+  cp "$plugin" "$out/lib/$triplet/openmpi/lib/openmpi3/"
+done
+cp "$pmix_plugins"/*.so "$out/lib/pmix/"
+cp -r /usr/share/openmpi "$out/share/openmpi"
+[[ -d /usr/lib/$triplet/pmix2/share/pmix ]] && cp -r "/usr/lib/$triplet/pmix2/share/pmix" "$out/share/pmix"
+
+# The libraries of every program and plugin, resolved here, but those the target has or gets
+# from PyTorch.
+skip='^(linux-vdso|ld-linux|libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libanl|'
+skip+='libstdc\+\+|libgcc_s|libcuda|libnvidia-|libnccl|libcublas|libcublasLt)\.'
+mapfile -t objects < <(find "$out/bin" "$out/lib" -type f \( -perm -u+x -o -name '*.so' \))
+declare -A copied=()
+for object in "${objects[@]}"; do
+  while read -r name path; do
+    [[ $name =~ $skip || -n ${copied[$name]-} ]] && continue
+    [[ $path == /* ]] || { echo "device_bundle: $object needs $name, not found here" >&2 && exit 1; }
+    cp -L "$path" "$out/lib/$name"
+    echo "lib/$name $(readlink -f "$path")" >>"$out/SOURCES"
+    copied[$name]=1
+  done < <(ldd "$object" | sed -n 's/^\s*\(\S*\) => \(\S*\).*/\1 \2/p')
+done
+
+cat >"$out/run.sh" <<'RUN'
+#!/bin/sh
+# Runs a command with the bundle's programs and libraries: ./run.sh trident ..., ./run.sh mpirun ...
+# cuBLAS and NCCL come from PyTorch's nvidia-* wheels (or TRIDENT_CUDA_LIBS, a directory list).
+here=$(cd "$(dirname "$0")" && pwd)
+if [ -z "${TRIDENT_CUDA_LIBS:-}" ]; then
+  TRIDENT_CUDA_LIBS=$(python3 - <<'PY' 2>/dev/null
+import glob, os
+roots = []
+try:
+    import torch
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    roots = [os.path.join(site, "nvidia"), os.path.join(os.path.dirname(torch.__file__), "lib")]
+except Exception:
+    pass
+dirs = []
+for root in roots:
+    for pattern in ("libcublas.so.1[23]", "libnccl.so.2"):
+        for f in glob.glob(os.path.join(root, "**", pattern), recursive=True):
+            d = os.path.dirname(f)
+            if d not in dirs:
+                dirs.append(d)
+print(":".join(dirs))
+PY
+)
+fi
+export LD_LIBRARY_PATH="$here/lib${TRIDENT_CUDA_LIBS:+:$TRIDENT_CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$here/bin:$PATH"
+export OPAL_PREFIX="$here"
+export PMIX_MCA_mca_base_component_path="$here/lib/pmix"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+exec "$@"
+RUN
+chmod +x "$out/run.sh"
+
+size_kib=$(du -sk "$out" | cut -f1)
+echo "device_bundle: $out: $((size_kib / 1024)) MiB ($size_kib KiB), $(find "$out" -type f | wc -l) files"
+if ((size_kib > limit_mib * 1024)); then
+  echo "device_bundle: over the limit of $limit_mib MiB" >&2
+  exit 1
+fi
