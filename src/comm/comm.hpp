@@ -121,13 +121,29 @@ class Communicator {
   virtual Request irecv(CommBuffer buf, int peer, int tag) = 0;
 };
 
+// How MPI reaches a collective's buffers.
+enum class MpiBufferAccess {
+  kDirect,  // MPI reads and writes them: host memory, or device memory with a CUDA-aware MPI
+  kStaged,  // each call copies them through pinned host memory and back
+};
+
+// The access this build and this MPI need: kDirect where the execution space's memory is host
+// memory; on GPU builds kDirect when the MPI says at run time that it is CUDA-aware
+// (MPIX_Query_cuda_support), else kStaged. TRIDENT_MPI_CUDA_AWARE=1 or 0 overrides the MPI's
+// answer (for an MPI that is CUDA-aware but cannot say so).
+MpiBufferAccess mpi_buffer_access();
+
+class StagingPool;
+
 // MPI backend over a communicator it does not own (the grid owns and frees it).
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm);
+  explicit MpiCommunicator(MPI_Comm comm, MpiBufferAccess access = mpi_buffer_access());
+  ~MpiCommunicator() override;
   int size() const override { return size_; }
   int rank() const override { return rank_; }
-  const char* backend() const override { return "mpi"; }
+  // "mpi", or "mpi (host-staged)" when every buffer goes through pinned host memory.
+  const char* backend() const override;
   MPI_Comm handle() const { return comm_; }
 
   void allreduce_sum(CommBuffer buf) override;
@@ -143,8 +159,14 @@ class MpiCommunicator final : public Communicator {
   Request irecv(CommBuffer buf, int peer, int tag) override;
 
  private:
+  // The pool a call copies its buffers through, or null: every call's when access is staged; in a
+  // GPU build also a 16-bit sum's, whose MPI_Op adds on the host.
+  StagingPool* staging_for(const CommBuffer& buffer, bool sums) const;
+
   MPI_Comm comm_;
   int size_ = 1, rank_ = 0;
+  MpiBufferAccess access_;
+  std::unique_ptr<StagingPool> staging_;
 };
 
 }  // namespace trident

@@ -38,15 +38,20 @@ Grid::Grid(MPI_Comm world, GridShape shape) : shape_(shape) {
   const bool end_stage = coord_.pp == 0 || coord_.pp == shape.pp - 1;
   TRIDENT_MPI(MPI_Comm_split(cart_, end_stage ? coord_.dp * shape.tp + coord_.tp : MPI_UNDEFINED,
                              coord_.pp, &embedding_));
-  // A tp group is node-local when splitting it by shared memory leaves it whole.
+  tp_node_local_ = axis_node_local(tp_, shape.tp);
+  dp_node_local_ = axis_node_local(dp_, shape.dp);
+}
+
+bool Grid::axis_node_local(MPI_Comm axis, int size) const {
+  // Node-local when splitting every group of the axis by shared memory leaves it whole.
   MPI_Comm node_part;
-  TRIDENT_MPI(MPI_Comm_split_type(tp_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_part));
-  int part_size = 0, local = 0, all = 0;
+  TRIDENT_MPI(MPI_Comm_split_type(axis, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_part));
+  int part_size = 0, all = 0;
   TRIDENT_MPI(MPI_Comm_size(node_part, &part_size));
-  local = part_size == shape.tp ? 1 : 0;
+  const int local = part_size == size ? 1 : 0;
   TRIDENT_MPI(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, cart_));
-  tp_node_local_ = all == 1;
   TRIDENT_MPI(MPI_Comm_free(&node_part));
+  return all == 1;
 }
 
 Grid::~Grid() {

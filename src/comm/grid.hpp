@@ -46,8 +46,10 @@ class Grid {
   MPI_Comm embedding_comm() const { return embedding_; }
   // "dp=2 tp=1 pp=1"
   std::string describe() const;
-  // True when every tp group shares a node; main() warns otherwise.
+  // True when every group of the axis shares a node (NCCL's auto choice, comm/backend.hpp); main()
+  // warns when tp groups do not.
   bool tp_groups_node_local() const { return tp_node_local_; }
+  bool dp_groups_node_local() const { return dp_node_local_; }
 
  private:
   GridShape shape_;
@@ -55,7 +57,9 @@ class Grid {
   int rank_ = 0;
   MPI_Comm cart_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, tp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL;
   MPI_Comm mp_ = MPI_COMM_NULL, embedding_ = MPI_COMM_NULL;
-  bool tp_node_local_ = true;
+  bool tp_node_local_ = true, dp_node_local_ = true;
+
+  bool axis_node_local(MPI_Comm axis, int size) const;  // collective over every rank
 };
 
 }  // namespace trident

@@ -1,8 +1,16 @@
-// MPI backend of the collectives interface: every call checked, counts split under INT_MAX.
+// MPI backend of the collectives interface: every call checked, counts split under INT_MAX, and
+// device buffers staged through pinned host memory where the MPI cannot read them.
 #include <climits>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "comm/comm.hpp"
 #include "core/error.hpp"
+
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // OpenMPI's MPIX_Query_cuda_support
+#endif
 
 namespace trident {
 namespace {
@@ -38,14 +46,125 @@ MPI_Op sum_op(Precision p) {
   return p == Precision::kBf16 ? bf16 : fp16;
 }
 
+}  // namespace
+
+// Pinned host memory on GPU builds (the copies run at full PCIe speed), plain host memory
+// otherwise, where staging is only ever asked for by tests.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedSpace = Kokkos::HostSpace;
+#endif
+
+// Host buffers reused across calls: each is lent to one call, or to one request until it
+// completes, and one is allocated only when none free is big enough, so that steps after the
+// first allocate nothing.
+class StagingPool {
+ public:
+  // A borrowed buffer, given back when destroyed.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(StagingPool* pool, size_t slot) : pool_(pool), slot_(slot) {}
+    Lease(Lease&& o) noexcept : pool_(o.pool_), slot_(o.slot_) { o.pool_ = nullptr; }
+    Lease& operator=(Lease&& o) noexcept {
+      std::swap(pool_, o.pool_);
+      std::swap(slot_, o.slot_);
+      return *this;
+    }
+    ~Lease() {
+      if (pool_) pool_->busy_[slot_] = false;
+    }
+    char* data() const { return pool_->buffers_[slot_].data(); }
+
+   private:
+    StagingPool* pool_ = nullptr;
+    size_t slot_ = 0;
+  };
+
+  Lease borrow(size_t bytes) {
+    size_t pick = buffers_.size();
+    for (size_t i = 0; i < buffers_.size(); ++i)
+      if (!busy_[i] && (pick == buffers_.size() || buffers_[i].extent(0) >= bytes))
+        pick = i;  // the last free one that fits, else any free one (grown below)
+    if (pick == buffers_.size()) {
+      buffers_.emplace_back();
+      busy_.push_back(false);
+    }
+    if (buffers_[pick].extent(0) < bytes)
+      buffers_[pick] = Kokkos::View<char*, PinnedSpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "mpi_staging"), bytes);
+    busy_[pick] = true;
+    return Lease(this, pick);
+  }
+
+ private:
+  std::vector<Kokkos::View<char*, PinnedSpace>> buffers_;
+  std::vector<bool> busy_;
+};
+
+namespace {
+
+// A buffer as MPI sees it: the buffer itself, or (staged) a leased host copy of it.
+class MpiBuffer {
+ public:
+  // `copy_in`: the host copy starts as the buffer's contents, for MPI to read.
+  MpiBuffer(StagingPool* pool, const CommBuffer& buffer, bool copy_in) : buffer_(buffer) {
+    constexpr bool host_memory =
+        Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+    if (!pool) {
+      // A CUDA-aware MPI reads device memory outside Kokkos' stream: the kernels writing the
+      // buffer (or still reading it, for a receive) must have finished.
+      if (!host_memory) Kokkos::DefaultExecutionSpace().fence();
+      return;
+    }
+    lease_ = pool->borrow(bytes());
+    staged_ = true;
+    if (copy_in)
+      Kokkos::deep_copy(
+          Kokkos::View<char*, PinnedSpace, Kokkos::MemoryUnmanaged>(lease_.data(), bytes()),
+          Kokkos::View<const char*, MemSpace, Kokkos::MemoryUnmanaged>(
+              static_cast<const char*>(buffer_.data()), bytes()));
+  }
+  void* data() const { return staged_ ? lease_.data() : buffer_.data(); }
+  // Staged: what MPI wrote into the host copy, back into the buffer.
+  void copy_out() const {
+    if (!staged_) return;
+    Kokkos::deep_copy(
+        Kokkos::View<char*, MemSpace, Kokkos::MemoryUnmanaged>(static_cast<char*>(buffer_.data()),
+                                                               bytes()),
+        Kokkos::View<const char*, PinnedSpace, Kokkos::MemoryUnmanaged>(lease_.data(), bytes()));
+  }
+
+ private:
+  size_t bytes() const { return buffer_.count() * bytes_of(buffer_.format()); }
+  CommBuffer buffer_;
+  StagingPool::Lease lease_;
+  bool staged_ = false;
+};
+
+// A non-blocking call and the buffers it uses: `outputs` are copied back once it completes, and
+// every staged copy stays leased until then.
 class MpiRequest final : public Request::Impl {
  public:
   MPI_Request request = MPI_REQUEST_NULL;
-  void wait() override { TRIDENT_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE)); }
+  std::vector<MpiBuffer> inputs, outputs;
+  void wait() override {
+    TRIDENT_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    finish();
+  }
   bool test() override {
     int done = 0;
     TRIDENT_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) finish();
     return done != 0;
+  }
+
+ private:
+  void finish() {
+    for (const MpiBuffer& b : outputs) b.copy_out();
+    outputs.clear();
+    inputs.clear();
   }
 };
 
@@ -74,15 +193,41 @@ void check_counts(size_t parts, size_t part, size_t whole, const char* call) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+MpiBufferAccess mpi_buffer_access() {
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible)
+    return MpiBufferAccess::kDirect;
+  if (const char* forced = std::getenv("TRIDENT_MPI_CUDA_AWARE"); forced && *forced)
+    return std::string(forced) == "1" ? MpiBufferAccess::kDirect : MpiBufferAccess::kStaged;
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  if (MPIX_Query_cuda_support() == 1) return MpiBufferAccess::kDirect;
+#endif
+  return MpiBufferAccess::kStaged;
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, MpiBufferAccess access)
+    : comm_(comm), access_(access), staging_(std::make_unique<StagingPool>()) {
   TRIDENT_MPI(MPI_Comm_size(comm_, &size_));
   TRIDENT_MPI(MPI_Comm_rank(comm_, &rank_));
 }
 
+MpiCommunicator::~MpiCommunicator() = default;
+
+const char* MpiCommunicator::backend() const {
+  return access_ == MpiBufferAccess::kStaged ? "mpi (host-staged)" : "mpi";
+}
+
+StagingPool* MpiCommunicator::staging_for(const CommBuffer& buffer, bool sums) const {
+  constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  const bool host_sum = sums && buffer.format() != Precision::kFp32 && !host_memory;
+  return access_ == MpiBufferAccess::kStaged || host_sum ? staging_.get() : nullptr;
+}
+
 void MpiCommunicator::allreduce_sum(CommBuffer buf) {
   if (size_ == 1) return;
-  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf.data(), count_of(buf.count()), datatype_of(buf),
+  const MpiBuffer b(staging_for(buf, true), buf, true);
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, b.data(), count_of(buf.count()), datatype_of(buf),
                             sum_of(buf), comm_));
+  b.copy_out();
 }
 
 void MpiCommunicator::allreduce_max(CommBuffer buf) {
@@ -90,81 +235,101 @@ void MpiCommunicator::allreduce_max(CommBuffer buf) {
   if (buf.format() != Precision::kFp32)
     fatal("MPI_Allreduce(MPI_MAX)", __FILE__, __LINE__, "a 16-bit buffer",
           "the maximum is taken over fp32 values only");
+  const MpiBuffer b(staging_for(buf, false), buf, true);
   TRIDENT_MPI(
-      MPI_Allreduce(MPI_IN_PLACE, buf.data(), count_of(buf.count()), MPI_FLOAT, MPI_MAX, comm_));
+      MPI_Allreduce(MPI_IN_PLACE, b.data(), count_of(buf.count()), MPI_FLOAT, MPI_MAX, comm_));
+  b.copy_out();
 }
 
 Request MpiCommunicator::iallreduce_sum(CommBuffer buf) {
   if (size_ == 1) return Request();
   auto r = std::make_unique<MpiRequest>();
-  TRIDENT_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf.data(), count_of(buf.count()), datatype_of(buf),
-                             sum_of(buf), comm_, &r->request));
+  r->outputs.emplace_back(staging_for(buf, true), buf, true);
+  TRIDENT_MPI(MPI_Iallreduce(MPI_IN_PLACE, r->outputs[0].data(), count_of(buf.count()),
+                             datatype_of(buf), sum_of(buf), comm_, &r->request));
   return Request(std::move(r));
 }
 
 void MpiCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv) {
   check_same_format(send, recv, "MPI_Reduce_scatter_block");
   check_counts(static_cast<size_t>(size_), recv.count(), send.count(), "MPI_Reduce_scatter_block");
-  TRIDENT_MPI(MPI_Reduce_scatter_block(send.data(), recv.data(), count_of(recv.count()),
+  const MpiBuffer in(staging_for(send, true), send, true),
+      out(staging_for(recv, true), recv, false);
+  TRIDENT_MPI(MPI_Reduce_scatter_block(in.data(), out.data(), count_of(recv.count()),
                                        datatype_of(recv), sum_of(recv), comm_));
+  out.copy_out();
 }
 
 namespace {
 
 // All-gather, blocking (request null) or not. In place when this rank's part already sits at
-// its slot of recv (as NCCL allows).
-void gather_all(MPI_Comm comm, int size, int rank, const CommBuffer& send, const CommBuffer& recv,
-                MPI_Request* request) {
+// its slot of recv (as NCCL allows); the staged whole then carries it in.
+void gather_all(MPI_Comm comm, int size, int rank, StagingPool* staging, const CommBuffer& send,
+                const CommBuffer& recv, MpiRequest* request) {
   check_same_format(send, recv, "MPI_Allgather");
   check_counts(static_cast<size_t>(size), send.count(), recv.count(), "MPI_Allgather");
-  const void* src = send.data() == recv.window(static_cast<size_t>(rank) * send.count(), 0).data()
-                        ? MPI_IN_PLACE
-                        : send.data();
+  const bool in_place =
+      send.data() == recv.window(static_cast<size_t>(rank) * send.count(), 0).data();
+  MpiRequest blocking;
+  MpiRequest& r = request ? *request : blocking;
+  r.outputs.emplace_back(staging, recv, in_place);
+  if (!in_place) r.inputs.emplace_back(staging, send, true);
+  const void* src = in_place ? MPI_IN_PLACE : r.inputs[0].data();
   const int count = count_of(send.count());
   const MPI_Datatype type = datatype_of(send);
-  if (request)
-    TRIDENT_MPI(MPI_Iallgather(src, count, type, recv.data(), count, type, comm, request));
-  else
-    TRIDENT_MPI(MPI_Allgather(src, count, type, recv.data(), count, type, comm));
+  if (request) {
+    TRIDENT_MPI(
+        MPI_Iallgather(src, count, type, r.outputs[0].data(), count, type, comm, &r.request));
+  } else {
+    TRIDENT_MPI(MPI_Allgather(src, count, type, r.outputs[0].data(), count, type, comm));
+    blocking.wait();  // completes at once (null request): copies the staged result out
+  }
 }
 
 }  // namespace
 
 void MpiCommunicator::allgather(CommBuffer send, CommBuffer recv) {
-  gather_all(comm_, size_, rank_, send, recv, nullptr);
+  gather_all(comm_, size_, rank_, staging_for(send, false), send, recv, nullptr);
 }
 
 Request MpiCommunicator::iallgather(CommBuffer send, CommBuffer recv) {
   auto r = std::make_unique<MpiRequest>();
-  gather_all(comm_, size_, rank_, send, recv, &r->request);
+  gather_all(comm_, size_, rank_, staging_for(send, false), send, recv, r.get());
   return Request(std::move(r));
 }
 
 void MpiCommunicator::broadcast(CommBuffer buf, int root) {
   if (size_ == 1) return;
-  TRIDENT_MPI(MPI_Bcast(buf.data(), count_of(buf.count()), datatype_of(buf), root, comm_));
+  const MpiBuffer b(staging_for(buf, false), buf, rank_ == root);
+  TRIDENT_MPI(MPI_Bcast(b.data(), count_of(buf.count()), datatype_of(buf), root, comm_));
+  if (rank_ != root) b.copy_out();
 }
 
 void MpiCommunicator::send(CommBuffer buf, int peer, int tag) {
-  TRIDENT_MPI(MPI_Send(buf.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_));
+  const MpiBuffer b(staging_for(buf, false), buf, true);
+  TRIDENT_MPI(MPI_Send(b.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_));
 }
 
 void MpiCommunicator::recv(CommBuffer buf, int peer, int tag) {
-  TRIDENT_MPI(MPI_Recv(buf.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_,
+  const MpiBuffer b(staging_for(buf, false), buf, false);
+  TRIDENT_MPI(MPI_Recv(b.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_,
                        MPI_STATUS_IGNORE));
+  b.copy_out();
 }
 
 Request MpiCommunicator::isend(CommBuffer buf, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
-  TRIDENT_MPI(MPI_Isend(buf.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_,
-                        &r->request));
+  r->inputs.emplace_back(staging_for(buf, false), buf, true);
+  TRIDENT_MPI(MPI_Isend(r->inputs[0].data(), count_of(buf.count()), datatype_of(buf), peer, tag,
+                        comm_, &r->request));
   return Request(std::move(r));
 }
 
 Request MpiCommunicator::irecv(CommBuffer buf, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
-  TRIDENT_MPI(MPI_Irecv(buf.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_,
-                        &r->request));
+  r->outputs.emplace_back(staging_for(buf, false), buf, false);
+  TRIDENT_MPI(MPI_Irecv(r->outputs[0].data(), count_of(buf.count()), datatype_of(buf), peer, tag,
+                        comm_, &r->request));
   return Request(std::move(r));
 }
 

@@ -1,5 +1,5 @@
 // NCCL backend of the collectives interface: per-axis communicator from an MPI-broadcast id,
-// collectives on an owned CUDA stream, every NCCL and CUDA call checked.
+// collectives on an owned CUDA stream ordered against Kokkos' by events, every call checked.
 #include "comm/nccl_comm.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -122,6 +122,8 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
   if (rank_ == 0) TRIDENT_NCCL(ncclGetUniqueId(&id));
   TRIDENT_MPI(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, comm));
   TRIDENT_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  TRIDENT_CUDA(cudaEventCreateWithFlags(&inputs_written_, cudaEventDisableTiming));
+  TRIDENT_CUDA(cudaEventCreateWithFlags(&collective_done_, cudaEventDisableTiming));
   const ncclResult_t rc = ncclCommInitRank(&comm_, size_, id, rank_);
   if (rc != ncclSuccess) {
     const char* last = ncclGetLastError(nullptr);
@@ -142,14 +144,32 @@ NcclCommunicator::~NcclCommunicator() {
     warn_nccl(ncclCommDestroy(comm_), "ncclCommDestroy");
   }
   if (stream_) warn_cuda(cudaStreamDestroy(stream_), "cudaStreamDestroy");
+  for (cudaEvent_t event : {inputs_written_, collective_done_})
+    if (event) warn_cuda(cudaEventDestroy(event), "cudaEventDestroy");
 }
 
+namespace {
+
+// The stream Kokkos launches its kernels on: the default execution space's (a CUDA build; the
+// NCCL backend is never used in a host build, where this is the legacy default stream).
+cudaStream_t kokkos_stream() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return Kokkos::DefaultExecutionSpace().cuda_stream();
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace
+
 void NcclCommunicator::inputs_ready() const {
-  Kokkos::fence();
+  TRIDENT_CUDA(cudaEventRecord(inputs_written_, kokkos_stream()));
+  TRIDENT_CUDA(cudaStreamWaitEvent(stream_, inputs_written_, 0));
 }
 
 void NcclCommunicator::finish() const {
-  TRIDENT_CUDA(cudaStreamSynchronize(stream_));
+  TRIDENT_CUDA(cudaEventRecord(collective_done_, stream_));
+  TRIDENT_CUDA(cudaStreamWaitEvent(kokkos_stream(), collective_done_, 0));
 }
 
 Request NcclCommunicator::pending() const {
@@ -181,7 +201,11 @@ ncclDataType_t datatype_of(const CommBuffer& b) {
 }  // namespace
 
 void NcclCommunicator::allreduce_sum(CommBuffer buf) {
-  iallreduce_sum(buf).wait();
+  if (size_ == 1 || buf.count() == 0) return;
+  inputs_ready();
+  TRIDENT_NCCL(ncclAllReduce(buf.data(), buf.data(), buf.count(), datatype_of(buf), ncclSum, comm_,
+                             stream_));
+  finish();
 }
 
 void NcclCommunicator::allreduce_max(CommBuffer buf) {
@@ -214,10 +238,16 @@ void NcclCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv) {
 }
 
 void NcclCommunicator::allgather(CommBuffer send, CommBuffer recv) {
-  iallgather(send, recv).wait();
+  enqueue_allgather(send, recv);
+  finish();
 }
 
 Request NcclCommunicator::iallgather(CommBuffer send, CommBuffer recv) {
+  enqueue_allgather(send, recv);
+  return pending();
+}
+
+void NcclCommunicator::enqueue_allgather(const CommBuffer& send, const CommBuffer& recv) const {
   if (send.format() != recv.format() || recv.count() != send.count() * size_)
     fatal("ncclAllGather", __FILE__, __LINE__, "recv is not ranks x send of one format",
           "size the receive buffer as ranks x the part");
@@ -225,7 +255,6 @@ Request NcclCommunicator::iallgather(CommBuffer send, CommBuffer recv) {
   // A gather moves bits without arithmetic: bf16 and fp16 travel as their own 16-bit types.
   TRIDENT_NCCL(
       ncclAllGather(send.data(), recv.data(), send.count(), datatype_of(send), comm_, stream_));
-  return pending();
 }
 
 void NcclCommunicator::broadcast(CommBuffer buf, int root) {
@@ -239,29 +268,34 @@ void NcclCommunicator::broadcast(CommBuffer buf, int root) {
 // Each p2p call is its own group, as NCCL recommends for a single send or receive; tags are
 // ignored (NCCL matches a pair's operations in issue order).
 void NcclCommunicator::send(CommBuffer buf, int peer, int /*tag*/) {
-  isend(buf, peer, 0).wait();
+  enqueue_p2p(buf, peer, true);
+  finish();
 }
 
 void NcclCommunicator::recv(CommBuffer buf, int peer, int /*tag*/) {
-  irecv(buf, peer, 0).wait();
+  enqueue_p2p(buf, peer, false);
+  finish();
 }
 
 Request NcclCommunicator::isend(CommBuffer buf, int peer, int /*tag*/) {
-  check_peer(peer, "ncclSend");
-  inputs_ready();
-  TRIDENT_NCCL(ncclGroupStart());
-  TRIDENT_NCCL(ncclSend(buf.data(), buf.count(), datatype_of(buf), peer, comm_, stream_));
-  TRIDENT_NCCL(ncclGroupEnd());
+  enqueue_p2p(buf, peer, true);
   return pending();
 }
 
 Request NcclCommunicator::irecv(CommBuffer buf, int peer, int /*tag*/) {
-  check_peer(peer, "ncclRecv");
-  inputs_ready();  // the receive buffer may still be read by a kernel in flight
-  TRIDENT_NCCL(ncclGroupStart());
-  TRIDENT_NCCL(ncclRecv(buf.data(), buf.count(), datatype_of(buf), peer, comm_, stream_));
-  TRIDENT_NCCL(ncclGroupEnd());
+  enqueue_p2p(buf, peer, false);
   return pending();
+}
+
+void NcclCommunicator::enqueue_p2p(const CommBuffer& buf, int peer, bool sending) const {
+  check_peer(peer, sending ? "ncclSend" : "ncclRecv");
+  inputs_ready();  // a send's data is written; a receive's buffer is no longer read by a kernel
+  TRIDENT_NCCL(ncclGroupStart());
+  if (sending)
+    TRIDENT_NCCL(ncclSend(buf.data(), buf.count(), datatype_of(buf), peer, comm_, stream_));
+  else
+    TRIDENT_NCCL(ncclRecv(buf.data(), buf.count(), datatype_of(buf), peer, comm_, stream_));
+  TRIDENT_NCCL(ncclGroupEnd());
 }
 
 }  // namespace trident

@@ -14,9 +14,12 @@
 namespace trident {
 
 // Every buffer must be device memory (a CUDA build of Kokkos); make_communicator() enforces it.
-// Collectives run on the communicator's own stream. Blocking calls fence Kokkos first (so the
-// inputs are written) and synchronise the stream before returning (so the outputs are ready);
-// non-blocking calls fence too and return a Request that waits on a CUDA event.
+// Collectives run on the communicator's own stream, ordered against Kokkos' stream by events, with
+// no fence: each call first makes its stream wait for the kernels Kokkos launched before it (the
+// inputs are written). A blocking call then makes Kokkos' stream wait for the collective, so the
+// kernels launched after it read its outputs, and so does anything that copies them to the host
+// (a Kokkos deep_copy fences Kokkos' stream); the host does not wait. A non-blocking call returns
+// a Request whose wait() blocks the host until the collective is done.
 //
 // NCCL has no tags: send/recv between two ranks match in issue order, and a send or receive
 // blocks the GPU until its peer posts the matching call. Two neighbours that both isend before
@@ -48,13 +51,16 @@ class NcclCommunicator final : public Communicator {
   Request irecv(CommBuffer buf, int peer, int tag) override;
 
  private:
-  void inputs_ready() const;  // fence Kokkos: the kernels that wrote the inputs have finished
-  void finish() const;        // block until everything on stream_ has completed
+  void inputs_ready() const;  // stream_ waits for the kernels on Kokkos' stream so far
+  void finish() const;        // Kokkos' stream waits for everything on stream_ so far
   Request pending() const;    // a Request that completes with the work now on stream_
   void check_peer(int peer, const char* call) const;
+  void enqueue_allgather(const CommBuffer& send, const CommBuffer& recv) const;
+  void enqueue_p2p(const CommBuffer& buf, int peer, bool sending) const;
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t inputs_written_ = nullptr, collective_done_ = nullptr;  // reused by every call
   int size_ = 1, rank_ = 0, device_ = -1;
 };
 

@@ -256,13 +256,15 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
       layout_(describe_layout(config_, grid)),
       world_(grid.world()),
       model_replica_(grid.model_parallel_comm()),
-      // NCCL only pays off within a node: tp groups are placed on one; dp and pp span nodes
-      // unless the axis is trivial.
+      // auto: NCCL for tp and dp where every group of the axis shares a node (comm/backend.hpp).
+      // The pipeline's auto stays on MPI, staged through pinned host memory when the MPI is not
+      // CUDA-aware, until NCCL point-to-point in schedule order has run on a GPU;
+      // parallel.backend_pp = "nccl" asks for it.
       tp_(make_communicator(grid.tp_comm(), config_.parallel.backend_tp,
                             grid.tp_groups_node_local(), "parallel.backend_tp")),
-      dp_(make_communicator(grid.dp_comm(), config_.parallel.backend_dp, grid.shape().dp == 1,
-                            "parallel.backend_dp")),
-      pp_(make_communicator(grid.pp_comm(), config_.parallel.backend_pp, grid.shape().pp == 1,
+      dp_(make_communicator(grid.dp_comm(), config_.parallel.backend_dp,
+                            grid.dp_groups_node_local(), "parallel.backend_dp")),
+      pp_(make_communicator(grid.pp_comm(), config_.parallel.backend_pp, /*node_local=*/false,
                             "parallel.backend_pp")),
       tokens_per_step_(static_cast<int64_t>(config_.train.batch_size) * config_.train.seq_len) {
   if (grid.embedding_comm() != MPI_COMM_NULL)

@@ -1,6 +1,7 @@
 // The collectives on 4 ranks through CommBuffer: fp32 and 16-bit take one path, gathers work in
-// place, only Views in the execution space's memory are buffers; and the host-value collectives
-// the driver uses.
+// place, only Views in the execution space's memory are buffers, each both with MPI reading the
+// buffers and staged through host memory (a GPU build's MPI that is not CUDA-aware); and the
+// host-value collectives the driver uses.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -39,8 +40,18 @@ TEST(Collectives, OnlyViewsInTheExecutionSpaceMemoryAreBuffers) {
   EXPECT_THROW(CommBuffer(HalfView1("h", 4), Precision::kFp32), std::logic_error);
 }
 
-TEST(Collectives, Fp32And16BitSumsTakeOnePath) {
-  MpiCommunicator comm(MPI_COMM_WORLD);
+// Every test of the MPI backend runs with both buffer accesses.
+class MpiCollectives : public ::testing::TestWithParam<MpiBufferAccess> {};
+INSTANTIATE_TEST_SUITE_P(Access, MpiCollectives,
+                         ::testing::Values(MpiBufferAccess::kDirect, MpiBufferAccess::kStaged),
+                         [](const auto& info) {
+                           return info.param == MpiBufferAccess::kDirect ? "Direct" : "Staged";
+                         });
+
+TEST_P(MpiCollectives, Fp32And16BitSumsTakeOnePath) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
+  EXPECT_STREQ(comm.backend(),
+               GetParam() == MpiBufferAccess::kDirect ? "mpi" : "mpi (host-staged)");
   const int n = comm.size(), rank = comm.rank();
   View1 x = filled(
       8, [](int r, size_t i) { return static_cast<float>(r + 1) * (i + 1); }, rank);
@@ -61,8 +72,8 @@ TEST(Collectives, Fp32And16BitSumsTakeOnePath) {
   }
 }
 
-TEST(Collectives, GathersAndReduceScatterSizeTheirBuffersByRanks) {
-  MpiCommunicator comm(MPI_COMM_WORLD);
+TEST_P(MpiCollectives, GathersAndReduceScatterSizeTheirBuffersByRanks) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
   const int n = comm.size(), rank = comm.rank();
   // In place: this rank's part already sits in its slot of the whole.
   View1 whole = filled(
@@ -88,6 +99,54 @@ TEST(Collectives, GathersAndReduceScatterSizeTheirBuffersByRanks) {
   comm.reduce_scatter_sum(send, part);
   auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), part);
   EXPECT_EQ(hp(0), static_cast<float>(n * rank));
+}
+
+TEST_P(MpiCollectives, PointToPointAndBroadcastMoveEveryElement) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
+  const int n = comm.size(), rank = comm.rank();
+  const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  // A ring, blocking and not, several times over: staged copies are reused, never mixed up.
+  for (int round = 0; round < 3; ++round) {
+    View1 out = filled(
+        5, [](int r, size_t i) { return 100.0f * r + i; }, rank);
+    View1 in("in", 5), in_async("in_async", 5);
+    if (rank % 2 == 0) {
+      comm.send(out, next, 1);
+      comm.recv(in, prev, 1);
+    } else {
+      comm.recv(in, prev, 1);
+      comm.send(out, next, 1);
+    }
+    Request r_recv = comm.irecv(in_async, prev, 2);
+    Request r_send = comm.isend(out, next, 2);
+    while (!r_recv.test()) {
+    }
+    r_send.wait();
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in);
+    auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in_async);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(h(i), 100.0f * prev + i) << "round " << round;
+      EXPECT_EQ(ha(i), 100.0f * prev + i) << "round " << round;
+    }
+  }
+  View1 b = filled(
+      3, [](int r, size_t i) { return r == 2 ? 7.0f + i : -1.0f; }, rank);
+  comm.broadcast(b, 2 % n);
+  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(hb(i), n > 2 ? 7.0f + i : -1.0f);
+}
+
+TEST(Collectives, MpiReadsHostMemoryDirectlyAndDeviceMemoryAsTheMpiAllows) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  setenv("TRIDENT_MPI_CUDA_AWARE", "0", 1);
+  EXPECT_EQ(mpi_buffer_access(), MpiBufferAccess::kStaged);
+  setenv("TRIDENT_MPI_CUDA_AWARE", "1", 1);
+  EXPECT_EQ(mpi_buffer_access(), MpiBufferAccess::kDirect);
+#else
+  setenv("TRIDENT_MPI_CUDA_AWARE", "0", 1);  // says nothing about host memory
+  EXPECT_EQ(mpi_buffer_access(), MpiBufferAccess::kDirect);
+#endif
+  unsetenv("TRIDENT_MPI_CUDA_AWARE");
 }
 
 TEST(HostCollectives, ReduceGatherAndBroadcastHostValues) {

@@ -38,7 +38,9 @@ void check_shape(const GridShape& shape) {
   EXPECT_EQ(members(grid.tp_comm(), world_rank), tp_expected);
   EXPECT_EQ(members(grid.dp_comm(), world_rank), dp_expected);
   EXPECT_EQ(members(grid.pp_comm(), world_rank), pp_expected);
-  EXPECT_TRUE(grid.tp_groups_node_local());  // one machine: every group shares the node
+  // One machine: every group of every axis shares the node.
+  EXPECT_TRUE(grid.tp_groups_node_local());
+  EXPECT_TRUE(grid.dp_groups_node_local());
   std::vector<int> mp_expected;
   for (int p = 0; p < shape.pp; ++p)
     for (int t = 0; t < shape.tp; ++t) mp_expected.push_back(grid_rank(shape, {p, c.dp, t}));
