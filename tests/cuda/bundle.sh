@@ -13,8 +13,8 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
-if [[ $(id -u) -ne 0 ]] || ! command -v unshare >/dev/null; then
-  echo "SKIP: hiding the system's libraries needs root and unshare"
+if [[ $(id -u) -ne 0 ]] || ! unshare -m --propagation private true 2>/dev/null; then
+  echo "SKIP: hiding the system's libraries needs root and a private mount namespace (unshare -m)"
   exit 77
 fi
 rm -rf "$work" && mkdir -p "$work"

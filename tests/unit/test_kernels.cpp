@@ -62,17 +62,22 @@ void expect_matches_finite_differences(View1 x, const View1& analytic,
       << "max |numeric - analytic| = " << max_err << ", max |numeric| = " << max_abs;
 }
 
-const Exec exec;
+// The tests' execution space instance, made once Kokkos has started: one built at namespace scope
+// would be constructed before main() initialises Kokkos, which a CUDA build refuses.
+const Exec& exec() {
+  static const Exec instance;
+  return instance;
+}
 
 // The three cross-entropy reductions over one whole (unsplit) slice.
 void ce_forward(const View1& losses, const View1& lse, const Mat& logits, const IntView1& targets,
                 int valid) {
   const int N = static_cast<int>(logits.extent(0));
   View1 mx("max", N), sums("sums", N), tl("target_logit", N);
-  cross_entropy_row_max(exec, mx, logits, valid);
-  cross_entropy_row_sums(exec, sums, tl, logits, mx, targets, 0, valid);
-  cross_entropy_losses(exec, losses, lse, mx, sums, tl, targets);
-  exec.fence();
+  cross_entropy_row_max(exec(), mx, logits, valid);
+  cross_entropy_row_sums(exec(), sums, tl, logits, mx, targets, 0, valid);
+  cross_entropy_losses(exec(), losses, lse, mx, sums, tl, targets);
+  exec().fence();
 }
 
 }  // namespace
@@ -81,8 +86,8 @@ TEST(Kernels, LinearForwardMatchesNaiveLoop) {
   const int N = 7, IC = 5, OC = 6;
   View1 x = random_view(N * IC, 1), w = random_view(OC * IC, 2), b = random_view(OC, 3);
   View1 y("y", N * OC);
-  linear_forward(exec, window(y, 0, N, OC), window(x, 0, N, IC), window(w, 0, OC, IC), b);
-  exec.fence();
+  linear_forward(exec(), window(y, 0, N, OC), window(x, 0, N, IC), window(w, 0, OC, IC), b);
+  exec().fence();
   for (int n = 0; n < N; ++n)
     for (int o = 0; o < OC; ++o) {
       double ref = b(o);
@@ -96,14 +101,14 @@ TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
   View1 x = random_view(N * IC, 4), w = random_view(OC * IC, 5), b = random_view(OC, 6);
   View1 r = random_view(N * OC, 7), y("y", N * OC);
   auto f = [&] {
-    linear_forward(exec, window(y, 0, N, OC), window(x, 0, N, IC), window(w, 0, OC, IC), b);
-    exec.fence();
+    linear_forward(exec(), window(y, 0, N, OC), window(x, 0, N, IC), window(w, 0, OC, IC), b);
+    exec().fence();
     return dot(y, r);
   };
   View1 dx("dx", N * IC), dw("dw", OC * IC), db("db", OC);
-  linear_backward(exec, window(dx, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
+  linear_backward(exec(), window(dx, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
                   window(x, 0, N, IC), window(w, 0, OC, IC), false);
-  exec.fence();
+  exec().fence();
   expect_matches_finite_differences(x, dx, f);
   expect_matches_finite_differences(w, dw, f);
   expect_matches_finite_differences(b, db, f);
@@ -113,12 +118,12 @@ TEST(Kernels, LinearBackwardAccumulatesWhenAsked) {
   const int N = 3, IC = 4, OC = 2;
   View1 x = random_view(N * IC, 8), w = random_view(OC * IC, 9), r = random_view(N * OC, 10);
   View1 dx1("dx1", N * IC), dw("dw", OC * IC), db("db", OC);
-  linear_backward(exec, window(dx1, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
+  linear_backward(exec(), window(dx1, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
                   window(x, 0, N, IC), window(w, 0, OC, IC), false);
   View1 dx2 = copy_of(dx1);
-  linear_backward(exec, window(dx2, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
+  linear_backward(exec(), window(dx2, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
                   window(x, 0, N, IC), window(w, 0, OC, IC), true);
-  exec.fence();
+  exec().fence();
   for (int i = 0; i < N * IC; ++i) EXPECT_NEAR(dx2(i), 2 * dx1(i), 1e-6);
 }
 
@@ -126,8 +131,8 @@ TEST(Kernels, LayerNormForwardMatchesNaiveLoop) {
   const int N = 5, C = 8;
   View1 x = random_view(N * C, 11, 3.0f), w = random_view(C, 12), b = random_view(C, 13);
   View1 y("y", N * C), mean("m", N), rstd("s", N);
-  layernorm_forward(exec, window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b);
-  exec.fence();
+  layernorm_forward(exec(), window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b);
+  exec().fence();
   for (int n = 0; n < N; ++n) {
     double m = 0, v = 0;
     for (int c = 0; c < C; ++c) m += x(n * C + c);
@@ -144,15 +149,15 @@ TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
   View1 x = random_view(N * C, 14), w = random_view(C, 15), b = random_view(C, 16);
   View1 r = random_view(N * C, 17), y("y", N * C), mean("m", N), rstd("s", N);
   auto f = [&] {
-    layernorm_forward(exec, window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b);
-    exec.fence();
+    layernorm_forward(exec(), window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b);
+    exec().fence();
     return dot(y, r);
   };
   f();
   View1 dx("dx", N * C), dw("dw", C), db("db", C);
-  layernorm_backward(exec, window(dx, 0, N, C), dw, db, window(r, 0, N, C), window(x, 0, N, C), w,
+  layernorm_backward(exec(), window(dx, 0, N, C), dw, db, window(r, 0, N, C), window(x, 0, N, C), w,
                      mean, rstd);
-  exec.fence();
+  exec().fence();
   expect_matches_finite_differences(x, dx, f);
   expect_matches_finite_differences(w, dw, f);
   expect_matches_finite_differences(b, db, f);
@@ -162,8 +167,8 @@ TEST(Kernels, GeluMatchesFormulaAndFiniteDifferences) {
   const int n = 50;
   View1 x = random_view(n, 18, 2.0f), y("y", n), r = random_view(n, 19);
   auto f = [&] {
-    gelu_forward(exec, y, x);
-    exec.fence();
+    gelu_forward(exec(), y, x);
+    exec().fence();
     return dot(y, r);
   };
   f();
@@ -173,15 +178,15 @@ TEST(Kernels, GeluMatchesFormulaAndFiniteDifferences) {
     EXPECT_NEAR(y(i), ref, 1e-6);
   }
   View1 dx("dx", n);
-  gelu_backward(exec, dx, x, r);
-  exec.fence();
+  gelu_backward(exec(), dx, x, r);
+  exec().fence();
   expect_matches_finite_differences(x, dx, f);
 }
 
 TEST(Kernels, ResidualAddsElementwise) {
   View1 a = random_view(10, 20), b = random_view(10, 21), out("o", 10);
-  residual_forward(exec, out, a, b);
-  exec.fence();
+  residual_forward(exec(), out, a, b);
+  exec().fence();
   for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(out(i), a(i) + b(i));
 }
 
@@ -191,20 +196,20 @@ TEST(Kernels, EmbeddingForwardAndBackward) {
   IntView1 tokens("t", N);
   const int toks[N] = {1, 4, 1, 0, 3, 4};
   for (int n = 0; n < N; ++n) tokens(n) = toks[n];
-  embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, V, C), window(wpe, 0, T, C),
-                    T, 0);
-  exec.fence();
+  embedding_forward(exec(), window(out, 0, N, C), tokens, window(wte, 0, V, C),
+                    window(wpe, 0, T, C), T, 0);
+  exec().fence();
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c)
       EXPECT_FLOAT_EQ(out(n * C + c), wte(toks[n] * C + c) + wpe((n % T) * C + c));
   View1 r = random_view(N * C, 24), dwte("dwte", V * C), dwpe("dwpe", T * C);
-  embedding_backward(exec, window(dwte, 0, V, C), window(dwpe, 0, T, C), window(r, 0, N, C), tokens,
-                     T, 0);
-  exec.fence();
+  embedding_backward(exec(), window(dwte, 0, V, C), window(dwpe, 0, T, C), window(r, 0, N, C),
+                     tokens, T, 0);
+  exec().fence();
   auto f = [&] {
-    embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, V, C),
+    embedding_forward(exec(), window(out, 0, N, C), tokens, window(wte, 0, V, C),
                       window(wpe, 0, T, C), T, 0);
-    exec.fence();
+    exec().fence();
     return dot(out, r);
   };
   expect_matches_finite_differences(wte, dwte, f);
@@ -220,9 +225,9 @@ TEST(Kernels, AttentionForwardMatchesNaiveLoop) {
     const int C = s.NH * s.HS, N = s.B * s.T;
     View1 qkv = random_view(N * 3 * C, 25), out("o", N * C), att("a", N * s.NH * s.T);
     Kokkos::deep_copy(att, 7.0f);  // stale values: every probability must be written
-    attention_forward(exec, window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
+    attention_forward(exec(), window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
                       window(qkv, 0, N, 3 * C), s);
-    exec.fence();
+    exec().fence();
     auto q = [&](int b, int t, int h, int i) { return qkv((b * s.T + t) * 3 * C + h * s.HS + i); };
     auto k = [&](int b, int t, int h, int i) {
       return qkv((b * s.T + t) * 3 * C + C + h * s.HS + i);
@@ -261,19 +266,19 @@ TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
     View1 qkv = random_view(N * 3 * C, 26), out("o", N * C), att("a", N * s.NH * s.T);
     View1 r = random_view(N * C, 27);
     auto f = [&] {
-      attention_forward(exec, window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
+      attention_forward(exec(), window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
                         window(qkv, 0, N, 3 * C), s);
-      exec.fence();
+      exec().fence();
       return dot(out, r);
     };
     f();
     const int scratch_rows = s.B * s.NH * attention_block_rows(s.T);
     View1 dqkv("dqkv", N * 3 * C), scratch("s", scratch_rows * s.T);
     Kokkos::deep_copy(dqkv, 7.0f);  // stale values: the gradient is overwritten, not added to
-    attention_backward(exec, window(dqkv, 0, N, 3 * C), window(scratch, 0, scratch_rows, s.T),
+    attention_backward(exec(), window(dqkv, 0, N, 3 * C), window(scratch, 0, scratch_rows, s.T),
                        window(r, 0, N, C), window(qkv, 0, N, 3 * C), window(att, 0, N * s.NH, s.T),
                        s);
-    exec.fence();
+    exec().fence();
     expect_matches_finite_differences(qkv, dqkv, f);
   }
 }
@@ -290,18 +295,18 @@ TEST(Kernels, AttentionBatchedMatchesBlocked) {
     View1 dqkv("d", N * 3 * C), dqkv_b("db", N * 3 * C);
     View1 scratch("s", s.B * s.NH * attention_block_rows(s.T) * s.T), scratch_b("sb", rows * s.T);
     for (const View1& v : {out_b, att_b, dqkv_b, scratch_b}) Kokkos::deep_copy(v, 7.0f);  // stale
-    attention_forward_blocked(exec, window(out, 0, N, C), window(att, 0, rows, s.T),
+    attention_forward_blocked(exec(), window(out, 0, N, C), window(att, 0, rows, s.T),
                               window(qkv, 0, N, 3 * C), s);
-    attention_forward_batched(exec, window(out_b, 0, N, C), window(att_b, 0, rows, s.T),
+    attention_forward_batched(exec(), window(out_b, 0, N, C), window(att_b, 0, rows, s.T),
                               window(qkv, 0, N, 3 * C), s);
-    attention_backward_blocked(exec, window(dqkv, 0, N, 3 * C),
+    attention_backward_blocked(exec(), window(dqkv, 0, N, 3 * C),
                                window(scratch, 0, s.B * s.NH * attention_block_rows(s.T), s.T),
                                window(dout, 0, N, C), window(qkv, 0, N, 3 * C),
                                window(att, 0, rows, s.T), s);
-    attention_backward_batched(exec, window(dqkv_b, 0, N, 3 * C), window(scratch_b, 0, rows, s.T),
+    attention_backward_batched(exec(), window(dqkv_b, 0, N, 3 * C), window(scratch_b, 0, rows, s.T),
                                window(dout, 0, N, C), window(qkv, 0, N, 3 * C),
                                window(att_b, 0, rows, s.T), s);
-    exec.fence();
+    exec().fence();
     for (int i = 0; i < rows * s.T; ++i)
       ASSERT_NEAR(att_b(i), att(i), 1e-6) << "T=" << s.T << " i=" << i;
     for (int i = 0; i < N * C; ++i)
@@ -321,7 +326,7 @@ TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
   for (int n = 0; n < N; ++n) targets(n) = tg[n];
   auto f = [&] {
     ce_forward(losses, lse, window(logits, 0, N, V), targets, V);
-    exec.fence();
+    exec().fence();
     double s = 0;
     for (int n = 0; n < N; ++n) s += losses(n);
     return s / 3.0;
@@ -335,15 +340,15 @@ TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
     EXPECT_NEAR(losses(n), ref, 1e-5);
   }
   View1 saved = copy_of(logits), dlogits("d", N * V);
-  cross_entropy_backward(exec, window(dlogits, 0, N, V), window(logits, 0, N, V), lse, targets, 0,
+  cross_entropy_backward(exec(), window(dlogits, 0, N, V), window(logits, 0, N, V), lse, targets, 0,
                          V, 1.0f / 3.0f);
-  exec.fence();
+  exec().fence();
   expect_matches_finite_differences(logits, dlogits, f);
   for (int v = 0; v < V; ++v) EXPECT_EQ(dlogits(3 * V + v), 0.0f);  // ignored row
   // In place, as the model uses it.
-  cross_entropy_backward(exec, window(saved, 0, N, V), window(saved, 0, N, V), lse, targets, 0, V,
+  cross_entropy_backward(exec(), window(saved, 0, N, V), window(saved, 0, N, V), lse, targets, 0, V,
                          1.0f / 3.0f);
-  exec.fence();
+  exec().fence();
   for (int i = 0; i < N * V; ++i) EXPECT_FLOAT_EQ(saved(i), dlogits(i));
 }
 
@@ -359,9 +364,9 @@ TEST(Kernels, CrossEntropyIgnoresPaddedVocabularyColumns) {
     for (int v = 0; v < V; ++v) narrow(n * V + v) = logits(n * VP + v);
   View1 losses2("l2", N), lse2("lse2", N);
   ce_forward(losses2, lse2, window(narrow, 0, N, V), targets, V);
-  cross_entropy_backward(exec, window(d, 0, N, VP), window(logits, 0, N, VP), lse, targets, 0, V,
+  cross_entropy_backward(exec(), window(d, 0, N, VP), window(logits, 0, N, VP), lse, targets, 0, V,
                          1.0f);
-  exec.fence();
+  exec().fence();
   for (int n = 0; n < N; ++n) {
     EXPECT_FLOAT_EQ(losses(n), losses2(n));
     EXPECT_EQ(d(n * VP + 3), 0.0f);
@@ -376,8 +381,8 @@ TEST(Kernels, AdamWMatchesReferenceUpdate) {
   for (int i = 0; i < n; ++i) v(i) = 0.01f * (i + 1);
   View1 p0 = copy_of(p), m0 = copy_of(m), v0 = copy_of(v);
   const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
-  adamw_update(exec, p, m, v, g, h, 0.5f);
-  exec.fence();
+  adamw_update(exec(), p, m, v, g, h, 0.5f);
+  exec().fence();
   for (int i = 0; i < n; ++i) {
     // PyTorch's AdamW: decay first, then the bias-corrected Adam step.
     const double gi = 0.5 * g(i);
@@ -393,7 +398,7 @@ TEST(Kernels, AdamWMatchesReferenceUpdate) {
 TEST(Kernels, SumOfSquares) {
   View1 x = random_view(100, 33);
   // Float partial sums over 16-element chunks, accumulated in double: ~1e-7 relative at worst.
-  EXPECT_NEAR(sum_of_squares(exec, x), dot(x, x), 1e-6 * dot(x, x));
+  EXPECT_NEAR(sum_of_squares(exec(), x), dot(x, x), 1e-6 * dot(x, x));
 }
 
 TEST(Kernels, VocabularySlicesCombineToTheWholeCrossEntropy) {
@@ -413,27 +418,27 @@ TEST(Kernels, VocabularySlicesCombineToTheWholeCrossEntropy) {
   View1 mx[2] = {View1("m0", N), View1("m1", N)}, sums[2] = {View1("a", N), View1("b", N)};
   View1 tl[2] = {View1("c", N), View1("d", N)};
   for (int r = 0; r < 2; ++r)
-    cross_entropy_row_max(exec, mx[r], window(slices[r], 0, N, half), valid[r]);
-  exec.fence();
+    cross_entropy_row_max(exec(), mx[r], window(slices[r], 0, N, half), valid[r]);
+  exec().fence();
   View1 gmax("gmax", N), gsum("gsum", N), gtl("gtl", N), l2("l2", N), lse2("lse2", N);
   for (int n = 0; n < N; ++n) gmax(n) = std::max(mx[0](n), mx[1](n));
   for (int r = 0; r < 2; ++r)
-    cross_entropy_row_sums(exec, sums[r], tl[r], window(slices[r], 0, N, half), gmax, targets,
+    cross_entropy_row_sums(exec(), sums[r], tl[r], window(slices[r], 0, N, half), gmax, targets,
                            start[r], valid[r]);
-  exec.fence();
+  exec().fence();
   for (int n = 0; n < N; ++n) {
     gsum(n) = sums[0](n) + sums[1](n);
     gtl(n) = tl[0](n) + tl[1](n);
   }
-  cross_entropy_losses(exec, l2, lse2, gmax, gsum, gtl, targets);
+  cross_entropy_losses(exec(), l2, lse2, gmax, gsum, gtl, targets);
   View1 d_whole("dw", N * V);
-  cross_entropy_backward(exec, window(d_whole, 0, N, V), window(logits, 0, N, V), lse, targets, 0,
+  cross_entropy_backward(exec(), window(d_whole, 0, N, V), window(logits, 0, N, V), lse, targets, 0,
                          V, 0.5f);
   View1 d_slice[2] = {View1("d0", N * half), View1("d1", N * half)};
   for (int r = 0; r < 2; ++r)
-    cross_entropy_backward(exec, window(d_slice[r], 0, N, half), window(slices[r], 0, N, half),
+    cross_entropy_backward(exec(), window(d_slice[r], 0, N, half), window(slices[r], 0, N, half),
                            lse2, targets, start[r], valid[r], 0.5f);
-  exec.fence();
+  exec().fence();
   for (int n = 0; n < N; ++n) {
     EXPECT_NEAR(l2(n), losses(n), 1e-5);
     for (int v = 0; v < V; ++v)
@@ -449,11 +454,11 @@ TEST(Kernels, EmbeddingVocabularySliceHoldsOnlyItsTokens) {
   IntView1 tokens("t", N);
   const int toks[N] = {0, 4, 5, 2};
   for (int n = 0; n < N; ++n) tokens(n) = toks[n];
-  embedding_forward(exec, window(out, 0, N, C), tokens, window(wte, 0, rows, C), ConstMat(), T,
+  embedding_forward(exec(), window(out, 0, N, C), tokens, window(wte, 0, rows, C), ConstMat(), T,
                     start);
-  embedding_backward(exec, window(dwte, 0, rows, C), window(dwpe, 0, T, C), window(r, 0, N, C),
+  embedding_backward(exec(), window(dwte, 0, rows, C), window(dwpe, 0, T, C), window(r, 0, N, C),
                      tokens, T, start);
-  exec.fence();
+  exec().fence();
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c) {
       const bool held = toks[n] >= start && toks[n] < start + rows;
