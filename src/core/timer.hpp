@@ -30,8 +30,13 @@ constexpr std::array<const char*, kPhases> kPhaseNames = {"forward",   "backward
 class PhaseTimer {
  public:
   using Clock = std::chrono::steady_clock;
+  // Called at every phase change before the clock is read. On an asynchronous device the trainer
+  // sets a fence, so that a phase's seconds are its own kernels' and not the next phase's (a
+  // collective timed alone would otherwise be charged the compute queued before it).
+  void set_settle(void (*settle)()) { settle_ = settle; }
   void reset() { seconds_.fill(0.0); }
   void push(Phase p) {
+    if (settle_) settle_();
     const auto now = Clock::now();
     if (!stack_.empty()) add(stack_.back(), now);
     stack_.push_back(p);
@@ -39,6 +44,7 @@ class PhaseTimer {
     mark(now);
   }
   void pop() {
+    if (settle_) settle_();
     const auto now = Clock::now();
     add(stack_.back(), now);
     stack_.pop_back();
@@ -62,6 +68,7 @@ class PhaseTimer {
   void add(Phase p, Clock::time_point now) {
     seconds_[static_cast<int>(p)] += std::chrono::duration<double>(now - t0_).count();
   }
+  void (*settle_)() = nullptr;
   std::array<double, kPhases> seconds_{};
   std::vector<Phase> stack_;
   Clock::time_point t0_;
