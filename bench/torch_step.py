@@ -19,9 +19,10 @@ import torch.nn.functional as F
 
 
 class Block(nn.Module):
-    def __init__(self, C, NH, T):
+    def __init__(self, C, NH, T, sdpa=False):
         super().__init__()
         self.NH = NH
+        self.sdpa = sdpa  # F.scaled_dot_product_attention (flash attention on GPUs)
         self.ln_1 = nn.LayerNorm(C)
         self.qkv = nn.Linear(C, 3 * C)
         self.proj = nn.Linear(C, C)
@@ -38,20 +39,23 @@ class Block(nn.Module):
         q = q.view(B, T, self.NH, HS).transpose(1, 2)
         k = k.view(B, T, self.NH, HS).transpose(1, 2)
         v = v.view(B, T, self.NH, HS).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
-        att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         x = x + self.proj(y)
         return x + self.mlp_proj(self.gelu(self.fc(self.ln_2(x))))
 
 
 class GPT(nn.Module):
-    def __init__(self, L, C, NH, V, block_size, T):
+    def __init__(self, L, C, NH, V, block_size, T, sdpa=False):
         super().__init__()
         self.wte = nn.Embedding(V, C)
         self.wpe = nn.Embedding(block_size, C)
-        self.blocks = nn.ModuleList(Block(C, NH, T) for _ in range(L))
+        self.blocks = nn.ModuleList(Block(C, NH, T, sdpa) for _ in range(L))
         self.ln_f = nn.LayerNorm(C)
         # GPT-2 initialisation; residual projections scaled by 1/sqrt(2L).
         for name, p in self.named_parameters():
@@ -61,7 +65,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.blocks:
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # tied output projection

@@ -13,11 +13,27 @@
 #             TCP; no InfiniBand, UCX, OFI, PSM or OpenSHMEM), found through OPAL_PREFIX;
 #   lib/pmix/ PMIx's plugins; share/openmpi, share/pmix: their help texts;
 #   run.sh    sets the paths and runs a command: ./run.sh trident train ..., ./run.sh mpirun ...;
-#   SOURCES   where each library came from (tests/cuda/bundle.sh hides those to prove relocation).
+#   SOURCES   where each library came from (tests/cuda/bundle.sh hides those to prove relocation);
+#   gpu_check.sh, bench/, inputs/, data/  the GPU check (bench/gpu_check.sh), its PyTorch peer, its
+#             config and the KJV corpus (make data);
+#   reference/gpu_check_cpu_losses.txt  the check's first losses from the host build
+#             (BUNDLE_HOST_BUILD, default build), BUNDLE_REFERENCE_STEPS of them (default 2: about
+#             4 minutes and 19 GiB on 2 cores; 0 leaves them out, and the check then fails on them).
 set -euo pipefail
 out=${1:?usage: tools/device_bundle.sh OUT_DIR [BUILD_CUDA]}
 build=${2:-build-cuda}
 limit_mib=${BUNDLE_LIMIT_MIB:-64}
+reference_steps=${BUNDLE_REFERENCE_STEPS:-2}
+host_build=${BUNDLE_HOST_BUILD:-build}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+for f in data/kjv_train.bin data/kjv_val.bin; do
+  [[ -f $root/$f ]] || { echo "device_bundle: $root/$f is missing: run make data first" >&2 && exit 1; }
+done
+if ((reference_steps > 0)) && [[ ! -x $host_build/src/trident ]]; then
+  echo "device_bundle: $host_build/src/trident is missing: the CPU reference needs the host build" \
+    "(make build), or BUNDLE_REFERENCE_STEPS=0" >&2
+  exit 1
+fi
 triplet=$(gcc -print-multiarch)
 ompi_plugins=/usr/lib/$triplet/openmpi/lib/openmpi3
 pmix_plugins=/usr/lib/$triplet/pmix2/lib/pmix
@@ -64,6 +80,29 @@ for object in "${objects[@]}"; do
     copied[$name]=1
   done < <(ldd "$object" | sed -n 's/^\s*\(\S*\) => \(\S*\).*/\1 \2/p')
 done
+
+# The GPU check and what it runs.
+mkdir -p "$out/bench" "$out/inputs/models" "$out/data" "$out/reference"
+cp "$root/bench/gpu_check.sh" "$out/gpu_check.sh"
+cp "$root/bench/torch_step.py" "$root/bench/torch_gpu_step.py" "$out/bench/"
+cp "$root/inputs/gpu_check.toml" "$out/inputs/"
+cp "$root/inputs/models/gpt2-124m.toml" "$out/inputs/models/"
+cp "$root/data/kjv_train.bin" "$root/data/kjv_val.bin" "$out/data/"
+if ((reference_steps > 0)); then
+  echo "device_bundle: the CPU reference: $reference_steps steps of inputs/gpu_check.toml on" \
+    "$host_build/src/trident (minutes)"
+  scratch=$(mktemp -d)
+  (cd "$root" && "$host_build/src/trident" train --config inputs/gpu_check.toml --overwrite \
+    --set run.out_dir="$scratch" --set run.steps="$reference_steps") >"$scratch/train.log" 2>&1 ||
+    { tail -n 20 "$scratch/train.log" >&2 && exit 1; }
+  {
+    echo "# The first losses of inputs/gpu_check.toml on the host build (trident $(cd "$root" &&
+      git rev-parse --short HEAD 2>/dev/null || echo unknown)); $(grep -m 1 '^GEMM:' "$scratch/train.log")"
+    sed -n 's/^step \+\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) .*/step \1 loss \2/p' "$scratch/train.log"
+  } >"$out/reference/gpu_check_cpu_losses.txt"
+  cat "$out/reference/gpu_check_cpu_losses.txt"
+  rm -rf "$scratch"
+fi
 
 cat >"$out/run.sh" <<'RUN'
 #!/bin/sh

@@ -4,6 +4,7 @@
 #include "core/math.hpp"
 #include "core/types.hpp"
 #include "kernels/region.hpp"
+#include "kernels/shapes.hpp"
 
 namespace trident::kernels {
 
@@ -69,11 +70,24 @@ struct SegmentSquares {
   }
 };
 
-// sum_i x_i^2 in double, for the global gradient norm; bit-identical at every thread count.
-inline double sum_of_squares(const Exec& exec, const ConstVec& x) {
+// sum_i x_i^2 in double, for the global gradient norm; bit-identical at every thread count. GPUs
+// reduce element-wise in Kokkos' block tree instead (64 segments would be 64 threads), which is
+// deterministic for a given launch.
+inline double sum_of_squares(const Exec& exec, const ConstVec& x, Shape shape = kBuildShape) {
   Region region("trident::sum_of_squares");
   const size_t n = x.extent(0);
   if (n == 0) return 0.0;
+  if (shape == Shape::kGpu) {
+    double total = 0.0;
+    Kokkos::parallel_reduce(
+        "sum_of_squares", Kokkos::RangePolicy<Exec>(exec, 0, n),
+        KOKKOS_LAMBDA(size_t i, double& acc) {
+          const double v = x(i);
+          acc += v * v;
+        },
+        total);
+    return total;
+  }
   size_t length = (n + kSquareSegments - 1) / kSquareSegments;
   length = (length + kSquareBlock - 1) / kSquareBlock * kSquareBlock;
   const int segments = static_cast<int>((n + length - 1) / length);

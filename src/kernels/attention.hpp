@@ -6,6 +6,7 @@
 #include "kernels/attention_blocking.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/region.hpp"
+#include "kernels/shapes.hpp"
 
 namespace trident::kernels {
 
@@ -18,22 +19,21 @@ struct AttentionShape {
 // and v are HS columns apart in qkv, its scores T rows apart in att), and a kernel per row does
 // the causal softmax. The full T x T scores are computed; the causal mask is the softmax's.
 
-// The causal softmax of each row of att[B*NH*T, T] in place: row r is query t = r % T.
+// The causal softmax of each row of att[B*NH*T, T] in place, a team per row: row r is query
+// t = r % T.
 inline void causal_softmax_rows(const Exec& exec, const Mat& att, int T, float scale) {
   Kokkos::parallel_for(
-      "attention_softmax", Kokkos::RangePolicy<Exec>(exec, 0, att.extent(0)), KOKKOS_LAMBDA(int r) {
-        const int t = r % T;
-        float m = -3.0e38f;
-        for (int j = 0; j <= t; ++j) m = att(r, j) * scale > m ? att(r, j) * scale : m;
-        float sum = 0.0f;
-        for (int j = 0; j <= t; ++j) {
-          const float e = kmath::exp_vec(att(r, j) * scale - m);
-          att(r, j) = e;
-          sum += e;
-        }
+      "attention_softmax", row_teams(exec, static_cast<int>(att.extent(0))),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const int r = team.league_rank(), keys = r % T + 1;
+        const float m = team_max(
+            team, keys, [&](int j) { return att(r, j) * scale; }, -3.0e38f);
+        const float sum =
+            team_sum(team, keys, [&](int j) { return kmath::exp_vec(att(r, j) * scale - m); });
         const float inv = 1.0f / sum;
-        for (int j = 0; j <= t; ++j) att(r, j) *= inv;
-        for (int j = t + 1; j < T; ++j) att(r, j) = 0.0f;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](int j) {
+          att(r, j) = j < keys ? kmath::exp_vec(att(r, j) * scale - m) * inv : 0.0f;
+        });
       });
 }
 
@@ -80,13 +80,13 @@ inline void attention_backward_batched(const Exec& exec, const Mat& dqkv, const 
   // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - sum_j p dp) / sqrt(HS).
   const Mat ds = datt_scratch;
   Kokkos::parallel_for(
-      "attention_softmax_backward", Kokkos::RangePolicy<Exec>(exec, 0, att.extent(0)),
-      KOKKOS_LAMBDA(int r) {
-        const int t = r % T;
-        float dot = 0.0f;
-        for (int j = 0; j <= t; ++j) dot += att(r, j) * ds(r, j);
-        for (int j = 0; j <= t; ++j) ds(r, j) = att(r, j) * (ds(r, j) - dot) * scale;
-        for (int j = t + 1; j < T; ++j) ds(r, j) = 0.0f;
+      "attention_softmax_backward", row_teams(exec, static_cast<int>(att.extent(0))),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const int r = team.league_rank(), keys = r % T + 1;
+        const float dot = team_sum(team, keys, [&](int j) { return att(r, j) * ds(r, j); });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](int j) {
+          ds(r, j) = j < keys ? att(r, j) * (ds(r, j) - dot) * scale : 0.0f;
+        });
       });
   for (int b = 0; b < s.B; ++b) {
     const float* q = qkv.data() + static_cast<size_t>(b) * T * ld_qkv;

@@ -6,6 +6,7 @@
 #include "core/math.hpp"
 #include "core/types.hpp"
 #include "kernels/region.hpp"
+#include "kernels/shapes.hpp"
 
 namespace trident::kernels {
 
@@ -14,8 +15,19 @@ namespace trident::kernels {
 
 // row_max[n] = max over the slice's valid columns (-inf-ish when the slice has none).
 inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const ConstMat& logits,
-                                  int valid) {
+                                  int valid, Shape shape = kBuildShape) {
   Region region("trident::cross_entropy_row_max");
+  if (shape == Shape::kGpu) {
+    Kokkos::parallel_for(
+        "cross_entropy_row_max", row_teams(exec, static_cast<int>(logits.extent(0))),
+        KOKKOS_LAMBDA(const TeamMember& team) {
+          const int n = team.league_rank();
+          const float m = team_max(
+              team, valid, [&](int v) { return logits(n, v); }, -3.0e38f);
+          Kokkos::single(Kokkos::PerTeam(team), [&] { row_max(n) = m; });
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "cross_entropy_row_max", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
@@ -29,8 +41,25 @@ inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const Co
 // gives the target's logit).
 inline void cross_entropy_row_sums(const Exec& exec, const Vec& row_sum, const Vec& target_logit,
                                    const ConstMat& logits, const ConstVec& row_max,
-                                   const ConstIntVec& targets, int vocab_start, int valid) {
+                                   const ConstIntVec& targets, int vocab_start, int valid,
+                                   Shape shape = kBuildShape) {
   Region region("trident::cross_entropy_row_sums");
+  if (shape == Shape::kGpu) {
+    Kokkos::parallel_for(
+        "cross_entropy_row_sums", row_teams(exec, static_cast<int>(logits.extent(0))),
+        KOKKOS_LAMBDA(const TeamMember& team) {
+          const int n = team.league_rank();
+          const float m = row_max(n);
+          const float sum =
+              team_sum(team, valid, [&](int v) { return kmath::exp_vec(logits(n, v) - m); });
+          Kokkos::single(Kokkos::PerTeam(team), [&] {
+            row_sum(n) = sum;
+            const int local = targets(n) - vocab_start;
+            target_logit(n) = local >= 0 && local < valid ? logits(n, local) : 0.0f;
+          });
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "cross_entropy_row_sums", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
@@ -60,9 +89,25 @@ inline void cross_entropy_losses(const Exec& exec, const Vec& losses, const Vec&
 // dlogits may alias logits. `scale` is d(loss)/d(per-token loss): 1 / global token count.
 inline void cross_entropy_backward(const Exec& exec, const Mat& dlogits, const ConstMat& logits,
                                    const ConstVec& lse, const ConstIntVec& targets, int vocab_start,
-                                   int valid, float scale) {
+                                   int valid, float scale, Shape shape = kBuildShape) {
   Region region("trident::cross_entropy_backward");
   const int width = static_cast<int>(logits.extent(1));
+  if (shape == Shape::kGpu) {
+    Kokkos::parallel_for(
+        "cross_entropy_backward", row_teams(exec, static_cast<int>(logits.extent(0))),
+        KOKKOS_LAMBDA(const TeamMember& team) {
+          const int n = team.league_rank();
+          const int local = targets(n) - vocab_start;
+          const float l = lse(n);
+          const float s = targets(n) >= 0 ? scale : 0.0f;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width), [&](int v) {
+            dlogits(n, v) =
+                v < valid ? s * (kmath::exp_vec(logits(n, v) - l) - (v == local ? 1.0f : 0.0f))
+                          : 0.0f;
+          });
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "cross_entropy_backward", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {

@@ -4,6 +4,7 @@
 
 #include "core/types.hpp"
 #include "kernels/region.hpp"
+#include "kernels/shapes.hpp"
 
 namespace trident::kernels {
 
@@ -11,11 +12,23 @@ namespace trident::kernels {
 //          + wpe[n % T, :] (skipped when wpe is empty: a tp rank other than 0 adds no position
 //          term, so the sum over the tp group counts it once).
 inline void embedding_forward(const Exec& exec, const Mat& out, const ConstIntVec& tokens,
-                              const ConstMat& wte, const ConstMat& wpe, int T, int vocab_start) {
+                              const ConstMat& wte, const ConstMat& wpe, int T, int vocab_start,
+                              Shape shape = kBuildShape) {
   Region region("trident::embedding_forward");
   const int C = static_cast<int>(out.extent(1));
   const int rows = static_cast<int>(wte.extent(0));
   const bool with_positions = wpe.extent(0) > 0;
+  if (shape == Shape::kGpu) {
+    Kokkos::parallel_for(
+        "embedding_forward", Kokkos::RangePolicy<Exec>(exec, 0, out.extent(0) * C),
+        KOKKOS_LAMBDA(size_t i) {
+          const int n = static_cast<int>(i / C), c = static_cast<int>(i % C);
+          const int row = tokens(n) - vocab_start;
+          const bool held = row >= 0 && row < rows;
+          out(n, c) = (held ? wte(row, c) : 0.0f) + (with_positions ? wpe(n % T, c) : 0.0f);
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "embedding_forward", Kokkos::RangePolicy<Exec>(exec, 0, out.extent(0)), KOKKOS_LAMBDA(int n) {
         const int row = tokens(n) - vocab_start, t = n % T;
@@ -26,14 +39,40 @@ inline void embedding_forward(const Exec& exec, const Mat& out, const ConstIntVe
 }
 
 // dwte[V_slice,C] += scatter of dout rows by token (held tokens only); dwpe[T,C] += sum over
-// the batch. Parallel over channels with a sequential loop over rows, so the summation order
-// (and the result) is the same on every backend.
+// the batch. Every element of dwte and dwpe adds its terms in row order n, so the result is the
+// same bits in both shapes and on every backend. CPUs: a work item per channel. GPUs: a work item
+// per (channel, block of vocabulary rows), each scanning every token and adding the rows of its
+// block (C alone is too few threads), and a work item per element of dwpe.
+constexpr int kEmbeddingGpuRowBlocks = 64;
+
 inline void embedding_backward(const Exec& exec, const Mat& dwte, const Mat& dwpe,
                                const ConstMat& dout, const ConstIntVec& tokens, int T,
-                               int vocab_start) {
+                               int vocab_start, Shape shape = kBuildShape) {
   Region region("trident::embedding_backward");
   const int N = static_cast<int>(dout.extent(0));
   const int rows = static_cast<int>(dwte.extent(0));
+  if (shape == Shape::kGpu) {
+    const int C = static_cast<int>(dout.extent(1));
+    const int block_rows = (rows + kEmbeddingGpuRowBlocks - 1) / kEmbeddingGpuRowBlocks;
+    Kokkos::parallel_for(
+        "embedding_backward_tokens",
+        Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(kEmbeddingGpuRowBlocks) * C),
+        KOKKOS_LAMBDA(size_t i) {
+          const int c = static_cast<int>(i % C);
+          const int first = static_cast<int>(i / C) * block_rows;
+          for (int n = 0; n < N; ++n) {
+            const int row = tokens(n) - vocab_start;
+            if (row >= first && row < first + block_rows && row < rows) dwte(row, c) += dout(n, c);
+          }
+        });
+    Kokkos::parallel_for(
+        "embedding_backward_positions",
+        Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * C), KOKKOS_LAMBDA(size_t i) {
+          const int t = static_cast<int>(i / C), c = static_cast<int>(i % C);
+          for (int n = t; n < N; n += T) dwpe(t, c) += dout(n, c);
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "embedding_backward", Kokkos::RangePolicy<Exec>(exec, 0, dout.extent(1)),
       KOKKOS_LAMBDA(int c) {

@@ -4,6 +4,7 @@
 #include "core/math.hpp"
 #include "core/types.hpp"
 #include "kernels/region.hpp"
+#include "kernels/shapes.hpp"
 
 namespace trident::kernels {
 
@@ -11,9 +12,31 @@ constexpr float kLayerNormEps = 1e-5f;
 
 // out[N,C] = (inp - mean) * rstd * weight + bias; mean[N], rstd[N] kept for backward.
 inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean, const Vec& rstd,
-                              const ConstMat& inp, const ConstVec& weight, const ConstVec& bias) {
+                              const ConstMat& inp, const ConstVec& weight, const ConstVec& bias,
+                              Shape shape = kBuildShape) {
   Region region("trident::layernorm_forward");
   const int C = static_cast<int>(inp.extent(1));
+  if (shape == Shape::kGpu) {
+    Kokkos::parallel_for(
+        "layernorm_forward", row_teams(exec, static_cast<int>(inp.extent(0))),
+        KOKKOS_LAMBDA(const TeamMember& team) {
+          const int n = team.league_rank();
+          const float m = team_sum(team, C, [&](int c) { return inp(n, c); }) / C;
+          const float var = team_sum(team, C, [&](int c) {
+            const float d = inp(n, c) - m;
+            return d * d;
+          });
+          const float s = 1.0f / kmath::sqrt(var / C + kLayerNormEps);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+            out(n, c) = (inp(n, c) - m) * s * weight(c) + bias(c);
+          });
+          Kokkos::single(Kokkos::PerTeam(team), [&] {
+            mean(n) = m;
+            rstd(n) = s;
+          });
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "layernorm_forward", Kokkos::RangePolicy<Exec>(exec, 0, inp.extent(0)), KOKKOS_LAMBDA(int n) {
         const float m = kmath::lane_sum(C, [&](int c) { return inp(n, c); }) / C;
@@ -31,10 +54,37 @@ inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean,
 // dinp[N,C] += d/dinp; dweight[C] += sum_n dout*xhat; dbias[C] += sum_n dout.
 inline void layernorm_backward(const Exec& exec, const Mat& dinp, const Vec& dweight,
                                const Vec& dbias, const ConstMat& dout, const ConstMat& inp,
-                               const ConstVec& weight, const ConstVec& mean, const ConstVec& rstd) {
+                               const ConstVec& weight, const ConstVec& mean, const ConstVec& rstd,
+                               Shape shape = kBuildShape) {
   Region region("trident::layernorm_backward");
   const int N = static_cast<int>(inp.extent(0));
   const int C = static_cast<int>(inp.extent(1));
+  if (shape == Shape::kGpu) {
+    Kokkos::parallel_for(
+        "layernorm_backward_input", row_teams(exec, N), KOKKOS_LAMBDA(const TeamMember& team) {
+          const int n = team.league_rank();
+          const float m = mean(n), s = rstd(n);
+          const float dnorm_mean =
+              team_sum(team, C, [&](int c) { return weight(c) * dout(n, c); }) / C;
+          const float dnorm_norm_mean =
+              team_sum(team, C,
+                       [&](int c) { return weight(c) * dout(n, c) * (inp(n, c) - m) * s; }) /
+              C;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+            const float xhat = (inp(n, c) - m) * s;
+            const float dnorm = weight(c) * dout(n, c);
+            dinp(n, c) += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
+          });
+        });
+    column_sums_teams<2>(
+        exec, "layernorm_backward_params", {dweight, dbias}, N, C,
+        KOKKOS_LAMBDA(int n, int c, float* t) {
+          const float g = dout(n, c);
+          t[0] = g * (inp(n, c) - mean(n)) * rstd(n);
+          t[1] = g;
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "layernorm_backward_input", Kokkos::RangePolicy<Exec>(exec, 0, N), KOKKOS_LAMBDA(int n) {
         const float m = mean(n), s = rstd(n);

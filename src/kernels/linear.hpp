@@ -5,20 +5,27 @@
 #include "core/types.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/region.hpp"
+#include "kernels/shapes.hpp"
 
 namespace trident::kernels {
 
 // out[N,OC] = inp[N,IC] * weight[OC,IC]^T + bias[OC]; bias may be empty (extent 0).
 inline void linear_forward(const Exec& exec, const Mat& out, const ConstMat& inp,
-                           const ConstMat& weight, const ConstVec& bias) {
+                           const ConstMat& weight, const ConstVec& bias,
+                           Shape shape = kBuildShape) {
   Region region("trident::linear_forward");
   float beta = 0.0f;
   if (bias.extent(0) > 0) {
     const int OC = static_cast<int>(out.extent(1));
-    Kokkos::parallel_for(
-        "linear_bias", Kokkos::RangePolicy<Exec>(exec, 0, out.extent(0)), KOKKOS_LAMBDA(int n) {
-          for (int o = 0; o < OC; ++o) out(n, o) = bias(o);
-        });
+    if (shape == Shape::kGpu)
+      Kokkos::parallel_for(
+          "linear_bias", Kokkos::RangePolicy<Exec>(exec, 0, out.extent(0) * OC),
+          KOKKOS_LAMBDA(size_t i) { out(i / OC, i % OC) = bias(i % OC); });
+    else
+      Kokkos::parallel_for(
+          "linear_bias", Kokkos::RangePolicy<Exec>(exec, 0, out.extent(0)), KOKKOS_LAMBDA(int n) {
+            for (int o = 0; o < OC; ++o) out(n, o) = bias(o);
+          });
     beta = 1.0f;
   }
   gemm(exec, 'N', 'T', 1.0f, inp, weight, beta, out);
@@ -28,11 +35,16 @@ inline void linear_forward(const Exec& exec, const Mat& out, const ConstMat& inp
 // `accumulate_dinp` chooses += (the input feeds several consumers) or = (it feeds only this one).
 inline void linear_backward(const Exec& exec, const Mat& dinp, const Mat& dweight, const Vec& dbias,
                             const ConstMat& dout, const ConstMat& inp, const ConstMat& weight,
-                            bool accumulate_dinp) {
+                            bool accumulate_dinp, Shape shape = kBuildShape) {
   Region region("trident::linear_backward");
   gemm(exec, 'N', 'N', 1.0f, dout, weight, accumulate_dinp ? 1.0f : 0.0f, dinp);
   gemm(exec, 'T', 'N', 1.0f, dout, inp, 1.0f, dweight);
-  if (dbias.extent(0) > 0) {
+  if (dbias.extent(0) > 0 && shape == Shape::kGpu) {
+    column_sums_teams<1>(
+        exec, "linear_backward_bias", {dbias}, static_cast<int>(dout.extent(0)),
+        static_cast<int>(dout.extent(1)),
+        KOKKOS_LAMBDA(int n, int o, float* t) { t[0] = dout(n, o); });
+  } else if (dbias.extent(0) > 0) {
     // kLanes columns per work item, rows summed in order: deterministic, and the inner loop runs
     // along a row, so it vectorises.
     const int N = static_cast<int>(dout.extent(0)), OC = static_cast<int>(dout.extent(1));

@@ -3,7 +3,8 @@
 # this machine's MPI, HDF5, Kokkos, OpenMPI plugins or CUDA toolkit: they are hidden in a private
 # mount namespace (root only), NCCL is offered where PyTorch's wheel would put it, and mpirun
 # starts two ranks of the bundle's unit tests, which reach MPI_Init and refuse for want of a GPU;
-# trident itself refuses with exit 2.
+# trident itself refuses with exit 2, and so does the bundle's GPU check, before it runs anything.
+# (The check's CPU reference losses are left out here: BUNDLE_REFERENCE_STEPS=0.)
 # usage: tests/cuda/bundle.sh REPO BUILD_CUDA WORK_DIR
 set -euo pipefail
 repo=${1:?usage: bundle.sh REPO BUILD_CUDA WORK_DIR}
@@ -18,7 +19,8 @@ if [[ $(id -u) -ne 0 ]] || ! unshare -m --propagation private true 2>/dev/null; 
   exit 77
 fi
 rm -rf "$work" && mkdir -p "$work"
-bash "$repo/tools/device_bundle.sh" "$work/built" "$build" | tee "$work/bundle.log"
+BUNDLE_REFERENCE_STEPS=0 bash "$repo/tools/device_bundle.sh" "$work/built" "$build" |
+  tee "$work/bundle.log"
 size_kib=$(du -sk "$work/built" | cut -f1)
 ((size_kib <= 64 * 1024)) || fail "bundle is $size_kib KiB, over 64 MiB"
 mv "$work/built" "$work/moved"  # relocated: nothing may point at where it was made
@@ -47,6 +49,8 @@ echo \$? >"$work/mpirun.rc"
 env -u LD_LIBRARY_PATH TRIDENT_CUDA_LIBS="$work/site/nvidia/nccl/lib" \\
   "$work/moved/run.sh" trident plan --help >"$work/single.out" 2>&1
 echo \$? >"$work/single.rc"
+"$work/moved/gpu_check.sh" "$work/gpu_check_results.txt" >"$work/gpu_check.out" 2>&1
+echo \$? >"$work/gpu_check.rc"
 INSIDE
 unshare -m --propagation private bash "$work/inside.sh" || fail "mount namespace setup failed"
 echo "hidden: $(wc -l <"$work/hidden") libraries and trees"
@@ -61,7 +65,11 @@ done
 [[ $(cat "$work/mpirun.rc") -ne 0 ]] || fail "mpirun exited 0 although the ranks refused"
 grep -q "$refusal" "$work/single.out" && [[ $(cat "$work/single.rc") -eq 2 ]] ||
   fail "trident from the bundle (rc $(cat "$work/single.rc")): $(cat "$work/single.out")"
+grep -q "no NVIDIA GPU here" "$work/gpu_check.out" && [[ $(cat "$work/gpu_check.rc") -eq 2 ]] ||
+  fail "gpu_check.sh from the bundle (rc $(cat "$work/gpu_check.rc")): $(cat "$work/gpu_check.out")"
+[[ ! -e $work/gpu_check_results.txt ]] || fail "gpu_check.sh wrote results without a GPU"
 echo "mpirun -np 2 from the relocated bundle: both ranks through MPI_Init, refusing (no GPU):"
 grep "$refusal" "$work/mpirun.out"
 echo "trident alone (exit 2): $(cat "$work/single.out")"
+echo "the GPU check (exit 2): $(cat "$work/gpu_check.out")"
 echo "OK"

@@ -1,10 +1,14 @@
-// Each kernel against a naive loop on random inputs, and each backward against central
-// finite differences of a random linear functional of its output.
+// Each kernel against a naive loop on random inputs, each backward against central finite
+// differences of a random linear functional of its output, and the GPU shapes against the CPU ones.
+// Buffers are host-accessible on every build (CUDA managed memory on GPU builds), so the same tests
+// check the kernels on a device against host references.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/adamw.hpp"
@@ -21,21 +25,52 @@ using namespace trident::kernels;
 
 namespace {
 
-View1 random_view(size_t n, unsigned seed, float scale = 1.0f) {
-  View1 v("r", n);
+#if defined(KOKKOS_ENABLE_CUDA)
+using TestSpace = Kokkos::CudaUVMSpace;
+#else
+using TestSpace = MemSpace;
+#endif
+
+// A buffer the host indexes and the kernels take as a window (Vec, Mat, IntVec).
+template <class T, class Window, class ConstWindow>
+class TestBuffer {
+ public:
+  TestBuffer(const char* label, size_t n) : view_(std::string(label), n) {}
+  T& operator()(size_t i) const { return view_(i); }
+  size_t extent(int) const { return view_.extent(0); }
+  T* data() const { return view_.data(); }
+  operator Window() const { return Window(view_.data(), view_.extent(0)); }
+  operator ConstWindow() const { return ConstWindow(view_.data(), view_.extent(0)); }
+
+ private:
+  Kokkos::View<T*, Kokkos::LayoutRight, TestSpace> view_;
+};
+using TestBuf = TestBuffer<float, Vec, ConstVec>;
+using TestInts = TestBuffer<int32_t, IntVec, ConstIntVec>;
+
+Mat window(const TestBuf& b, size_t offset, size_t rows, size_t cols) {
+  return Mat(b.data() + offset, rows, cols);
+}
+
+void fill(const TestBuf& b, float value) {
+  for (size_t i = 0; i < b.extent(0); ++i) b(i) = value;
+}
+
+TestBuf random_view(size_t n, unsigned seed, float scale = 1.0f) {
+  TestBuf v("r", n);
   std::mt19937 gen(seed);
   std::normal_distribution<float> dist(0.0f, scale);
   for (size_t i = 0; i < n; ++i) v(i) = dist(gen);
   return v;
 }
 
-View1 copy_of(const View1& v) {
-  View1 c("c", v.extent(0));
-  Kokkos::deep_copy(c, v);
+TestBuf copy_of(const TestBuf& v) {
+  TestBuf c("c", v.extent(0));
+  for (size_t i = 0; i < v.extent(0); ++i) c(i) = v(i);
   return c;
 }
 
-double dot(const View1& a, const View1& b) {
+double dot(const TestBuf& a, const TestBuf& b) {
   double s = 0;
   for (size_t i = 0; i < a.extent(0); ++i) s += static_cast<double>(a(i)) * b(i);
   return s;
@@ -43,7 +78,7 @@ double dot(const View1& a, const View1& b) {
 
 // Checks analytic[i] against (f(x + h e_i) - f(x - h e_i)) / 2h for every element of x.
 // Float forward passes: h = 1e-2 keeps truncation error ~h^2 and rounding ~1e-7/h small.
-void expect_matches_finite_differences(View1 x, const View1& analytic,
+void expect_matches_finite_differences(TestBuf x, const TestBuf& analytic,
                                        const std::function<double()>& f, double tol = 2e-2) {
   const float h = 1e-2f;
   double max_abs = 0, max_err = 0;
@@ -70,10 +105,10 @@ const Exec& exec() {
 }
 
 // The three cross-entropy reductions over one whole (unsplit) slice.
-void ce_forward(const View1& losses, const View1& lse, const Mat& logits, const IntView1& targets,
-                int valid) {
+void ce_forward(const TestBuf& losses, const TestBuf& lse, const Mat& logits,
+                const TestInts& targets, int valid) {
   const int N = static_cast<int>(logits.extent(0));
-  View1 mx("max", N), sums("sums", N), tl("target_logit", N);
+  TestBuf mx("max", N), sums("sums", N), tl("target_logit", N);
   cross_entropy_row_max(exec(), mx, logits, valid);
   cross_entropy_row_sums(exec(), sums, tl, logits, mx, targets, 0, valid);
   cross_entropy_losses(exec(), losses, lse, mx, sums, tl, targets);
@@ -84,8 +119,8 @@ void ce_forward(const View1& losses, const View1& lse, const Mat& logits, const 
 
 TEST(Kernels, LinearForwardMatchesNaiveLoop) {
   const int N = 7, IC = 5, OC = 6;
-  View1 x = random_view(N * IC, 1), w = random_view(OC * IC, 2), b = random_view(OC, 3);
-  View1 y("y", N * OC);
+  TestBuf x = random_view(N * IC, 1), w = random_view(OC * IC, 2), b = random_view(OC, 3);
+  TestBuf y("y", N * OC);
   linear_forward(exec(), window(y, 0, N, OC), window(x, 0, N, IC), window(w, 0, OC, IC), b);
   exec().fence();
   for (int n = 0; n < N; ++n)
@@ -98,14 +133,14 @@ TEST(Kernels, LinearForwardMatchesNaiveLoop) {
 
 TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
   const int N = 4, IC = 5, OC = 3;
-  View1 x = random_view(N * IC, 4), w = random_view(OC * IC, 5), b = random_view(OC, 6);
-  View1 r = random_view(N * OC, 7), y("y", N * OC);
+  TestBuf x = random_view(N * IC, 4), w = random_view(OC * IC, 5), b = random_view(OC, 6);
+  TestBuf r = random_view(N * OC, 7), y("y", N * OC);
   auto f = [&] {
     linear_forward(exec(), window(y, 0, N, OC), window(x, 0, N, IC), window(w, 0, OC, IC), b);
     exec().fence();
     return dot(y, r);
   };
-  View1 dx("dx", N * IC), dw("dw", OC * IC), db("db", OC);
+  TestBuf dx("dx", N * IC), dw("dw", OC * IC), db("db", OC);
   linear_backward(exec(), window(dx, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
                   window(x, 0, N, IC), window(w, 0, OC, IC), false);
   exec().fence();
@@ -116,11 +151,11 @@ TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
 
 TEST(Kernels, LinearBackwardAccumulatesWhenAsked) {
   const int N = 3, IC = 4, OC = 2;
-  View1 x = random_view(N * IC, 8), w = random_view(OC * IC, 9), r = random_view(N * OC, 10);
-  View1 dx1("dx1", N * IC), dw("dw", OC * IC), db("db", OC);
+  TestBuf x = random_view(N * IC, 8), w = random_view(OC * IC, 9), r = random_view(N * OC, 10);
+  TestBuf dx1("dx1", N * IC), dw("dw", OC * IC), db("db", OC);
   linear_backward(exec(), window(dx1, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
                   window(x, 0, N, IC), window(w, 0, OC, IC), false);
-  View1 dx2 = copy_of(dx1);
+  TestBuf dx2 = copy_of(dx1);
   linear_backward(exec(), window(dx2, 0, N, IC), window(dw, 0, OC, IC), db, window(r, 0, N, OC),
                   window(x, 0, N, IC), window(w, 0, OC, IC), true);
   exec().fence();
@@ -129,8 +164,8 @@ TEST(Kernels, LinearBackwardAccumulatesWhenAsked) {
 
 TEST(Kernels, LayerNormForwardMatchesNaiveLoop) {
   const int N = 5, C = 8;
-  View1 x = random_view(N * C, 11, 3.0f), w = random_view(C, 12), b = random_view(C, 13);
-  View1 y("y", N * C), mean("m", N), rstd("s", N);
+  TestBuf x = random_view(N * C, 11, 3.0f), w = random_view(C, 12), b = random_view(C, 13);
+  TestBuf y("y", N * C), mean("m", N), rstd("s", N);
   layernorm_forward(exec(), window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b);
   exec().fence();
   for (int n = 0; n < N; ++n) {
@@ -146,15 +181,15 @@ TEST(Kernels, LayerNormForwardMatchesNaiveLoop) {
 
 TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
   const int N = 3, C = 6;
-  View1 x = random_view(N * C, 14), w = random_view(C, 15), b = random_view(C, 16);
-  View1 r = random_view(N * C, 17), y("y", N * C), mean("m", N), rstd("s", N);
+  TestBuf x = random_view(N * C, 14), w = random_view(C, 15), b = random_view(C, 16);
+  TestBuf r = random_view(N * C, 17), y("y", N * C), mean("m", N), rstd("s", N);
   auto f = [&] {
     layernorm_forward(exec(), window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b);
     exec().fence();
     return dot(y, r);
   };
   f();
-  View1 dx("dx", N * C), dw("dw", C), db("db", C);
+  TestBuf dx("dx", N * C), dw("dw", C), db("db", C);
   layernorm_backward(exec(), window(dx, 0, N, C), dw, db, window(r, 0, N, C), window(x, 0, N, C), w,
                      mean, rstd);
   exec().fence();
@@ -165,7 +200,7 @@ TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
 
 TEST(Kernels, GeluMatchesFormulaAndFiniteDifferences) {
   const int n = 50;
-  View1 x = random_view(n, 18, 2.0f), y("y", n), r = random_view(n, 19);
+  TestBuf x = random_view(n, 18, 2.0f), y("y", n), r = random_view(n, 19);
   auto f = [&] {
     gelu_forward(exec(), y, x);
     exec().fence();
@@ -177,14 +212,14 @@ TEST(Kernels, GeluMatchesFormulaAndFiniteDifferences) {
     const double ref = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
     EXPECT_NEAR(y(i), ref, 1e-6);
   }
-  View1 dx("dx", n);
+  TestBuf dx("dx", n);
   gelu_backward(exec(), dx, x, r);
   exec().fence();
   expect_matches_finite_differences(x, dx, f);
 }
 
 TEST(Kernels, ResidualAddsElementwise) {
-  View1 a = random_view(10, 20), b = random_view(10, 21), out("o", 10);
+  TestBuf a = random_view(10, 20), b = random_view(10, 21), out("o", 10);
   residual_forward(exec(), out, a, b);
   exec().fence();
   for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(out(i), a(i) + b(i));
@@ -192,8 +227,8 @@ TEST(Kernels, ResidualAddsElementwise) {
 
 TEST(Kernels, EmbeddingForwardAndBackward) {
   const int B = 2, T = 3, C = 4, V = 5, N = B * T;
-  View1 wte = random_view(V * C, 22), wpe = random_view(T * C, 23), out("o", N * C);
-  IntView1 tokens("t", N);
+  TestBuf wte = random_view(V * C, 22), wpe = random_view(T * C, 23), out("o", N * C);
+  TestInts tokens("t", N);
   const int toks[N] = {1, 4, 1, 0, 3, 4};
   for (int n = 0; n < N; ++n) tokens(n) = toks[n];
   embedding_forward(exec(), window(out, 0, N, C), tokens, window(wte, 0, V, C),
@@ -202,7 +237,7 @@ TEST(Kernels, EmbeddingForwardAndBackward) {
   for (int n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c)
       EXPECT_FLOAT_EQ(out(n * C + c), wte(toks[n] * C + c) + wpe((n % T) * C + c));
-  View1 r = random_view(N * C, 24), dwte("dwte", V * C), dwpe("dwpe", T * C);
+  TestBuf r = random_view(N * C, 24), dwte("dwte", V * C), dwpe("dwpe", T * C);
   embedding_backward(exec(), window(dwte, 0, V, C), window(dwpe, 0, T, C), window(r, 0, N, C),
                      tokens, T, 0);
   exec().fence();
@@ -223,8 +258,8 @@ const AttentionShape kAttentionShapes[] = {{2, 5, 2, 3}, {1, 2 * kAttentionRowBl
 TEST(Kernels, AttentionForwardMatchesNaiveLoop) {
   for (const AttentionShape& s : kAttentionShapes) {
     const int C = s.NH * s.HS, N = s.B * s.T;
-    View1 qkv = random_view(N * 3 * C, 25), out("o", N * C), att("a", N * s.NH * s.T);
-    Kokkos::deep_copy(att, 7.0f);  // stale values: every probability must be written
+    TestBuf qkv = random_view(N * 3 * C, 25), out("o", N * C), att("a", N * s.NH * s.T);
+    fill(att, 7.0f);  // stale values: every probability must be written
     attention_forward(exec(), window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
                       window(qkv, 0, N, 3 * C), s);
     exec().fence();
@@ -263,8 +298,8 @@ TEST(Kernels, AttentionForwardMatchesNaiveLoop) {
 TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
   for (const AttentionShape& s : kAttentionShapes) {
     const int C = s.NH * s.HS, N = s.B * s.T;
-    View1 qkv = random_view(N * 3 * C, 26), out("o", N * C), att("a", N * s.NH * s.T);
-    View1 r = random_view(N * C, 27);
+    TestBuf qkv = random_view(N * 3 * C, 26), out("o", N * C), att("a", N * s.NH * s.T);
+    TestBuf r = random_view(N * C, 27);
     auto f = [&] {
       attention_forward(exec(), window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
                         window(qkv, 0, N, 3 * C), s);
@@ -273,8 +308,8 @@ TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
     };
     f();
     const int scratch_rows = s.B * s.NH * attention_block_rows(s.T);
-    View1 dqkv("dqkv", N * 3 * C), scratch("s", scratch_rows * s.T);
-    Kokkos::deep_copy(dqkv, 7.0f);  // stale values: the gradient is overwritten, not added to
+    TestBuf dqkv("dqkv", N * 3 * C), scratch("s", scratch_rows * s.T);
+    fill(dqkv, 7.0f);  // stale values: the gradient is overwritten, not added to
     attention_backward(exec(), window(dqkv, 0, N, 3 * C), window(scratch, 0, scratch_rows, s.T),
                        window(r, 0, N, C), window(qkv, 0, N, 3 * C), window(att, 0, N * s.NH, s.T),
                        s);
@@ -290,11 +325,11 @@ TEST(Kernels, AttentionBatchedMatchesBlocked) {
   for (const AttentionShape& s :
        {kAttentionShapes[0], kAttentionShapes[1], AttentionShape{3, 37, 3, 4}}) {
     const int C = s.NH * s.HS, N = s.B * s.T, rows = N * s.NH;
-    View1 qkv = random_view(N * 3 * C, 30), dout = random_view(N * C, 31);
-    View1 out("o", N * C), att("a", rows * s.T), out_b("ob", N * C), att_b("ab", rows * s.T);
-    View1 dqkv("d", N * 3 * C), dqkv_b("db", N * 3 * C);
-    View1 scratch("s", s.B * s.NH * attention_block_rows(s.T) * s.T), scratch_b("sb", rows * s.T);
-    for (const View1& v : {out_b, att_b, dqkv_b, scratch_b}) Kokkos::deep_copy(v, 7.0f);  // stale
+    TestBuf qkv = random_view(N * 3 * C, 30), dout = random_view(N * C, 31);
+    TestBuf out("o", N * C), att("a", rows * s.T), out_b("ob", N * C), att_b("ab", rows * s.T);
+    TestBuf dqkv("d", N * 3 * C), dqkv_b("db", N * 3 * C);
+    TestBuf scratch("s", s.B * s.NH * attention_block_rows(s.T) * s.T), scratch_b("sb", rows * s.T);
+    for (const TestBuf& v : {out_b, att_b, dqkv_b, scratch_b}) fill(v, 7.0f);  // stale
     attention_forward_blocked(exec(), window(out, 0, N, C), window(att, 0, rows, s.T),
                               window(qkv, 0, N, 3 * C), s);
     attention_forward_batched(exec(), window(out_b, 0, N, C), window(att_b, 0, rows, s.T),
@@ -320,8 +355,8 @@ TEST(Kernels, AttentionBatchedMatchesBlocked) {
 
 TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
   const int N = 4, V = 7;
-  View1 logits = random_view(N * V, 28, 2.0f), losses("l", N), lse("lse", N);
-  IntView1 targets("t", N);
+  TestBuf logits = random_view(N * V, 28, 2.0f), losses("l", N), lse("lse", N);
+  TestInts targets("t", N);
   const int tg[N] = {3, 0, 6, -1};  // -1: ignored position
   for (int n = 0; n < N; ++n) targets(n) = tg[n];
   auto f = [&] {
@@ -339,7 +374,7 @@ TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
     const double ref = tg[n] < 0 ? 0.0 : mx + std::log(sum) - logits(n * V + tg[n]);
     EXPECT_NEAR(losses(n), ref, 1e-5);
   }
-  View1 saved = copy_of(logits), dlogits("d", N * V);
+  TestBuf saved = copy_of(logits), dlogits("d", N * V);
   cross_entropy_backward(exec(), window(dlogits, 0, N, V), window(logits, 0, N, V), lse, targets, 0,
                          V, 1.0f / 3.0f);
   exec().fence();
@@ -354,15 +389,15 @@ TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
 
 TEST(Kernels, CrossEntropyIgnoresPaddedVocabularyColumns) {
   const int N = 2, V = 3, VP = 5;
-  View1 logits = random_view(N * VP, 29), losses("l", N), lse("lse", N), d("d", N * VP);
-  IntView1 targets("t", N);
+  TestBuf logits = random_view(N * VP, 29), losses("l", N), lse("lse", N), d("d", N * VP);
+  TestInts targets("t", N);
   targets(0) = 1;
   targets(1) = 2;
   ce_forward(losses, lse, window(logits, 0, N, VP), targets, V);
-  View1 narrow("n", N * V);
+  TestBuf narrow("n", N * V);
   for (int n = 0; n < N; ++n)
     for (int v = 0; v < V; ++v) narrow(n * V + v) = logits(n * VP + v);
-  View1 losses2("l2", N), lse2("lse2", N);
+  TestBuf losses2("l2", N), lse2("lse2", N);
   ce_forward(losses2, lse2, window(narrow, 0, N, V), targets, V);
   cross_entropy_backward(exec(), window(d, 0, N, VP), window(logits, 0, N, VP), lse, targets, 0, V,
                          1.0f);
@@ -376,10 +411,10 @@ TEST(Kernels, CrossEntropyIgnoresPaddedVocabularyColumns) {
 
 TEST(Kernels, AdamWMatchesReferenceUpdate) {
   const int n = 16;
-  View1 p = random_view(n, 30), g = random_view(n, 31), m = random_view(n, 32, 0.1f);
-  View1 v("v", n);
+  TestBuf p = random_view(n, 30), g = random_view(n, 31), m = random_view(n, 32, 0.1f);
+  TestBuf v("v", n);
   for (int i = 0; i < n; ++i) v(i) = 0.01f * (i + 1);
-  View1 p0 = copy_of(p), m0 = copy_of(m), v0 = copy_of(v);
+  TestBuf p0 = copy_of(p), m0 = copy_of(m), v0 = copy_of(v);
   const AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 3};
   adamw_update(exec(), p, m, v, g, h, 0.5f);
   exec().fence();
@@ -396,7 +431,7 @@ TEST(Kernels, AdamWMatchesReferenceUpdate) {
 }
 
 TEST(Kernels, SumOfSquares) {
-  View1 x = random_view(100, 33);
+  TestBuf x = random_view(100, 33);
   // Float partial sums over 16-element chunks, accumulated in double: ~1e-7 relative at worst.
   EXPECT_NEAR(sum_of_squares(exec(), x), dot(x, x), 1e-6 * dot(x, x));
 }
@@ -405,22 +440,23 @@ TEST(Kernels, VocabularySlicesCombineToTheWholeCrossEntropy) {
   // Two tp ranks hold columns [0, 4) and [4, 7) (+1 padding) of a V = 7 vocabulary; combining
   // their reductions as the all-reduces do (max, then sums) gives the unsplit loss and gradient.
   const int N = 3, V = 7, half = 4;
-  View1 logits = random_view(N * V, 40, 2.0f), losses("l", N), lse("lse", N);
-  IntView1 targets("t", N);
+  TestBuf logits = random_view(N * V, 40, 2.0f), losses("l", N), lse("lse", N);
+  TestInts targets("t", N);
   targets(0) = 1;
   targets(1) = 5;
   targets(2) = 6;
   ce_forward(losses, lse, window(logits, 0, N, V), targets, V);
-  View1 slices[2] = {View1("s0", N * half), View1("s1", N * half)};
+  TestBuf slices[2] = {TestBuf("s0", N * half), TestBuf("s1", N * half)};
   for (int n = 0; n < N; ++n)
     for (int v = 0; v < V; ++v) slices[v / half](n * half + v % half) = logits(n * V + v);
   const int start[2] = {0, half}, valid[2] = {half, V - half};
-  View1 mx[2] = {View1("m0", N), View1("m1", N)}, sums[2] = {View1("a", N), View1("b", N)};
-  View1 tl[2] = {View1("c", N), View1("d", N)};
+  TestBuf mx[2] = {TestBuf("m0", N), TestBuf("m1", N)},
+          sums[2] = {TestBuf("a", N), TestBuf("b", N)};
+  TestBuf tl[2] = {TestBuf("c", N), TestBuf("d", N)};
   for (int r = 0; r < 2; ++r)
     cross_entropy_row_max(exec(), mx[r], window(slices[r], 0, N, half), valid[r]);
   exec().fence();
-  View1 gmax("gmax", N), gsum("gsum", N), gtl("gtl", N), l2("l2", N), lse2("lse2", N);
+  TestBuf gmax("gmax", N), gsum("gsum", N), gtl("gtl", N), l2("l2", N), lse2("lse2", N);
   for (int n = 0; n < N; ++n) gmax(n) = std::max(mx[0](n), mx[1](n));
   for (int r = 0; r < 2; ++r)
     cross_entropy_row_sums(exec(), sums[r], tl[r], window(slices[r], 0, N, half), gmax, targets,
@@ -431,10 +467,10 @@ TEST(Kernels, VocabularySlicesCombineToTheWholeCrossEntropy) {
     gtl(n) = tl[0](n) + tl[1](n);
   }
   cross_entropy_losses(exec(), l2, lse2, gmax, gsum, gtl, targets);
-  View1 d_whole("dw", N * V);
+  TestBuf d_whole("dw", N * V);
   cross_entropy_backward(exec(), window(d_whole, 0, N, V), window(logits, 0, N, V), lse, targets, 0,
                          V, 0.5f);
-  View1 d_slice[2] = {View1("d0", N * half), View1("d1", N * half)};
+  TestBuf d_slice[2] = {TestBuf("d0", N * half), TestBuf("d1", N * half)};
   for (int r = 0; r < 2; ++r)
     cross_entropy_backward(exec(), window(d_slice[r], 0, N, half), window(slices[r], 0, N, half),
                            lse2, targets, start[r], valid[r], 0.5f);
@@ -449,9 +485,9 @@ TEST(Kernels, VocabularySlicesCombineToTheWholeCrossEntropy) {
 
 TEST(Kernels, EmbeddingVocabularySliceHoldsOnlyItsTokens) {
   const int T = 2, C = 3, N = 4, rows = 3, start = 3;  // this slice holds tokens 3, 4, 5
-  View1 wte = random_view(rows * C, 41), out("o", N * C), dwte("dwte", rows * C);
-  View1 dwpe("dwpe", T * C), r = random_view(N * C, 42);
-  IntView1 tokens("t", N);
+  TestBuf wte = random_view(rows * C, 41), out("o", N * C), dwte("dwte", rows * C);
+  TestBuf dwpe("dwpe", T * C), r = random_view(N * C, 42);
+  TestInts tokens("t", N);
   const int toks[N] = {0, 4, 5, 2};
   for (int n = 0; n < N; ++n) tokens(n) = toks[n];
   embedding_forward(exec(), window(out, 0, N, C), tokens, window(wte, 0, rows, C), ConstMat(), T,
@@ -469,4 +505,88 @@ TEST(Kernels, EmbeddingVocabularySliceHoldsOnlyItsTokens) {
     EXPECT_FLOAT_EQ(dwte(1 * C + c), r(1 * C + c));
     EXPECT_FLOAT_EQ(dwte(2 * C + c), r(2 * C + c));
   }
+}
+
+namespace {
+
+// Every kernel that has a CPU and a GPU shape, run in one shape on the same inputs: rows and
+// columns that fill no team, lane block or vocabulary block evenly, a vocabulary slice with padding
+// columns, targets outside the slice and an ignored position.
+struct ShapeRun {
+  std::vector<std::pair<std::string, TestBuf>> outputs;
+  double squares = 0.0;
+};
+
+ShapeRun run_shaped_kernels(Shape shape) {
+  const int N = 37, C = 45, OC = 33, T = 8, width = 61, valid = 58, start = 5, rows = 29;
+  const TestBuf x = random_view(N * C, 50, 2.0f), w = random_view(C, 51), b = random_view(C, 52);
+  const TestBuf dout = random_view(N * C, 53), lw = random_view(OC * C, 54);
+  const TestBuf lb = random_view(OC, 55), ldout = random_view(N * OC, 56);
+  const TestBuf logits = random_view(N * width, 57, 3.0f), wte = random_view(rows * C, 58);
+  const TestBuf wpe = random_view(T * C, 59);
+  TestInts targets("targets", N), tokens("tokens", N);
+  std::mt19937 gen(60);
+  for (int n = 0; n < N; ++n) {
+    targets(n) = n == 3 ? -1 : static_cast<int>(gen() % 70);
+    tokens(n) = static_cast<int>(gen() % 40);
+  }
+  ShapeRun run;
+  auto out = [&](const char* name, size_t n, bool stale = false) {
+    TestBuf buf = stale ? random_view(n, 61) : TestBuf(name, n);  // stale: kernels add to it
+    run.outputs.emplace_back(name, buf);
+    return buf;
+  };
+  const TestBuf y = out("ln_out", N * C), mean = out("ln_mean", N), rstd = out("ln_rstd", N);
+  const TestBuf dx = out("ln_dinp", N * C, true), dw = out("ln_dweight", C, true);
+  const TestBuf db = out("ln_dbias", C, true);
+  layernorm_forward(exec(), window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b, shape);
+  layernorm_backward(exec(), window(dx, 0, N, C), dw, db, window(dout, 0, N, C), window(x, 0, N, C),
+                     w, mean, rstd, shape);
+
+  const TestBuf ly = out("linear_out", N * OC), ldx = out("linear_dinp", N * C);
+  const TestBuf ldw = out("linear_dweight", OC * C, true), ldb = out("linear_dbias", OC, true);
+  linear_forward(exec(), window(ly, 0, N, OC), window(x, 0, N, C), window(lw, 0, OC, C), lb, shape);
+  linear_backward(exec(), window(ldx, 0, N, C), window(ldw, 0, OC, C), ldb, window(ldout, 0, N, OC),
+                  window(x, 0, N, C), window(lw, 0, OC, C), false, shape);
+
+  const TestBuf mx = out("ce_max", N), sums = out("ce_sums", N), tl = out("ce_target_logit", N);
+  const TestBuf losses = out("ce_losses", N), lse = out("ce_lse", N);
+  const TestBuf dlogits = out("ce_dlogits", N * width, true);
+  cross_entropy_row_max(exec(), mx, window(logits, 0, N, width), valid, shape);
+  cross_entropy_row_sums(exec(), sums, tl, window(logits, 0, N, width), mx, targets, start, valid,
+                         shape);
+  cross_entropy_losses(exec(), losses, lse, mx, sums, tl, targets);
+  cross_entropy_backward(exec(), window(dlogits, 0, N, width), window(logits, 0, N, width), lse,
+                         targets, start, valid, 0.25f, shape);
+
+  const TestBuf emb = out("embedding_out", N * C);
+  const TestBuf dwte = out("embedding_dwte", rows * C, true);
+  const TestBuf dwpe = out("embedding_dwpe", T * C, true);
+  embedding_forward(exec(), window(emb, 0, N, C), tokens, window(wte, 0, rows, C),
+                    window(wpe, 0, T, C), T, start, shape);
+  embedding_backward(exec(), window(dwte, 0, rows, C), window(dwpe, 0, T, C), window(dout, 0, N, C),
+                     tokens, T, start, shape);
+  run.squares = sum_of_squares(exec(), logits, shape);
+  exec().fence();
+  return run;
+}
+
+}  // namespace
+
+TEST(Kernels, GpuShapesMatchCpuShapes) {
+  const ShapeRun cpu = run_shaped_kernels(Shape::kCpu), gpu = run_shaped_kernels(Shape::kGpu);
+  ASSERT_EQ(cpu.outputs.size(), gpu.outputs.size());
+  for (size_t k = 0; k < cpu.outputs.size(); ++k) {
+    const std::string& name = cpu.outputs[k].first;
+    const TestBuf &want = cpu.outputs[k].second, &got = gpu.outputs[k].second;
+    // The embedding adds its terms in the same order in both shapes; the rest sum in other orders.
+    const bool same_bits = name.rfind("embedding", 0) == 0;
+    for (size_t i = 0; i < want.extent(0); ++i) {
+      if (same_bits)
+        ASSERT_EQ(got(i), want(i)) << name << " i=" << i;
+      else
+        ASSERT_NEAR(got(i), want(i), 1e-5 * (1.0 + std::fabs(want(i)))) << name << " i=" << i;
+    }
+  }
+  EXPECT_NEAR(gpu.squares, cpu.squares, 1e-6 * cpu.squares);
 }

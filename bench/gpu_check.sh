@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The GPU check: run from an unpacked bundle (tools/device_bundle.sh), it measures trident on the GPU against PyTorch in at most 8 minutes.
+#
+# usage: ./gpu_check.sh [RESULTS_FILE]   (default: gpu_check_results.txt beside this script)
+#   env: PYTHON=python3 (one with torch and CUDA), GPU_CHECK_BUDGET_S=480
+#
+# Stages, each under its own time limit inside the budget; every figure goes to RESULTS_FILE as
+# key=value lines, and a table is printed at the end:
+#   1. kernels  the kernel unit tests on the device against host references (Kernels.*);
+#   2. train    GPT-2 124M, bf16, one rank, B = 16, T = 1024 (inputs/gpu_check.toml): tokens/s,
+#               MFU against the bf16 peak, and the first losses against the CPU run of the same
+#               config packed into the bundle (reference/gpu_check_cpu_losses.txt);
+#   3. torch    PyTorch on the same shape in its best configuration (bench/torch_gpu_step.py:
+#               SDPA, bf16 autocast, fused AdamW; eager, then torch.compile): the faster counts;
+#   4. dp2      two ranks sharing the GPU (dp = 2): NCCL first, which refuses two ranks on one
+#               device (its "Duplicate GPU detected"), said as it happened; then MPI through
+#               pinned host staging, which works, timed.
+# Without a GPU it refuses at once (exit 2). Exit 1 when a stage fails.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+results=${1:-$here/gpu_check_results.txt}
+python=${PYTHON:-python3}
+budget=${GPU_CHECK_BUDGET_S:-480}
+start=$(date +%s)
+
+if ! command -v nvidia-smi >/dev/null 2>&1 ||
+  ! gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null) ||
+  [[ -z $gpu ]]; then
+  echo "gpu_check: error: no NVIDIA GPU here (nvidia-smi lists none): this check measures trident" \
+    "on a GPU and runs nothing without one" >&2
+  exit 2
+fi
+if [[ ! -x $here/run.sh || ! -x $here/bin/trident ]]; then
+  echo "gpu_check: error: run this script from an unpacked bundle: tools/device_bundle.sh OUT," \
+    "copy OUT to the GPU machine, then OUT/gpu_check.sh" >&2
+  exit 2
+fi
+cd "$here" || exit 2
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
+: >"$results"
+failed=0
+
+record() { echo "$1=$2" | tee -a "$results"; }
+# limit SECONDS: the smaller of SECONDS and what is left of the budget (at least 1).
+limit() {
+  local left=$((budget - ($(date +%s) - start)))
+  ((left < 1)) && left=1
+  echo $(($1 < left ? $1 : left))
+}
+value() {  # value KEY FILE: the value after KEY= on the last line holding it
+  sed -n "s/^\(.* \)\?$1=\([^ ]*\).*/\2/p" "$2" | tail -n 1
+}
+
+record gpu "\"$gpu\""
+record bundle "$(basename "$here")"
+
+echo "== 1. kernel tests on the device"
+timeout "$(limit 90)" ./run.sh trident_unit_tests --gtest_filter='Kernels.*' >"$work/kernels.log" 2>&1
+rc=$?
+tail -n 3 "$work/kernels.log"
+record kernels_exit "$rc"
+record kernels_passed "$(grep -c '^\[       OK \]' "$work/kernels.log")"
+record kernels_failed "$(grep -c '^\[  FAILED  \] Kernels\.[A-Za-z]* (' "$work/kernels.log")"
+((rc == 0)) || failed=1
+
+echo "== 2. trident: GPT-2 124M, bf16, one rank, B=16 T=1024"
+timeout "$(limit 200)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
+  --set run.out_dir="$work/runs" >"$work/train.log" 2>&1
+rc=$?
+grep -E '^step +[0-9]+/' "$work/train.log" | head -n 3
+grep '^PERFORMANCE' "$work/train.log"
+record train_exit "$rc"
+((rc == 0)) || { failed=1 && tail -n 20 "$work/train.log"; }
+perf=$work/perf.txt
+grep '^PERFORMANCE' "$work/train.log" >"$perf"
+for key in ms_per_step tokens_per_s mfu_percent peak_mem_mib; do
+  record "trident_$key" "$(value "$key" "$perf")"
+done
+# The first losses against the CPU run of the same config (steps 1.. in the reference file). bf16
+# keeps 8 significant bits (0.4 %); the GPU sums in other orders, so 1 % relative is allowed.
+reference=reference/gpu_check_cpu_losses.txt
+worst=""
+if [[ -f $reference ]]; then
+  while read -r step want; do
+    got=$(sed -n "s/^step \+$step\/[0-9]* | loss \([0-9.]*\) .*/\1/p" "$work/train.log")
+    [[ -z $got ]] && { worst=missing && break; }
+    record "loss_step$step" "gpu=$got,cpu=$want"
+    worst=$(awk -v a="$got" -v b="$want" -v w="${worst:-0}" \
+      'BEGIN { e = (a - b) / b; e = e < 0 ? -e : e; print (e > w ? e : w) }')
+  done < <(sed -n 's/^step \([0-9]*\) loss \([0-9.]*\)$/\1 \2/p' "$reference")
+else
+  worst=missing
+fi
+record loss_max_rel_error "$worst"
+if [[ $worst == missing ]] || awk -v e="$worst" 'BEGIN { exit !(e > 0.01) }'; then
+  echo "gpu_check: the first losses do not match the CPU run (max relative error: $worst)"
+  failed=1
+fi
+
+echo "== 3. PyTorch on the same shape"
+best_torch=""
+for mode in eager compile; do
+  timeout "$(limit $([[ $mode == eager ]] && echo 90 || echo 200))" \
+    "$python" bench/torch_gpu_step.py --mode "$mode" >"$work/torch_$mode.log" 2>&1
+  rc=$?
+  record "torch_${mode}_exit" "$rc"
+  if ((rc == 0)); then
+    grep '^torch_gpu' "$work/torch_$mode.log"
+    tok=$(value tokens_per_s "$work/torch_$mode.log")
+    record "torch_${mode}_tokens_per_s" "$tok"
+    record "torch_${mode}_mfu_percent" "$(value mfu_percent "$work/torch_$mode.log")"
+    if [[ -z $best_torch ]] || awk -v a="$tok" -v b="$best_torch" 'BEGIN { exit !(a > b) }'; then
+      best_torch=$tok
+      record torch_best_mode "$mode"
+    fi
+  else
+    echo "torch $mode failed (exit $rc):" && tail -n 5 "$work/torch_$mode.log"
+  fi
+done
+record torch_best_tokens_per_s "${best_torch:-none}"
+
+echo "== 4. two ranks on one GPU (dp = 2)"
+dp2=(./run.sh mpirun -np 2 trident train --config inputs/gpu_check.toml --overwrite
+  --set run.out_dir="$work/runs_dp2" --set parallel.dp=2)
+timeout "$(limit 60)" "${dp2[@]}" --set run.steps=2 --set parallel.backend_dp=nccl \
+  >"$work/dp2_nccl.log" 2>&1
+rc=$?
+record dp2_nccl_exit "$rc"
+nccl_said=$(grep -m 1 -iE 'duplicate gpu|nccl.*(error|invalid)' "$work/dp2_nccl.log" | tr -s ' ' | cut -c1-200)
+record dp2_nccl_said "\"${nccl_said:-nothing}\""
+timeout "$(limit 120)" "${dp2[@]}" --set run.steps=10 --set parallel.backend_dp=mpi \
+  >"$work/dp2_mpi.log" 2>&1
+rc=$?
+record dp2_mpi_exit "$rc"
+((rc == 0)) || { failed=1 && tail -n 20 "$work/dp2_mpi.log"; }
+grep '^PERFORMANCE' "$work/dp2_mpi.log" >"$perf"
+record dp2_mpi_tokens_per_s "$(value tokens_per_s "$perf")"
+record dp2_mpi_mfu_percent "$(value mfu_percent "$perf")"
+
+elapsed=$(($(date +%s) - start))
+record elapsed_s "$elapsed"
+trident_tok=$(value trident_tokens_per_s "$results")
+ratio=$(awk -v a="${trident_tok:-0}" -v b="${best_torch:-0}" \
+  'BEGIN { if (b > 0) printf "%.3f", a / b; else print "none" }')
+record trident_over_torch "$ratio"
+echo
+echo "== summary (all figures: $results; logs: $work)"
+printf '%-34s %s\n' "GPU" "$gpu" \
+  "kernel tests (exit, passed)" "$(value kernels_exit "$results"), $(value kernels_passed "$results")" \
+  "trident tokens/s, MFU %" "${trident_tok:-none}, $(value trident_mfu_percent "$results")" \
+  "first losses vs CPU (max rel. err)" "$worst" \
+  "PyTorch best tokens/s ($(value torch_best_mode "$results"))" "${best_torch:-none}" \
+  "trident / PyTorch" "$ratio" \
+  "dp=2 on one GPU: NCCL exit, MPI tok/s" "$(value dp2_nccl_exit "$results"), $(value dp2_mpi_tokens_per_s "$results")" \
+  "elapsed s" "$elapsed"
+echo "goals: MFU >= 45 % and trident / PyTorch >= 1.0"
+exit "$failed"
