@@ -48,14 +48,6 @@ MPI_Op sum_op(Precision p) {
 
 }  // namespace
 
-// Pinned host memory on GPU builds (the copies run at full PCIe speed), plain host memory
-// otherwise, where staging is only ever asked for by tests.
-#if defined(KOKKOS_ENABLE_CUDA)
-using PinnedSpace = Kokkos::CudaHostPinnedSpace;
-#else
-using PinnedSpace = Kokkos::HostSpace;
-#endif
-
 // Host buffers reused across calls: each is lent to one call, or to one request until it
 // completes, and one is allocated only when none free is big enough, so that steps after the
 // first allocate nothing.

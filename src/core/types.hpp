@@ -15,6 +15,14 @@ using Exec = Kokkos::DefaultExecutionSpace;
 using MemSpace = Exec::memory_space;
 using Device = Kokkos::Device<Exec, MemSpace>;
 
+// Host memory for copies to and from the device: pinned on GPU builds (the copies run at full PCIe
+// speed), plain host memory otherwise.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedSpace = Kokkos::HostSpace;
+#endif
+
 // Owning flat buffers. The model flattens [B,T,C] to [N,C] for GEMMs.
 using View1 = Kokkos::View<float*, Kokkos::LayoutRight, Device>;
 using IntView1 = Kokkos::View<int32_t*, Kokkos::LayoutRight, Device>;

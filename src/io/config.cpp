@@ -160,6 +160,9 @@ std::vector<Field> schema(Config& c) {
       {"precision", "compute", choice(&c.precision.compute),
        "fp32, or bf16 / fp16 parameters and activations (fp32 arithmetic, gradients and master "
        "weights)"},
+      {"precision", "fp32_matmul", choice(&c.precision.fp32_matmul),
+       "GPU GEMMs of fp32 runs: ieee (exact fp32) or tf32 (tensor cores, operands rounded to "
+       "TF32); 16-bit runs multiply in bf16 / fp16 on tensor cores, CPUs always in fp32"},
       {"precision", "grad_reduce", choice(&c.precision.grad_reduce),
        "format of the data-parallel gradient reduction: fp32, bf16, fp16"},
       {"precision", "loss_scale", &c.precision.loss_scale, "fp16: initial dynamic loss scale"},

@@ -88,6 +88,8 @@ struct PrecisionSection {
   // fp32, or bf16 / fp16 storage of parameters and activations with fp32 arithmetic, fp32
   // gradients and fp32 master weights in the optimizer.
   Precision compute = Precision::kFp32;
+  // fp32 runs on GPUs: GEMM operands exact (ieee) or rounded to TF32 on tensor cores (tf32).
+  Fp32Matmul fp32_matmul = Fp32Matmul::kIeee;
   // The format gradients are summed in over dp (fp32, or bf16 / fp16: half the bytes).
   Precision grad_reduce = Precision::kFp32;
   // fp16 dynamic loss scaling: the initial scale, doubled after growth_interval steps without

@@ -44,8 +44,8 @@ CublasApi open_cublas() {
   bind(library, "cublasSetStream_v2", api.set_stream, path);
   bind(library, "cublasGetVersion_v2", api.get_version, path);
   bind(library, "cublasGetStatusString", api.status_string, path);
-  bind(library, "cublasSgemm_v2", api.sgemm, path);
-  bind(library, "cublasSgemmStridedBatched", api.sgemm_strided_batched, path);
+  bind(library, "cublasGemmEx", api.gemm_ex, path);
+  bind(library, "cublasGemmStridedBatchedEx", api.gemm_strided_batched_ex, path);
   char resolved[4096] = {};
   if (dlinfo(library, RTLD_DI_ORIGIN, resolved) == 0 && path.find('/') == std::string::npos)
     path = std::string(resolved) + "/" + path;

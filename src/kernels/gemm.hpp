@@ -15,6 +15,37 @@
 
 namespace trident::kernels {
 
+// How GPU GEMMs multiply their fp32 operands. Under 16-bit compute every operand already holds a
+// bf16 (fp16) value, so cuBLAS's down-conversion to bf16 (fp16) is exact: kBf16 and kFp16 are real
+// 16-bit products on tensor cores with fp32 accumulation, reading fp32 words. kTf32 rounds fp32
+// operands to TF32 (10-bit mantissa): an opt-in for fp32 runs. Host builds multiply in fp32 always.
+enum class GemmMath { kFp32, kTf32, kBf16, kFp16 };
+
+inline GemmMath& gemm_math_setting() {
+  static GemmMath math = GemmMath::kFp32;
+  return math;
+}
+// The math of every GEMM from now on (the trainer sets it from [precision] before the first step).
+inline void set_gemm_math(GemmMath math) {
+  gemm_math_setting() = math;
+}
+inline GemmMath gemm_math() {
+  return gemm_math_setting();
+}
+inline const char* describe(GemmMath math) {
+  switch (math) {
+    case GemmMath::kTf32:
+      return "TF32 tensor cores, fp32 accumulation";
+    case GemmMath::kBf16:
+      return "bf16 tensor cores, fp32 accumulation";
+    case GemmMath::kFp16:
+      return "fp16 tensor cores, fp32 accumulation";
+    case GemmMath::kFp32:
+      break;
+  }
+  return "fp32";
+}
+
 #if defined(KOKKOS_ENABLE_CUDA)
 static_assert(std::is_same_v<Exec, Kokkos::Cuda>, "GPU builds run their kernels on Kokkos::Cuda");
 
@@ -22,6 +53,20 @@ static_assert(std::is_same_v<Exec, Kokkos::Cuda>, "GPU builds run their kernels 
 // swapped, each with its own transpose flag, and the same leading dimensions.
 inline cublasOperation_t cublas_op(char trans) {
   return trans == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+inline cublasComputeType_t cublas_compute(GemmMath math) {
+  switch (math) {
+    case GemmMath::kTf32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case GemmMath::kBf16:
+      return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case GemmMath::kFp16:
+      return CUBLAS_COMPUTE_32F_FAST_16F;
+    case GemmMath::kFp32:
+      break;
+  }
+  return CUBLAS_COMPUTE_32F;
 }
 #endif
 
@@ -34,9 +79,10 @@ inline void gemm(const Exec& exec, char trans_a, char trans_b, float alpha, cons
   const int m = static_cast<int>(C.extent(0)), n = static_cast<int>(C.extent(1));
   const int k = static_cast<int>(trans_a == 'T' ? A.extent(0) : A.extent(1));
 #if defined(KOKKOS_ENABLE_CUDA)
-  TRIDENT_CUBLAS(cublas_api().sgemm(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m,
-                                    k, &alpha, B.data(), leading(B), A.data(), leading(A), &beta,
-                                    C.data(), leading(C)));
+  TRIDENT_CUBLAS(cublas_api().gemm_ex(
+      cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m, k, &alpha, B.data(),
+      CUDA_R_32F, leading(B), A.data(), CUDA_R_32F, leading(A), &beta, C.data(), CUDA_R_32F,
+      leading(C), cublas_compute(gemm_math()), CUBLAS_GEMM_DEFAULT));
 #else
   exec.fence();  // BLAS runs outside Kokkos: the kernels writing A, B and C must have finished
   cblas_sgemm(CblasRowMajor, trans_a == 'T' ? CblasTrans : CblasNoTrans,
@@ -53,9 +99,10 @@ inline void gemm_strided_batched(const Exec& exec, char trans_a, char trans_b, i
                                  const float* B, int ldb, long long stride_b, float beta, float* C,
                                  int ldc, long long stride_c, int batch) {
 #if defined(KOKKOS_ENABLE_CUDA)
-  TRIDENT_CUBLAS(cublas_api().sgemm_strided_batched(
-      cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m, k, &alpha, B, ldb, stride_b, A,
-      lda, stride_a, &beta, C, ldc, stride_c, batch));
+  TRIDENT_CUBLAS(cublas_api().gemm_strided_batched_ex(
+      cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m, k, &alpha, B, CUDA_R_32F, ldb,
+      stride_b, A, CUDA_R_32F, lda, stride_a, &beta, C, CUDA_R_32F, ldc, stride_c, batch,
+      cublas_compute(gemm_math()), CUBLAS_GEMM_DEFAULT));
 #else
   exec.fence();
   for (int i = 0; i < batch; ++i)

@@ -245,9 +245,11 @@ int GptStage::unit_index(const std::string& name) const {
   return local_.unit_of(local_.at(name));
 }
 
+// No fences before a hook or a collective: communicators order themselves against the kernels
+// launched before them (NCCL by events on Kokkos' stream, MPI by a fence or a staging copy), and
+// kernels after them run on the same stream.
 void GptStage::unit_done(const std::string& first_param) {
   if (!unit_done_) return;
-  exec_.fence();
   unit_done_(unit_index(first_param));
 }
 
@@ -268,14 +270,12 @@ void GptStage::need(const std::string& name, const std::string& next) {
 void GptStage::tp_allreduce(const View1& buf, size_t n) {
   if (layout_.tp_size == 1) return;
   ScopedPhase phase(timer_, Phase::kTpComm);
-  exec_.fence();
   tp_->allreduce_sum(window(buf, 0, n));
 }
 
 void GptStage::tp_allreduce_max(const View1& buf, size_t n) {
   if (layout_.tp_size == 1) return;
   ScopedPhase phase(timer_, Phase::kTpComm);
-  exec_.fence();
   tp_->allreduce_max(window(buf, 0, n));
 }
 
@@ -481,7 +481,6 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   }
   if (!layout_.has_head) {
     if (half_) Kokkos::deep_copy(exec_, window(a.output, 0, NC), window(x, 0, NC));
-    exec_.fence();
     return 0.0;
   }
   need("ln_f.weight", "");
@@ -580,7 +579,6 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
   if (layout_.has_embedding)
     embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe, dres, a.tokens, T,
                        vocab_start_);
-  exec_.fence();
   grads_ready_from(0);
   if (layout_.has_embedding) unit_done("wpe");
   if (local_.holds("wte")) unit_done("wte");

@@ -31,6 +31,7 @@
 #include "io/timings.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/cublas.hpp"
+#include "kernels/gemm.hpp"
 #include "model/gpt.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
@@ -127,25 +128,34 @@ std::vector<std::string> complete_checkpoints_for_all(const std::filesystem::pat
   return out;
 }
 
-// Before allocating anything: what the memory model says this rank needs, against the memory of
-// its node shared by the ranks on it. One decision for all ranks, so none is left waiting.
+// Before allocating anything: what the memory model says this rank needs, against the memory its
+// kernels use shared by the ranks using it: the node's host memory, or on a GPU build its device's
+// (ranks take a node's devices round-robin, as Kokkos assigns them). One decision for all ranks,
+// so none is left waiting.
 void check_memory_fits(const MemoryPrediction& mine, const HostCollectives& world) {
   const int node_ranks = world.ranks_on_node();
-  const double host_bytes =
+#if defined(KOKKOS_ENABLE_CUDA)
+  size_t free_bytes = 0, device_bytes = 0;
+  cudaMemGetInfo(&free_bytes, &device_bytes);
+  int devices = 1;
+  cudaGetDeviceCount(&devices);
+  const int sharing = (node_ranks + std::max(devices, 1) - 1) / std::max(devices, 1);
+  const double bytes = static_cast<double>(device_bytes);
+  const std::string memory = fmt::format("GPU's {:.1f} GiB are", bytes / 1073741824.0);
+#else
+  const int sharing = node_ranks;
+  const double bytes =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  // On a device build the model lives in device memory, which this check does not see.
-  const double over = world.max(std::is_same_v<Exec::memory_space, Kokkos::HostSpace>
-                                    ? mine.total() / (host_bytes / node_ranks)
-                                    : 0.0);
+  const std::string memory = fmt::format("node's {:.1f} GiB are", bytes / 1073741824.0);
+#endif
+  const double over = world.max(mine.total() / (bytes / sharing));
   if (over > 1.0)
     throw InputError(fmt::format(
         "this configuration needs {:.1f} GiB on rank {} by the memory model (model states "
-        "{:.1f} GiB, activations {:.1f} GiB) but the node's {:.1f} GiB are shared by {} "
-        "ranks; use more ranks, ZeRO, offload, recomputation or a smaller model (see "
-        "`trident plan`)",
+        "{:.1f} GiB, activations {:.1f} GiB) but the {} shared by {} ranks; use more ranks, "
+        "ZeRO, offload, recomputation or a smaller model (see `trident plan`)",
         mine.total() / 1073741824.0, world.rank(), mine.model_states() / 1073741824.0,
-        mine.bytes[static_cast<int>(MemCategory::kActivations)] / 1073741824.0,
-        host_bytes / 1073741824.0, node_ranks));
+        mine.bytes[static_cast<int>(MemCategory::kActivations)] / 1073741824.0, memory, sharing));
 }
 
 // "dp=2 tp=1 pp=2 schedule=1f1b micro_batch=4 precision=bf16": the layout in logs and files.
@@ -247,6 +257,20 @@ class Trainer {
   std::atomic<int> current_step_{0};  // 1-based, for the watchdog's message
 };
 
+// What GPU GEMMs multiply in: the 16-bit format of a 16-bit run (its operands hold such values),
+// else fp32 or, asked for, TF32.
+kernels::GemmMath gemm_math_for(const PrecisionSection& p) {
+  switch (p.compute) {
+    case Precision::kBf16:
+      return kernels::GemmMath::kBf16;
+    case Precision::kFp16:
+      return kernels::GemmMath::kFp16;
+    case Precision::kFp32:
+      break;
+  }
+  return p.fp32_matmul == Fp32Matmul::kTf32 ? kernels::GemmMath::kTf32 : kernels::GemmMath::kFp32;
+}
+
 Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, StepHooks& hooks)
     : config_(std::move(config)),
       grid_(grid),
@@ -273,6 +297,7 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
   // predecessor's queued work. Host kernels finish before the host goes on.
   if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible)
     timer_.set_settle([] { Exec().fence(); });
+  kernels::set_gemm_math(gemm_math_for(config_.precision));
   const PrecisionSection& p = config_.precision;
   if (p.compute == Precision::kFp16)
     scaler_ = LossScaler(p.loss_scale, p.growth_interval, p.backoff, p.hysteresis);
@@ -632,9 +657,10 @@ void Trainer::print_banner(int start_step) const {
 #if defined(KOKKOS_ENABLE_CUDA)
   cudaDeviceProp device{};
   cudaGetDeviceProperties(&device, Exec().cuda_device());
-  console_.line(fmt::format("GEMM: {} | kernels: Kokkos Cuda on device {} ({}, sm_{}{})",
-                            kernels::cublas_summary(Exec()), Exec().cuda_device(), device.name,
-                            device.major, device.minor));
+  console_.line(fmt::format("GEMM: {}, {} | kernels: Kokkos Cuda on device {} ({}, sm_{}{})",
+                            kernels::cublas_summary(Exec()),
+                            kernels::describe(kernels::gemm_math()), Exec().cuda_device(),
+                            device.name, device.major, device.minor));
 #else
   const BlasInfo blas = blas_info();
   console_.line(

@@ -101,9 +101,14 @@ TEST(Config, ChoicesAreTypedOnReadingAndBadNamesListTheValidOnes) {
   expect_error("", "recompute.policy = 'most' must be one of none, selective, full",
                {"recompute.policy=most"});
   expect_error("", "offload.params = 'host' must be none or nvme", {"offload.params=host"});
-  const Config c = load_config(write_config(""), {"parallel.backend_tp=nccl", "dp.sync=local_sgd"});
+  expect_error("", "precision.fp32_matmul = 'fast' must be ieee or tf32",
+               {"precision.fp32_matmul=fast"});
+  EXPECT_EQ(load_config(write_config(""), {}).precision.fp32_matmul, Fp32Matmul::kIeee);
+  const Config c = load_config(write_config(""), {"parallel.backend_tp=nccl", "dp.sync=local_sgd",
+                                                  "precision.fp32_matmul=tf32"});
   EXPECT_EQ(c.parallel.backend_tp, CollectiveBackend::kNccl);
   EXPECT_EQ(c.dp.sync, DpSync::kLocalSgd);
+  EXPECT_EQ(c.precision.fp32_matmul, Fp32Matmul::kTf32);
 }
 
 TEST(Config, BadInputNamesTheKey) {

@@ -23,7 +23,7 @@ GradBuckets::GradBuckets(View1 grads, size_t bucket_elems, Communicator* dp, Pre
 
 void GradBuckets::ready_from(int64_t offset) {
   if (!armed_ || dp_->size() == 1) return;
-  Exec().fence();  // the gradients in the buckets must be written before they are sent
+  // No fences: the communicator orders itself after the kernels that wrote the gradients.
   while (launched_ < begin_.size() && begin_[launched_] >= offset) {
     const int64_t b = begin_[launched_];
     const size_t n = static_cast<size_t>(end_[launched_] - b);
@@ -32,7 +32,6 @@ void GradBuckets::ready_from(int64_t offset) {
     } else {
       kernels::store_half(Exec(), grads16_, static_cast<size_t>(b), window(grads_, b, n), n,
                           reduce_);
-      Exec().fence();
       requests_[launched_] = dp_->iallreduce_sum(CommBuffer(window(grads16_, b, n), reduce_));
     }
     ++launched_;
@@ -50,7 +49,6 @@ void GradBuckets::finish() {
     if (reduce_ != Precision::kFp32) {
       kernels::load_half(Exec(), window(grads_, 0, grads_.extent(0)), grads16_, 0, grads_.extent(0),
                          reduce_);
-      Exec().fence();
     }
   }
   launched_ = 0;

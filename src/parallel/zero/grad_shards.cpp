@@ -49,7 +49,6 @@ void GradShards::unit_done(int u) {
   } else {
     const size_t whole = static_cast<size_t>(part * dp_);
     kernels::store_half(Exec(), send16_, 0, window(buffer, 0, whole), whole, reduce_);
-    Exec().fence();
     comm_->reduce_scatter_sum(CommBuffer(window(send16_, 0, whole), reduce_),
                               CommBuffer(window(received16_, 0, part), reduce_));
     const HalfView1 received = received16_;
@@ -58,8 +57,7 @@ void GradShards::unit_done(int u) {
         "zero2_accumulate_16", Kokkos::RangePolicy<Exec>(0, part),
         KOKKOS_LAMBDA(int64_t i) { shard(offset + i) += from_half(received(i), p); });
   }
-  Kokkos::deep_copy(Kokkos::subview(buffer, std::make_pair(int64_t{0}, part * dp_)), 0.0f);
-  Exec().fence();
+  Kokkos::deep_copy(Exec(), Kokkos::subview(buffer, std::make_pair(int64_t{0}, part * dp_)), 0.0f);
 }
 
 void GradShards::zero() {

@@ -105,7 +105,6 @@ void ParamShards::need(int u, int next) {
   if (precision_ != Precision::kFp32 && !widened_[b]) {
     const int64_t n = stage_.local().units()[u].padded;
     kernels::load_half(Exec(), window(buffers_.of_unit(u), 0, n), gathered16_[b], 0, n, precision_);
-    Exec().fence();
     widened_[b] = true;
   }
   if (next >= 0 && buffers_.index_of_unit(next) != b &&
