@@ -7,9 +7,13 @@ micro-batch sizes, and reports over the timed steps:
   bubble(mean)  median of the `bubble` dataset: mean over ranks of pp_wait / step time, where
                 step time is the slowest rank's (step_seconds_max);
   bubble(max)   median of max over ranks of pp_wait / step_seconds_max;
-  theory        (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved;
-  simulated     1 - 3 m v / makespan from a port of src/parallel/pipeline/schedule.cpp's
-                simulator (forward 1 unit, backward 2, zero-latency transfers).
+  theory        (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved; for zb_h1
+                the paper's (p-1)(F+B-W) / (m(F+B+W) + (p-1)(F+B-W)) with the run's own
+                per-micro-batch times: F = forward, B = backward (the input-gradient passes),
+                W = weight_grad phase seconds / m, means over ranks;
+  simulated     1 - m v (F+B+W) / makespan from a port of src/parallel/pipeline/schedule.cpp's
+                simulator (zero-latency transfers; forward 1 unit and backward 2, or for zb_h1
+                the run's F, B and W).
 Runs with pp = 1 have no pipeline (theory and model 0); they are left out and named unless
 --include-pp1. Timed steps: after the first --warmup steps (default 3), leaving out steps that
 wrote a checkpoint (io phase > 0 on a rank: a checkpoint inflates the step time and so deflates
@@ -56,16 +60,39 @@ def interleaved(pp, rank, m, v):
     return out + [interleaved_action(pp, v, k, "B") for k in range(total - warmup, total)]
 
 
+def zero_bubble_h1(pp, rank, m):
+    """1F1B's forwards and input-gradient passes ("I"); rank r keeps r weight passes ("W")
+    pending."""
+    warmup = min(pp - rank - 1, m)
+    out, pending = [("F", mb, 0) for mb in range(warmup)], []
+
+    def input_grad(mb):
+        out.append(("I", mb, 0))
+        pending.append(mb)
+        if len(pending) > rank:
+            out.append(("W", pending.pop(0), 0))
+    for i in range(m - warmup):
+        out.append(("F", warmup + i, 0))
+        input_grad(i)
+    for mb in range(m - warmup, m):
+        input_grad(mb)
+    return out + [("W", mb, 0) for mb in pending]
+
+
 def make_schedule(kind, pp, rank, m, v):
     if kind == "gpipe":
         return gpipe(m)
     if kind == "1f1b":
         return one_f_one_b(pp, rank, m)
+    if kind == "zb_h1":
+        return zero_bubble_h1(pp, rank, m)
     return interleaved(pp, rank, m, v)
 
 
-def simulated_bubble(kind, pp, m, v):
-    """1 - 3 m v / makespan; blocking receives, non-blocking zero-latency sends."""
+def simulated_bubble(kind, pp, m, v, costs=(1.0, 1.0, 1.0)):
+    """1 - m v (F+B+W) / makespan; blocking receives, non-blocking zero-latency sends. costs:
+    (F, B, W) per pass; a fused backward ("B") costs B + W."""
+    t_f, t_b, t_w = costs
     lists = [make_schedule(kind, pp, r, m, v) for r in range(pp)]
     stages = pp * v
     fwd_end, bwd_end = {}, {}
@@ -82,20 +109,25 @@ def simulated_bubble(kind, pp, m, v):
                     if (stage - 1, mb) not in fwd_end:
                         break
                     ready = max(ready, fwd_end[(stage - 1, mb)])
-                elif kind_ == "B" and stage < stages - 1:
+                elif kind_ in "BI" and stage < stages - 1:
                     if (stage + 1, mb) not in bwd_end:
                         break
                     ready = max(ready, bwd_end[(stage + 1, mb)])
-                clock[r] = ready + (1 if kind_ == "F" else 2)
-                (fwd_end if kind_ == "F" else bwd_end)[(stage, mb)] = clock[r]
+                clock[r] = ready + {"F": t_f, "B": t_b + t_w, "I": t_b, "W": t_w}[kind_]
+                if kind_ != "W":
+                    (fwd_end if kind_ == "F" else bwd_end)[(stage, mb)] = clock[r]
                 nxt[r] += 1
                 progress = True
     if any(nxt[r] < len(lists[r]) for r in range(pp)):
         raise RuntimeError(f"schedule {kind} pp={pp} m={m} v={v} deadlocks in the port")
-    return 1.0 - 3.0 * m * v / max(clock)
+    return 1.0 - m * v * (t_f + t_b + t_w) / max(clock)
 
 
-def theory(kind, pp, m, v):
+def theory(kind, pp, m, v, costs=(1.0, 1.0, 1.0)):
+    if kind == "zb_h1":  # Qi et al. 2024: (p-1)(F+B-W) idle per rank
+        t_f, t_b, t_w = costs
+        idle = (pp - 1) * (t_f + t_b - t_w)
+        return idle / (m * (t_f + t_b + t_w) + idle)
     return (pp - 1) / ((v if kind == "interleaved" else 1) * m + pp - 1)
 
 
@@ -103,6 +135,8 @@ def theory(kind, pp, m, v):
 assert abs(simulated_bubble("1f1b", 4, 8, 1) - 3 / 11) < 1e-12
 assert abs(simulated_bubble("interleaved", 4, 8, 2) - 3 / 19) < 1e-12
 assert simulated_bubble("1f1b", 1, 8, 1) == 0.0
+assert abs(simulated_bubble("zb_h1", 4, 8, 1) - 3 / 27) < 1e-12
+assert abs(simulated_bubble("zb_h1", 4, 8, 1, (1, 1.2, 0.9)) - theory("zb_h1", 4, 8, 1, (1, 1.2, 0.9))) < 1e-12
 
 
 # ---- measurements ----
@@ -116,6 +150,12 @@ def read_run(run):
     timed = run.timed
     step_max = run.timed_values("step_seconds_max")
     wait = run.phase("pp_wait")[timed]
+    # Per-micro-batch pass times (means over ranks, medians over steps): zb_h1's theory and model
+    # depend on them; the others' do not.
+    costs = (1.0, 1.0, 1.0)
+    if kind == "zb_h1":
+        costs = tuple(float(np.median(run.phase(p)[timed].mean(axis=1))) / m
+                      for p in ("forward", "backward", "weight_grad"))
     return {
         "run": run.name, "pp": pp, "m": m, "kind": kind, "v": v, "L": run.cfg("model.n_layer"),
         "dp": dp, "tp": par["tp"], "micro": train["micro_batch_size"], "ranks": run.ranks,
@@ -123,8 +163,8 @@ def read_run(run):
         "n_timed": int(timed.sum()), "step_s": float(np.median(step_max)),
         "mean": float(np.median(run.timed_values("bubble"))),
         "max": float(np.median(wait.max(axis=1) / step_max)),
-        "theory": theory(kind, pp, m, v), "sim": simulated_bubble(kind, pp, m, v),
-        "run_dir": run.dir,
+        "theory": theory(kind, pp, m, v, costs), "sim": simulated_bubble(kind, pp, m, v, costs),
+        "costs": costs, "run_dir": run.dir,
     }
 
 
@@ -165,7 +205,7 @@ def main():
             raise tr.AnalysisError(f"no run has pp > 1 (left out: {', '.join(no_pipeline)}); "
                                    f"--include-pp1 tabulates them anyway")
     rows = [read_run(r) for r in runs]
-    order = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
+    order = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zb_h1": 3}
     rows.sort(key=lambda r: (r["pp"], order.get(r["kind"], 9), r["m"], r["run"]))
 
     print(f"{'pp':>3} {'m':>3} {'schedule':<12} {'v':>2} {'L':>3} {'steps':>5} {'step s':>7} "
@@ -181,8 +221,11 @@ def main():
     print(f"""
 bubble(mean): median over timed steps of the `bubble` dataset: mean over ranks of pp_wait / the
   slowest rank's step time. bubble(max): the same for the rank that waited most.
-theory: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved. simulated: the schedule
-  model (src/parallel/pipeline/schedule.cpp, ported): forward 1 unit, backward 2, free transfers.
+theory: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved, and for zb_h1
+  (p-1)(F+B-W)/(m(F+B+W)+(p-1)(F+B-W)) with the run's forward, input-gradient and weight-gradient
+  seconds per micro-batch (Qi et al. 2024; exact in the model when W <= min(F, B)). simulated: the
+  schedule model (src/parallel/pipeline/schedule.cpp, ported): free transfers, forward 1 unit and
+  backward 2, or zb_h1's measured F, B, W.
 steps: timed steps (after the first {args.warmup}, without a checkpoint write). busy/core:
   (1 - bubble(mean)) x ranks per node / cores, the rank-time not waiting per core-time available.""")
     oversubscribed = [r["run"] for r in rows if r["ranks_per_node"] > args.cores]
@@ -212,11 +255,15 @@ note: {', '.join(oversubscribed)} put more ranks on a node than its {args.cores}
         "micro_batch_size": r["micro"], "layers": r["L"], "timed_steps": r["n_timed"],
         "median_step_s": r["step_s"], "bubble_mean": r["mean"], "bubble_max": r["max"],
         "theory": r["theory"], "simulated": r["sim"], "busy_per_core": r["busy_per_core"],
+        "forward_s": r["costs"][0] if r["kind"] == "zb_h1" else float("nan"),
+        "input_grad_s": r["costs"][1] if r["kind"] == "zb_h1" else float("nan"),
+        "weight_grad_s": r["costs"][2] if r["kind"] == "zb_h1" else float("nan"),
         "run_dir": r["run_dir"]} for r in rows])
     out = tr.output_dir(args.out, runs)
     tr.write_table(df, out, "bubble", md_df=df.drop(columns=["run_dir"]),
                    formats={"median_step_s": ".5f", "bubble_mean": ".3f", "bubble_max": ".3f",
-                            "theory": ".3f", "simulated": ".3f", "busy_per_core": ".2f"})
+                            "theory": ".3f", "simulated": ".3f", "busy_per_core": ".2f",
+                            "forward_s": ".5f", "input_grad_s": ".5f", "weight_grad_s": ".5f"})
     png = plot(rows, out)
     print(f"\nwrote {out}/bubble.csv, bubble.md, {png}")
     return 0

@@ -137,7 +137,7 @@ std::vector<Field> schema(Config& c) {
       {"parallel", "tp", &c.parallel.tp, "tensor-parallel ranks"},
       {"parallel", "pp", &c.parallel.pp, "pipeline stages"},
       {"parallel", "schedule", choice(&c.parallel.schedule),
-       "pipeline schedule: gpipe, 1f1b, interleaved"},
+       "pipeline schedule: gpipe, 1f1b, interleaved, zb_h1"},
       {"parallel", "virtual_stages", &c.parallel.virtual_stages,
        "model chunks per pipeline rank (interleaved schedule)"},
       {"parallel", "dp_bucket_mb", &c.parallel.dp_bucket_mb,

@@ -51,12 +51,12 @@ inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean,
       });
 }
 
-// dinp[N,C] += d/dinp; dweight[C] += sum_n dout*xhat; dbias[C] += sum_n dout.
-inline void layernorm_backward(const Exec& exec, const Mat& dinp, const Vec& dweight,
-                               const Vec& dbias, const ConstMat& dout, const ConstMat& inp,
-                               const ConstVec& weight, const ConstVec& mean, const ConstVec& rstd,
-                               Shape shape = kBuildShape) {
-  Region region("trident::layernorm_backward");
+// dinp[N,C] += d/dinp: the input-gradient half of a LayerNorm's backward.
+inline void layernorm_backward_input(const Exec& exec, const Mat& dinp, const ConstMat& dout,
+                                     const ConstMat& inp, const ConstVec& weight,
+                                     const ConstVec& mean, const ConstVec& rstd,
+                                     Shape shape = kBuildShape) {
+  Region region("trident::layernorm_backward_input");
   const int N = static_cast<int>(inp.extent(0));
   const int C = static_cast<int>(inp.extent(1));
   if (shape == Shape::kGpu) {
@@ -76,13 +76,6 @@ inline void layernorm_backward(const Exec& exec, const Mat& dinp, const Vec& dwe
             dinp(n, c) += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
           });
         });
-    column_sums_teams<2>(
-        exec, "layernorm_backward_params", {dweight, dbias}, N, C,
-        KOKKOS_LAMBDA(int n, int c, float* t) {
-          const float g = dout(n, c);
-          t[0] = g * (inp(n, c) - mean(n)) * rstd(n);
-          t[1] = g;
-        });
     return;
   }
   Kokkos::parallel_for(
@@ -100,6 +93,26 @@ inline void layernorm_backward(const Exec& exec, const Mat& dinp, const Vec& dwe
           dinp(n, c) += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
         }
       });
+}
+
+// dweight[C] += sum_n dout*xhat; dbias[C] += sum_n dout: the weight-gradient half.
+inline void layernorm_backward_params(const Exec& exec, const Vec& dweight, const Vec& dbias,
+                                      const ConstMat& dout, const ConstMat& inp,
+                                      const ConstVec& mean, const ConstVec& rstd,
+                                      Shape shape = kBuildShape) {
+  Region region("trident::layernorm_backward_params");
+  const int N = static_cast<int>(inp.extent(0));
+  const int C = static_cast<int>(inp.extent(1));
+  if (shape == Shape::kGpu) {
+    column_sums_teams<2>(
+        exec, "layernorm_backward_params", {dweight, dbias}, N, C,
+        KOKKOS_LAMBDA(int n, int c, float* t) {
+          const float g = dout(n, c);
+          t[0] = g * (inp(n, c) - mean(n)) * rstd(n);
+          t[1] = g;
+        });
+    return;
+  }
   // Parameter gradients: kLanes channels per work item, rows summed in order (deterministic);
   // the inner loop runs along a row, so it vectorises.
   constexpr int L = kmath::kLanes;
@@ -121,6 +134,15 @@ inline void layernorm_backward(const Exec& exec, const Mat& dinp, const Vec& dwe
           dbias(c0 + j) += db[j];
         }
       });
+}
+
+// Both halves.
+inline void layernorm_backward(const Exec& exec, const Mat& dinp, const Vec& dweight,
+                               const Vec& dbias, const ConstMat& dout, const ConstMat& inp,
+                               const ConstVec& weight, const ConstVec& mean, const ConstVec& rstd,
+                               Shape shape = kBuildShape) {
+  layernorm_backward_input(exec, dinp, dout, inp, weight, mean, rstd, shape);
+  layernorm_backward_params(exec, dweight, dbias, dout, inp, mean, rstd, shape);
 }
 
 }  // namespace trident::kernels

@@ -31,13 +31,20 @@ inline void linear_forward(const Exec& exec, const Mat& out, const ConstMat& inp
   gemm(exec, 'N', 'T', 1.0f, inp, weight, beta, out);
 }
 
-// dinp[N,IC] (+)= dout * weight; dweight[OC,IC] += dout^T * inp; dbias[OC] += column sums.
+// dinp[N,IC] (+)= dout * weight: the input-gradient half of a linear layer's backward.
 // `accumulate_dinp` chooses += (the input feeds several consumers) or = (it feeds only this one).
-inline void linear_backward(const Exec& exec, const Mat& dinp, const Mat& dweight, const Vec& dbias,
-                            const ConstMat& dout, const ConstMat& inp, const ConstMat& weight,
-                            bool accumulate_dinp, Shape shape = kBuildShape) {
-  Region region("trident::linear_backward");
+inline void linear_backward_input(const Exec& exec, const Mat& dinp, const ConstMat& dout,
+                                  const ConstMat& weight, bool accumulate_dinp) {
+  Region region("trident::linear_backward_input");
   gemm(exec, 'N', 'N', 1.0f, dout, weight, accumulate_dinp ? 1.0f : 0.0f, dinp);
+}
+
+// dweight[OC,IC] += dout^T * inp; dbias[OC] += column sums (none when dbias is empty): the
+// weight-gradient half, which a zero-bubble schedule runs later.
+inline void linear_backward_weight(const Exec& exec, const Mat& dweight, const Vec& dbias,
+                                   const ConstMat& dout, const ConstMat& inp,
+                                   Shape shape = kBuildShape) {
+  Region region("trident::linear_backward_weight");
   gemm(exec, 'T', 'N', 1.0f, dout, inp, 1.0f, dweight);
   if (dbias.extent(0) > 0 && shape == Shape::kGpu) {
     column_sums_teams<1>(
@@ -59,6 +66,14 @@ inline void linear_backward(const Exec& exec, const Mat& dinp, const Mat& dweigh
           for (int j = 0; j < width; ++j) dbias(o0 + j) += sum[j];
         });
   }
+}
+
+// Both halves: dinp (+)= dout * weight, dweight += dout^T * inp, dbias += column sums.
+inline void linear_backward(const Exec& exec, const Mat& dinp, const Mat& dweight, const Vec& dbias,
+                            const ConstMat& dout, const ConstMat& inp, const ConstMat& weight,
+                            bool accumulate_dinp, Shape shape = kBuildShape) {
+  linear_backward_input(exec, dinp, dout, weight, accumulate_dinp);
+  linear_backward_weight(exec, dweight, dbias, dout, inp, shape);
 }
 
 }  // namespace trident::kernels

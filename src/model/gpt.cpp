@@ -167,6 +167,24 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
     }
     slots_.push_back(a);
   }
+  auto kept = [&](const char* label, size_t n) {
+    KeptTensor k;
+    if (half_)
+      k.f16 = act16(label, n);
+    else
+      k.f32 = act(label, n);
+    return k;
+  };
+  for (int s = 0; s < buffers.deferred_sets; ++s) {
+    DeferredGrads d;
+    for (int i = 0; i < n_blocks; ++i)
+      d.blocks.push_back({kept("deferred_out", N * C), kept("deferred_mid", N * C),
+                          kept("deferred_dln2", N * C), kept("deferred_dln1", N * C),
+                          kept("deferred_dfch", N * F_tp_), kept("deferred_dqkv", N * 3 * C_tp_)});
+    if (layout.has_embedding) d.input = kept("deferred_input", N * C);
+    if (layout.has_head) d.dlnf = kept("deferred_dlnf", N * C);
+    deferred_.push_back(d);
+  }
   if (half_) {
     // One block's activations in fp32, its input, the stage input and the head's tensors.
     block_internals(work_, true, MemCategory::kWorkspace);
@@ -396,8 +414,8 @@ View1 GptStage::block_input(const ActivationSlot& a, int i) {
   return work_x_;
 }
 
-BlockActivations GptStage::activations_for_backward(const ActivationSlot& a, int i,
-                                                    const View1& x) {
+BlockActivations GptStage::activations_for_backward(const ActivationSlot& a, int i, const View1& x,
+                                                    bool attention) {
   const int N = a.B * a.T;
   if (recompute_.full_block(i)) {
     ScopedPhase phase(timer_, Phase::kRecompute);
@@ -416,14 +434,15 @@ BlockActivations GptStage::activations_for_backward(const ActivationSlot& a, int
     b.ln2_mean = kept.ln2_mean, b.ln2_rstd = kept.ln2_rstd;
     restore(b.ln1, st.ln1, NC);
     restore(b.qkv, st.qkv, static_cast<size_t>(N) * 3 * C_tp_);
-    if (!recompute_.selective()) restore(b.att, st.att, static_cast<size_t>(N) * NH_tp_ * a.T);
+    if (attention && !recompute_.selective())
+      restore(b.att, st.att, static_cast<size_t>(N) * NH_tp_ * a.T);
     restore(b.atty, st.atty, static_cast<size_t>(N) * C_tp_);
     restore(b.res_attn, st.res_attn, NC);
     restore(b.ln2, st.ln2, NC);
     restore(b.fch, st.fch, static_cast<size_t>(N) * F_tp_);
     restore(b.fch_gelu, st.fch_gelu, static_cast<size_t>(N) * F_tp_);
   }
-  if (recompute_.selective()) {
+  if (attention && recompute_.selective()) {
     ScopedPhase phase(timer_, Phase::kRecompute);
     if (!half_) b.att = recomputed_.att;
     // The attention output is kept; its recomputed copy lands in datty_, which the projection's
@@ -499,8 +518,31 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   return targets ? cross_entropy(a, logits, N) : 0.0;
 }
 
+void GptStage::keep_grad(const KeptTensor& dst, const View1& src, size_t n) {
+  if (half_)
+    stash(dst.f16, src, n);
+  else
+    Kokkos::deep_copy(exec_, window(dst.f32, 0, n), window(src, 0, n));
+}
+
+View1 GptStage::kept_grad(const KeptTensor& src, const View1& work, size_t n) {
+  if (!half_) return src.f32;
+  restore(work, src.f16, n);
+  return work;
+}
+
 void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output) {
-  ActivationSlot& a = slots_[slot];
+  backward_pass(slots_[slot], loss_scale, grad_output, nullptr);
+}
+
+void GptStage::backward_input(int slot, float loss_scale, const ConstVec& grad_output, int set) {
+  backward_pass(slots_[slot], loss_scale, grad_output, &deferred_.at(set));
+}
+
+// Every layer's input gradient, and its weight gradients either at once from the live output
+// gradient (defer null) or later from the copy kept in `defer` (backward_weight).
+void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const ConstVec& grad_output,
+                             const DeferredGrads* defer) {
   const int B = a.B, T = a.T, N = B * T, C = model_.n_embd;
   const size_t NC = static_cast<size_t>(N) * C;
   const AttentionShape shape{B, T, NH_tp_, model_.head_size()};
@@ -522,62 +564,164 @@ void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output)
     cross_entropy_backward(exec_, dlogits, dlogits, a.lse, a.targets, vocab_start_, vocab_valid_,
                            loss_scale);
     round(logits, static_cast<size_t>(N) * V_tp_);
-    linear_backward(exec_, dln, grad_tensors_.wte, Vec(), dlogits, window(lnf, 0, N, C),
-                    param_tensors_.wte, false);
+    linear_backward_input(exec_, dln, dlogits, param_tensors_.wte, false);
+    if (!defer)
+      linear_backward_weight(exec_, grad_tensors_.wte, Vec(), dlogits, window(lnf, 0, N, C));
+    else if (half_)  // the weight-gradient pass reads the logits' gradient where they were kept
+      stash(a.logits16, logits, static_cast<size_t>(N) * V_tp_);
     tp_allreduce(dln_, NC);
     round(dln_, NC);
     Kokkos::deep_copy(exec_, dres, 0.0f);
     const View1 x_last = block_input(a, n_blocks);
-    layernorm_backward(exec_, dres, grad_tensors_.lnf_w, grad_tensors_.lnf_b, dln,
-                       window(x_last, 0, N, C), param_tensors_.lnf_w, a.lnf_mean, a.lnf_rstd);
+    layernorm_backward_input(exec_, dres, dln, window(x_last, 0, N, C), param_tensors_.lnf_w,
+                             a.lnf_mean, a.lnf_rstd);
+    if (defer) {
+      keep_grad(defer->dlnf, dln_, NC);
+    } else {
+      layernorm_backward_params(exec_, grad_tensors_.lnf_w, grad_tensors_.lnf_b, dln,
+                                window(x_last, 0, N, C), a.lnf_mean, a.lnf_rstd);
+      grads_ready_from(local_.at("ln_f.weight").offset);
+      unit_done("ln_f.weight");
+    }
     round(dresidual_, NC);
-    grads_ready_from(local_.at("ln_f.weight").offset);
-    unit_done("ln_f.weight");
   } else {
+    // Rounding is a no-op on what a 16-bit stage sends, and keeps any other input exact in the
+    // deferred copy.
     Kokkos::deep_copy(exec_, window(dresidual_, 0, NC), grad_output);
+    round(dresidual_, NC);
   }
   for (int i = n_blocks - 1; i >= 0; --i) {
     need(block_param(i), block_param(i - 1));
     const BlockTensors& w = param_tensors_.blocks[i];
     const BlockTensors& g = grad_tensors_.blocks[i];
+    const DeferredGrads::Block* kept = defer ? &defer->blocks[i] : nullptr;
     const View1 x = block_input(a, i);
     const BlockActivations b = activations_for_backward(a, i, x);
     const Mat dfch = window(dfch_, 0, N, F_tp_);
     const size_t NF = static_cast<size_t>(N) * F_tp_;
     // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
-    linear_backward(exec_, dfch, g.fcproj_w, g.fcproj_b, dres, window(b.fch_gelu, 0, N, F_tp_),
-                    w.fcproj_w, false);
+    linear_backward_input(exec_, dfch, dres, w.fcproj_w, false);
+    if (kept)
+      keep_grad(kept->out, dresidual_, NC);
+    else
+      linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b, dres, window(b.fch_gelu, 0, N, F_tp_));
     round(dfch_, NF);
     gelu_backward(exec_, window(dfch_, 0, NF), window(b.fch, 0, NF), window(dfch_, 0, NF));
     round(dfch_, NF);
-    linear_backward(exec_, dln, g.fc_w, g.fc_b, dfch, window(b.ln2, 0, N, C), w.fc_w, false);
+    linear_backward_input(exec_, dln, dfch, w.fc_w, false);
+    if (kept)
+      keep_grad(kept->dfch, dfch_, NF);
+    else
+      linear_backward_weight(exec_, g.fc_w, g.fc_b, dfch, window(b.ln2, 0, N, C));
     tp_allreduce(dln_, NC);
     round(dln_, NC);
-    layernorm_backward(exec_, dres, g.ln2_w, g.ln2_b, dln, window(b.res_attn, 0, N, C), w.ln2_w,
-                       b.ln2_mean, b.ln2_rstd);
+    layernorm_backward_input(exec_, dres, dln, window(b.res_attn, 0, N, C), w.ln2_w, b.ln2_mean,
+                             b.ln2_rstd);
+    if (kept)
+      keep_grad(kept->dln2, dln_, NC);
+    else
+      layernorm_backward_params(exec_, g.ln2_w, g.ln2_b, dln, window(b.res_attn, 0, N, C),
+                                b.ln2_mean, b.ln2_rstd);
     round(dresidual_, NC);
     // Attention: dres now holds d/d(res_attn) = d/d(block input) through the residual path.
     const Mat datty = window(datty_, 0, N, C_tp_);
-    linear_backward(exec_, datty, g.proj_w, g.proj_b, dres, window(b.atty, 0, N, C_tp_), w.proj_w,
-                    false);
+    linear_backward_input(exec_, datty, dres, w.proj_w, false);
+    if (kept)
+      keep_grad(kept->mid, dresidual_, NC);
+    else
+      linear_backward_weight(exec_, g.proj_w, g.proj_b, dres, window(b.atty, 0, N, C_tp_));
     round(datty_, static_cast<size_t>(N) * C_tp_);
     const Mat dqkv = window(dqkv_, 0, N, 3 * C_tp_);
     attention_backward(exec_, dqkv,
                        window(datt_scratch_, 0, B * NH_tp_ * attention_block_rows(T), T), datty,
                        window(b.qkv, 0, N, 3 * C_tp_), window(b.att, 0, N * NH_tp_, T), shape);
     round(dqkv_, static_cast<size_t>(N) * 3 * C_tp_);
-    linear_backward(exec_, dln, g.qkv_w, g.qkv_b, dqkv, window(b.ln1, 0, N, C), w.qkv_w, false);
+    linear_backward_input(exec_, dln, dqkv, w.qkv_w, false);
+    if (kept)
+      keep_grad(kept->dqkv, dqkv_, static_cast<size_t>(N) * 3 * C_tp_);
+    else
+      linear_backward_weight(exec_, g.qkv_w, g.qkv_b, dqkv, window(b.ln1, 0, N, C));
     tp_allreduce(dln_, NC);
     round(dln_, NC);
-    layernorm_backward(exec_, dres, g.ln1_w, g.ln1_b, dln, window(x, 0, N, C), w.ln1_w, b.ln1_mean,
-                       b.ln1_rstd);
+    layernorm_backward_input(exec_, dres, dln, window(x, 0, N, C), w.ln1_w, b.ln1_mean, b.ln1_rstd);
+    if (kept) {
+      keep_grad(kept->dln1, dln_, NC);
+    } else {
+      layernorm_backward_params(exec_, g.ln1_w, g.ln1_b, dln, window(x, 0, N, C), b.ln1_mean,
+                                b.ln1_rstd);
+      grads_ready_from(local_.at(block_param(i)).offset);
+      unit_done(block_param(i));
+    }
     round(dresidual_, NC);
-    const std::string first = "h." + std::to_string(layout_.first_layer + i) + ".ln_1.weight";
-    grads_ready_from(local_.at(first).offset);
-    unit_done(first);
+  }
+  if (defer) {
+    if (layout_.has_embedding) keep_grad(defer->input, dresidual_, NC);
+    return;
   }
   if (layout_.has_embedding)
     embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe, dres, a.tokens, T,
+                       vocab_start_);
+  grads_ready_from(0);
+  if (layout_.has_embedding) unit_done("wpe");
+  if (local_.holds("wte")) unit_done("wte");
+}
+
+// The weight gradients backward_pass leaves to later, in its order, from the kept output
+// gradients and the slot's activations: the same operands, so the same bits.
+void GptStage::backward_weight(int slot, int set) {
+  const ActivationSlot& a = slots_[slot];
+  const DeferredGrads& d = deferred_.at(set);
+  const int T = a.T, N = a.B * T, C = model_.n_embd;
+  const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F_tp_;
+  const int n_blocks = static_cast<int>(a.blocks.size());
+  // Only recomputation reads parameters here; weight gradients need none.
+  if (layout_.has_head) {
+    View1 dlogits = a.logits, lnf = a.lnf;
+    if (half_) {
+      dlogits = work_logits_, lnf = work_lnf_;
+      restore(dlogits, a.logits16, static_cast<size_t>(N) * V_tp_);
+      restore(lnf, a.lnf16, NC);
+    }
+    linear_backward_weight(exec_, grad_tensors_.wte, Vec(), window(dlogits, 0, N, V_tp_),
+                           window(lnf, 0, N, C));
+    const View1 x_last = block_input(a, n_blocks);
+    layernorm_backward_params(exec_, grad_tensors_.lnf_w, grad_tensors_.lnf_b,
+                              window(kept_grad(d.dlnf, dln_, NC), 0, N, C), window(x_last, 0, N, C),
+                              a.lnf_mean, a.lnf_rstd);
+    grads_ready_from(local_.at("ln_f.weight").offset);
+    unit_done("ln_f.weight");
+  }
+  for (int i = n_blocks - 1; i >= 0; --i) {
+    if (recompute_.full_block(i)) need(block_param(i), block_param(i - 1));
+    const BlockTensors& g = grad_tensors_.blocks[i];
+    const DeferredGrads::Block& kept = d.blocks[i];
+    const View1 x = block_input(a, i);
+    const BlockActivations b = activations_for_backward(a, i, x, false);
+    linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b,
+                           window(kept_grad(kept.out, dresidual_, NC), 0, N, C),
+                           window(b.fch_gelu, 0, N, F_tp_));
+    linear_backward_weight(exec_, g.fc_w, g.fc_b,
+                           window(kept_grad(kept.dfch, dfch_, NF), 0, N, F_tp_),
+                           window(b.ln2, 0, N, C));
+    layernorm_backward_params(exec_, g.ln2_w, g.ln2_b,
+                              window(kept_grad(kept.dln2, dln_, NC), 0, N, C),
+                              window(b.res_attn, 0, N, C), b.ln2_mean, b.ln2_rstd);
+    linear_backward_weight(exec_, g.proj_w, g.proj_b,
+                           window(kept_grad(kept.mid, dresidual_, NC), 0, N, C),
+                           window(b.atty, 0, N, C_tp_));
+    linear_backward_weight(
+        exec_, g.qkv_w, g.qkv_b,
+        window(kept_grad(kept.dqkv, dqkv_, static_cast<size_t>(N) * 3 * C_tp_), 0, N, 3 * C_tp_),
+        window(b.ln1, 0, N, C));
+    layernorm_backward_params(exec_, g.ln1_w, g.ln1_b,
+                              window(kept_grad(kept.dln1, dln_, NC), 0, N, C), window(x, 0, N, C),
+                              b.ln1_mean, b.ln1_rstd);
+    grads_ready_from(local_.at(block_param(i)).offset);
+    unit_done(block_param(i));
+  }
+  if (layout_.has_embedding)
+    embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe,
+                       window(kept_grad(d.input, dresidual_, NC), 0, N, C), a.tokens, T,
                        vocab_start_);
   grads_ready_from(0);
   if (layout_.has_embedding) unit_done("wpe");

@@ -67,6 +67,28 @@ struct BlockStash {
   HalfView1 ln1, qkv, att, atty, res_attn, ln2, fch, fch_gelu, res_mlp;
 };
 
+// A tensor kept between passes in the storage precision: fp32, or 16 bits under bf16 / fp16.
+struct KeptTensor {
+  View1 f32;
+  HalfView1 f16;
+};
+
+// What an input-gradient pass keeps for its deferred weight-gradient pass (zero-bubble
+// schedules): the output gradient of every linear layer and LayerNorm, which the weight gradients
+// multiply with activations the micro-batch's slot still holds.
+struct DeferredGrads {
+  struct Block {
+    KeptTensor out;         // [N,C] d/d(block output): the MLP projection's output gradient
+    KeptTensor mid;         // [N,C] d/d(res_attn): the attention projection's
+    KeptTensor dln2, dln1;  // [N,C] the LayerNorms' output gradients
+    KeptTensor dfch;        // [N,4C_tp] the fc layer's (after the GELU)
+    KeptTensor dqkv;        // [N,3C_tp] the qkv layer's
+  };
+  std::vector<Block> blocks;
+  KeptTensor input;  // [N,C] d/d(stage input): the embedding's output gradient (first stage)
+  KeptTensor dlnf;   // [N,C] the final LayerNorm's (last stage; the head's is the logits slot)
+};
+
 // One in-flight micro-batch's activations.
 struct ActivationSlot {
   IntView1 tokens, targets;              // [N]
@@ -92,6 +114,9 @@ struct StageBuffers {
   // expanded copies (a unit of parameters, one block's activations) and rounds its output to
   // what 16-bit storage holds. Gradients stay fp32.
   Precision precision = Precision::kFp32;
+  // Zero-bubble schedules: how many DeferredGrads sets to hold (weight-gradient passes pending at
+  // once, counting the one an input-gradient pass is writing).
+  int deferred_sets = 0;
 };
 
 class GptStage {
@@ -154,6 +179,13 @@ class GptStage {
   // Backward of `slot`, accumulating into grads(). The last stage starts from
   // loss_scale * (sum of per-token losses); others from grad_output [B*T, C].
   void backward(int slot, float loss_scale, const ConstVec& grad_output);
+  // backward(slot) split in two for zero-bubble schedules: backward_input computes input_grad()
+  // and keeps what the weight gradients need in deferred set `set` (0..deferred_sets-1); the
+  // later backward_weight(slot, set), before the slot's next forward, accumulates the weight
+  // gradients into grads() and fires the gradient hooks. Together they give backward()'s
+  // gradients bit for bit.
+  void backward_input(int slot, float loss_scale, const ConstVec& grad_output, int set);
+  void backward_weight(int slot, int set);
   // d(loss)/d(input) [B*T, C] after backward on a non-first stage (valid until the next one).
   Vec input_grad() const;
   // Logits [B*T, V_tp] of the last forward on `slot` (last stage; this rank's vocab slice).
@@ -175,7 +207,16 @@ class GptStage {
   // Block i's input [N,C] for backward (i = number of blocks: the last block's output).
   View1 block_input(const ActivationSlot& a, int i);
   // The activations block i's backward reads: slot a's, or recomputed into shared buffers.
-  BlockActivations activations_for_backward(const ActivationSlot& a, int i, const View1& x);
+  // Without `attention` the attention probabilities are neither restored nor recomputed (the
+  // weight gradients do not read them).
+  BlockActivations activations_for_backward(const ActivationSlot& a, int i, const View1& x,
+                                            bool attention = true);
+  // backward() with `defer` null; backward_input() with the set its output gradients go to.
+  void backward_pass(const ActivationSlot& a, float loss_scale, const ConstVec& grad_output,
+                     const DeferredGrads* defer);
+  // Keeps src[0, n) in dst; the kept tensor back, in fp32 (16-bit: expanded into `work`).
+  void keep_grad(const KeptTensor& dst, const View1& src, size_t n);
+  View1 kept_grad(const KeptTensor& src, const View1& work, size_t n);
   // 16-bit storage: rounds v[0, n) to the stored precision (no-op in fp32).
   void round(const View1& v, size_t n);
   void stash(const HalfView1& dst, const View1& src, size_t n);
@@ -205,6 +246,7 @@ class GptStage {
   View1 params_, grads_;
   StageTensors param_tensors_, grad_tensors_;
   std::vector<ActivationSlot> slots_;
+  std::vector<DeferredGrads> deferred_;
   Precision precision_ = Precision::kFp32;
   bool half_ = false;
   HalfView1 params16_;

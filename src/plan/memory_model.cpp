@@ -116,6 +116,13 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     }
     add_stored(MemCategory::kActivations, slots * stored);
     add(MemCategory::kActivations, slots * wide);
+    // Zero-bubble schedules: the output gradients kept for deferred weight-gradient passes
+    // (DeferredGrads): per block four [N,h], fc's [N,4h/t] and qkv's [N,3h/t]; the stage input's
+    // and the final LayerNorm's.
+    const int deferred = pipeline::max_deferred_weight_grads(actions, chunk);
+    add_stored(MemCategory::kActivations,
+               deferred * (layers * (4 * N * h + 7 * N * h / t) +
+                           (layout.has_embedding ? N * h : 0) + (layout.has_head ? N * h : 0)));
     if (half) {
       // One block's activations, its input and the stage input in fp32; the head's too.
       add(MemCategory::kWorkspace, internals + 3 * N * h);

@@ -8,7 +8,8 @@ namespace trident {
 
 PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp,
                                Communicator* embedding, const PipelinePlace& place,
-                               MemoryLedger& ledger, PhaseTimer& timer)
+                               MemoryLedger& ledger, PhaseTimer& timer,
+                               std::vector<int> deferred_sets)
     : chunks_(chunks),
       pp_(pp),
       embedding_(embedding),
@@ -17,7 +18,9 @@ PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp
       activation_elements_(static_cast<size_t>(place.micro_batch) * place.seq_len *
                            (chunks.empty() ? 0 : chunks.front().stage->config().n_embd)),
       inputs_(static_cast<size_t>(place.micro_batch) * place.seq_len),
-      targets_(static_cast<size_t>(place.micro_batch) * place.seq_len) {
+      targets_(static_cast<size_t>(place.micro_batch) * place.seq_len),
+      deferred_sets_(std::move(deferred_sets)) {
+  deferred_sets_.resize(chunks_.size(), 0);
   for (const ModelChunk& ch : chunks_) {
     Transfers t;
     const int slots = ch.stage->slots();
@@ -51,15 +54,27 @@ double PipelineRunner::evaluate(const std::vector<pipeline::Action>& actions,
 double PipelineRunner::run_actions(const std::vector<pipeline::Action>& actions,
                                    const BatchSampler& sampler, int64_t batch_index,
                                    bool reduce_over_dp, float loss_scale) {
-  std::vector<int> backwards_done(chunks_.size(), 0);
+  // Gradients become final with a chunk's last backward or weight-gradient pass.
+  std::vector<int> gradient_passes(chunks_.size(), 0);
+  const auto final_pass = [&](int chunk) {
+    return ++gradient_passes[chunk] == place_.micro_batches && reduce_over_dp;
+  };
   double loss_sum = 0.0;
   for (const pipeline::Action& act : actions) {
     for (ModelChunk& ch : chunks_) ch.dp->progress();
-    if (act.type == pipeline::ActionType::kForward) {
-      forward(act, sampler, batch_index, loss_sum);
-    } else {
-      const bool final_pass = ++backwards_done[act.chunk] == place_.micro_batches;
-      backward(act, final_pass && reduce_over_dp, loss_scale);
+    switch (act.type) {
+      case pipeline::ActionType::kForward:
+        forward(act, sampler, batch_index, loss_sum);
+        break;
+      case pipeline::ActionType::kBackward:
+        backward(act, final_pass(act.chunk), loss_scale);
+        break;
+      case pipeline::ActionType::kBackwardInput:
+        backward(act, false, loss_scale);
+        break;
+      case pipeline::ActionType::kBackwardWeight:
+        backward_weight(act, final_pass(act.chunk));
+        break;
     }
   }
   wait_for_sends();
@@ -106,10 +121,15 @@ void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float lo
     ScopedPhase wait(timer_, Phase::kPpWait);
     pp_.recv(window(t.grad_recv, 0, n), peers.recv_from, tag(act.microbatch, ch.virtual_stage, 1));
   }
-  ch.dp->before_backward(reduce);
+  const bool split = act.type == pipeline::ActionType::kBackwardInput;
+  if (!split) ch.dp->before_backward(reduce);  // the weight gradients are written now
   {
     ScopedPhase phase(timer_, Phase::kBackward);
-    stage.backward(slot, loss_scale, window(t.grad_recv, 0, n));
+    if (split)
+      stage.backward_input(slot, loss_scale, window(t.grad_recv, 0, n),
+                           act.microbatch % deferred_sets_[act.chunk]);
+    else
+      stage.backward(slot, loss_scale, window(t.grad_recv, 0, n));
   }
   if (peers.send_to >= 0) {
     ScopedPhase wait(timer_, Phase::kPpWait);
@@ -118,6 +138,13 @@ void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float lo
     t.backward_sends[slot] = pp_.isend(window(t.grad_send[slot], 0, n), peers.send_to,
                                        tag(act.microbatch, ch.virtual_stage - 1, 1));
   }
+}
+
+void PipelineRunner::backward_weight(const pipeline::Action& act, bool reduce) {
+  const auto [ch, t, slot, peers] = site_of(act);
+  ch.dp->before_backward(reduce);
+  ScopedPhase phase(timer_, Phase::kWeightGrad);
+  ch.stage->backward_weight(slot, act.microbatch % deferred_sets_[act.chunk]);
 }
 
 void PipelineRunner::wait_for_sends() {

@@ -39,8 +39,11 @@ class PipelineRunner {
  public:
   // `embedding` joins the first and the last stage at this (dp, tp) (null on middle stages):
   // both hold the tied embedding and sum its gradient.
+  // `deferred_sets[c]`: the DeferredGrads sets chunk c's stage holds (0 without split backwards);
+  // input-gradient passes of micro-batch mb use set mb % deferred_sets[c].
   PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp, Communicator* embedding,
-                 const PipelinePlace& place, MemoryLedger& ledger, PhaseTimer& timer);
+                 const PipelinePlace& place, MemoryLedger& ledger, PhaseTimer& timer,
+                 std::vector<int> deferred_sets = {});
   // Runs a training step's `actions` on the batch `batch_index` of `sampler`; returns this rank's
   // share of the summed per-token losses. Gradients, multiplied by `loss_scale`, accumulate over
   // micro-batches and are final on return: reduced over dp when `reduce_over_dp`, and summed
@@ -67,7 +70,11 @@ class PipelineRunner {
   Site site_of(const pipeline::Action& act);
   void forward(const pipeline::Action& act, const BatchSampler& sampler, int64_t batch_index,
                double& loss_sum);
+  // A fused backward, or a zero-bubble schedule's input-gradient pass: receives the output
+  // gradient, computes and sends the input gradient.
   void backward(const pipeline::Action& act, bool final_pass, float loss_scale);
+  // A zero-bubble schedule's deferred weight-gradient pass (no communication).
+  void backward_weight(const pipeline::Action& act, bool final_pass);
   double run_actions(const std::vector<pipeline::Action>& actions, const BatchSampler& sampler,
                      int64_t batch_index, bool reduce_over_dp, float loss_scale);
   void wait_for_sends();
@@ -86,6 +93,7 @@ class PipelineRunner {
   size_t activation_elements_;  // N*C of one micro-batch
   std::vector<Transfers> transfers_;
   std::vector<int32_t> inputs_, targets_;
+  std::vector<int> deferred_sets_;  // per chunk: DeferredGrads sets its stage holds
 };
 
 }  // namespace trident

@@ -554,6 +554,7 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
   for (int mb = 0; mb < place.micro_batches; ++mb)
     for (int chunk = 0; chunk < v; ++chunk)
       eval_actions_.push_back({pipeline::ActionType::kForward, mb, chunk});
+  std::vector<int> deferred_sets;
   for (int chunk = 0; chunk < v; ++chunk) {
     ModelChunk ch;
     ch.virtual_stage = pipeline::virtual_stage(par.pp, place.pp_rank, chunk);
@@ -562,6 +563,8 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
     StageBuffers buffers = DataParallelStrategy::stage_buffers(config_.zero.stage, par.dp);
     buffers.recompute = config_.recompute.resolved();
     buffers.precision = config_.precision.compute;
+    buffers.deferred_sets = pipeline::max_deferred_weight_grads(schedule_, chunk);
+    deferred_sets.push_back(buffers.deferred_sets);
     ch.stage = std::make_unique<GptStage>(
         config_.model,
         stage_layout(config_.model, par.pp, v, place.pp_rank, chunk, par.tp, place.tp_rank),
@@ -572,8 +575,8 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
         *ch.stage, *dp_, data_parallel_settings(config_, grid_.rank(), chunk), ledger, timer_);
     chunks_.push_back(std::move(ch));
   }
-  runner_ =
-      std::make_unique<PipelineRunner>(chunks_, *pp_, embedding_.get(), place, ledger, timer_);
+  runner_ = std::make_unique<PipelineRunner>(chunks_, *pp_, embedding_.get(), place, ledger, timer_,
+                                             deferred_sets);
   checkpointer_ = std::make_unique<Checkpointer>(config_, grid_, world_, chunks_, layout_, hooks_);
 }
 

@@ -7,7 +7,7 @@
 #   weak_scaling/1001      dp 1, 2, 4 at 4 sequences per rank
 #   strong_scaling/1002    dp 1, 2, 4 at a global batch of 8
 #   layout_sweep/1003      dp 2, tp 2, and pp 2 with gpipe (m 2), 1f1b (m 2, 4), interleaved
-#                          (v 2, m 2) and dp 2 x pp 2 1f1b
+#                          (v 2, m 2), zb_h1 (m 2) and dp 2 x pp 2 1f1b
 #   zero_memory/1004       ZeRO 0-3 at dp 2 and dp 4
 #   convergence/1005       dp 2: sync, async, local_sgd (2 local steps), bf16 sync; 24 steps
 #   weak_scaling/1006      dp 2 with rank 1 killed at step 5 (status failed, 4 of 12 steps)
@@ -71,6 +71,7 @@ run dp1_tp1_pp2_1f1b_m2 ok 2 1 1 2 0 8 --set parallel.schedule=1f1b --set train.
 run dp1_tp1_pp2_1f1b_m4 ok 2 1 1 2 0 8 --set parallel.schedule=1f1b --set train.micro_batch_size=2
 run dp1_tp1_pp2_interleaved_m2 ok 2 1 1 2 0 8 --set parallel.schedule=interleaved \
   --set parallel.virtual_stages=2 --set train.micro_batch_size=4
+run dp1_tp1_pp2_zb_h1_m2 ok 2 1 1 2 0 8 --set parallel.schedule=zb_h1 --set train.micro_batch_size=4
 run dp2_tp1_pp2_1f1b_m2 ok 4 2 1 2 0 8 --set parallel.schedule=1f1b --set train.micro_batch_size=2
 
 sweep zero_memory 1004 12

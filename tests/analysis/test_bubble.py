@@ -22,7 +22,7 @@ check("note:" not in stdout, f"note printed with 8 cores for at most 4 ranks:\n{
 rows = read_csv(os.path.join(out, "bubble.csv"))
 by_run = {r["run"]: r for r in rows}
 pipelined = ["dp1_tp1_pp2_1f1b_m2", "dp1_tp1_pp2_1f1b_m4", "dp1_tp1_pp2_gpipe_m2",
-             "dp1_tp1_pp2_interleaved_m2", "dp2_tp1_pp2_1f1b_m2"]
+             "dp1_tp1_pp2_interleaved_m2", "dp1_tp1_pp2_zb_h1_m2", "dp2_tp1_pp2_1f1b_m2"]
 check(sorted(by_run) == pipelined, f"rows {sorted(by_run)}: expected the pp = 2 runs")
 # (p-1)/(m+p-1), and (p-1)/(v m+p-1) interleaved; the schedule model agrees on these.
 expected = {"dp1_tp1_pp2_gpipe_m2": ("gpipe", 2, 1, 1 / 3),
@@ -44,6 +44,27 @@ for run, (schedule, m, v, theory) in expected.items():
     step = data["step_seconds_max"][timed]
     close(float(r["bubble_max"]), float(np.median(wait.max(axis=1) / step)), f"{run} bubble max")
     check(0 < float(r["bubble_mean"]) < 1, f"{run}: bubble {r['bubble_mean']} outside (0, 1)")
+# zb_h1: the paper's (p-1)(F+B-W) bubble with the run's own per-micro-batch pass times, which
+# the schedule model reproduces when W <= min(F, B); the others report no pass times.
+r = by_run["dp1_tp1_pp2_zb_h1_m2"]
+data = timings(r["run_dir"])
+timed = timed_mask(data)
+ph = data["phase_seconds"][timed]
+f, b, w = (float(np.median(ph[:, :, data["phases"].index(p)].mean(axis=1))) / 2
+           for p in ("forward", "backward", "weight_grad"))
+check(w > 0, "zb_h1 run without weight_grad time")
+for name, value in (("forward_s", f), ("input_grad_s", b), ("weight_grad_s", w)):
+    close(float(r[name]), value, f"zb_h1 {name}", rtol=1e-9)
+close(float(r["theory"]), (f + b - w) / (2 * (f + b + w) + f + b - w), "zb_h1 theory", rtol=1e-9)
+if w <= min(f, b):
+    close(float(r["simulated"]), float(r["theory"]), "zb_h1 simulated", rtol=1e-9)
+check(float(r["simulated"]) < 1 / 3, f"zb_h1 simulated {r['simulated']} not below 1F1B's 1/3")
+for run in pipelined:
+    if run != "dp1_tp1_pp2_zb_h1_m2":
+        check(by_run[run]["weight_grad_s"] == "", f"{run}: pass times reported")
+        wg = timings(by_run[run]["run_dir"])["phase_seconds"][:, :, data["phases"].index(
+            "weight_grad")]
+        check((wg == 0).all(), f"{run}: weight_grad time without a split schedule")
 cells = check_markdown(os.path.join(out, "bubble.md"), len(pipelined))
 check(sorted(c[0] for c in cells) == pipelined, "Markdown rows are not the runs")
 check_png(os.path.join(out, "bubble.png"))
@@ -53,7 +74,7 @@ files = sorted(glob.glob(os.path.join(sweep, "*", "timings.h5")))
 out = env.out("files")
 env.script("bubble", "--cores", "2", "--warmup", "1", "--out", out, "--include-pp1", *files)
 rows = read_csv(os.path.join(out, "bubble.csv"))
-check(len(rows) == 7, f"--include-pp1: {len(rows)} rows, expected 7")
+check(len(rows) == 8, f"--include-pp1: {len(rows)} rows, expected 8")
 for r in rows:
     check(int(r["timed_steps"]) == 8, f"{r['run']}: --warmup 1 leaves {r['timed_steps']} steps, "
           f"expected 8 (12 steps, 1 warm-up, checkpoints at 5, 10, 12)")

@@ -73,7 +73,7 @@ check_png(os.path.join(out, "memory.png"))
 out = env.out("layouts")
 env.script("memory", env.sweep("layout_sweep", 1003), "--out", out)
 totals = [r for r in read_csv(os.path.join(out, "memory.csv")) if r["category"] == "total"]
-check(len(totals) == 7, f"layout sweep: {len(totals)} runs, expected 7")
+check(len(totals) == 8, f"layout sweep: {len(totals)} runs, expected 8")
 for r in totals:
     measured = timings(r["run_dir"])["peak_memory_by_category"].max(axis=0).sum(axis=1)
     check(int(r["rank"]) == int(np.argmax(measured)), f"{r['run']}: rank {r['rank']}, totals "

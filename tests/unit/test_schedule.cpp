@@ -18,7 +18,7 @@ using namespace trident::pipeline;
 namespace {
 
 constexpr ScheduleKind kAllKinds[] = {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB,
-                                      ScheduleKind::kInterleaved};
+                                      ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleH1};
 
 Action F(int mb, int chunk = 0) {
   return {ActionType::kForward, mb, chunk};
@@ -26,11 +26,17 @@ Action F(int mb, int chunk = 0) {
 Action B(int mb, int chunk = 0) {
   return {ActionType::kBackward, mb, chunk};
 }
+Action I(int mb) {  // input-gradient pass
+  return {ActionType::kBackwardInput, mb, 0};
+}
+Action W(int mb) {  // weight-gradient pass
+  return {ActionType::kBackwardWeight, mb, 0};
+}
 
 std::string show(const std::vector<Action>& actions) {
   std::string s;
   for (const Action& a : actions)
-    s += (a.type == ActionType::kForward ? " F" : " B") + std::to_string(a.microbatch) + "." +
+    s += std::string(" ") + "FBIW"[static_cast<int>(a.type)] + std::to_string(a.microbatch) + "." +
          std::to_string(a.chunk);
   return s;
 }
@@ -64,7 +70,8 @@ TEST(PipelineSchedule, ParsesAndNamesEveryKind) {
   }
   EXPECT_STREQ(name_of(ScheduleKind::kOneFOneB), "1f1b");
   ScheduleKind untouched = ScheduleKind::kInterleaved;
-  for (const char* bad : {"", "GPipe", "1F1B", "interleave", "1f1b ", "pipedream"})
+  EXPECT_STREQ(name_of(ScheduleKind::kZeroBubbleH1), "zb_h1");
+  for (const char* bad : {"", "GPipe", "1F1B", "interleave", "1f1b ", "pipedream", "zb-h1", "zbh1"})
     EXPECT_FALSE(parse_name(bad, untouched)) << bad;
   EXPECT_EQ(untouched, ScheduleKind::kInterleaved);
 }
@@ -87,6 +94,10 @@ TEST(PipelineSchedule, ValidateExplainsBadInputs) {
   EXPECT_EQ(
       validate_schedule(ScheduleKind::kGpipe, 4, 8, 3),
       "schedule gpipe runs one model chunk per rank, got 3; use schedule interleaved for more");
+  EXPECT_EQ(
+      validate_schedule(ScheduleKind::kZeroBubbleH1, 2, 4, 2),
+      "schedule zb_h1 runs one model chunk per rank, got 2; use schedule interleaved for more");
+  EXPECT_EQ(validate_schedule(ScheduleKind::kZeroBubbleH1, 1, 3, 1), "");
   EXPECT_EQ(validate_schedule(ScheduleKind::kInterleaved, 1, 4, 2),
             "schedule interleaved needs pp >= 2 (got pp = 1); use 1f1b");
   EXPECT_EQ(validate_schedule(ScheduleKind::kInterleaved, 4, 8, 1),
@@ -170,27 +181,39 @@ TEST(PipelineSchedule, EveryRankRunsEachForwardAndBackwardOnceForwardFirst) {
   int configs = 0;
   for_each_valid([&](ScheduleKind kind, int pp, int m, int v) {
     ++configs;
+    const bool split = kind == ScheduleKind::kZeroBubbleH1;
     for (int rank = 0; rank < pp; ++rank) {
       const std::vector<Action> actions = make_schedule(kind, pp, rank, m, v);
       SCOPED_TRACE(label(kind, pp, m, v) + " rank " + std::to_string(rank) + ":" + show(actions));
-      ASSERT_EQ(actions.size(), static_cast<size_t>(2 * m * v));
-      std::map<std::pair<int, int>, int> forward_at, backward_at;
+      ASSERT_EQ(actions.size(), static_cast<size_t>((split ? 3 : 2) * m * v));
+      std::map<ActionType, std::map<std::pair<int, int>, int>> at;
       for (size_t i = 0; i < actions.size(); ++i) {
         const Action& a = actions[i];
         ASSERT_GE(a.microbatch, 0);
         ASSERT_LT(a.microbatch, m);
         ASSERT_GE(a.chunk, 0);
         ASSERT_LT(a.chunk, v);
-        auto& seen = a.type == ActionType::kForward ? forward_at : backward_at;
-        ASSERT_TRUE(seen.emplace(std::make_pair(a.microbatch, a.chunk), static_cast<int>(i)).second)
+        ASSERT_TRUE(at[a.type].emplace(std::make_pair(a.microbatch, a.chunk), int(i)).second)
             << "repeated action " << i;
       }
-      ASSERT_EQ(forward_at.size(), static_cast<size_t>(m * v));
-      ASSERT_EQ(backward_at.size(), static_cast<size_t>(m * v));
-      for (const auto& [key, at] : forward_at) EXPECT_LT(at, backward_at.at(key));
+      // Split schedules run an input-gradient and then a weight-gradient pass instead of each
+      // backward; the others run fused backwards only.
+      const std::vector<ActionType> order =
+          split ? std::vector<ActionType>{ActionType::kForward, ActionType::kBackwardInput,
+                                          ActionType::kBackwardWeight}
+                : std::vector<ActionType>{ActionType::kForward, ActionType::kBackward};
+      ASSERT_EQ(at.size(), order.size());
+      for (ActionType type : order) ASSERT_EQ(at[type].size(), static_cast<size_t>(m * v));
+      for (const auto& [key, forward] : at[ActionType::kForward]) {
+        int before = forward;
+        for (size_t k = 1; k < order.size(); ++k) {
+          EXPECT_LT(before, at[order[k]].at(key));
+          before = at[order[k]].at(key);
+        }
+      }
     }
   });
-  EXPECT_GT(configs, 300);
+  EXPECT_GT(configs, 400);
 }
 
 TEST(PipelineSchedule, SendsMatchReceivesInOrderAndNothingDeadlocks) {
@@ -207,12 +230,17 @@ TEST(PipelineSchedule, SendsMatchReceivesInOrderAndNothingDeadlocks) {
     std::map<std::tuple<int, int, int>, std::vector<std::pair<int, int>>> rank_sent, rank_received;
     for (int rank = 0; rank < pp; ++rank) {
       for (const Action& a : make_schedule(kind, pp, rank, m, v)) {
+        const ActionComm comm = action_comm(pp, v, rank, a);
+        if (a.type == ActionType::kBackwardWeight) {  // local: nothing to receive or send
+          ASSERT_EQ(comm.recv_from, -1);
+          ASSERT_EQ(comm.send_to, -1);
+          continue;
+        }
         const int stage = virtual_stage(pp, rank, a.chunk);
         const bool forward = a.type == ActionType::kForward;
         const int dir = forward ? 0 : 1;
         const int upstream = forward ? stage - 1 : stage + 1;    // who sends to this action
         const int downstream = forward ? stage + 1 : stage - 1;  // whom this action sends to
-        const ActionComm comm = action_comm(pp, v, rank, a);
         if (upstream >= 0 && upstream < stages) {
           ASSERT_EQ(comm.recv_from, stage_rank(pp, upstream));
           received[{dir, upstream}].push_back(a.microbatch);
@@ -253,7 +281,7 @@ TEST(PipelineSchedule, SimulatorCatchesDeadlocksAndBrokenLists) {
             "deadlock: rank 0 waits at action 1 (backward mb 0 chunk 0 (stage 0)) for stage 1; "
             "rank 1 waits at action 1 (forward mb 1 chunk 0 (stage 1)) for stage 0");
   // Rank 1 consumes micro-batches out of order: slower, but sends do not block, so no deadlock.
-  int steps = 0;
+  double steps = 0;
   EXPECT_TRUE(
       simulate_actions({{F(0), F(1), B(0), B(1)}, {F(1), F(0), B(0), B(1)}}, 2, 1, &error, &steps));
   // Rank 1 can start F1 only at t=2 (after rank 0's F0, F1), then runs F0, B0, B1 until 8; rank 0's
@@ -267,6 +295,26 @@ TEST(PipelineSchedule, SimulatorCatchesDeadlocksAndBrokenLists) {
   EXPECT_EQ(error, "rank 0 never runs the forward of mb 1 chunk 0");
   EXPECT_FALSE(simulate_actions({{F(0), B(0), F(1, 1), B(1, 1)}}, 2, 1, &error));
   EXPECT_EQ(error, "rank 0 action 2: forward mb 1 chunk 1 (stage 1) is out of range");
+  // Split backwards: W needs its B first, a micro-batch is split or fused but not both, and a
+  // split one needs its W.
+  EXPECT_FALSE(simulate_actions({{F(0), W(0), I(0)}}, 1, 1, &error));
+  EXPECT_EQ(error,
+            "rank 0 action 1: weight-gradient pass mb 0 chunk 0 (stage 0) comes before its "
+            "input-gradient pass");
+  EXPECT_FALSE(simulate_actions({{F(0), I(0), B(0)}}, 1, 1, &error));
+  EXPECT_EQ(error,
+            "rank 0 action 2: backward mb 0 chunk 0 (stage 0) mixes a fused and a split "
+            "backward");
+  EXPECT_FALSE(simulate_actions({{F(0), B(0), W(0)}}, 1, 1, &error));
+  EXPECT_EQ(error,
+            "rank 0 action 2: weight-gradient pass mb 0 chunk 0 (stage 0) comes before its "
+            "input-gradient pass");
+  EXPECT_FALSE(simulate_actions({{F(0), I(0)}}, 1, 1, &error));
+  EXPECT_EQ(error, "rank 0 never runs the weight-gradient pass of mb 0 chunk 0");
+  // A W waits for nothing but its own B: rank 0 may run W0 while rank 1 is still busy.
+  double makespan = 0;
+  EXPECT_TRUE(simulate_actions({{F(0), I(0), W(0)}, {F(0), I(0), W(0)}}, 1, 1, &error, &makespan));
+  EXPECT_EQ(makespan, 5);  // F0 on 0 then 1 (2), I0 on 1 then 0 (4), W0 on 0 (5)
 }
 
 TEST(PipelineSchedule, ActivationMemoryBounds) {
@@ -281,6 +329,14 @@ TEST(PipelineSchedule, ActivationMemoryBounds) {
         case ScheduleKind::kOneFOneB:
           // Rank r holds its warm-up plus the one in the 1F1B slot: pp - r, at most pp (rank 0).
           EXPECT_EQ(max_in_flight(actions, 0), std::min(pp - rank, m));
+          EXPECT_EQ(max_deferred_weight_grads(actions, 0), 0);
+          break;
+        case ScheduleKind::kZeroBubbleH1:
+          // 1F1B's pp - r plus r deferred weight-gradient passes, which still read their
+          // activations: every rank holds 1F1B's peak, min(pp, m), and never more.
+          EXPECT_EQ(max_in_flight(actions, 0), std::min(pp, m));
+          // Output gradients kept for W: the r deferred ones and the one B just wrote.
+          EXPECT_EQ(max_deferred_weight_grads(actions, 0), std::min(rank + 1, m));
           break;
         case ScheduleKind::kInterleaved: {
           // Megatron's bound: the warm-up forwards plus the one in the 1F1B slot, summed over
@@ -317,9 +373,10 @@ TEST(PipelineSchedule, SimulatedBubbleMatchesClosedForm) {
   // stay pp - 1 actions long: makespan 3 (m v + pp - 1), bubble (pp - 1) / (m v + pp - 1), the
   // paper's bubble-time fraction (pp - 1) / (m v) of ideal time.
   for_each_valid([&](ScheduleKind kind, int pp, int m, int v) {
+    if (kind == ScheduleKind::kZeroBubbleH1) return;  // ZeroBubbleH1MatchesThePapersBubble
     SCOPED_TRACE(label(kind, pp, m, v));
     std::string error;
-    int steps = 0;
+    double steps = 0;
     ASSERT_TRUE(simulate(kind, pp, m, v, &error, &steps)) << error;
     EXPECT_EQ(steps, 3 * (m * v + pp - 1));
     EXPECT_NEAR(simulated_bubble(kind, pp, m, v), static_cast<double>(pp - 1) / (m * v + pp - 1),
@@ -342,5 +399,64 @@ TEST(PipelineSchedule, InterleavingShrinksTheBubble) {
         if (v > 2) {
           EXPECT_LT(interleaved, simulated_bubble(ScheduleKind::kInterleaved, pp, m, v - 1));
         }
+      }
+}
+
+TEST(PipelineSchedule, ZeroBubbleH1DefersWeightGradientsOnLaterRanks) {
+  // pp=4, m=6, derived by hand: 1F1B's warm-up (pp - r - 1 forwards) and its F/B pairs with B the
+  // input-gradient pass; rank r lets r weight-gradient passes wait, oldest first.
+  EXPECT_EQ(make_schedule(ScheduleKind::kZeroBubbleH1, 4, 0, 6, 1),
+            (std::vector<Action>{F(0), F(1), F(2), F(3), I(0), W(0), F(4), I(1), W(1), F(5), I(2),
+                                 W(2), I(3), W(3), I(4), W(4), I(5), W(5)}));
+  EXPECT_EQ(make_schedule(ScheduleKind::kZeroBubbleH1, 4, 1, 6, 1),
+            (std::vector<Action>{F(0), F(1), F(2), I(0), F(3), I(1), W(0), F(4), I(2), W(1), F(5),
+                                 I(3), W(2), I(4), W(3), I(5), W(4), W(5)}));
+  EXPECT_EQ(make_schedule(ScheduleKind::kZeroBubbleH1, 4, 3, 6, 1),
+            (std::vector<Action>{F(0), I(0), F(1), I(1), F(2), I(2), F(3), I(3), W(0), F(4), I(4),
+                                 W(1), F(5), I(5), W(2), W(3), W(4), W(5)}));
+}
+
+TEST(PipelineSchedule, ZeroBubbleH1MatchesThePapersBubble) {
+  // Qi et al.: with T_W <= min(T_F, T_B) ZB-H1 idles (pp-1)(T_F + T_B - T_W) per rank against
+  // 1F1B's (pp-1)(T_F + T_B + T_W), so makespans are m (F+B+W) + those. Costs include the
+  // paper's equal thirds and ratios like those measured on trident's stages.
+  const PassCosts costs[] = {{1, 1, 1},     {1, 1, 0.5},   {1, 2, 1},     {2, 1, 1},
+                             {1, 1.2, 0.9}, {1.3, 1, 0.7}, {1, 1.6, 0.8}, {0.4, 0.7, 0.4}};
+  int checked = 0;
+  for (const PassCosts& c : costs)
+    for (int pp = 1; pp <= 8; ++pp)
+      for (int m = pp; m <= 16; ++m) {
+        SCOPED_TRACE(label(ScheduleKind::kZeroBubbleH1, pp, m, 1) +
+                     " F=" + std::to_string(c.forward) + " B=" + std::to_string(c.input_grad) +
+                     " W=" + std::to_string(c.weight_grad));
+        const double work = m * (c.forward + c.input_grad + c.weight_grad);
+        std::string error;
+        double zb = 0, one_f_one_b = 0;
+        ASSERT_TRUE(simulate(ScheduleKind::kZeroBubbleH1, pp, m, 1, &error, &zb, c)) << error;
+        ASSERT_TRUE(simulate(ScheduleKind::kOneFOneB, pp, m, 1, &error, &one_f_one_b, c)) << error;
+        EXPECT_NEAR(zb, work + (pp - 1) * (c.forward + c.input_grad - c.weight_grad), 1e-9);
+        EXPECT_NEAR(one_f_one_b, work + (pp - 1) * (c.forward + c.input_grad + c.weight_grad),
+                    1e-9);
+        EXPECT_NEAR(simulated_bubble(ScheduleKind::kZeroBubbleH1, pp, m, 1, c), 1 - work / zb,
+                    1e-12);
+        ++checked;
+      }
+  EXPECT_GT(checked, 500);
+  // With T_W above T_F or T_B the deferred W's no longer fit the gaps: the paper's figure is a
+  // lower bound, and ZB-H1 still beats 1F1B. Fewer micro-batches than stages: no deadlock, no
+  // worse than 1F1B.
+  for (const PassCosts& c : {PassCosts{1, 1, 2}, PassCosts{0.5, 1, 0.8}, PassCosts{1, 0.5, 0.8}})
+    for (int pp = 2; pp <= 6; ++pp)
+      for (int m = 1; m <= 12; ++m) {
+        SCOPED_TRACE(label(ScheduleKind::kZeroBubbleH1, pp, m, 1));
+        std::string error;
+        double zb = 0, one_f_one_b = 0;
+        ASSERT_TRUE(simulate(ScheduleKind::kZeroBubbleH1, pp, m, 1, &error, &zb, c)) << error;
+        ASSERT_TRUE(simulate(ScheduleKind::kOneFOneB, pp, m, 1, &error, &one_f_one_b, c));
+        if (m >= pp) {
+          EXPECT_GE(zb + 1e-9, m * (c.forward + c.input_grad + c.weight_grad) +
+                                   (pp - 1) * (c.forward + c.input_grad - c.weight_grad));
+        }
+        EXPECT_LT(zb, one_f_one_b);
       }
 }

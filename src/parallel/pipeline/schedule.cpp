@@ -1,7 +1,8 @@
-// Builds GPipe / 1F1B / interleaved-1F1B action lists and simulates them across ranks.
+// Builds GPipe / 1F1B / interleaved-1F1B / ZB-H1 action lists and simulates them across ranks.
 #include "parallel/pipeline/schedule.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <sstream>
 #include <stdexcept>
 
@@ -67,10 +68,53 @@ std::vector<Action> interleaved(int pp, int rank, int m, int v) {
   return out;
 }
 
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2024): 1F1B's order of forwards and
+// input-gradient passes, each B sent on at once, with rank r keeping up to r weight-gradient passes
+// pending (run oldest first). Deferring W on the later ranks lets the gradient wave run back
+// through B passes alone, and the pending W's then fill the waits of 1F1B's cool-down; with T_W <=
+// min(T_F, T_B) and m >= pp the makespan is m (T_F + T_B + T_W) + (pp-1)(T_F + T_B - T_W), the
+// paper's bubble. Rank r holds its pp-r-1 warm-up forwards, the one in the 1F1B slot and r pending
+// W's: min(pp, m) activation sets on every rank, 1F1B's peak (its rank 0).
+std::vector<Action> zero_bubble_h1(int pp, int rank, int m) {
+  const int warmup = std::min(pp - rank - 1, m);
+  std::vector<Action> out;
+  std::deque<int> pending;  // micro-batches whose W is deferred
+  const auto input_grad = [&](int mb) {
+    out.push_back({ActionType::kBackwardInput, mb, 0});
+    pending.push_back(mb);
+    if (static_cast<int>(pending.size()) > rank) {
+      out.push_back({ActionType::kBackwardWeight, pending.front(), 0});
+      pending.pop_front();
+    }
+  };
+  for (int mb = 0; mb < warmup; ++mb) out.push_back({ActionType::kForward, mb, 0});
+  for (int i = 0; i < m - warmup; ++i) {
+    out.push_back({ActionType::kForward, warmup + i, 0});
+    input_grad(i);
+  }
+  for (int mb = m - warmup; mb < m; ++mb) input_grad(mb);
+  for (int mb : pending) out.push_back({ActionType::kBackwardWeight, mb, 0});
+  return out;
+}
+
+const char* pass_name(ActionType type) {
+  switch (type) {
+    case ActionType::kForward:
+      return "forward";
+    case ActionType::kBackward:
+      return "backward";
+    case ActionType::kBackwardInput:
+      return "input-gradient pass";
+    case ActionType::kBackwardWeight:
+      return "weight-gradient pass";
+  }
+  return "?";
+}
+
 std::string describe(const Action& a, int pp, int rank) {
   std::ostringstream s;
-  s << (a.type == ActionType::kForward ? "forward" : "backward") << " mb " << a.microbatch
-    << " chunk " << a.chunk << " (stage " << virtual_stage(pp, rank, a.chunk) << ")";
+  s << pass_name(a.type) << " mb " << a.microbatch << " chunk " << a.chunk << " (stage "
+    << virtual_stage(pp, rank, a.chunk) << ")";
   return s.str();
 }
 
@@ -79,29 +123,46 @@ bool fail(std::string* error, const std::string& why) {
   return false;
 }
 
-// Each rank's list must hold exactly one forward and one backward per (micro-batch, chunk), the
-// forward first: the simulator only checks cross-rank dependencies, this checks the local ones.
+// Each rank's list must hold exactly one forward per (micro-batch, chunk) and after it either one
+// backward or an input-gradient pass followed by a weight-gradient pass: the simulator only checks
+// cross-rank dependencies, this checks the local ones.
 bool check_rank_list(const std::vector<Action>& actions, int pp, int rank, int m, int v,
                      std::string* error) {
-  std::vector<int> forward_at(static_cast<size_t>(m) * v, -1), backward_at(forward_at);
+  const size_t slots = static_cast<size_t>(m) * v;
+  std::vector<int> forward_at(slots, -1), backward_at(slots, -1), input_at(slots, -1),
+      weight_at(slots, -1);
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     std::ostringstream where;
-    where << "rank " << rank << " action " << i << ": ";
+    where << "rank " << rank << " action " << i << ": " << describe(a, pp, rank);
     if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= v)
-      return fail(error, where.str() + describe(a, pp, rank) + " is out of range");
+      return fail(error, where.str() + " is out of range");
     const size_t slot = static_cast<size_t>(a.microbatch) * v + a.chunk;
-    std::vector<int>& seen = a.type == ActionType::kForward ? forward_at : backward_at;
-    if (seen[slot] >= 0) return fail(error, where.str() + describe(a, pp, rank) + " repeats");
-    if (a.type == ActionType::kBackward && forward_at[slot] < 0)
-      return fail(error, where.str() + describe(a, pp, rank) + " comes before its forward");
+    std::vector<int>& seen = a.type == ActionType::kForward         ? forward_at
+                             : a.type == ActionType::kBackward      ? backward_at
+                             : a.type == ActionType::kBackwardInput ? input_at
+                                                                    : weight_at;
+    if (seen[slot] >= 0) return fail(error, where.str() + " repeats");
+    if (a.type != ActionType::kForward && forward_at[slot] < 0)
+      return fail(error, where.str() + " comes before its forward");
+    if (a.type == ActionType::kBackwardWeight && input_at[slot] < 0)
+      return fail(error, where.str() + " comes before its input-gradient pass");
+    const bool split =
+        a.type == ActionType::kBackwardInput || a.type == ActionType::kBackwardWeight;
+    if (split ? backward_at[slot] >= 0 : (a.type == ActionType::kBackward && input_at[slot] >= 0))
+      return fail(error, where.str() + " mixes a fused and a split backward");
     seen[slot] = static_cast<int>(i);
   }
-  for (size_t slot = 0; slot < forward_at.size(); ++slot) {
-    if (forward_at[slot] < 0 || backward_at[slot] < 0) {
+  for (size_t slot = 0; slot < slots; ++slot) {
+    const char* missing = forward_at[slot] < 0     ? "forward"
+                          : backward_at[slot] >= 0 ? nullptr
+                          : input_at[slot] < 0     ? "backward"
+                          : weight_at[slot] < 0    ? "weight-gradient pass"
+                                                   : nullptr;
+    if (missing) {
       std::ostringstream s;
-      s << "rank " << rank << " never runs the " << (forward_at[slot] < 0 ? "forward" : "backward")
-        << " of mb " << slot / v << " chunk " << slot % v;
+      s << "rank " << rank << " never runs the " << missing << " of mb " << slot / v << " chunk "
+        << slot % v;
       return fail(error, s.str());
     }
   }
@@ -113,6 +174,7 @@ bool check_rank_list(const std::vector<Action>& actions, int pp, int rank, int m
 ActionComm action_comm(int pp, int v, int rank, const Action& a) {
   const int stage = virtual_stage(pp, rank, a.chunk), last = pp * v - 1;
   ActionComm c;
+  if (a.type == ActionType::kBackwardWeight) return c;
   if (a.type == ActionType::kForward) {
     if (stage > 0) c.recv_from = stage_rank(pp, stage - 1);
     if (stage < last) c.send_to = stage_rank(pp, stage + 1);
@@ -164,15 +226,35 @@ std::vector<Action> make_schedule(ScheduleKind kind, int pp, int rank, int m, in
       return one_f_one_b(pp, rank, m);
     case ScheduleKind::kInterleaved:
       return interleaved(pp, rank, m, v);
+    case ScheduleKind::kZeroBubbleH1:
+      return zero_bubble_h1(pp, rank, m);
   }
   return {};
 }
+
+namespace {
+
+// +1 when an action starts holding a micro-batch's activations, -1 when it releases them.
+int activation_change(const Action& a) {
+  switch (a.type) {
+    case ActionType::kForward:
+      return 1;
+    case ActionType::kBackward:
+    case ActionType::kBackwardWeight:
+      return -1;
+    case ActionType::kBackwardInput:
+      return 0;
+  }
+  return 0;
+}
+
+}  // namespace
 
 int max_in_flight(const std::vector<Action>& actions, int chunk) {
   int live = 0, peak = 0;
   for (const Action& a : actions) {
     if (a.chunk != chunk) continue;
-    live += a.type == ActionType::kForward ? 1 : -1;
+    live += activation_change(a);
     peak = std::max(peak, live);
   }
   return peak;
@@ -181,14 +263,24 @@ int max_in_flight(const std::vector<Action>& actions, int chunk) {
 int max_in_flight_all_chunks(const std::vector<Action>& actions) {
   int live = 0, peak = 0;
   for (const Action& a : actions) {
-    live += a.type == ActionType::kForward ? 1 : -1;
+    live += activation_change(a);
     peak = std::max(peak, live);
   }
   return peak;
 }
 
+int max_deferred_weight_grads(const std::vector<Action>& actions, int chunk) {
+  int pending = 0, peak = 0;
+  for (const Action& a : actions) {
+    if (a.chunk != chunk) continue;
+    if (a.type == ActionType::kBackwardInput) peak = std::max(peak, ++pending);
+    if (a.type == ActionType::kBackwardWeight) --pending;
+  }
+  return peak;
+}
+
 bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, int v,
-                      std::string* error, int* steps_out) {
+                      std::string* error, double* makespan_out, const PassCosts& costs) {
   const int pp = static_cast<int>(per_rank.size());
   if (pp < 1 || m < 1 || v < 1) return fail(error, "empty pipeline");
   for (int r = 0; r < pp; ++r)
@@ -197,9 +289,9 @@ bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, i
   // A send is issued when its producing compute ends; -1 = not issued yet. Indexed by
   // stage * m + micro-batch. Zero transfer time: a receive completes as soon as the send exists.
   const int stages = pp * v;
-  std::vector<int> forward_end(static_cast<size_t>(stages) * m, -1), backward_end(forward_end);
+  std::vector<double> forward_end(static_cast<size_t>(stages) * m, -1), backward_end(forward_end);
   std::vector<size_t> next(pp, 0);
-  std::vector<int> clock(pp, 0);
+  std::vector<double> clock(pp, 0);
   // Each sweep runs every rank until it blocks on a receive; start times take the max of the
   // rank's clock and the send time, so the sweep order does not change the timing, and a sweep
   // without progress means every unfinished rank waits on one that waits too: a deadlock.
@@ -210,19 +302,34 @@ bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, i
         const Action& a = per_rank[r][next[r]];
         const int stage = virtual_stage(pp, r, a.chunk);
         const bool forward = a.type == ActionType::kForward;
-        int ready = clock[r];
+        const bool weight_only = a.type == ActionType::kBackwardWeight;  // local, no receive
+        double ready = clock[r];
         if (forward && stage > 0) {
-          const int sent = forward_end[static_cast<size_t>(stage - 1) * m + a.microbatch];
+          const double sent = forward_end[static_cast<size_t>(stage - 1) * m + a.microbatch];
           if (sent < 0) break;
           ready = std::max(ready, sent);
-        } else if (!forward && stage < stages - 1) {
-          const int sent = backward_end[static_cast<size_t>(stage + 1) * m + a.microbatch];
+        } else if (!forward && !weight_only && stage < stages - 1) {
+          const double sent = backward_end[static_cast<size_t>(stage + 1) * m + a.microbatch];
           if (sent < 0) break;
           ready = std::max(ready, sent);
         }
-        clock[r] = ready + (forward ? 1 : 2);
-        (forward ? forward_end : backward_end)[static_cast<size_t>(stage) * m + a.microbatch] =
-            clock[r];
+        switch (a.type) {
+          case ActionType::kForward:
+            clock[r] = ready + costs.forward;
+            break;
+          case ActionType::kBackward:
+            clock[r] = ready + costs.input_grad + costs.weight_grad;
+            break;
+          case ActionType::kBackwardInput:
+            clock[r] = ready + costs.input_grad;
+            break;
+          case ActionType::kBackwardWeight:
+            clock[r] = ready + costs.weight_grad;
+            break;
+        }
+        if (!weight_only)
+          (forward ? forward_end : backward_end)[static_cast<size_t>(stage) * m + a.microbatch] =
+              clock[r];
         ++next[r];
         progress = true;
       }
@@ -234,31 +341,34 @@ bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, i
     if (next[r] == per_rank[r].size()) continue;
     const Action& a = per_rank[r][next[r]];
     const int stage = virtual_stage(pp, r, a.chunk);
-    const int peer = a.type == ActionType::kForward ? stage - 1 : stage + 1;
+    const int peer = a.type == ActionType::kForward ? stage - 1 : stage + 1;  // W never waits
     stuck << (stuck.tellp() > 0 ? "; " : "") << "rank " << r << " waits at action " << next[r]
           << " (" << describe(a, pp, r) << ") for stage " << peer;
   }
   if (stuck.tellp() > 0) return fail(error, "deadlock: " + stuck.str());
-  if (steps_out) *steps_out = *std::max_element(clock.begin(), clock.end());
+  if (makespan_out) *makespan_out = *std::max_element(clock.begin(), clock.end());
   return true;
 }
 
-bool simulate(ScheduleKind kind, int pp, int m, int v, std::string* error, int* steps_out) {
+bool simulate(ScheduleKind kind, int pp, int m, int v, std::string* error, double* makespan_out,
+              const PassCosts& costs) {
   const std::string invalid = validate_schedule(kind, pp, m, v);
   if (!invalid.empty()) return fail(error, invalid);
   std::vector<std::vector<Action>> per_rank;
   for (int r = 0; r < pp; ++r) per_rank.push_back(make_schedule(kind, pp, r, m, v));
-  return simulate_actions(per_rank, m, v, error, steps_out);
+  return simulate_actions(per_rank, m, v, error, makespan_out, costs);
 }
 
-double simulated_bubble(ScheduleKind kind, int pp, int m, int v) {
+double simulated_bubble(ScheduleKind kind, int pp, int m, int v, const PassCosts& costs) {
   const std::string invalid = validate_schedule(kind, pp, m, v);
   if (!invalid.empty()) throw InputError(invalid);
   std::string error;
-  int steps = 0;
-  if (!simulate(kind, pp, m, v, &error, &steps))
+  double makespan = 0;
+  if (!simulate(kind, pp, m, v, &error, &makespan, costs))
     throw std::logic_error(std::string("schedule ") + name_of(kind) + ": " + error);
-  return 1.0 - static_cast<double>(3 * m * v) / steps;
+  const double busy =
+      static_cast<double>(m) * v * (costs.forward + costs.input_grad + costs.weight_grad);
+  return 1.0 - busy / makespan;
 }
 
 }  // namespace trident::pipeline

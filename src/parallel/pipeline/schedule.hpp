@@ -1,4 +1,5 @@
-// Pipeline schedules (GPipe, 1F1B, interleaved) as pure per-rank action lists, and a simulator.
+// Pipeline schedules (GPipe, 1F1B, interleaved, zero-bubble H1) as pure per-rank action lists, and
+// a simulator.
 #pragma once
 
 #include <string>
@@ -8,9 +9,17 @@
 
 namespace trident::pipeline {
 
-enum class ScheduleKind { kGpipe, kOneFOneB, kInterleaved };
+enum class ScheduleKind { kGpipe, kOneFOneB, kInterleaved, kZeroBubbleH1 };
 
-enum class ActionType { kForward, kBackward };
+// kBackward computes a micro-batch's input and weight gradients together. Zero-bubble schedules
+// split it: kBackwardInput (B) computes the input gradient, which the previous stage waits for,
+// and kBackwardWeight (W) the weight gradients later, where the rank would otherwise idle.
+enum class ActionType { kForward, kBackward, kBackwardInput, kBackwardWeight };
+
+// Relative cost of each pass, for the simulator: a fused backward costs input + weight.
+struct PassCosts {
+  double forward = 1, input_grad = 1, weight_grad = 1;
+};
 
 struct Action {
   ActionType type;
@@ -39,7 +48,7 @@ inline int stage_rank(int pp, int stage) {
 
 // The communication an action implies, as peer pipeline ranks (-1 when there is none): what the
 // runtime receives before computing and sends after. Forwards flow to stage+1, gradients to
-// stage-1.
+// stage-1 after a backward or an input-gradient pass. A weight-gradient pass communicates nothing.
 struct ActionComm {
   int recv_from = -1;  // rank to receive the input (forward) or output gradient (backward) from
   int send_to = -1;    // rank to send the output (forward) or input gradient (backward) to
@@ -57,36 +66,44 @@ std::vector<Action> make_schedule(ScheduleKind kind, int pp, int rank, int m, in
 // divisibility by pp*v is checked elsewhere.
 std::string validate_schedule(ScheduleKind kind, int pp, int m, int v);
 
-// Max number of micro-batches whose forward on (rank, chunk) is done but whose backward is not yet,
-// over the schedule: how many activation sets that chunk must hold.
+// Max number of micro-batches whose forward on (rank, chunk) is done but whose backward (or weight-
+// gradient pass, which still reads the activations) is not yet, over the schedule: how many
+// activation sets that chunk must hold.
 int max_in_flight(const std::vector<Action>& actions, int chunk);
 // The same summed over all chunks of the rank: activation sets of 1/v of a stage each.
 int max_in_flight_all_chunks(const std::vector<Action>& actions);
+// Max number of micro-batches of `chunk` whose input-gradient pass is done but whose
+// weight-gradient pass is not yet: how many sets of output gradients the chunk keeps for deferred W
+// passes (0 for schedules without split backwards).
+int max_deferred_weight_grads(const std::vector<Action>& actions, int chunk);
 
 // Simulates all pp ranks executing their action lists with blocking receives and non-blocking sends
 // (a receive completes only after the matching send was issued, with zero transfer time). Returns
 // true when every rank finishes (no deadlock) and every action's dependencies are respected;
-// otherwise false with the reason in `error` (when non-null). `steps_out` (when non-null) gets the
-// makespan in time units, a forward costing 1 and a backward 2.
+// otherwise false with the reason in `error` (when non-null). `makespan_out` (when non-null) gets
+// the time the last rank finishes, each pass costing what `costs` says (by default a forward 1 and
+// a backward 2).
 bool simulate(ScheduleKind kind, int pp, int m, int v, std::string* error,
-              int* steps_out = nullptr);
+              double* makespan_out = nullptr, const PassCosts& costs = {});
 // The same for arbitrary per-rank lists (index = pipeline rank), e.g. a hand-made broken schedule.
 bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, int v,
-                      std::string* error, int* steps_out = nullptr);
+                      std::string* error, double* makespan_out = nullptr,
+                      const PassCosts& costs = {});
 
-// Idle fraction per rank under simulate's timing model: 1 - (3*m*v) / makespan, since every rank
-// computes m*v forwards (1 unit) and m*v backwards (2 units). Throws InputError for an invalid
-// (kind, pp, m, v) and std::logic_error if the schedule deadlocks.
-double simulated_bubble(ScheduleKind kind, int pp, int m, int v);
+// Idle fraction per rank under simulate's timing model: 1 - m*v*(F + B + W) / makespan, since every
+// rank computes m*v forwards and m*v backwards. Throws InputError for an invalid (kind, pp, m, v)
+// and std::logic_error if the schedule deadlocks.
+double simulated_bubble(ScheduleKind kind, int pp, int m, int v, const PassCosts& costs = {});
 
 }  // namespace trident::pipeline
 
 namespace trident {
 
 template <>
-inline constexpr std::array<Named<pipeline::ScheduleKind>, 3> kNames<pipeline::ScheduleKind>{
+inline constexpr std::array<Named<pipeline::ScheduleKind>, 4> kNames<pipeline::ScheduleKind>{
     {{pipeline::ScheduleKind::kGpipe, "gpipe"},
      {pipeline::ScheduleKind::kOneFOneB, "1f1b"},
-     {pipeline::ScheduleKind::kInterleaved, "interleaved"}}};
+     {pipeline::ScheduleKind::kInterleaved, "interleaved"},
+     {pipeline::ScheduleKind::kZeroBubbleH1, "zb_h1"}}};
 
 }  // namespace trident
