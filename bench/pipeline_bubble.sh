@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Measures the pipeline bubble of gpipe, 1f1b and interleaved vs theory and the schedule model.
+# Measures the pipeline bubble of gpipe, 1f1b, interleaved and zb_h1 vs theory and the schedule model.
 #
 # usage: bench/pipeline_bubble.sh BUILD_DIR
-#   env: PP_LIST="2 4"  SCHEDULES="gpipe 1f1b interleaved"  STEPS=5  LAYERS_PER_STAGE=2
+#   env: PP_LIST="2 4"  SCHEDULES="gpipe 1f1b interleaved zb_h1"  STEPS=5  LAYERS_PER_STAGE=2
 #        VIRTUAL=2  MICRO=1  PYTHON=/usr/bin/python3
 # Trains the gpt2-124m layer shape (C=768, NH=12, T=64; bench/pipeline_bubble.toml) with
 # L = LAYERS_PER_STAGE x pp layers and a 256-token (byte) vocabulary, under
@@ -17,7 +17,7 @@ set -euo pipefail
 build=${1:?usage: bench/pipeline_bubble.sh BUILD_DIR}
 build=$(cd "$build" && pwd)
 pp_list=${PP_LIST:-"2 4"}
-schedules=${SCHEDULES:-"gpipe 1f1b interleaved"}
+schedules=${SCHEDULES:-"gpipe 1f1b interleaved zb_h1"}
 steps=${STEPS:-5}
 layers_per_stage=${LAYERS_PER_STAGE:-2}
 virtual=${VIRTUAL:-2}
@@ -47,9 +47,10 @@ if ((layers_per_stage % virtual != 0)); then
 fi
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# One BLAS thread per rank: the ranks already oversubscribe the cores.
-export OPENBLAS_NUM_THREADS=1
-cores=$(nproc)
+# One thread per rank, BLAS's included (Debian's OpenBLAS is the OpenMP build, which follows
+# OMP_NUM_THREADS): the ranks already take the cores.
+cores=$(nproc)  # before OMP_NUM_THREADS=1, which nproc would report instead
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 out=$build/pipeline_bubble
 log=$build/pipeline_bubble.log
 rm -rf "$out"
