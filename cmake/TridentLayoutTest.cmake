@@ -1,6 +1,7 @@
-# trident_add_layout_test(DP TP PP SCHEDULE V [ZERO]): one ctest named after the layout that
-# checks it against the serial run (tests/e2e/layout_vs_serial.sh): 20 losses and the first
-# gradients. ZERO is the ZeRO stage (default 0), OFFLOAD the optimizer offload (default none).
+# trident_add_layout_test(DP TP PP SCHEDULE V [ZERO [OFFLOAD [SP]]]): one ctest named after the
+# layout that checks it against the serial run (tests/e2e/layout_vs_serial.sh): 20 losses and the
+# first gradients. ZERO is the ZeRO stage (default 0), OFFLOAD the optimizer offload (default
+# none), SP 1 turns on sequence parallelism (default 0).
 function(trident_add_layout_test dp tp pp schedule v)
   set(zero 0)
   set(offload none)
@@ -9,6 +10,10 @@ function(trident_add_layout_test dp tp pp schedule v)
   endif()
   if(ARGC GREATER 6)
     set(offload ${ARGV6})
+  endif()
+  set(sp 0)
+  if(ARGC GREATER 7)
+    set(sp ${ARGV7})
   endif()
   set(name "layout.dp${dp}_tp${tp}_pp${pp}")
   if(pp GREATER 1)
@@ -23,10 +28,13 @@ function(trident_add_layout_test dp tp pp schedule v)
   if(NOT offload STREQUAL "none")
     string(APPEND name "_offload_${offload}")
   endif()
+  if(sp)
+    string(APPEND name "_sp")
+  endif()
   add_test(NAME ${name}
            COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/layout_vs_serial.sh ${TRIDENT_EXE}
                    ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/${name} ${dp} ${tp} ${pp}
-                   ${schedule} ${v} ${zero} ${offload})
+                   ${schedule} ${v} ${zero} ${offload} ${sp})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${TRIDENT_TEST_ENV}" TIMEOUT 300
                                           LABELS layout)
 endfunction()

@@ -76,7 +76,7 @@ Choice signal_list_choice(std::vector<StopSignal>* target) {
           "a comma-separated list of " + joined_names<StopSignal>() + ", or none", false};
 }
 
-using FieldRef = std::variant<int*, int64_t*, double*, std::string*, Choice>;
+using FieldRef = std::variant<bool*, int*, int64_t*, double*, std::string*, Choice>;
 
 struct Field {
   std::string section, key;
@@ -140,6 +140,9 @@ std::vector<Field> schema(Config& c) {
        "pipeline schedule: gpipe, 1f1b, interleaved, zb_h1"},
       {"parallel", "virtual_stages", &c.parallel.virtual_stages,
        "model chunks per pipeline rank (interleaved schedule)"},
+      {"parallel", "sequence_parallel", &c.parallel.sequence_parallel,
+       "split LayerNorm and residual activations along the sequence over tp (Korthikanti et al. "
+       "2022)"},
       {"parallel", "dp_bucket_mb", &c.parallel.dp_bucket_mb,
        "gradient all-reduce bucket size over dp, MiB"},
       {"parallel", "backend_tp", choice(&c.parallel.backend_tp),
@@ -209,6 +212,7 @@ bool is_string_valued(const FieldRef& ref) {
 const char* type_name(const FieldRef& ref) {
   if (is_string_valued(ref)) return "a string";
   if (std::holds_alternative<double*>(ref)) return "a number";
+  if (std::holds_alternative<bool*>(ref)) return "true or false";
   return "an integer";
 }
 
@@ -239,6 +243,9 @@ void assign(const Field& f, const toml::node& node, const std::string& origin) {
         } else if constexpr (std::is_same_v<T, double>) {
           if (!node.is_number()) throw InputError(where + " must be a number");
           *ref = node.value<double>().value();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!node.is_boolean()) throw InputError(where + " must be true or false");
+          *ref = node.value<bool>().value();
         } else {
           if (!node.is_integer()) throw InputError(where + " must be an integer");
           const int64_t v = node.value<int64_t>().value();
@@ -342,6 +349,8 @@ std::string format_value(const FieldRef& ref) {
           std::string s = fmt::format("{:.17g}", *v);
           if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
           return s;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return *v ? "true" : "false";
         } else {
           return std::to_string(*v);
         }
@@ -546,6 +555,10 @@ void validate_layout(const Config& c, int world_size, const Checker& require) {
   require((4 * m.n_embd) % p.tp == 0,
           fmt::format("parallel.tp = {} must divide 4 * model.n_embd = {} (the MLP width)", p.tp,
                       4 * m.n_embd));
+  require(!p.sequence_parallel || t.seq_len % p.tp == 0,
+          fmt::format("parallel.sequence_parallel splits every sequence over parallel.tp = {}: "
+                      "train.seq_len = {} must be divisible by it",
+                      p.tp, t.seq_len));
   require(m.n_layer % (p.pp * p.virtual_stages) == 0,
           fmt::format("model.n_layer = {} must be divisible by parallel.pp * virtual_stages = {}",
                       m.n_layer, p.pp * p.virtual_stages));

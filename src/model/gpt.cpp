@@ -1,12 +1,14 @@
 // GPT-2 stage forward and backward, composed from the kernels, with Megatron tensor parallelism:
 // column-parallel qkv / fc, row-parallel projections (their sum all-reduced over tp: the "g"
 // operator), input gradients of column-parallel layers all-reduced in backward (the "f"
-// operator), vocabulary-parallel embedding and cross-entropy.
+// operator), vocabulary-parallel embedding and cross-entropy; under sequence parallelism the
+// all-reduces become reduce-scatters, and the column-parallel layers' inputs all-gathers.
 #include "model/gpt.hpp"
 
 #include <algorithm>
 #include <string>
 
+#include "core/error.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -72,6 +74,12 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   const size_t C = m.n_embd, T = max_seq;
   precision_ = buffers.precision;
   half_ = precision_ != Precision::kFp32;
+  sp_ = buffers.sequence_parallel && tps > 1;
+  if (sp_ && max_seq % tps != 0)
+    throw InputError("sequence parallelism splits the tokens over tp = " + std::to_string(tps) +
+                     ": the sequence length " + std::to_string(max_seq) +
+                     " must be divisible by it");
+  const size_t Nl = local_rows(static_cast<int>(N));  // token rows outside the tp regions
   if (half_ && buffers.full_params) {
     // 16-bit parameters; each op reads its unit expanded to fp32 (see need()). Under ZeRO-3 the
     // parameter shards do the same and redirect the parameters.
@@ -102,16 +110,16 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   // Everything of a block except its output, which a recomputed block still keeps per slot.
   auto block_internals = [&](BlockActivations& b, bool with_att, MemCategory c) {
     auto f = [&](const char* label, size_t n) { return allocate(ledger, c, label, n); };
-    b.ln1 = f("ln1", N * C);
-    b.ln1_mean = f("ln1_mean", N);
-    b.ln1_rstd = f("ln1_rstd", N);
+    b.ln1 = f("ln1", Nl * C);
+    b.ln1_mean = f("ln1_mean", Nl);
+    b.ln1_rstd = f("ln1_rstd", Nl);
     b.qkv = f("qkv", N * 3 * C_tp_);
     if (with_att) b.att = f("att", N * NH_tp_ * T);
     b.atty = f("atty", N * C_tp_);
-    b.res_attn = f("res_attn", N * C);
-    b.ln2 = f("ln2", N * C);
-    b.ln2_mean = f("ln2_mean", N);
-    b.ln2_rstd = f("ln2_rstd", N);
+    b.res_attn = f("res_attn", Nl * C);
+    b.ln2 = f("ln2", Nl * C);
+    b.ln2_mean = f("ln2_mean", Nl);
+    b.ln2_rstd = f("ln2_rstd", Nl);
     b.fch = f("fch", N * F_tp_);
     b.fch_gelu = f("fch_gelu", N * F_tp_);
   };
@@ -121,49 +129,49 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
     a.tokens = allocate_int(ledger, MemCategory::kActivations, "tokens", N);
     a.targets = allocate_int(ledger, MemCategory::kActivations, "targets", N);
     if (half_)
-      a.input16 = act16("input16", N * C);
+      a.input16 = act16("input16", Nl * C);
     else
-      a.input = act("input", N * C);
+      a.input = act("input", Nl * C);
     for (int i = 0; i < n_blocks; ++i) {
       BlockActivations b;
       BlockStash st;
       const bool kept = !recompute_.full_block(i), with_att = !recompute_.selective();
       if (kept && !half_) block_internals(b, with_att, MemCategory::kActivations);
       if (kept && half_) {
-        b.ln1_mean = act("ln1_mean", N);
-        b.ln1_rstd = act("ln1_rstd", N);
-        b.ln2_mean = act("ln2_mean", N);
-        b.ln2_rstd = act("ln2_rstd", N);
-        st.ln1 = act16("ln1", N * C);
+        b.ln1_mean = act("ln1_mean", Nl);
+        b.ln1_rstd = act("ln1_rstd", Nl);
+        b.ln2_mean = act("ln2_mean", Nl);
+        b.ln2_rstd = act("ln2_rstd", Nl);
+        st.ln1 = act16("ln1", Nl * C);
         st.qkv = act16("qkv", N * 3 * C_tp_);
         if (with_att) st.att = act16("att", N * NH_tp_ * T);
         st.atty = act16("atty", N * C_tp_);
-        st.res_attn = act16("res_attn", N * C);
-        st.ln2 = act16("ln2", N * C);
+        st.res_attn = act16("res_attn", Nl * C);
+        st.ln2 = act16("ln2", Nl * C);
         st.fch = act16("fch", N * F_tp_);
         st.fch_gelu = act16("fch_gelu", N * F_tp_);
       }
       if (half_)
-        st.res_mlp = act16("res_mlp", N * C);
+        st.res_mlp = act16("res_mlp", Nl * C);
       else
-        b.res_mlp = act("res_mlp", N * C);
+        b.res_mlp = act("res_mlp", Nl * C);
       a.blocks.push_back(b);
       a.stash.push_back(st);
     }
     if (layout.has_head) {
       if (half_) {
-        a.lnf16 = act16("lnf", N * C);
+        a.lnf16 = act16("lnf", Nl * C);
         a.logits16 = act16("logits", N * V_tp_);
       } else {
-        a.lnf = act("lnf", N * C);
+        a.lnf = act("lnf", Nl * C);
         a.logits = act("logits", N * V_tp_);
       }
-      a.lnf_mean = act("lnf_mean", N);
-      a.lnf_rstd = act("lnf_rstd", N);
+      a.lnf_mean = act("lnf_mean", Nl);
+      a.lnf_rstd = act("lnf_rstd", Nl);
       a.losses = act("losses", N);
       a.lse = act("lse", N);
     } else if (half_) {
-      a.output = allocate(ledger, MemCategory::kCommBuffers, "output", N * C);
+      a.output = allocate(ledger, MemCategory::kCommBuffers, "output", Nl * C);
     }
     slots_.push_back(a);
   }
@@ -178,21 +186,21 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   for (int s = 0; s < buffers.deferred_sets; ++s) {
     DeferredGrads d;
     for (int i = 0; i < n_blocks; ++i)
-      d.blocks.push_back({kept("deferred_out", N * C), kept("deferred_mid", N * C),
-                          kept("deferred_dln2", N * C), kept("deferred_dln1", N * C),
+      d.blocks.push_back({kept("deferred_out", Nl * C), kept("deferred_mid", Nl * C),
+                          kept("deferred_dln2", Nl * C), kept("deferred_dln1", Nl * C),
                           kept("deferred_dfch", N * F_tp_), kept("deferred_dqkv", N * 3 * C_tp_)});
-    if (layout.has_embedding) d.input = kept("deferred_input", N * C);
-    if (layout.has_head) d.dlnf = kept("deferred_dlnf", N * C);
+    if (layout.has_embedding) d.input = kept("deferred_input", Nl * C);
+    if (layout.has_head) d.dlnf = kept("deferred_dlnf", Nl * C);
     deferred_.push_back(d);
   }
   if (half_) {
     // One block's activations in fp32, its input, the stage input and the head's tensors.
     block_internals(work_, true, MemCategory::kWorkspace);
-    work_.res_mlp = work("work_res_mlp", N * C);
-    work_x_ = work("work_x", N * C);
-    work_input_ = work("work_input", N * C);
+    work_.res_mlp = work("work_res_mlp", Nl * C);
+    work_x_ = work("work_x", Nl * C);
+    work_input_ = work("work_input", Nl * C);
     if (layout.has_head) {
-      work_lnf_ = work("work_lnf", N * C);
+      work_lnf_ = work("work_lnf", Nl * C);
       work_logits_ = work("work_logits", N * V_tp_);
     }
   } else if (n_blocks > 0 && recompute_.full_block(0)) {
@@ -205,9 +213,14 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   tokens_host_ = Kokkos::create_mirror(slots_[0].tokens);
   targets_host_ = Kokkos::create_mirror(slots_[0].targets);
   scratch_c_ = work("scratch_c", N * C);
+  if (sp_) {
+    gathered_ = work("gathered", N * C);
+    scattered_ = work("scattered", Nl * C);
+    ln_grad_ = work("ln_grad", 2 * C);
+  }
   row_max_ = work("row_max", N);
   row_sum_ = work("row_sum", 2 * N);  // sums, then target logits: one all-reduce for both
-  dresidual_ = work("dresidual", N * C);
+  dresidual_ = work("dresidual", Nl * C);
   dln_ = work("dln", N * C);
   datty_ = work("datty", N * C_tp_);
   dqkv_ = work("dqkv", N * 3 * C_tp_);
@@ -297,6 +310,41 @@ void GptStage::tp_allreduce_max(const View1& buf, size_t n) {
   tp_->allreduce_max(window(buf, 0, n));
 }
 
+View1 GptStage::sum_rows(const View1& partial, int N, const View1& scattered) {
+  const size_t NC = static_cast<size_t>(N) * model_.n_embd;
+  if (!sp_) {
+    tp_allreduce(partial, NC);
+    return partial;
+  }
+  ScopedPhase phase(timer_, Phase::kTpComm);
+  tp_->reduce_scatter_sum(window(partial, 0, NC), window(scattered, 0, NC / layout_.tp_size));
+  return scattered;
+}
+
+View1 GptStage::gather_rows(const View1& rows, int N, const View1& gathered) {
+  if (!sp_) return rows;
+  const size_t NC = static_cast<size_t>(N) * model_.n_embd;
+  ScopedPhase phase(timer_, Phase::kTpComm);
+  tp_->allgather(window(rows, 0, NC / layout_.tp_size), window(gathered, 0, NC));
+  return gathered;
+}
+
+void GptStage::layernorm_param_grads(const Vec& dweight, const Vec& dbias, const ConstMat& dout,
+                                     const ConstMat& inp, const ConstVec& mean,
+                                     const ConstVec& rstd) {
+  if (!sp_) {
+    layernorm_backward_params(exec_, dweight, dbias, dout, inp, mean, rstd);
+    return;
+  }
+  const size_t C = model_.n_embd;
+  Kokkos::deep_copy(exec_, ln_grad_, 0.0f);
+  const Vec dw = window(ln_grad_, 0, C), db = window(ln_grad_, C, C);
+  layernorm_backward_params(exec_, dw, db, dout, inp, mean, rstd);
+  tp_allreduce(ln_grad_, 2 * C);
+  residual_forward(exec_, dweight, dweight, dw);
+  residual_forward(exec_, dbias, dbias, db);
+}
+
 Vec GptStage::input_buffer(int slot) const {
   if (half_) return window(work_input_, 0, work_input_.extent(0));  // stashed by forward(slot)
   const ActivationSlot& a = slots_[slot];
@@ -305,7 +353,7 @@ Vec GptStage::input_buffer(int slot) const {
 
 Vec GptStage::output(int slot) const {
   const ActivationSlot& a = slots_[slot];
-  const size_t n = static_cast<size_t>(a.B) * a.T * model_.n_embd;
+  const size_t n = static_cast<size_t>(local_rows(a.B * a.T)) * model_.n_embd;
   if (half_) return window(a.output, 0, n);
   return window(a.blocks.empty() ? a.input : a.blocks.back().res_mlp, 0, n);
 }
@@ -333,16 +381,19 @@ double GptStage::cross_entropy(ActivationSlot& a, const View1& logits_buffer, in
 
 void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, const View1& x,
                              int B, int T, bool complete) {
-  const int N = B * T, C = model_.n_embd;
-  const size_t NC = static_cast<size_t>(N) * C;
+  const int N = B * T, Nl = local_rows(N), C = model_.n_embd;
+  const size_t NlC = static_cast<size_t>(Nl) * C;
   const AttentionShape shape{B, T, NH_tp_, model_.head_size()};
   const bool adds_bias = layout_.tp_rank == 0;  // row-parallel biases: added once per tp group
   // Under 16-bit storage every output is rounded as it is produced, so the next op reads what a
-  // 16-bit tensor would hold (fp32 arithmetic inside each op, as on tensor cores).
-  layernorm_forward(exec_, window(b.ln1, 0, N, C), b.ln1_mean, b.ln1_rstd, window(x, 0, N, C),
+  // 16-bit tensor would hold (fp32 arithmetic inside each op, as on tensor cores). x, the
+  // LayerNorms and the residual stream hold this rank's Nl token rows (all N without sequence
+  // parallelism); the tensor-parallel regions between them all N.
+  layernorm_forward(exec_, window(b.ln1, 0, Nl, C), b.ln1_mean, b.ln1_rstd, window(x, 0, Nl, C),
                     w.ln1_w, w.ln1_b);
-  round(b.ln1, NC);
-  linear_forward(exec_, window(b.qkv, 0, N, 3 * C_tp_), window(b.ln1, 0, N, C), w.qkv_w, w.qkv_b);
+  round(b.ln1, NlC);
+  const View1 ln1 = gather_rows(b.ln1, N, gathered_);
+  linear_forward(exec_, window(b.qkv, 0, N, 3 * C_tp_), window(ln1, 0, N, C), w.qkv_w, w.qkv_b);
   round(b.qkv, static_cast<size_t>(N) * 3 * C_tp_);
   attention_forward(exec_, window(b.atty, 0, N, C_tp_), window(b.att, 0, N * NH_tp_, T),
                     window(b.qkv, 0, N, 3 * C_tp_), shape);
@@ -350,25 +401,26 @@ void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, c
   round(b.atty, static_cast<size_t>(N) * C_tp_);
   linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.atty, 0, N, C_tp_), w.proj_w,
                  adds_bias ? ConstVec(w.proj_b) : ConstVec());
-  tp_allreduce(scratch_c_, NC);
-  round(scratch_c_, NC);
-  residual_forward(exec_, window(b.res_attn, 0, NC), window(x, 0, NC), window(scratch_c_, 0, NC));
-  round(b.res_attn, NC);
-  layernorm_forward(exec_, window(b.ln2, 0, N, C), b.ln2_mean, b.ln2_rstd,
-                    window(b.res_attn, 0, N, C), w.ln2_w, w.ln2_b);
-  round(b.ln2, NC);
-  linear_forward(exec_, window(b.fch, 0, N, F_tp_), window(b.ln2, 0, N, C), w.fc_w, w.fc_b);
+  const View1 attn_out = sum_rows(scratch_c_, N, scattered_);
+  round(attn_out, NlC);
+  residual_forward(exec_, window(b.res_attn, 0, NlC), window(x, 0, NlC), window(attn_out, 0, NlC));
+  round(b.res_attn, NlC);
+  layernorm_forward(exec_, window(b.ln2, 0, Nl, C), b.ln2_mean, b.ln2_rstd,
+                    window(b.res_attn, 0, Nl, C), w.ln2_w, w.ln2_b);
+  round(b.ln2, NlC);
+  const View1 ln2 = gather_rows(b.ln2, N, gathered_);
+  linear_forward(exec_, window(b.fch, 0, N, F_tp_), window(ln2, 0, N, C), w.fc_w, w.fc_b);
   round(b.fch, static_cast<size_t>(N) * F_tp_);
   gelu_forward(exec_, window(b.fch_gelu, 0, N * F_tp_), window(b.fch, 0, N * F_tp_));
   round(b.fch_gelu, static_cast<size_t>(N) * F_tp_);
   if (!complete) return;
   linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.fch_gelu, 0, N, F_tp_), w.fcproj_w,
                  adds_bias ? ConstVec(w.fcproj_b) : ConstVec());
-  tp_allreduce(scratch_c_, NC);
-  round(scratch_c_, NC);
-  residual_forward(exec_, window(b.res_mlp, 0, NC), window(b.res_attn, 0, NC),
-                   window(scratch_c_, 0, NC));
-  round(b.res_mlp, NC);
+  const View1 mlp_out = sum_rows(scratch_c_, N, scattered_);
+  round(mlp_out, NlC);
+  residual_forward(exec_, window(b.res_mlp, 0, NlC), window(b.res_attn, 0, NlC),
+                   window(mlp_out, 0, NlC));
+  round(b.res_mlp, NlC);
 }
 
 BlockActivations GptStage::forward_buffers(const ActivationSlot& a, int i) {
@@ -395,22 +447,23 @@ void GptStage::keep(const ActivationSlot& a, int i, const BlockActivations& b) {
   if (!half_) return;
   const BlockStash& st = a.stash[i];
   const size_t N = static_cast<size_t>(a.B) * a.T, C = model_.n_embd;
-  stash(st.res_mlp, b.res_mlp, N * C);
+  const size_t NlC = static_cast<size_t>(local_rows(a.B * a.T)) * C;
+  stash(st.res_mlp, b.res_mlp, NlC);
   if (recompute_.full_block(i)) return;
-  stash(st.ln1, b.ln1, N * C);
+  stash(st.ln1, b.ln1, NlC);
   stash(st.qkv, b.qkv, N * 3 * C_tp_);
   if (!recompute_.selective()) stash(st.att, b.att, N * NH_tp_ * a.T);
   stash(st.atty, b.atty, N * C_tp_);
-  stash(st.res_attn, b.res_attn, N * C);
-  stash(st.ln2, b.ln2, N * C);
+  stash(st.res_attn, b.res_attn, NlC);
+  stash(st.ln2, b.ln2, NlC);
   stash(st.fch, b.fch, N * F_tp_);
   stash(st.fch_gelu, b.fch_gelu, N * F_tp_);
 }
 
 View1 GptStage::block_input(const ActivationSlot& a, int i) {
   if (!half_) return i == 0 ? a.input : a.blocks[i - 1].res_mlp;
-  const size_t NC = static_cast<size_t>(a.B) * a.T * model_.n_embd;
-  restore(work_x_, i == 0 ? a.input16 : a.stash[i - 1].res_mlp, NC);
+  const size_t NlC = static_cast<size_t>(local_rows(a.B * a.T)) * model_.n_embd;
+  restore(work_x_, i == 0 ? a.input16 : a.stash[i - 1].res_mlp, NlC);
   return work_x_;
 }
 
@@ -427,18 +480,18 @@ BlockActivations GptStage::activations_for_backward(const ActivationSlot& a, int
   BlockActivations b = a.blocks[i];
   if (half_) {
     const BlockStash& st = a.stash[i];
-    const size_t NC = static_cast<size_t>(N) * model_.n_embd;
+    const size_t NlC = static_cast<size_t>(local_rows(N)) * model_.n_embd;
     const BlockActivations kept = b;
     b = work_;
     b.ln1_mean = kept.ln1_mean, b.ln1_rstd = kept.ln1_rstd;
     b.ln2_mean = kept.ln2_mean, b.ln2_rstd = kept.ln2_rstd;
-    restore(b.ln1, st.ln1, NC);
+    restore(b.ln1, st.ln1, NlC);
     restore(b.qkv, st.qkv, static_cast<size_t>(N) * 3 * C_tp_);
     if (attention && !recompute_.selective())
       restore(b.att, st.att, static_cast<size_t>(N) * NH_tp_ * a.T);
     restore(b.atty, st.atty, static_cast<size_t>(N) * C_tp_);
-    restore(b.res_attn, st.res_attn, NC);
-    restore(b.ln2, st.ln2, NC);
+    restore(b.res_attn, st.res_attn, NlC);
+    restore(b.ln2, st.ln2, NlC);
     restore(b.fch, st.fch, static_cast<size_t>(N) * F_tp_);
     restore(b.fch_gelu, st.fch_gelu, static_cast<size_t>(N) * F_tp_);
   }
@@ -458,8 +511,11 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   ActivationSlot& a = slots_[slot];
   a.B = B;
   a.T = T;
-  const int N = B * T, C = model_.n_embd;
-  const size_t NC = static_cast<size_t>(N) * C;
+  if (sp_ && T % layout_.tp_size != 0)
+    throw InputError("sequence parallelism: sequence length " + std::to_string(T) +
+                     " is not divisible by tp = " + std::to_string(layout_.tp_size));
+  const int N = B * T, Nl = local_rows(N), C = model_.n_embd;
+  const size_t NlC = static_cast<size_t>(Nl) * C;
   if (tokens || targets) {
     for (int n = 0; n < N; ++n) {
       tokens_host_(n) = tokens ? tokens[n] : 0;
@@ -475,15 +531,17 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   if (layout_.has_embedding) {
     need("wte", "");
     need("wpe", block_param(0));
-    embedding_forward(exec_, window(input, 0, N, C), a.tokens, param_tensors_.wte,
+    // Every token's partial embedding (this rank's vocabulary slice), summed over tp.
+    const View1 embedded = sp_ ? scratch_c_ : input;
+    embedding_forward(exec_, window(embedded, 0, N, C), a.tokens, param_tensors_.wte,
                       adds_bias ? ConstMat(param_tensors_.wpe) : ConstMat(), T, vocab_start_);
-    tp_allreduce(input, NC);
+    sum_rows(embedded, N, input);
   }
   View1 x = input;
   if (half_) {  // keep the input in 16 bits; blocks read it from work_x_
-    round(input, NC);
-    stash(a.input16, input, NC);
-    Kokkos::deep_copy(exec_, window(work_x_, 0, NC), window(input, 0, NC));
+    round(input, NlC);
+    stash(a.input16, input, NlC);
+    Kokkos::deep_copy(exec_, window(work_x_, 0, NlC), window(input, 0, NlC));
     x = work_x_;
   }
   for (size_t i = 0; i < a.blocks.size(); ++i) {
@@ -494,25 +552,25 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     block_forward(param_tensors_.blocks[i], b, x, B, T, true);
     keep(a, static_cast<int>(i), b);
     if (half_)
-      Kokkos::deep_copy(exec_, window(work_x_, 0, NC), window(b.res_mlp, 0, NC));
+      Kokkos::deep_copy(exec_, window(work_x_, 0, NlC), window(b.res_mlp, 0, NlC));
     else
       x = b.res_mlp;
   }
   if (!layout_.has_head) {
-    if (half_) Kokkos::deep_copy(exec_, window(a.output, 0, NC), window(x, 0, NC));
+    if (half_) Kokkos::deep_copy(exec_, window(a.output, 0, NlC), window(x, 0, NlC));
     return 0.0;
   }
   need("ln_f.weight", "");
   need("wte", "");
   const View1 lnf = half_ ? work_lnf_ : a.lnf, logits = half_ ? work_logits_ : a.logits;
-  layernorm_forward(exec_, window(lnf, 0, N, C), a.lnf_mean, a.lnf_rstd, window(x, 0, N, C),
+  layernorm_forward(exec_, window(lnf, 0, Nl, C), a.lnf_mean, a.lnf_rstd, window(x, 0, Nl, C),
                     param_tensors_.lnf_w, param_tensors_.lnf_b);
-  round(lnf, NC);
-  linear_forward(exec_, window(logits, 0, N, V_tp_), window(lnf, 0, N, C), param_tensors_.wte,
-                 ConstVec());
+  round(lnf, NlC);
+  linear_forward(exec_, window(logits, 0, N, V_tp_),
+                 window(gather_rows(lnf, N, gathered_), 0, N, C), param_tensors_.wte, ConstVec());
   round(logits, static_cast<size_t>(N) * V_tp_);
   if (half_) {
-    stash(a.lnf16, lnf, NC);
+    stash(a.lnf16, lnf, NlC);
     stash(a.logits16, logits, static_cast<size_t>(N) * V_tp_);
   }
   return targets ? cross_entropy(a, logits, N) : 0.0;
@@ -540,14 +598,17 @@ void GptStage::backward_input(int slot, float loss_scale, const ConstVec& grad_o
 }
 
 // Every layer's input gradient, and its weight gradients either at once from the live output
-// gradient (defer null) or later from the copy kept in `defer` (backward_weight).
+// gradient (defer null) or later from the copy kept in `defer` (backward_weight). Under sequence
+// parallelism dres and the LayerNorms' gradients hold this rank's token rows; a row-parallel
+// layer's backward gathers all rows of its output gradient, and a column-parallel layer's input
+// gradient, partial over tp, is reduce-scattered back to rows.
 void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const ConstVec& grad_output,
                              const DeferredGrads* defer) {
-  const int B = a.B, T = a.T, N = B * T, C = model_.n_embd;
-  const size_t NC = static_cast<size_t>(N) * C;
+  const int B = a.B, T = a.T, N = B * T, Nl = local_rows(N), C = model_.n_embd;
+  const size_t NlC = static_cast<size_t>(Nl) * C;
   const AttentionShape shape{B, T, NH_tp_, model_.head_size()};
   const Mat dln = window(dln_, 0, N, C);
-  const Mat dres = window(dresidual_, 0, N, C);
+  const Mat dres = window(dresidual_, 0, Nl, C);
   const int n_blocks = static_cast<int>(a.blocks.size());
   // Under 16-bit storage activation gradients are rounded like activations, so an fp16 overflow
   // shows as infinity in the gradients, as it would on a device.
@@ -558,7 +619,7 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     if (half_) {
       logits = work_logits_, lnf = work_lnf_;
       restore(logits, a.logits16, static_cast<size_t>(N) * V_tp_);
-      restore(lnf, a.lnf16, NC);
+      restore(lnf, a.lnf16, NlC);
     }
     const Mat dlogits = window(logits, 0, N, V_tp_);  // the gradient replaces the logits
     cross_entropy_backward(exec_, dlogits, dlogits, a.lse, a.targets, vocab_start_, vocab_valid_,
@@ -566,29 +627,30 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     round(logits, static_cast<size_t>(N) * V_tp_);
     linear_backward_input(exec_, dln, dlogits, param_tensors_.wte, false);
     if (!defer)
-      linear_backward_weight(exec_, grad_tensors_.wte, Vec(), dlogits, window(lnf, 0, N, C));
+      linear_backward_weight(exec_, grad_tensors_.wte, Vec(), dlogits,
+                             window(gather_rows(lnf, N, gathered_), 0, N, C));
     else if (half_)  // the weight-gradient pass reads the logits' gradient where they were kept
       stash(a.logits16, logits, static_cast<size_t>(N) * V_tp_);
-    tp_allreduce(dln_, NC);
-    round(dln_, NC);
+    const View1 dlnf = sum_rows(dln_, N, scattered_);
+    round(dlnf, NlC);
     Kokkos::deep_copy(exec_, dres, 0.0f);
     const View1 x_last = block_input(a, n_blocks);
-    layernorm_backward_input(exec_, dres, dln, window(x_last, 0, N, C), param_tensors_.lnf_w,
-                             a.lnf_mean, a.lnf_rstd);
+    layernorm_backward_input(exec_, dres, window(dlnf, 0, Nl, C), window(x_last, 0, Nl, C),
+                             param_tensors_.lnf_w, a.lnf_mean, a.lnf_rstd);
     if (defer) {
-      keep_grad(defer->dlnf, dln_, NC);
+      keep_grad(defer->dlnf, dlnf, NlC);
     } else {
-      layernorm_backward_params(exec_, grad_tensors_.lnf_w, grad_tensors_.lnf_b, dln,
-                                window(x_last, 0, N, C), a.lnf_mean, a.lnf_rstd);
+      layernorm_param_grads(grad_tensors_.lnf_w, grad_tensors_.lnf_b, window(dlnf, 0, Nl, C),
+                            window(x_last, 0, Nl, C), a.lnf_mean, a.lnf_rstd);
       grads_ready_from(local_.at("ln_f.weight").offset);
       unit_done("ln_f.weight");
     }
-    round(dresidual_, NC);
+    round(dresidual_, NlC);
   } else {
     // Rounding is a no-op on what a 16-bit stage sends, and keeps any other input exact in the
     // deferred copy.
-    Kokkos::deep_copy(exec_, window(dresidual_, 0, NC), grad_output);
-    round(dresidual_, NC);
+    Kokkos::deep_copy(exec_, window(dresidual_, 0, NlC), grad_output);
+    round(dresidual_, NlC);
   }
   for (int i = n_blocks - 1; i >= 0; --i) {
     need(block_param(i), block_param(i - 1));
@@ -600,11 +662,12 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     const Mat dfch = window(dfch_, 0, N, F_tp_);
     const size_t NF = static_cast<size_t>(N) * F_tp_;
     // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
-    linear_backward_input(exec_, dfch, dres, w.fcproj_w, false);
+    const Mat dout = window(gather_rows(dresidual_, N, scratch_c_), 0, N, C);
+    linear_backward_input(exec_, dfch, dout, w.fcproj_w, false);
     if (kept)
-      keep_grad(kept->out, dresidual_, NC);
+      keep_grad(kept->out, dresidual_, NlC);
     else
-      linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b, dres, window(b.fch_gelu, 0, N, F_tp_));
+      linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b, dout, window(b.fch_gelu, 0, N, F_tp_));
     round(dfch_, NF);
     gelu_backward(exec_, window(dfch_, 0, NF), window(b.fch, 0, NF), window(dfch_, 0, NF));
     round(dfch_, NF);
@@ -612,24 +675,26 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     if (kept)
       keep_grad(kept->dfch, dfch_, NF);
     else
-      linear_backward_weight(exec_, g.fc_w, g.fc_b, dfch, window(b.ln2, 0, N, C));
-    tp_allreduce(dln_, NC);
-    round(dln_, NC);
-    layernorm_backward_input(exec_, dres, dln, window(b.res_attn, 0, N, C), w.ln2_w, b.ln2_mean,
-                             b.ln2_rstd);
+      linear_backward_weight(exec_, g.fc_w, g.fc_b, dfch,
+                             window(gather_rows(b.ln2, N, gathered_), 0, N, C));
+    const View1 dln2 = sum_rows(dln_, N, scattered_);
+    round(dln2, NlC);
+    layernorm_backward_input(exec_, dres, window(dln2, 0, Nl, C), window(b.res_attn, 0, Nl, C),
+                             w.ln2_w, b.ln2_mean, b.ln2_rstd);
     if (kept)
-      keep_grad(kept->dln2, dln_, NC);
+      keep_grad(kept->dln2, dln2, NlC);
     else
-      layernorm_backward_params(exec_, g.ln2_w, g.ln2_b, dln, window(b.res_attn, 0, N, C),
-                                b.ln2_mean, b.ln2_rstd);
-    round(dresidual_, NC);
+      layernorm_param_grads(g.ln2_w, g.ln2_b, window(dln2, 0, Nl, C), window(b.res_attn, 0, Nl, C),
+                            b.ln2_mean, b.ln2_rstd);
+    round(dresidual_, NlC);
     // Attention: dres now holds d/d(res_attn) = d/d(block input) through the residual path.
+    const Mat dmid = window(gather_rows(dresidual_, N, scratch_c_), 0, N, C);
     const Mat datty = window(datty_, 0, N, C_tp_);
-    linear_backward_input(exec_, datty, dres, w.proj_w, false);
+    linear_backward_input(exec_, datty, dmid, w.proj_w, false);
     if (kept)
-      keep_grad(kept->mid, dresidual_, NC);
+      keep_grad(kept->mid, dresidual_, NlC);
     else
-      linear_backward_weight(exec_, g.proj_w, g.proj_b, dres, window(b.atty, 0, N, C_tp_));
+      linear_backward_weight(exec_, g.proj_w, g.proj_b, dmid, window(b.atty, 0, N, C_tp_));
     round(datty_, static_cast<size_t>(N) * C_tp_);
     const Mat dqkv = window(dqkv_, 0, N, 3 * C_tp_);
     attention_backward(exec_, dqkv,
@@ -640,26 +705,29 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     if (kept)
       keep_grad(kept->dqkv, dqkv_, static_cast<size_t>(N) * 3 * C_tp_);
     else
-      linear_backward_weight(exec_, g.qkv_w, g.qkv_b, dqkv, window(b.ln1, 0, N, C));
-    tp_allreduce(dln_, NC);
-    round(dln_, NC);
-    layernorm_backward_input(exec_, dres, dln, window(x, 0, N, C), w.ln1_w, b.ln1_mean, b.ln1_rstd);
+      linear_backward_weight(exec_, g.qkv_w, g.qkv_b, dqkv,
+                             window(gather_rows(b.ln1, N, gathered_), 0, N, C));
+    const View1 dln1 = sum_rows(dln_, N, scattered_);
+    round(dln1, NlC);
+    layernorm_backward_input(exec_, dres, window(dln1, 0, Nl, C), window(x, 0, Nl, C), w.ln1_w,
+                             b.ln1_mean, b.ln1_rstd);
     if (kept) {
-      keep_grad(kept->dln1, dln_, NC);
+      keep_grad(kept->dln1, dln1, NlC);
     } else {
-      layernorm_backward_params(exec_, g.ln1_w, g.ln1_b, dln, window(x, 0, N, C), b.ln1_mean,
-                                b.ln1_rstd);
+      layernorm_param_grads(g.ln1_w, g.ln1_b, window(dln1, 0, Nl, C), window(x, 0, Nl, C),
+                            b.ln1_mean, b.ln1_rstd);
       grads_ready_from(local_.at(block_param(i)).offset);
       unit_done(block_param(i));
     }
-    round(dresidual_, NC);
+    round(dresidual_, NlC);
   }
   if (defer) {
-    if (layout_.has_embedding) keep_grad(defer->input, dresidual_, NC);
+    if (layout_.has_embedding) keep_grad(defer->input, dresidual_, NlC);
     return;
   }
   if (layout_.has_embedding)
-    embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe, dres, a.tokens, T,
+    embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe,
+                       window(gather_rows(dresidual_, N, scratch_c_), 0, N, C), a.tokens, T,
                        vocab_start_);
   grads_ready_from(0);
   if (layout_.has_embedding) unit_done("wpe");
@@ -667,27 +735,32 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
 }
 
 // The weight gradients backward_pass leaves to later, in its order, from the kept output
-// gradients and the slot's activations: the same operands, so the same bits.
+// gradients and the slot's activations: the same operands, so the same bits (sequence
+// parallelism gathers the same rows again).
 void GptStage::backward_weight(int slot, int set) {
   const ActivationSlot& a = slots_[slot];
   const DeferredGrads& d = deferred_.at(set);
-  const int T = a.T, N = a.B * T, C = model_.n_embd;
-  const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F_tp_;
+  const int T = a.T, N = a.B * T, Nl = local_rows(N), C = model_.n_embd;
+  const size_t NlC = static_cast<size_t>(Nl) * C, NF = static_cast<size_t>(N) * F_tp_;
   const int n_blocks = static_cast<int>(a.blocks.size());
+  // All rows of a kept row-split output gradient.
+  const auto all_rows = [&](const KeptTensor& k) {
+    return window(gather_rows(kept_grad(k, dresidual_, NlC), N, scratch_c_), 0, N, C);
+  };
   // Only recomputation reads parameters here; weight gradients need none.
   if (layout_.has_head) {
     View1 dlogits = a.logits, lnf = a.lnf;
     if (half_) {
       dlogits = work_logits_, lnf = work_lnf_;
       restore(dlogits, a.logits16, static_cast<size_t>(N) * V_tp_);
-      restore(lnf, a.lnf16, NC);
+      restore(lnf, a.lnf16, NlC);
     }
     linear_backward_weight(exec_, grad_tensors_.wte, Vec(), window(dlogits, 0, N, V_tp_),
-                           window(lnf, 0, N, C));
+                           window(gather_rows(lnf, N, gathered_), 0, N, C));
     const View1 x_last = block_input(a, n_blocks);
-    layernorm_backward_params(exec_, grad_tensors_.lnf_w, grad_tensors_.lnf_b,
-                              window(kept_grad(d.dlnf, dln_, NC), 0, N, C), window(x_last, 0, N, C),
-                              a.lnf_mean, a.lnf_rstd);
+    layernorm_param_grads(grad_tensors_.lnf_w, grad_tensors_.lnf_b,
+                          window(kept_grad(d.dlnf, dln_, NlC), 0, Nl, C), window(x_last, 0, Nl, C),
+                          a.lnf_mean, a.lnf_rstd);
     grads_ready_from(local_.at("ln_f.weight").offset);
     unit_done("ln_f.weight");
   }
@@ -697,31 +770,26 @@ void GptStage::backward_weight(int slot, int set) {
     const DeferredGrads::Block& kept = d.blocks[i];
     const View1 x = block_input(a, i);
     const BlockActivations b = activations_for_backward(a, i, x, false);
-    linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b,
-                           window(kept_grad(kept.out, dresidual_, NC), 0, N, C),
+    linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b, all_rows(kept.out),
                            window(b.fch_gelu, 0, N, F_tp_));
     linear_backward_weight(exec_, g.fc_w, g.fc_b,
                            window(kept_grad(kept.dfch, dfch_, NF), 0, N, F_tp_),
-                           window(b.ln2, 0, N, C));
-    layernorm_backward_params(exec_, g.ln2_w, g.ln2_b,
-                              window(kept_grad(kept.dln2, dln_, NC), 0, N, C),
-                              window(b.res_attn, 0, N, C), b.ln2_mean, b.ln2_rstd);
-    linear_backward_weight(exec_, g.proj_w, g.proj_b,
-                           window(kept_grad(kept.mid, dresidual_, NC), 0, N, C),
+                           window(gather_rows(b.ln2, N, gathered_), 0, N, C));
+    layernorm_param_grads(g.ln2_w, g.ln2_b, window(kept_grad(kept.dln2, dln_, NlC), 0, Nl, C),
+                          window(b.res_attn, 0, Nl, C), b.ln2_mean, b.ln2_rstd);
+    linear_backward_weight(exec_, g.proj_w, g.proj_b, all_rows(kept.mid),
                            window(b.atty, 0, N, C_tp_));
     linear_backward_weight(
         exec_, g.qkv_w, g.qkv_b,
         window(kept_grad(kept.dqkv, dqkv_, static_cast<size_t>(N) * 3 * C_tp_), 0, N, 3 * C_tp_),
-        window(b.ln1, 0, N, C));
-    layernorm_backward_params(exec_, g.ln1_w, g.ln1_b,
-                              window(kept_grad(kept.dln1, dln_, NC), 0, N, C), window(x, 0, N, C),
-                              b.ln1_mean, b.ln1_rstd);
+        window(gather_rows(b.ln1, N, gathered_), 0, N, C));
+    layernorm_param_grads(g.ln1_w, g.ln1_b, window(kept_grad(kept.dln1, dln_, NlC), 0, Nl, C),
+                          window(x, 0, Nl, C), b.ln1_mean, b.ln1_rstd);
     grads_ready_from(local_.at(block_param(i)).offset);
     unit_done(block_param(i));
   }
   if (layout_.has_embedding)
-    embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe,
-                       window(kept_grad(d.input, dresidual_, NC), 0, N, C), a.tokens, T,
+    embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe, all_rows(d.input), a.tokens, T,
                        vocab_start_);
   grads_ready_from(0);
   if (layout_.has_embedding) unit_done("wpe");

@@ -50,6 +50,9 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
 
 // What forward keeps for backward, per block and micro-batch. A block recomputed whole keeps
 // only res_mlp; under selective recomputation att is not kept.
+// Under sequence parallelism the tensors outside the tensor-parallel regions (ln1, res_attn,
+// ln2, res_mlp and the LayerNorm statistics; a slot's input and lnf; DeferredGrads' [N,C]
+// gradients) hold local_rows(N) rows.
 struct BlockActivations {
   View1 ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
   View1 qkv;                      // [N,3C_tp]
@@ -117,6 +120,11 @@ struct StageBuffers {
   // Zero-bubble schedules: how many DeferredGrads sets to hold (weight-gradient passes pending at
   // once, counting the one an input-gradient pass is writing).
   int deferred_sets = 0;
+  // Sequence parallelism (Korthikanti et al. 2022): each tp rank keeps only its block of the
+  // B*T token rows of the tensors outside the tensor-parallel regions (LayerNorm inputs and
+  // outputs, residual stream, stage input and output); column-parallel layers all-gather their
+  // input, row-parallel outputs are reduce-scattered. Needs B*T divisible by tp.
+  bool sequence_parallel = false;
 };
 
 class GptStage {
@@ -172,13 +180,17 @@ class GptStage {
   // tokens (host memory); later stages read input_buffer(slot), filled by the caller. The last
   // stage, given targets, returns the sum of per-token losses (the same on every tp rank).
   double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T);
-  // Where a non-first stage's input activation [B*T, C] is received.
+  // The token rows of a micro-batch of n this rank holds outside the tensor-parallel regions:
+  // n, or its 1/tp block under sequence parallelism (rows [tp_rank*n/tp, (tp_rank+1)*n/tp)).
+  int local_rows(int n) const { return sp_ ? n / layout_.tp_size : n; }
+  // Where a non-first stage's input activation [local_rows(B*T), C] is received.
   Vec input_buffer(int slot) const;
-  // A non-last stage's output activation [B*T, C] after forward(slot).
+  // A non-last stage's output activation [local_rows(B*T), C] after forward(slot).
   Vec output(int slot) const;
   // Backward of `slot`, accumulating into grads(). The last stage starts from
   // loss_scale * (sum of per-token losses); others from grad_output [B*T, C].
   void backward(int slot, float loss_scale, const ConstVec& grad_output);
+  // (grad_output and input_grad() hold local_rows(B*T) rows.)
   // backward(slot) split in two for zero-bubble schedules: backward_input computes input_grad()
   // and keeps what the weight gradients need in deferred set `set` (0..deferred_sets-1); the
   // later backward_weight(slot, set), before the slot's next forward, accumulates the weight
@@ -186,7 +198,8 @@ class GptStage {
   // gradients bit for bit.
   void backward_input(int slot, float loss_scale, const ConstVec& grad_output, int set);
   void backward_weight(int slot, int set);
-  // d(loss)/d(input) [B*T, C] after backward on a non-first stage (valid until the next one).
+  // d(loss)/d(input) [local_rows(B*T), C] after backward on a non-first stage (valid until the next
+  // one).
   Vec input_grad() const;
   // Logits [B*T, V_tp] of the last forward on `slot` (last stage; this rank's vocab slice).
   // Under 16-bit storage: of the last forward on any slot.
@@ -195,6 +208,16 @@ class GptStage {
  private:
   void tp_allreduce(const View1& buf, size_t n);
   void tp_allreduce_max(const View1& buf, size_t n);
+  // A row-parallel layer's output `partial` [N,C], summed over tp: in place, or under sequence
+  // parallelism this rank's rows of the sum in `scattered`. Returns the sum's buffer.
+  View1 sum_rows(const View1& partial, int N, const View1& scattered);
+  // All N rows of `rows` [local_rows(N), C]: itself, or under sequence parallelism every tp
+  // rank's block gathered into `gathered`. Returns the buffer with all rows.
+  View1 gather_rows(const View1& rows, int N, const View1& gathered);
+  // dweight, dbias += a LayerNorm's parameter gradients over this rank's rows, summed over tp
+  // under sequence parallelism (the parameters are replicated, the rows split).
+  void layernorm_param_grads(const Vec& dweight, const Vec& dbias, const ConstMat& dout,
+                             const ConstMat& inp, const ConstVec& mean, const ConstVec& rstd);
   double cross_entropy(ActivationSlot& a, const View1& logits, int N);
   // Block forward from x into b (b.res_mlp is the output). `complete` false stops after the
   // GELU: what backward needs when recomputing, without the last projection and its all-reduce.
@@ -249,6 +272,7 @@ class GptStage {
   std::vector<DeferredGrads> deferred_;
   Precision precision_ = Precision::kFp32;
   bool half_ = false;
+  bool sp_ = false;  // sequence parallelism
   HalfView1 params16_;
   std::unique_ptr<UnitBuffers> expanded_;  // 16-bit: fp32 copies of the units in use
   std::vector<int> expanded_unit_;         // per expanded_ buffer: the unit it holds, or -1
@@ -258,10 +282,13 @@ class GptStage {
   Recompute recompute_;
   BlockActivations recomputed_;  // one block's recomputed activations, shared by all slots
   IntView1::HostMirror tokens_host_, targets_host_;
-  View1 scratch_c_;          // [N,C] projection outputs before their all-reduce
-  View1 row_max_, row_sum_;  // [N], [2N]: vocabulary-parallel cross-entropy reductions
+  View1 scratch_c_;  // [N,C] projection outputs before their all-reduce; gathered gradients
+  // Sequence parallelism: all rows of a LayerNorm output, this rank's rows of a reduced
+  // projection, and LayerNorm parameter gradients before their tp sum.
+  View1 gathered_, scattered_, ln_grad_;  // [N,C], [N/tp,C], [2C]
+  View1 row_max_, row_sum_;               // [N], [2N]: vocabulary-parallel cross-entropy reductions
   // Backward buffers.
-  View1 dresidual_, dln_, datty_;  // [N,C], [N,C], [N,C_tp]
+  View1 dresidual_, dln_, datty_;  // [local_rows(N),C], [N,C], [N,C_tp]
   View1 dqkv_;                     // [N,3C_tp]
   View1 dfch_;                     // [N,4C_tp]
   View1 datt_scratch_;             // [B*NH_tp*attention_block_rows(T), T]

@@ -32,6 +32,9 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
       pipeline::make_schedule(q.schedule, q.pp, pp_rank, q.micro_batches, q.virtual_stages);
   const double f = sizeof(float), N = static_cast<double>(q.micro_batch) * q.seq_len;
   const double h = m.n_embd, t = q.tp, a = m.n_head, s = q.seq_len;
+  // Token rows outside the tensor-parallel regions: all N, or N/t under sequence parallelism.
+  const bool sp = q.sequence_parallel && q.tp > 1;
+  const double Nl = sp ? N / t : N;
   const double v_slice = padded_vocab(m.vocab_size, q.tp) / q.tp;
   MemoryPrediction p;
   auto add = [&](MemCategory c, double elements) { p.bytes[static_cast<int>(c)] += elements * f; };
@@ -100,52 +103,55 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     const int layers = layout.last_layer - layout.first_layer;
     // One block's activations other than its output, and the attention probabilities.
     const double probabilities = a * N * s / t;
-    const double internals = 3 * N * h + 4 * N * h / t + 8 * N * h / t + probabilities + 4 * N;
+    const double internals = 3 * Nl * h + 4 * N * h / t + 8 * N * h / t + probabilities + 4 * Nl;
     // Per slot, in elements of the stored width (16-bit storage keeps statistics, token ids and
     // losses in 4 bytes: `wide`).
-    double stored = N * h, wide = 2 * N;  // input activation; tokens and targets
+    double stored = Nl * h, wide = 2 * N;  // input activation; tokens and targets
     for (int i = 0; i < layers; ++i) {
-      stored += N * h;  // the block's output
+      stored += Nl * h;  // the block's output
       if (q.recompute.full_block(i)) continue;
-      stored += internals - 4 * N - (q.recompute.selective() ? probabilities : 0);
-      wide += 4 * N;  // LayerNorm means and reciprocal deviations
+      stored += internals - 4 * Nl - (q.recompute.selective() ? probabilities : 0);
+      wide += 4 * Nl;  // LayerNorm means and reciprocal deviations
     }
     if (layout.has_head) {
-      stored += N * h + N * v_slice;  // final LayerNorm, logits
-      wide += 4 * N;                  // its statistics, losses, log-sum-exp
+      stored += Nl * h + N * v_slice;  // final LayerNorm, logits
+      wide += 2 * Nl + 2 * N;          // its statistics; losses, log-sum-exp
     }
     add_stored(MemCategory::kActivations, slots * stored);
     add(MemCategory::kActivations, slots * wide);
     // Zero-bubble schedules: the output gradients kept for deferred weight-gradient passes
-    // (DeferredGrads): per block four [N,h], fc's [N,4h/t] and qkv's [N,3h/t]; the stage input's
+    // (DeferredGrads): per block four [Nl,h], fc's [N,4h/t] and qkv's [N,3h/t]; the stage input's
     // and the final LayerNorm's.
     const int deferred = pipeline::max_deferred_weight_grads(actions, chunk);
     add_stored(MemCategory::kActivations,
-               deferred * (layers * (4 * N * h + 7 * N * h / t) +
-                           (layout.has_embedding ? N * h : 0) + (layout.has_head ? N * h : 0)));
+               deferred * (layers * (4 * Nl * h + 7 * N * h / t) +
+                           (layout.has_embedding ? Nl * h : 0) + (layout.has_head ? Nl * h : 0)));
     if (half) {
       // One block's activations, its input and the stage input in fp32; the head's too.
-      add(MemCategory::kWorkspace, internals + 3 * N * h);
+      add(MemCategory::kWorkspace, internals + 3 * Nl * h);
       if (layout.has_head)
-        add(MemCategory::kWorkspace, N * h + N * v_slice);
+        add(MemCategory::kWorkspace, Nl * h + N * v_slice);
       else
-        add(MemCategory::kCommBuffers, slots * N * h);  // the fp32 output each slot sends
+        add(MemCategory::kCommBuffers, slots * Nl * h);  // the fp32 output each slot sends
     } else if (layers > 0 && q.recompute.full_block(0)) {
       // Recomputation's shared buffers: one block's internals, or its attention probabilities.
       add(MemCategory::kActivations, internals);
     } else if (layers > 0 && q.recompute.selective()) {
       add(MemCategory::kActivations, probabilities);
     }
-    // Workspace: projection scratch, cross-entropy reductions, backward buffers.
+    // Workspace: projection scratch, cross-entropy reductions, backward buffers (dresidual has
+    // Nl rows), and under sequence parallelism the gathered rows, a reduce-scattered part and
+    // the LayerNorm parameter gradients before their tp sum.
     add(MemCategory::kWorkspace,
-        N * h + 3 * N + 2 * N * h + N * h / t + 3 * N * h / t + 4 * N * h / t +
+        N * h + 3 * N + Nl * h + N * h + N * h / t + 3 * N * h / t + 4 * N * h / t +
             q.micro_batch * (a / t) * kernels::attention_block_rows(static_cast<int>(s)) * s);
+    if (sp) add(MemCategory::kWorkspace, N * h + Nl * h + 2 * h);
     // async: the gradient in flight; local_sgd: both moments staged for averaging.
     if (q.dp_sync == DpSync::kAsync) add(MemCategory::kCommBuffers, local.total_numel());
     if (q.dp_sync == DpSync::kLocalSgd && q.dp > 1)
       add(MemCategory::kCommBuffers, 2.0 * local.total_numel());
     // Pipeline gradient buffers: one receive, one send per slot.
-    add(MemCategory::kCommBuffers, (1 + slots) * N * h);
+    add(MemCategory::kCommBuffers, (1 + slots) * Nl * h);
   }
   return p;
 }
@@ -171,6 +177,7 @@ MemoryQuery memory_query(const Config& c) {
   q.tp = par.tp;
   q.pp = par.pp;
   q.virtual_stages = par.virtual_stages;
+  q.sequence_parallel = par.sequence_parallel;
   q.schedule = par.schedule;
   q.zero_stage = static_cast<int>(c.zero.stage);
   q.micro_batch = c.train.micro_batch_size;

@@ -15,8 +15,10 @@ PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp
       embedding_(embedding),
       place_(place),
       timer_(timer),
-      activation_elements_(static_cast<size_t>(place.micro_batch) * place.seq_len *
-                           (chunks.empty() ? 0 : chunks.front().stage->config().n_embd)),
+      activation_elements_(chunks.empty() ? 0
+                                          : static_cast<size_t>(chunks.front().stage->local_rows(
+                                                place.micro_batch * place.seq_len)) *
+                                                chunks.front().stage->config().n_embd),
       inputs_(static_cast<size_t>(place.micro_batch) * place.seq_len),
       targets_(static_cast<size_t>(place.micro_batch) * place.seq_len),
       deferred_sets_(std::move(deferred_sets)) {

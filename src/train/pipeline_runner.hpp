@@ -90,7 +90,7 @@ class PipelineRunner {
   Communicator* embedding_;
   PipelinePlace place_;
   PhaseTimer& timer_;
-  size_t activation_elements_;  // N*C of one micro-batch
+  size_t activation_elements_;  // N*C of one micro-batch (N/tp*C: sequence parallel)
   std::vector<Transfers> transfers_;
   std::vector<int32_t> inputs_, targets_;
   std::vector<int> deferred_sets_;  // per chunk: DeferredGrads sets its stage holds

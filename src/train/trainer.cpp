@@ -164,6 +164,7 @@ std::string describe_layout(const Config& c, const Grid& grid) {
   std::string out = grid.describe();
   if (par.pp > 1) out += fmt::format(" schedule={}", name_of(par.schedule));
   if (par.virtual_stages > 1) out += fmt::format(" v={}", par.virtual_stages);
+  if (par.sequence_parallel && par.tp > 1) out += " sequence_parallel";
   out += fmt::format(" micro_batch={}", c.train.micro_batch_size);
   if (c.precision.compute != Precision::kFp32)
     out += fmt::format(" precision={}", name_of(c.precision.compute));
@@ -564,6 +565,7 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
     buffers.recompute = config_.recompute.resolved();
     buffers.precision = config_.precision.compute;
     buffers.deferred_sets = pipeline::max_deferred_weight_grads(schedule_, chunk);
+    buffers.sequence_parallel = par.sequence_parallel;
     deferred_sets.push_back(buffers.deferred_sets);
     ch.stage = std::make_unique<GptStage>(
         config_.model,

@@ -38,6 +38,8 @@ expect_bad "tp*pp does not divide world" 3 "must divide the number of MPI ranks 
 expect_bad "interleaved micro-batches" 2 "parallel.schedule = 'interleaved'" parallel.pp=2 parallel.schedule=interleaved parallel.virtual_stages=2 train.micro_batch_size=8
 expect_bad "interleaved needs v > 1" 2 "parallel.schedule = 'interleaved'" parallel.pp=2 parallel.schedule=interleaved
 expect_bad "v > 1 without interleaving" 2 "virtual_stages = 2" parallel.pp=2 parallel.virtual_stages=2
+expect_bad "sequence not divisible by tp" 2 "train.seq_len = 15 must be divisible by it" parallel.tp=2 parallel.sequence_parallel=true train.seq_len=15
+expect_bad "sequence_parallel not a boolean" 2 "parallel.sequence_parallel' must be true or false" parallel.sequence_parallel=1
 expect_bad "unknown schedule" 2 "must be one of gpipe, 1f1b, interleaved" parallel.pp=2 parallel.schedule=zb
 expect_bad "nccl pipeline transfers" 2 "parallel.backend_pp = 'nccl' is not supported yet" parallel.pp=2 parallel.backend_pp=nccl
 expect_bad "batch not divisible by dp" 4 "train.batch_size = 6 must be divisible by parallel.dp = 4" train.batch_size=6

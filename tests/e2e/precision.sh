@@ -3,9 +3,11 @@
 # model (8 layers): bf16 and fp16 track the fp32 serial run's loss within a stated tolerance
 # (bf16 2e-3, fp16 2e-4 relative, every step; bf16 keeps 8 significant bits, fp16 11), match
 # their own serial runs within 5e-4 / 1e-4 (layout invariance under rounding), and the memory
-# model predicts their memory (16-bit parameters and activations, fp32 master weights).
+# model predicts their memory (16-bit parameters and activations, fp32 master weights). A last
+# argument "sp" turns on sequence parallelism.
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0}
+sp=$([ "${10:-}" = sp ] && echo true || echo false)
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
 common=(--config inputs/tiny.toml --set run.steps=50 --set run.eval_every=0
@@ -20,7 +22,7 @@ for p in bf16 fp16; do
     --set precision.compute=$p --set run.out_dir="$work/layout_$p" --set parallel.dp="$dp" \
     --set parallel.tp="$tp" --set parallel.pp="$pp" --set parallel.schedule="$schedule" \
     --set parallel.virtual_stages="$v" --set train.micro_batch_size="$micro" \
-    --set zero.stage="$zero" > "$work/layout_$p.log"
+    --set zero.stage="$zero" --set parallel.sequence_parallel="$sp" > "$work/layout_$p.log"
   grep "^precision:" "$work/layout_$p.log"
   $check memory "$work/layout_$p/tiny/timings.h5" --all-exact
 done

@@ -3,9 +3,11 @@
 # selective, full, and full on the first block of each chunk give losses and first-step
 # gradients bit-identical to no recomputation (in fp32, and in bf16 / fp16, whose recomputation
 # rounds as the first forward did), time the recompute phase, keep less activation memory than
-# none (full less than selective), and the memory model predicts each run's memory.
+# none (full less than selective), and the memory model predicts each run's memory. A last
+# argument "sp" turns on sequence parallelism.
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0} precision=${10:-fp32}
+sp=$([ "${11:-}" = sp ] && echo true || echo false)
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
 ranks=$((dp * tp * pp))
@@ -20,7 +22,7 @@ run() {  # name, extra --set arguments
     --set parallel.dp="$dp" --set parallel.tp="$tp" --set parallel.pp="$pp" \
     --set parallel.schedule="$schedule" --set parallel.virtual_stages="$v" \
     --set train.micro_batch_size="$micro" --set zero.stage="$zero" \
-    --set precision.compute="$precision" "$@" \
+    --set precision.compute="$precision" --set parallel.sequence_parallel="$sp" "$@" \
     --dump-grads "$work/$name.grads.h5" > "$work/$name.log"
   $check memory "$work/$name/tiny/timings.h5" --all-exact
 }

@@ -2,7 +2,7 @@
 # ZB-H1 against 1F1B on the same layouts: splitting each backward into an input-gradient pass and
 # a deferred weight-gradient pass changes when gradients are computed, not what they are, so
 # losses, gradient norms and first-step gradients match 1F1B bit for bit (fp32 with tp and ZeRO-2
-# over dp; bf16 at pp 4), and the memory model predicts each rank's memory, the kept output
+# over dp; bf16 at pp 4; bf16 with sequence parallelism at tp 2), and the memory model predicts each rank's memory, the kept output
 # gradients included, to the byte.
 set -euo pipefail
 trident=$1 src=$2 work=$3
@@ -35,4 +35,9 @@ bf16=(--set parallel.pp=4 --set precision.compute=bf16 --set train.micro_batch_s
 run bf16_1f1b 4 1f1b "${bf16[@]}"
 run bf16_zb 4 zb_h1 "${bf16[@]}"
 same bf16_1f1b bf16_zb
+sp=(--set parallel.pp=2 --set parallel.tp=2 --set parallel.sequence_parallel=true
+    --set precision.compute=bf16 --set train.micro_batch_size=2)
+run sp_1f1b 4 1f1b "${sp[@]}"
+run sp_zb 4 zb_h1 "${sp[@]}"
+same sp_1f1b sp_zb
 echo "zero bubble: ok"
