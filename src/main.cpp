@@ -93,17 +93,55 @@ void print_plan(const trident::PlanModel& m, const trident::PlanCluster& c, doub
   std::printf("RECOMMEND %s\nwhy: %s\n", r.recommendation.c_str(), r.reasons.c_str());
 }
 
+// One transformer layer's kept activations for one micro-batch, trident's own bytes beside
+// Korthikanti et al. 2022's Table 2 formula, for every recomputation policy with and without
+// sequence parallelism at the config's tp; then the config's own as one CONFIG_ line.
+void print_layer_activations(const trident::Config& c) {
+  using trident::RecomputePolicy;
+  const trident::MemoryQuery q = trident::memory_query(c);
+  const auto& m = c.model;
+  const int b = c.train.micro_batch_size, s = c.train.seq_len, t = c.parallel.tp;
+  auto ours = [&](RecomputePolicy policy, bool sp) {
+    trident::MemoryQuery v = q;
+    v.recompute = {policy, 0};
+    v.sequence_parallel = sp;
+    return trident::layer_activation_bytes(v, policy == RecomputePolicy::kFull);
+  };
+  auto paper = [&](RecomputePolicy policy, bool sp) {
+    return trident::paper_layer_activation_bytes(s, b, m.n_embd, m.n_head, t, sp && t > 1, policy);
+  };
+  std::printf(
+      "activations of one layer and micro-batch (b=%d s=%d h=%d a=%d t=%d), MB: trident (%s "
+      "storage, no dropout, fp32 LayerNorm statistics) | Korthikanti et al. 2022 Table 2 (16-bit, "
+      "dropout masks)\n",
+      b, s, m.n_embd, m.n_head, t, trident::name_of(c.precision.compute));
+  std::printf("  %-10s %-18s %10s %10s %8s\n", "recompute", "sequence_parallel", "trident", "paper",
+              "ratio");
+  for (const RecomputePolicy policy :
+       {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull})
+    for (const bool sp : {false, true}) {
+      if (sp && t == 1) continue;
+      std::printf("  %-10s %-18s %10.3f %10.3f %8.3f\n", trident::name_of(policy),
+                  sp ? "on" : "off", ours(policy, sp) / 1e6, paper(policy, sp) / 1e6,
+                  ours(policy, sp) / paper(policy, sp));
+    }
+  const bool sp = c.parallel.sequence_parallel && t > 1;
+  const RecomputePolicy policy = c.recompute.policy;
+  std::printf("CONFIG_LAYER_ACTIVATIONS trident_bytes=%.0f paper_bytes=%.0f\n", ours(policy, sp),
+              paper(policy, sp));
+}
+
 // What trident's memory model predicts for a run config's own layout, on its busiest rank.
 void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
   const trident::BusiestRank r = trident::predict_busiest_rank(trident::memory_query(c));
   const auto& p = c.parallel;
   std::printf(
-      "this config as written: dp=%d tp=%d pp=%d (%d ranks) %s, ZeRO-%d, %s compute, recompute "
-      "%s, micro-batch %d x %d per step\n",
+      "this config as written: dp=%d tp=%d pp=%d (%d ranks) %s%s, ZeRO-%d, %s compute, "
+      "recompute %s, micro-batch %d x %d per step\n",
       p.dp, p.tp, p.pp, p.dp * p.tp * p.pp, trident::name_of(p.schedule),
-      static_cast<int>(c.zero.stage), trident::name_of(c.precision.compute),
-      trident::name_of(c.recompute.policy), c.train.micro_batch_size,
-      c.train.batch_size / p.dp / c.train.micro_batch_size);
+      p.sequence_parallel && p.tp > 1 ? ", sequence parallel" : "", static_cast<int>(c.zero.stage),
+      trident::name_of(c.precision.compute), trident::name_of(c.recompute.policy),
+      c.train.micro_batch_size, c.train.batch_size / p.dp / c.train.micro_batch_size);
   std::printf("trident's memory model, busiest rank (pp=%d tp=%d dp=%d), GB:", r.pp_rank, r.tp_rank,
               r.dp_rank);
   for (int k = 0; k < trident::kMemCategories; ++k)
@@ -115,6 +153,7 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
   std::printf("\nCONFIG_MEMORY total_gb=%.2f model_states_gb=%.2f usable_gb=%.1f fits=%s\n",
               total_gb, r.prediction.model_states() / 1e9, usable_gb,
               total_gb <= usable_gb ? "yes" : "no");
+  print_layer_activations(c);
 }
 
 // `trident train`: options, then the run on every rank.

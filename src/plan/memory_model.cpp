@@ -25,6 +25,46 @@ double MemoryPrediction::model_states() const {
          bytes[static_cast<int>(MemCategory::kOptimizer)];
 }
 
+namespace {
+
+// One kept block's activations for one micro-batch, in elements: `stored` in the storage width
+// (2 bytes under bf16 / fp16), `wide` always fp32 (the LayerNorm statistics).
+struct LayerElements {
+  double stored = 0, wide = 0;
+};
+
+LayerElements kept_layer_elements(const MemoryQuery& q, bool recomputed_whole) {
+  const double N = static_cast<double>(q.micro_batch) * q.seq_len, h = q.model.n_embd, t = q.tp;
+  const double Nl = q.sequence_parallel && q.tp > 1 ? N / t : N;
+  LayerElements e{Nl * h, 0};  // the block's output
+  if (recomputed_whole) return e;
+  // ln1, res_attn, ln2; qkv and the attention output; fc and GELU outputs; the probabilities.
+  e.stored += 3 * Nl * h + 4 * N * h / t + 8 * N * h / t;
+  if (!q.recompute.selective()) e.stored += q.model.n_head * N * q.seq_len / t;
+  e.wide = 4 * Nl;  // LayerNorm means and reciprocal deviations
+  return e;
+}
+
+}  // namespace
+
+double layer_activation_bytes(const MemoryQuery& q, bool recomputed_whole) {
+  const LayerElements e = kept_layer_elements(q, recomputed_whole);
+  return e.stored * (q.precision == Precision::kFp32 ? 4 : 2) + e.wide * 4;
+}
+
+double paper_layer_activation_bytes(double s, double b, double h, double a, int t,
+                                    bool sequence_parallel, RecomputePolicy recompute) {
+  const double sbh = s * b * h, scores = sbh * 5 * a * s / (h * t);
+  switch (recompute) {
+    case RecomputePolicy::kFull:
+      return 2 * sbh / (sequence_parallel ? t : 1);
+    case RecomputePolicy::kSelective:
+      return sequence_parallel ? 34 * sbh / t : sbh * (10 + 24.0 / t);
+    default:
+      return (sequence_parallel ? 34 * sbh / t : sbh * (10 + 24.0 / t)) + scores;
+  }
+}
+
 MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank) {
   const ModelConfig& m = q.model;
   const ParamTable table(m);
@@ -108,10 +148,9 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     // losses in 4 bytes: `wide`).
     double stored = Nl * h, wide = 2 * N;  // input activation; tokens and targets
     for (int i = 0; i < layers; ++i) {
-      stored += Nl * h;  // the block's output
-      if (q.recompute.full_block(i)) continue;
-      stored += internals - 4 * Nl - (q.recompute.selective() ? probabilities : 0);
-      wide += 4 * Nl;  // LayerNorm means and reciprocal deviations
+      const LayerElements e = kept_layer_elements(q, q.recompute.full_block(i));
+      stored += e.stored;
+      wide += e.wide;
     }
     if (layout.has_head) {
       stored += Nl * h + N * v_slice;  // final LayerNorm, logits

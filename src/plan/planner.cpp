@@ -9,21 +9,21 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "plan/memory_model.hpp"
 
 namespace trident {
 namespace {
 
 constexpr double kGB = 1e9;
 
-// Korthikanti et al. 2022, bytes per layer per micro-batch in 16-bit, tensor parallel t, no
-// sequence parallelism: none s*b*h*(10 + 24/t + 5*a*s/(h*t)); selective drops the attention
-// scores; full keeps only the layer input (2*s*b*h, replicated across tp without sequence
-// parallelism).
-double layer_activation_bytes(const PlanModel& m, int b, int t, const std::string& recompute) {
-  const double s = m.seq, h = m.hidden, a = m.heads;
-  if (recompute == "full") return 2 * s * b * h;
-  const double base = s * b * h * (10 + 24.0 / t);
-  return recompute == "selective" ? base : base + s * b * h * 5 * a * s / (h * t);
+// Korthikanti et al. 2022, Table 2: bytes per layer per micro-batch in 16-bit, tensor parallel
+// t, with or without sequence parallelism (paper_layer_activation_bytes).
+double layer_activation_bytes(const PlanModel& m, int b, int t, bool sp,
+                              const std::string& recompute) {
+  const RecomputePolicy policy = recompute == "full"        ? RecomputePolicy::kFull
+                                 : recompute == "selective" ? RecomputePolicy::kSelective
+                                                            : RecomputePolicy::kNone;
+  return paper_layer_activation_bytes(m.seq, b, m.hidden, m.heads, t, sp, policy);
 }
 
 // Ring all-gather or reduce-scatter of `bytes` (the full tensor) over n ranks, per GPU.
@@ -49,9 +49,12 @@ int recompute_rank(const std::string& r) {
   return r == "full" ? 2 : r == "selective" ? 1 : 0;
 }
 
-// Simplest first: no offload, fewer ZeRO stages, less recomputation; then faster.
+// Simplest first: no offload, fewer ZeRO stages, less recomputation, no sequence parallelism
+// (which costs no time in this model: its all-gathers and reduce-scatters move what the
+// all-reduces did, so it is chosen when the memory it frees buys a faster layout); then faster.
 auto simplicity(const PlanCandidate& k) {
-  return std::make_tuple(k.offload == "host", k.zero, recompute_rank(k.recompute), k.step_seconds);
+  return std::make_tuple(k.offload == "host", k.zero, recompute_rank(k.recompute),
+                         k.sequence_parallel, k.step_seconds);
 }
 
 std::string percent(double slower) {
@@ -66,8 +69,9 @@ double PlanModel::param_count() const {
 }
 
 std::string PlanCandidate::describe() const {
-  return fmt::format("dp={} tp={} pp={} zero={} offload={} recompute={} micro_batch={}", dp, tp, pp,
-                     zero, offload, recompute, micro_batch);
+  return fmt::format("dp={} tp={} pp={} zero={} offload={} recompute={} micro_batch={}{}", dp, tp,
+                     pp, zero, offload, recompute, micro_batch,
+                     sequence_parallel ? " sequence_parallel" : "");
 }
 
 namespace {
@@ -150,8 +154,9 @@ void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basi
   const double unit_buffers = 2 * (2 * block_params + psi_embedding / tp);
   k.buffers_gb = (zero >= 2 ? unit_buffers : 0) + (zero >= 3 ? unit_buffers : 0);
   k.buffers_gb /= kGB;
-  const double per_layer = layer_activation_bytes(m, b, tp, recompute);
-  const double working = recompute == "full" ? layer_activation_bytes(m, b, tp, "none") : 0;
+  const bool sp = k.sequence_parallel;
+  const double per_layer = layer_activation_bytes(m, b, tp, sp, recompute);
+  const double working = recompute == "full" ? layer_activation_bytes(m, b, tp, sp, "none") : 0;
   const double logits = 4 * s * b * V / tp;
   const double first_stage = per_layer * layers * std::min(pp, micro_batches) + working;
   const double last_stage = per_layer * layers + working + logits;
@@ -239,17 +244,20 @@ Evaluated evaluate_layouts(const PlanModel& m, const PlanCluster& c, const PlanB
         for (const std::string offload : {"none", "host"}) {
           if (offload == "host" && zero == 3) continue;  // ZeRO-Offload pairs with stage 2
           for (const std::string recompute : {"none", "selective", "full"}) {
-            for (int b = 1; b <= 32 && b <= x.per_pipeline; b *= 2) {
-              if (x.per_pipeline % b != 0) continue;
-              ++out.considered;
-              PlanCandidate k;
-              k.dp = x.dp, k.tp = tp, k.pp = pp, k.zero = zero, k.micro_batch = b;
-              k.micro_batches = static_cast<int>(x.per_pipeline / b);
-              k.offload = offload, k.recompute = recompute;
-              estimate_memory(k, m, basis, x);
-              estimate_time(k, m, c, basis, x);
-              out.fits.push_back(k.memory_gb() <= basis.usable_gb);
-              out.all.push_back(k);
+            for (const bool sp : {false, true}) {
+              if (sp && tp == 1) continue;
+              for (int b = 1; b <= 32 && b <= x.per_pipeline; b *= 2) {
+                if (x.per_pipeline % b != 0) continue;
+                ++out.considered;
+                PlanCandidate k;
+                k.dp = x.dp, k.tp = tp, k.pp = pp, k.zero = zero, k.micro_batch = b;
+                k.micro_batches = static_cast<int>(x.per_pipeline / b);
+                k.offload = offload, k.recompute = recompute, k.sequence_parallel = sp;
+                estimate_memory(k, m, basis, x);
+                estimate_time(k, m, c, basis, x);
+                out.fits.push_back(k.memory_gb() <= basis.usable_gb);
+                out.all.push_back(k);
+              }
             }
           }
         }
@@ -427,6 +435,13 @@ std::string explain(const Evaluated& e, const PlanBasis& basis, const PlanCluste
         best.micro_batch, than_this(at_chosen_level([&](const PlanCandidate& k) {
           return k.zero == best.zero && k.offload == best.offload &&
                  recompute_rank(k.recompute) < recompute_rank(best.recompute);
+        }))));
+  if (best.sequence_parallel)
+    why.push_back(fmt::format(
+        "sequence parallelism: LayerNorm and residual activations split over tp = {} ({:.1f} GB "
+        "of activations); without it {}",
+        best.tp, best.activations_gb, than_this(at_chosen_level([&](const PlanCandidate& k) {
+          return !k.sequence_parallel && k.zero == best.zero && k.offload == best.offload;
         }))));
   std::string out = why.front();
   for (size_t i = 1; i < why.size(); ++i) out += "\n  " + why[i];

@@ -35,13 +35,14 @@ struct PlanCluster {
 // context take memory the model does not see, so a layout predicted at 95% of HBM does not run.
 inline constexpr double kPlanUsableMemoryFraction = 0.9;
 inline constexpr double kPlanRuntimeGB = 2.0;  // CUDA context, NCCL and cuBLAS workspaces
-// Activations per layer and micro-batch follow Korthikanti et al. 2022 without sequence
-// parallelism (trident has none): s b h (10 + 24/t + 5 a s/(h t)) bytes; selective recomputation
-// drops the attention core's 5 a s/(h t) term; full keeps the layer input (2 s b h) plus one
-// layer's working set during recomputation. 1F1B keeps min(pp, micro-batches) micro-batches in
-// flight on the first stage; the last stage also holds the fp32 logits (4 s b V / t). ZeRO-2
-// keeps gradient working buffers for two blocks and the embedding (trident's unit buffers),
-// ZeRO-3 the same again for parameters (the block being computed and the one prefetched).
+// Activations per layer and micro-batch follow Korthikanti et al. 2022, Table 2: s b h (10 + 24/t
+// + 5 a s/(h t)) bytes, or s b h (34 + 5 a s/h) / t with sequence parallelism (tp > 1);
+// selective recomputation drops the attention core's 5 a s/(h t) term; full keeps the layer input
+// (2 s b h, / t with sequence parallelism) plus one layer's working set during recomputation. 1F1B
+// keeps min(pp, micro-batches) micro-batches in flight on the first stage; the last stage also
+// holds the fp32 logits (4 s b V / t). ZeRO-2 keeps gradient working buffers for two blocks and the
+// embedding (trident's unit buffers), ZeRO-3 the same again for parameters (the block being
+// computed and the one prefetched).
 //
 // Compute runs at mfu of the peak, scaled by a tensor-parallel shard's GEMM efficiency
 // w / (w + kPlanGemmHalfWidth) relative to the unsharded width (w = h / t): a rule of thumb for
@@ -54,21 +55,22 @@ inline constexpr double kPlanAttentionCoreSlowdown = 4.0;
 //
 // Communication. Tensor parallelism: 4 all-reduces of s b h bf16 per layer per micro-batch (6 with
 // full recomputation) on NVLink, on the critical path (Megatron-LM, Shoeybi et al. 2019); tp stays
-// inside a node. Pipeline: the 1F1B bubble (p - 1) micro-batch times, the slowest (last) stage
-// carrying the output layer, and stage-to-stage transfers (Narayanan et al. 2021). Data parallel,
-// per GPU on its dp group's link (NVLink while the group fits a node, else the inter-node link at
-// kPlanNetworkEfficiency of its rate), each transfer overlapped with the compute that does not
-// depend on it: ZeRO-0 all-reduces the accumulated gradients during the last micro-batch's
-// backward; ZeRO-1 reduce-scatters them there and all-gathers the updated parameters during the
-// next step's first forward; ZeRO-2 reduce-scatters every micro-batch's gradients during its
-// backward (the full gradient is never kept), plus that all-gather; ZeRO-3 all-gathers the
-// parameters for each micro-batch's forward and again for its backward, and reduce-scatters the
-// gradients in the backward: 3 x micro-batches x Psi / (tp pp) bf16 per step, so it needs large
-// micro-batches, which its freed memory allows. Overlap is imperfect (NCCL kernels take SMs and
-// HBM bandwidth, prefetch stalls): an overlapped transfer still costs (1 - kPlanOverlapEfficiency)
-// of its time, and whatever exceeds its window costs in full. The two constants are fit to
-// Narayanan et al. 2021, Table 3 (ZeRO-3 on 25 GB/s per GPU: throughput falls 1.8x from
-// micro-batch 4 to 2, and is 6-19% under PTD-P at micro-batch 4).
+// inside a node. Sequence parallelism replaces each all-reduce by a reduce-scatter and an
+// all-gather, the same bytes: the same time. Pipeline: the 1F1B bubble (p - 1) micro-batch times,
+// the slowest (last) stage carrying the output layer, and stage-to-stage transfers (Narayanan et
+// al. 2021). Data parallel, per GPU on its dp group's link (NVLink while the group fits a node,
+// else the inter-node link at kPlanNetworkEfficiency of its rate), each transfer overlapped with
+// the compute that does not depend on it: ZeRO-0 all-reduces the accumulated gradients during the
+// last micro-batch's backward; ZeRO-1 reduce-scatters them there and all-gathers the updated
+// parameters during the next step's first forward; ZeRO-2 reduce-scatters every micro-batch's
+// gradients during its backward (the full gradient is never kept), plus that all-gather; ZeRO-3
+// all-gathers the parameters for each micro-batch's forward and again for its backward, and
+// reduce-scatters the gradients in the backward: 3 x micro-batches x Psi / (tp pp) bf16 per step,
+// so it needs large micro-batches, which its freed memory allows. Overlap is imperfect (NCCL
+// kernels take SMs and HBM bandwidth, prefetch stalls): an overlapped transfer still costs (1 -
+// kPlanOverlapEfficiency) of its time, and whatever exceeds its window costs in full. The two
+// constants are fit to Narayanan et al. 2021, Table 3 (ZeRO-3 on 25 GB/s per GPU: throughput
+// falls 1.8x from micro-batch 4 to 2, and is 6-19% under PTD-P at micro-batch 4).
 inline constexpr double kPlanNetworkEfficiency = 0.65;
 inline constexpr double kPlanOverlapEfficiency = 0.8;
 //
@@ -98,6 +100,7 @@ struct PlanCandidate {
   int dp = 1, tp = 1, pp = 1, zero = 0, micro_batch = 1, micro_batches = 1;
   std::string offload = "none";    // none | host (optimizer states and step on the CPU)
   std::string recompute = "none";  // none | selective | full
+  bool sequence_parallel = false;  // tp > 1: LayerNorm and residual activations split over tp
   // Per GPU, on the most loaded pipeline stage. buffers: ZeRO-2/3 working buffers; other: runtime.
   double params_gb = 0, grads_gb = 0, optimizer_gb = 0, activations_gb = 0, buffers_gb = 0,
          other_gb = 0;

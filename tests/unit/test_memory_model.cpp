@@ -92,3 +92,52 @@ TEST(MemoryModel, ZeroThreeShardsParametersLikeGradients) {
   EXPECT_EQ(bytes(z3, MemCategory::kGrads), bytes(z2, MemCategory::kGrads));
   EXPECT_LT(bytes(z3, MemCategory::kParams), 0.65 * bytes(z2, MemCategory::kParams));
 }
+
+// Korthikanti et al. 2022, Table 2, for the paper's 22B model (h = 6144, a = 64, s = 2048,
+// b = 4, t = 8): per layer 10 + 24/t + 5as/(ht) = 10 + 3 + 53.3 times sbh bytes, and (34 +
+// 5as/h)/t = (34 + 106.7)/8 with sequence parallelism; selective drops the 5as/h term.
+TEST(MemoryModel, PaperLayerActivationsFollowTable2) {
+  const double s = 2048, b = 4, h = 6144, a = 64, sbh = s * b * h;
+  using R = RecomputePolicy;
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(s, b, h, a, 8, false, R::kNone),
+                   sbh * (10 + 24.0 / 8 + 5 * a * s / (h * 8)));
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(s, b, h, a, 8, true, R::kNone),
+                   sbh * (34 + 5 * a * s / h) / 8);
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(s, b, h, a, 8, true, R::kSelective), 34 * sbh / 8);
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(s, b, h, a, 8, false, R::kSelective),
+                   sbh * (10 + 24.0 / 8));
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(s, b, h, a, 8, true, R::kFull), 2 * sbh / 8);
+  // Sequence parallelism saves the replicated 10 sbh of LayerNorm, residual and dropout tensors.
+  EXPECT_LT(paper_layer_activation_bytes(s, b, h, a, 8, true, R::kNone),
+            paper_layer_activation_bytes(s, b, h, a, 8, false, R::kNone));
+}
+
+// trident's own per-layer bytes against the paper's, term by term: in 16 bits trident keeps
+// 32 sbh/t + 2as²b/t (no dropout: neither the two 1-byte hidden dropout masks, 2 sbh, nor the
+// attention-dropout mask and output, 3as²b) plus fp32 LayerNorm statistics, 16 sb/t bytes. With
+// sequence parallelism every term is divided by t, so tp 4 keeps exactly a quarter of tp 1.
+TEST(MemoryModel, LayerActivationsDifferFromThePaperOnlyByDropoutAndStatistics) {
+  MemoryQuery q = gpt2_query();
+  q.precision = Precision::kBf16;
+  const double s = q.seq_len, b = q.micro_batch, h = q.model.n_embd, a = q.model.n_head;
+  for (int t : {1, 2, 4}) {
+    q.tp = t;
+    q.sequence_parallel = true;
+    const double paper = paper_layer_activation_bytes(s, b, h, a, t, t > 1, RecomputePolicy::kNone);
+    const double dropout = (2 * s * b * h + 3 * a * s * s * b) / t, statistics = 16 * s * b / t;
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(q, false), paper - dropout + statistics) << t;
+    q.recompute.policy = RecomputePolicy::kSelective;
+    const double selective =
+        paper_layer_activation_bytes(s, b, h, a, t, t > 1, RecomputePolicy::kSelective);
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(q, false), selective - 2 * s * b * h / t + statistics)
+        << t;
+    q.recompute.policy = RecomputePolicy::kNone;
+  }
+  MemoryQuery one = q, four = q;
+  one.tp = 1;
+  four.tp = 4;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(four, false) * 4, layer_activation_bytes(one, false));
+  // Without sequence parallelism the LayerNorm and residual rows stay whole on every tp rank.
+  four.sequence_parallel = false;
+  EXPECT_GT(layer_activation_bytes(four, false) * 4, layer_activation_bytes(one, false));
+}

@@ -158,13 +158,54 @@ TEST(Planner, RecipeOneHundredSeventyFiveBillionOnSixtyFourNodesIsZeroThreeWithT
   EXPECT_NE(r.reasons.find("tensor parallelism (tp="), std::string::npos) << r.reasons;
 }
 
-// 400B+: tp x pp x dp. At a trillion parameters ZeRO-3 with tensor parallelism fits only
-// micro-batches of 1-2 sequences, whose compute cannot hide the parameter gathers.
-TEST(Planner, RecipeATrillionOnOneHundredTwentyEightNodesIsThreeD) {
-  const PlanCandidate best = recommend(model(128, 25600, 160), nodes_of_eight(128), 4 * kMillion);
-  EXPECT_GT(best.tp, 1) << best.describe();
-  EXPECT_GT(best.pp, 1) << best.describe();
-  EXPECT_GT(best.dp, 1) << best.describe();
+// 400B+: tp x pp x dp is the fastest. Without sequence parallelism ZeRO-3 with tensor parallelism
+// fits only micro-batches of 1-2 sequences, whose compute cannot hide the parameter gathers; with
+// it (activations / tp) ZeRO-3 + tp 8 fits micro-batch 8 and comes within the model-parallel
+// tolerance of the 3D layout, so the preference for fewer model-parallel axes takes it.
+TEST(Planner, ATrillionOnOneHundredTwentyEightNodesIsFastestInThreeDAndSequenceParallel) {
+  const PlanResult r = plan_layouts(model(128, 25600, 160), nodes_of_eight(128), 4 * kMillion);
+  ASSERT_FALSE(r.feasible.empty());
+  const PlanCandidate* fastest = &r.feasible.front();
+  for (const PlanCandidate& k : r.feasible)
+    if (k.step_seconds < fastest->step_seconds) fastest = &k;
+  EXPECT_GT(fastest->tp, 1) << fastest->describe();
+  EXPECT_GT(fastest->pp, 1) << fastest->describe();
+  EXPECT_GT(fastest->dp, 1) << fastest->describe();
+  const PlanCandidate& best = r.feasible.front();
+  EXPECT_EQ(best.tp, 8) << best.describe();
+  EXPECT_TRUE(best.sequence_parallel) << best.describe();
+  // Without sequence parallelism no tp-only layout comes within the tolerance.
+  for (const PlanCandidate& k : r.feasible) {
+    if (k.tp > 1 && k.pp == 1 && !k.sequence_parallel) {
+      EXPECT_GT(k.step_seconds, (1 + kPlanModelParallelTolerance) * r.fastest_seconds)
+          << k.describe();
+    }
+  }
+  EXPECT_NE(r.reasons.find("sequence parallelism: "), std::string::npos) << r.reasons;
+}
+
+// Sequence parallelism costs no time in the model (a reduce-scatter and an all-gather move what
+// an all-reduce did) and shrinks activations; it is taken only when the memory it frees buys a
+// faster layout, so a model that fits without it keeps it off.
+TEST(Planner, SequenceParallelismSavesActivationsAtNoTimeAndIsUsedOnlyWhenItHelps) {
+  const PlanResult r = plan_layouts(model(24, 2048, 16), nodes_of_eight(1), kMillion);
+  ASSERT_FALSE(r.feasible.empty());
+  int twins = 0;
+  for (const PlanCandidate& k : r.feasible) {
+    if (!k.sequence_parallel) continue;
+    EXPECT_GT(k.tp, 1) << k.describe();
+    PlanCandidate off = k;
+    off.sequence_parallel = false;
+    for (const PlanCandidate& other : r.feasible) {
+      if (other.describe() == off.describe()) {
+        ++twins;
+        EXPECT_DOUBLE_EQ(other.step_seconds, k.step_seconds) << k.describe();
+        EXPECT_LT(k.activations_gb, other.activations_gb) << k.describe();
+      }
+    }
+  }
+  EXPECT_GT(twins, 0);
+  EXPECT_FALSE(r.feasible.front().sequence_parallel) << r.feasible.front().describe();
 }
 
 // At 530B on 512 GPUs this model still fits ZeRO-3 + tp at micro-batch 4 and predicts it within a
