@@ -156,6 +156,42 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
   print_layer_activations(c);
 }
 
+// The planner's time model for a run config's own layout on `cluster` (the paper's cluster by
+// default), with TFLOP/s per GPU counted as Narayanan et al. 2021 count them (their Eq. 3), so the
+// figure compares with their Table 1.
+void print_config_time(const trident::Config& c, trident::PlanModel m,
+                       const trident::PlanCluster& cluster) {
+  const auto& p = c.parallel;
+  if (c.offload.optimizer == trident::OffloadTarget::kNvme ||
+      c.offload.params == trident::OffloadTarget::kNvme) {
+    std::printf("CONFIG_TIME not predicted: the time model has no NVMe offload\n");
+    return;
+  }
+  m.seq = c.train.seq_len;
+  trident::PlanCandidate layout;
+  layout.dp = p.dp, layout.tp = p.tp, layout.pp = p.pp;
+  layout.zero = static_cast<int>(c.zero.stage);
+  layout.offload = c.offload.optimizer == trident::OffloadTarget::kHost ? "host" : "none";
+  layout.recompute = trident::name_of(c.recompute.policy);
+  layout.micro_batch = c.train.micro_batch_size;
+  layout.sequence_parallel = p.sequence_parallel && p.tp > 1;
+  trident::PlanCluster on = cluster;
+  on.gpus = layout.gpus();
+  const double sequences = c.train.batch_size;
+  const trident::PlanCandidate k =
+      trident::predict_layout(m, on, sequences * c.train.seq_len, layout);
+  const double tflops = trident::paper_step_flops(m, sequences) / k.step_seconds / on.gpus / 1e12;
+  std::printf(
+      "time model on %d x %.0f TFLOP/s GPUs (%d per node, %.0f GB/s in a node, %.0f GB/s between "
+      "nodes): step %.2f s = compute %.2f (recompute %.2f) + pipeline %.2f + tensor-parallel %.2f "
+      "+ data-parallel %.2f exposed (of %.2f) + offload %.2f\n",
+      on.gpus, on.peak_tflops, on.gpus_per_node, on.intra_gbs, on.inter_gbs, k.step_seconds,
+      k.compute_seconds, k.recompute_seconds, k.bubble_seconds, k.tp_seconds, k.dp_seconds,
+      k.dp_traffic_seconds, k.offload_seconds);
+  std::printf("CONFIG_TIME step_s=%.3f tflops_per_gpu=%.1f mfu_percent=%.1f\n", k.step_seconds,
+              tflops, 100 * tflops / on.peak_tflops);
+}
+
 // `trident train`: options, then the run on every rank.
 struct TrainCommand {
   CLI::App* app = nullptr;
@@ -318,6 +354,9 @@ struct PlanCommand {
     app->add_option("--peak-tflops", cluster.peak_tflops, "bf16 peak per GPU")
         ->check(kFinite)
         ->capture_default_str();
+    app->add_option("--mfu", cluster.mfu, "achievable share of the peak in the GEMMs")
+        ->check(kFinite)
+        ->capture_default_str();
     app->add_option("--intra-bw", cluster.intra_gbs, "per-GPU bandwidth in a node, GB/s")
         ->check(kFinite)
         ->capture_default_str();
@@ -349,7 +388,10 @@ struct PlanCommand {
       batch_tokens = static_cast<double>(c.train.batch_size) * c.train.seq_len;
     try {
       const trident::Config resolved = trident::resolve(c, ranks);
-      if (rank == 0) print_config_memory(resolved, cluster.gpu_mem_gb);
+      if (rank == 0) {
+        print_config_memory(resolved, cluster.gpu_mem_gb);
+        print_config_time(resolved, model, cluster);
+      }
     } catch (const trident::InputError& e) {
       // Planning for the config's model still makes sense when its own layout does not.
       if (rank == 0)

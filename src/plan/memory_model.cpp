@@ -52,19 +52,6 @@ double layer_activation_bytes(const MemoryQuery& q, bool recomputed_whole) {
   return e.stored * (q.precision == Precision::kFp32 ? 4 : 2) + e.wide * 4;
 }
 
-double paper_layer_activation_bytes(double s, double b, double h, double a, int t,
-                                    bool sequence_parallel, RecomputePolicy recompute) {
-  const double sbh = s * b * h, scores = sbh * 5 * a * s / (h * t);
-  switch (recompute) {
-    case RecomputePolicy::kFull:
-      return 2 * sbh / (sequence_parallel ? t : 1);
-    case RecomputePolicy::kSelective:
-      return sequence_parallel ? 34 * sbh / t : sbh * (10 + 24.0 / t);
-    default:
-      return (sequence_parallel ? 34 * sbh / t : sbh * (10 + 24.0 / t)) + scores;
-  }
-}
-
 MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank) {
   const ModelConfig& m = q.model;
   const ParamTable table(m);

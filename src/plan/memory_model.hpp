@@ -70,15 +70,8 @@ struct BusiestRank {
 };
 BusiestRank predict_busiest_rank(const MemoryQuery& q);
 
-// Korthikanti et al. 2022, Table 2: activation bytes of one transformer layer for one micro-batch
-// of b sequences of s tokens (hidden h, a heads, tensor parallel t), 16-bit activations and 1-byte
-// dropout masks: s b h (10 + 24/t + 5 a s/(h t)) with tensor parallelism, s b h (34 + 5 a s/h) / t
-// with sequence parallelism added, 34 s b h / t with selective recomputation on top (without
-// sequence parallelism selective keeps s b h (10 + 24/t)); full recomputation keeps the layer
-// input, 2 s b h (/t with sequence parallelism).
-double paper_layer_activation_bytes(double s, double b, double h, double a, int t,
-                                    bool sequence_parallel, RecomputePolicy recompute);
-// trident's own figure for the same: the bytes predict_rank_memory counts for one kept block
+// trident's own figure for Korthikanti et al.'s per-layer activations (planner.hpp's
+// paper_layer_activation_bytes): the bytes predict_rank_memory counts for one kept block
 // and micro-batch of q (its recompute policy; `recomputed_whole`: a block under full
 // recomputation). Differs from the paper's where trident keeps other tensors: no dropout (its
 // masks and the attention-dropout output), the LayerNorm statistics in fp32, the GELU output kept

@@ -9,7 +9,6 @@
 #include <tuple>
 
 #include "core/error.hpp"
-#include "plan/memory_model.hpp"
 
 namespace trident {
 namespace {
@@ -118,13 +117,14 @@ struct ModelParallelShape {
   long long per_pipeline = 0;  // sequences per step per dp rank
 };
 
+// dp: the largest count that fits the GPUs and divides the batch, or `dp` where it is given.
 ModelParallelShape model_parallel_shape(const PlanModel& m, const PlanCluster& c,
-                                        const PlanBasis& b, int tp, int pp) {
+                                        const PlanBasis& b, int tp, int pp, int dp = 0) {
   ModelParallelShape x;
   x.tp = tp;
   x.pp = pp;
-  x.dp = c.gpus / (tp * pp);
-  while (b.sequences % x.dp != 0) --x.dp;
+  x.dp = dp > 0 ? dp : c.gpus / (tp * pp);
+  while (dp == 0 && b.sequences % x.dp != 0) --x.dp;
   x.layers = m.layers / pp;
   x.psi_rank = (b.psi_blocks / pp + b.psi_embedding) / tp;
   x.block_params = b.psi_blocks / m.layers / tp;
@@ -449,6 +449,39 @@ std::string explain(const Evaluated& e, const PlanBasis& basis, const PlanCluste
 }
 
 }  // namespace
+
+PlanCandidate predict_layout(const PlanModel& m, const PlanCluster& c, double global_batch_tokens,
+                             const PlanCandidate& layout) {
+  const PlanBasis basis = plan_basis(m, c, global_batch_tokens);
+  if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.micro_batch < 1 ||
+      m.layers % layout.pp != 0 || basis.sequences % (layout.dp * layout.micro_batch) != 0)
+    throw InputError(fmt::format("plan: layout {} does not split {} layers and {} sequences",
+                                 layout.describe(), m.layers, basis.sequences));
+  const ModelParallelShape x = model_parallel_shape(m, c, basis, layout.tp, layout.pp, layout.dp);
+  PlanCandidate k = layout;
+  k.micro_batches = static_cast<int>(x.per_pipeline / k.micro_batch);
+  estimate_memory(k, m, basis, x);
+  estimate_time(k, m, c, basis, x);
+  return k;
+}
+
+double paper_layer_activation_bytes(double s, double b, double h, double a, int t,
+                                    bool sequence_parallel, RecomputePolicy recompute) {
+  const double sbh = s * b * h, scores = sbh * 5 * a * s / (h * t);
+  switch (recompute) {
+    case RecomputePolicy::kFull:
+      return 2 * sbh / (sequence_parallel ? t : 1);
+    case RecomputePolicy::kSelective:
+      return sequence_parallel ? 34 * sbh / t : sbh * (10 + 24.0 / t);
+    default:
+      return (sequence_parallel ? 34 * sbh / t : sbh * (10 + 24.0 / t)) + scores;
+  }
+}
+
+double paper_step_flops(const PlanModel& m, double sequences) {
+  const double s = m.seq, l = m.layers, h = m.hidden, V = m.vocab;
+  return 96 * sequences * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
 
 PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_batch_tokens,
                         const PlanPolicy& policy) {

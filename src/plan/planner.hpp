@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "model/recompute.hpp"
+
 namespace trident {
 
 // The model as the planner sees it. Mixed-precision training as in the ZeRO paper (Rajbhandari
@@ -127,5 +129,25 @@ struct PlanResult {
 // or cluster that makes no sense.
 PlanResult plan_layouts(const PlanModel& model, const PlanCluster& cluster,
                         double global_batch_tokens, const PlanPolicy& policy = {});
+
+// Korthikanti et al. 2022, Table 2: activation bytes of one transformer layer for one micro-batch
+// of b sequences of s tokens (hidden h, a heads, tensor parallel t), 16-bit activations and 1-byte
+// dropout masks: s b h (10 + 24/t + 5 a s/(h t)) with tensor parallelism, s b h (34 + 5 a s/h) / t
+// with sequence parallelism added, 34 s b h / t with selective recomputation on top (without
+// sequence parallelism selective keeps s b h (10 + 24/t)); full recomputation keeps the layer
+// input, 2 s b h (/t with sequence parallelism).
+double paper_layer_activation_bytes(double s, double b, double h, double a, int t,
+                                    bool sequence_parallel, RecomputePolicy recompute);
+// The memory and time model applied to one layout as written (a run config's: dp, tp, pp, ZeRO,
+// offload, recompute, micro-batch and sequence parallelism taken from `layout`) for
+// `global_batch_tokens` per step. Throws InputError for a layout that does not split the model
+// and batch.
+PlanCandidate predict_layout(const PlanModel& model, const PlanCluster& cluster,
+                             double global_batch_tokens, const PlanCandidate& layout);
+
+// Narayanan et al. 2021, Eq. 3: the FLOPs of one training step of `sequences` sequences with full
+// recomputation (the forward pass counted twice), 96 B s l h^2 (1 + s/(6h) + V/(16 l h)); the
+// paper's TFLOP/s per GPU are this over the step time and the GPUs.
+double paper_step_flops(const PlanModel& model, double sequences);
 
 }  // namespace trident

@@ -46,11 +46,23 @@ echo "megatron2019 8.3b at tp=1: $total GB, model states $states GB, fits: $fits
 awk -v s="$states" 'BEGIN { exit !(s > 0.99 * 18 * 8.3 && s < 1.01 * 18 * 8.4) }' ||
   fail "8.3B at tp=1: model states $states GB, want 18 bytes x 8.3e9 parameters"
 
-# Narayanan et al. 2021: the PTD-P layouts up to 145.6B fit an 80 GB A100.
-for size in 1.7b 18.4b 145.6b; do
-  read -r total states fits <<<"$(memory_of inputs/paper/narayanan2021/gpt-$size.toml 80)"
-  echo "narayanan2021 $size: $total GB per GPU, fits 80 GB: $fits"
-  [[ $fits == yes ]] || fail "narayanan2021 $size does not fit 80 GB: $total GB"
+# Narayanan et al. 2021, Table 1: the PTD-P layouts up to 529.6B fit an 80 GB A100 (1T does not
+# yet: issue 17), and `plan --config` predicts each row's step time and TFLOP/s per GPU (counted
+# by the paper's Eq. 3) beside the published figure.
+published=(1.7b:137 3.6b:138 7.5b:142 18.4b:135 39.1b:138 76.1b:140 145.6b:148 310.1b:155
+  529.6b:163 1t:163)
+for row in "${published[@]}"; do
+  size=${row%%:*}
+  config=inputs/paper/narayanan2021/gpt-$size.toml
+  read -r total states fits <<<"$(memory_of "$config" 80)"
+  time_line=$("$exe" plan --config "$config" --top 0 | grep '^CONFIG_TIME') ||
+    fail "trident plan --config $config printed no CONFIG_TIME line"
+  tflops=$(sed -E 's/.*tflops_per_gpu=([0-9.]+).*/\1/' <<<"$time_line")
+  echo "narayanan2021 $size: $total GB per GPU, fits 80 GB: $fits; predicted $tflops TFLOP/s" \
+    "per GPU, published ${row#*:}"
+  awk -v t="$tflops" 'BEGIN { exit !(t > 0 && t < 312) }' ||
+    fail "narayanan2021 $size: $tflops TFLOP/s per GPU is not between 0 and the 312 peak"
+  [[ $size == 1t || $fits == yes ]] || fail "narayanan2021 $size does not fit 80 GB: $total GB"
 done
 
 # ZeRO 2020: the paper's Figure 1 (2 + 2 + 12 bytes per parameter) from `plan --params`, and

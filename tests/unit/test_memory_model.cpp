@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "plan/memory_model.hpp"
+#include "plan/planner.hpp"
 
 using namespace trident;
 

@@ -265,3 +265,34 @@ TEST(Planner, ALayoutThatFillsTheWholeGpuDoesNotFit) {
   const PlanResult r = plan_layouts(m, c, 2048);
   for (const PlanCandidate& k : r.feasible) EXPECT_EQ(k.offload, "host") << k.describe();
 }
+
+// A layout as written gets the numbers the planner gives the same layout among its candidates.
+TEST(Planner, PredictLayoutAgreesWithTheCandidateItEnumerates) {
+  const PlanModel m = model(40, 5120, 40);
+  const PlanResult r = plan_layouts(m, nodes_of_eight(16), kMillion);
+  ASSERT_GT(r.feasible.size(), 10u);
+  for (size_t i = 0; i < r.feasible.size(); i += r.feasible.size() / 10) {
+    const PlanCandidate& k = r.feasible[i];
+    PlanCluster c = nodes_of_eight(16);
+    const PlanCandidate p = predict_layout(m, c, kMillion, k);
+    EXPECT_EQ(p.describe(), k.describe());
+    EXPECT_EQ(p.micro_batches, k.micro_batches) << k.describe();
+    EXPECT_DOUBLE_EQ(p.step_seconds, k.step_seconds) << k.describe();
+    EXPECT_DOUBLE_EQ(p.memory_gb(), k.memory_gb()) << k.describe();
+  }
+  PlanCandidate bad = r.feasible.front();
+  bad.pp = 3;  // 40 layers do not split over 3 stages
+  EXPECT_THROW(predict_layout(m, nodes_of_eight(16), kMillion, bad), InputError);
+}
+
+// Narayanan et al. 2021, Eq. 3, for their 1T row (B = 3072, s = 2048, l = 128, h = 25600,
+// V = 51200): 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), 5.14e19 FLOPs per step.
+TEST(Planner, PaperStepFlopsFollowEquationThree) {
+  PlanModel m = model(128, 25600, 160);
+  m.seq = 2048;
+  m.vocab = 51200;
+  const double B = 3072, s = 2048, l = 128, h = 25600, V = 51200;
+  const double f = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+  EXPECT_DOUBLE_EQ(paper_step_flops(m, B), f);
+  EXPECT_NEAR(f, 5.14e19, 0.01e19);
+}
