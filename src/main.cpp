@@ -354,7 +354,14 @@ struct PlanCommand {
     app->add_option("--peak-tflops", cluster.peak_tflops, "bf16 peak per GPU")
         ->check(kFinite)
         ->capture_default_str();
-    app->add_option("--mfu", cluster.mfu, "achievable share of the peak in the GEMMs")
+    app->add_option("--mfu", cluster.mfu, "share of the peak a full-width GEMM reaches")
+        ->check(kFinite)
+        ->capture_default_str();
+    app->add_option("--hbm-bw", cluster.hbm_gbs, "HBM bandwidth per GPU, GB/s")
+        ->check(kFinite)
+        ->capture_default_str();
+    app->add_option("--hbm-efficiency", cluster.hbm_efficiency,
+                    "share of the HBM bandwidth element-wise kernels reach")
         ->check(kFinite)
         ->capture_default_str();
     app->add_option("--intra-bw", cluster.intra_gbs, "per-GPU bandwidth in a node, GB/s")

@@ -81,7 +81,7 @@ struct PlanBasis {
   // The embedding (wte, wpe) sits on the first stage and, tied, feeds the head on the last; the
   // blocks are split evenly over the stages.
   double psi_embedding = 0, psi_blocks = 0;
-  double layer_flops = 0, head_flops = 0;  // per token, forward + backward
+  double layer_flops = 0, head_flops = 0;  // per token, forward (GEMMs and the attention core)
   double usable_gb = 0;
   long long sequences = 0;  // per step
 };
@@ -102,8 +102,8 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
   b.V = m.vocab;
   b.psi_embedding = std::min(b.psi, (b.V + b.s) * b.h);
   b.psi_blocks = b.psi - b.psi_embedding;
-  b.layer_flops = 6 * b.psi_blocks / m.layers + 12 * b.h * b.s;
-  b.head_flops = 6 * b.V * b.h;  // last stage
+  b.layer_flops = 2 * b.psi_blocks / m.layers + 4 * b.h * b.s;
+  b.head_flops = 2 * b.V * b.h;  // last stage
   b.usable_gb = kPlanUsableMemoryFraction * c.gpu_mem_gb;
   b.sequences = static_cast<long long>(std::floor(global_batch_tokens / m.seq));
   return b;
@@ -173,18 +173,26 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
   const std::string& recompute = k.recompute;
   const double psi_rank = x.psi_rank, flops_per_second = x.flops_per_second;
   const double pp_gbs = x.pp_gbs, dp_gbs = x.dp_gbs;
-  const double h = basis.h, s = basis.s, psi_blocks = basis.psi_blocks;
+  const double h = basis.h, s = basis.s;
   const double layer_flops = basis.layer_flops, head_flops = basis.head_flops;
   const double shard = zero >= 1 ? dp : 1;
   const double tokens = s * b;
-  const double stage_flops = (layers * layer_flops + head_flops) / tp * tokens;
-  const double attention_core = 4 * h * s * kPlanAttentionCoreSlowdown;
-  double extra_flops = 0;
-  if (recompute == "selective") extra_flops = layers * attention_core / tp * tokens;
-  if (recompute == "full")
-    extra_flops = layers * (2 * psi_blocks / m.layers + attention_core) / tp * tokens;
-  const double forward = stage_flops / 3 / flops_per_second;
-  const double micro = (stage_flops + extra_flops) / flops_per_second;
+  // Forward of one micro-batch on the stage: its GEMMs and attention core at the GEMM rate, and
+  // the memory-bound element-wise work (planner.hpp) at the HBM rate. Backward costs twice the
+  // forward; recomputation repeats the forward (full) or the attention core and its scores
+  // (selective).
+  const double hbm = c.hbm_gbs * kGB * c.hbm_efficiency;
+  const double replicated = k.sequence_parallel ? tp : 1;
+  const double score_bytes = kPlanScoreBytes * m.heads * s / tp;
+  const double layer_bytes =
+      tokens * (kPlanReplicatedBytes * h / replicated + kPlanShardedBytes * h / tp + score_bytes);
+  const double forward = (layers * layer_flops + head_flops) / tp * tokens / flops_per_second +
+                         layers * layer_bytes / hbm;
+  double extra = 0;
+  if (recompute == "selective")
+    extra = layers * tokens * (4 * h * s / tp / flops_per_second + score_bytes / hbm);
+  if (recompute == "full") extra = forward - head_flops / tp * tokens / flops_per_second;
+  const double micro = 3 * forward + extra;
   const double backward = micro - forward;
   // Megatron's f/g operators: 2 all-reduces forward, 2 backward, 2 more when the
   // forward is recomputed; an all-reduce is a reduce-scatter and an all-gather.
@@ -192,7 +200,7 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
   const double tp_micro =
       tp_collectives * layers * 2 * ring_seconds(2 * tokens * h, tp, c.intra_gbs);
   k.compute_seconds = micro_batches * micro;
-  k.recompute_seconds = micro_batches * extra_flops / flops_per_second;
+  k.recompute_seconds = micro_batches * extra;
   k.tp_seconds = micro_batches * tp_micro;
   // 1F1B bubble, plus each micro-batch's activation forward and gradient backward.
   k.bubble_seconds = pp == 1 ? 0

@@ -19,12 +19,21 @@ struct PlanModel {
   double param_count() const;
 };
 
+// The compute model's two free constants, fitted to Narayanan et al. 2021, Table 1, on the rows
+// 1.7B, 7.5B, 39.1B, 145.6B and 529.6B only (README, "Reproducing published results"): the share
+// of the peak that a full-width GEMM reaches, and the share of the HBM bandwidth that element-wise
+// kernels reach.
+inline constexpr double kPlanGemmEfficiency = 0.85;
+inline constexpr double kPlanHbmEfficiency = 0.6;
+
 struct PlanCluster {
   int gpus = 8, gpus_per_node = 8;
-  double gpu_mem_gb = 80;     // per GPU, GB (1e9 bytes)
-  double peak_tflops = 312;   // bf16 dense per GPU
-  double mfu = 0.5;           // achievable share of the peak in the matmuls
-  double intra_gbs = 150;     // per-GPU bandwidth inside a node (NVLink), GB/s
+  double gpu_mem_gb = 80;                      // per GPU, GB (1e9 bytes)
+  double peak_tflops = 312;                    // bf16 dense per GPU
+  double mfu = kPlanGemmEfficiency;            // share of the peak a full-width GEMM reaches
+  double hbm_gbs = 2039;                       // HBM bandwidth per GPU, GB/s (A100 80 GB)
+  double hbm_efficiency = kPlanHbmEfficiency;  // share of it element-wise kernels reach
+  double intra_gbs = 150;                      // per-GPU bandwidth inside a node (NVLink), GB/s
   double inter_gbs = 25;      // per-GPU bandwidth between nodes (e.g. 200 Gb/s), GB/s
   double pcie_gbs = 25;       // GPU <-> host, for offload
   double host_adam_gbs = 10;  // host memory streamed by a CPU Adam step, GB/s
@@ -46,33 +55,42 @@ inline constexpr double kPlanRuntimeGB = 2.0;  // CUDA context, NCCL and cuBLAS 
 // embedding (trident's unit buffers), ZeRO-3 the same again for parameters (the block being
 // computed and the one prefetched).
 //
-// Compute runs at mfu of the peak, scaled by a tensor-parallel shard's GEMM efficiency
-// w / (w + kPlanGemmHalfWidth) relative to the unsharded width (w = h / t): a rule of thumb for
-// how cuBLAS throughput falls as the [h, h/t] weight shards narrow. Recomputation repeats the
-// forward GEMMs it drops and the attention core (Q K^T, softmax, times V), which is memory-bound
-// and charged kPlanAttentionCoreSlowdown times its FLOP share; with 4 this reproduces Korthikanti
-// et al.'s measured overheads (Table 4, 22B: selective 7%, full 39%).
+// Compute. A micro-batch's forward on a stage is its GEMMs and attention core (2 Psi_layer + 4 h s
+// FLOPs per token and layer, the head's 2 V h) at mfu of the peak, scaled by a tensor-parallel
+// shard's GEMM efficiency w / (w + kPlanGemmHalfWidth) relative to the unsharded width (w = h / t),
+// plus the memory-bound element-wise work at hbm_efficiency of the HBM bandwidth, in bytes read
+// and written per token and layer (2-byte activations): kPlanReplicatedBytes x h that every tp
+// rank repeats (two LayerNorms, two dropouts, two residual adds; / t with sequence parallelism),
+// kPlanShardedBytes x h / t in the tensor-parallel regions (bias adds, GELU) and kPlanScoreBytes
+// x a s / t for the attention scores (scale and mask, softmax, dropout). This term is why small
+// models reach a smaller share of the peak than large ones (Narayanan et al. 2021, Table 1: 44%
+// at 1.7B, 52% at 530B). Backward costs twice the forward; full recomputation repeats the forward,
+// selective the attention core and its scores. mfu and hbm_efficiency are the fitted constants
+// (above).
 inline constexpr double kPlanGemmHalfWidth = 128;
-inline constexpr double kPlanAttentionCoreSlowdown = 4.0;
+inline constexpr double kPlanReplicatedBytes = 20;
+inline constexpr double kPlanShardedBytes = 22;
+inline constexpr double kPlanScoreBytes = 8;
 //
 // Communication. Tensor parallelism: 4 all-reduces of s b h bf16 per layer per micro-batch (6 with
 // full recomputation) on NVLink, on the critical path (Megatron-LM, Shoeybi et al. 2019); tp stays
 // inside a node. Sequence parallelism replaces each all-reduce by a reduce-scatter and an
-// all-gather, the same bytes: the same time. Pipeline: the 1F1B bubble (p - 1) micro-batch times,
-// the slowest (last) stage carrying the output layer, and stage-to-stage transfers (Narayanan et
-// al. 2021). Data parallel, per GPU on its dp group's link (NVLink while the group fits a node,
-// else the inter-node link at kPlanNetworkEfficiency of its rate), each transfer overlapped with
-// the compute that does not depend on it: ZeRO-0 all-reduces the accumulated gradients during the
-// last micro-batch's backward; ZeRO-1 reduce-scatters them there and all-gathers the updated
-// parameters during the next step's first forward; ZeRO-2 reduce-scatters every micro-batch's
-// gradients during its backward (the full gradient is never kept), plus that all-gather; ZeRO-3
-// all-gathers the parameters for each micro-batch's forward and again for its backward, and
-// reduce-scatters the gradients in the backward: 3 x micro-batches x Psi / (tp pp) bf16 per step,
-// so it needs large micro-batches, which its freed memory allows. Overlap is imperfect (NCCL
-// kernels take SMs and HBM bandwidth, prefetch stalls): an overlapped transfer still costs (1 -
-// kPlanOverlapEfficiency) of its time, and whatever exceeds its window costs in full. The two
-// constants are fit to Narayanan et al. 2021, Table 3 (ZeRO-3 on 25 GB/s per GPU: throughput
-// falls 1.8x from micro-batch 4 to 2, and is 6-19% under PTD-P at micro-batch 4).
+// all-gather, the same bytes: the same time (it saves the replicated element-wise work). Pipeline:
+// the 1F1B bubble (p - 1) micro-batch times, the slowest (last) stage carrying the output layer,
+// and stage-to-stage transfers (Narayanan et al. 2021). Data parallel, per GPU on its dp group's
+// link (NVLink while the group fits a node, else the inter-node link at kPlanNetworkEfficiency of
+// its rate), each transfer overlapped with the compute that does not depend on it: ZeRO-0
+// all-reduces the accumulated gradients during the last micro-batch's backward; ZeRO-1
+// reduce-scatters them there and all-gathers the updated parameters during the next step's first
+// forward; ZeRO-2 reduce-scatters every micro-batch's gradients during its backward (the full
+// gradient is never kept), plus that all-gather; ZeRO-3 all-gathers the parameters for each
+// micro-batch's forward and again for its backward, and reduce-scatters the gradients in the
+// backward: 3 x micro-batches x Psi / (tp pp) bf16 per step, so it needs large micro-batches, which
+// its freed memory allows. Overlap is imperfect (NCCL kernels take SMs and HBM bandwidth, prefetch
+// stalls): an overlapped transfer still costs (1 - kPlanOverlapEfficiency) of its time, and
+// whatever exceeds its window costs in full. The two constants are fit to Narayanan et al. 2021,
+// Table 3 (ZeRO-3 on 25 GB/s per GPU: throughput falls 1.8x from micro-batch 4 to 2, and is 6-19%
+// under PTD-P at micro-batch 4).
 inline constexpr double kPlanNetworkEfficiency = 0.65;
 inline constexpr double kPlanOverlapEfficiency = 0.8;
 //

@@ -107,13 +107,16 @@ TEST(Planner, RecipeSevenBillionOnEightNodesIsZeroOneOrTwoAtOneAndTwoMillionToke
   }
 }
 
-// 13-70B: ZeRO-3 without model parallelism. ZeRO-3 re-gathers the parameters every micro-batch,
-// so it needs micro-batches large enough to hide that traffic, which its freed memory allows.
-TEST(Planner, RecipeThirteenBillionOnSixteenNodesIsZeroThree) {
+// 13-70B: sharded data parallelism without model parallelism. At 13B on 16 nodes (1M tokens) the
+// replicated parameters and gradients still fit beside ZeRO-1's sharded moments, and ZeRO-1
+// reduces once per step where ZeRO-3 re-gathers the parameters every micro-batch: with GEMMs at
+// the fitted 85% of peak the gathers no longer hide, and ZeRO-3's best (selective, micro-batch 4)
+// is 2% slower. From 30B ZeRO-3 is needed to fit (below).
+TEST(Planner, RecipeThirteenBillionOnSixteenNodesIsZeroOneWithoutModelParallelism) {
   const PlanCandidate best = recommend(model(40, 5120, 40), nodes_of_eight(16), kMillion);
   EXPECT_EQ(best.tp, 1) << best.describe();
   EXPECT_EQ(best.pp, 1) << best.describe();
-  EXPECT_EQ(best.zero, 3) << best.describe();
+  EXPECT_EQ(best.zero, 1) << best.describe();
   EXPECT_GE(best.micro_batch, 4) << best.describe();
 }
 
@@ -184,10 +187,10 @@ TEST(Planner, ATrillionOnOneHundredTwentyEightNodesIsFastestInThreeDAndSequenceP
   EXPECT_NE(r.reasons.find("sequence parallelism: "), std::string::npos) << r.reasons;
 }
 
-// Sequence parallelism costs no time in the model (a reduce-scatter and an all-gather move what
-// an all-reduce did) and shrinks activations; it is taken only when the memory it frees buys a
-// faster layout, so a model that fits without it keeps it off.
-TEST(Planner, SequenceParallelismSavesActivationsAtNoTimeAndIsUsedOnlyWhenItHelps) {
+// Sequence parallelism moves the bytes the all-reduces did, and splits the element-wise work and
+// the activations that tensor parallelism alone repeats on every rank: with tp > 1 it is never
+// slower and always smaller, so a tensor-parallel recommendation uses it.
+TEST(Planner, SequenceParallelismIsNeverSlowerAlwaysSmallerAndUsedWithTensorParallelism) {
   const PlanResult r = plan_layouts(model(24, 2048, 16), nodes_of_eight(1), kMillion);
   ASSERT_FALSE(r.feasible.empty());
   int twins = 0;
@@ -199,13 +202,18 @@ TEST(Planner, SequenceParallelismSavesActivationsAtNoTimeAndIsUsedOnlyWhenItHelp
     for (const PlanCandidate& other : r.feasible) {
       if (other.describe() == off.describe()) {
         ++twins;
-        EXPECT_DOUBLE_EQ(other.step_seconds, k.step_seconds) << k.describe();
+        EXPECT_LT(k.step_seconds, other.step_seconds) << k.describe();
         EXPECT_LT(k.activations_gb, other.activations_gb) << k.describe();
       }
     }
   }
   EXPECT_GT(twins, 0);
-  EXPECT_FALSE(r.feasible.front().sequence_parallel) << r.feasible.front().describe();
+  PlanPolicy eager;  // take model parallelism at any gain, so the choice has tp > 1
+  eager.model_parallel_tolerance = 0;
+  const PlanResult tp = plan_layouts(model(96, 12288, 96), nodes_of_eight(64), 2 * kMillion, eager);
+  ASSERT_FALSE(tp.feasible.empty());
+  ASSERT_GT(tp.feasible.front().tp, 1) << tp.feasible.front().describe();
+  EXPECT_TRUE(tp.feasible.front().sequence_parallel) << tp.feasible.front().describe();
 }
 
 // At 530B on 512 GPUs this model still fits ZeRO-3 + tp at micro-batch 4 and predicts it within a
@@ -248,8 +256,8 @@ TEST(Planner, RecipeOneBillionOnOneSixteenGigabyteGpuOffloadsTheOptimizer) {
 
 TEST(Planner, ReasonsNameTheHeadroomTheZeroStageAndTheModelParallelism) {
   const PlanResult r = plan_layouts(model(40, 5120, 40), nodes_of_eight(16), kMillion);
-  for (const char* part :
-       {"headroom", "ZeRO-3:", "with a lower stage", "no tensor or pipeline parallelism", "time:"})
+  for (const char* part : {"headroom", "ZeRO-1:", "with a lower stage", "with a higher stage",
+                           "no tensor or pipeline parallelism", "time:"})
     EXPECT_NE(r.reasons.find(part), std::string::npos) << part << " in\n" << r.reasons;
 }
 
