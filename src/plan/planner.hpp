@@ -90,7 +90,8 @@ inline constexpr double kPlanScoreBytes = 8;
 // stalls): an overlapped transfer still costs (1 - kPlanOverlapEfficiency) of its time, and
 // whatever exceeds its window costs in full. The two constants are fit to Narayanan et al. 2021,
 // Table 3 (ZeRO-3 on 25 GB/s per GPU: throughput falls 1.8x from micro-batch 4 to 2, and is 6-19%
-// under PTD-P at micro-batch 4).
+// under PTD-P at micro-batch 4), with the earlier compute model (GEMMs at a flat 50% of peak);
+// they have not been refitted to the fitted compute model yet.
 inline constexpr double kPlanNetworkEfficiency = 0.65;
 inline constexpr double kPlanOverlapEfficiency = 0.8;
 //
