@@ -170,8 +170,6 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
       a.lnf_rstd = act("lnf_rstd", Nl);
       a.losses = act("losses", N);
       a.lse = act("lse", N);
-    } else if (half_) {
-      a.output = allocate(ledger, MemCategory::kCommBuffers, "output", Nl * C);
     }
     slots_.push_back(a);
   }
@@ -194,11 +192,10 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
     deferred_.push_back(d);
   }
   if (half_) {
-    // One block's activations in fp32, its input, the stage input and the head's tensors.
+    // One block's activations in fp32, its input and the head's tensors.
     block_internals(work_, true, MemCategory::kWorkspace);
     work_.res_mlp = work("work_res_mlp", Nl * C);
     work_x_ = work("work_x", Nl * C);
-    work_input_ = work("work_input", Nl * C);
     if (layout.has_head) {
       work_lnf_ = work("work_lnf", Nl * C);
       work_logits_ = work("work_logits", N * V_tp_);
@@ -345,16 +342,18 @@ void GptStage::layernorm_param_grads(const Vec& dweight, const Vec& dbias, const
   residual_forward(exec_, dbias, dbias, db);
 }
 
-Vec GptStage::input_buffer(int slot) const {
-  if (half_) return window(work_input_, 0, work_input_.extent(0));  // stashed by forward(slot)
+CommBuffer GptStage::input_buffer(int slot) const {
   const ActivationSlot& a = slots_[slot];
+  if (half_) return CommBuffer(window(a.input16, 0, a.input16.extent(0)), precision_);
   return window(a.input, 0, a.input.extent(0));
 }
 
-Vec GptStage::output(int slot) const {
+CommBuffer GptStage::output(int slot) const {
   const ActivationSlot& a = slots_[slot];
   const size_t n = static_cast<size_t>(local_rows(a.B * a.T)) * model_.n_embd;
-  if (half_) return window(a.output, 0, n);
+  if (half_)
+    return CommBuffer(window(a.blocks.empty() ? a.input16 : a.stash.back().res_mlp, 0, n),
+                      precision_);
   return window(a.blocks.empty() ? a.input : a.blocks.back().res_mlp, 0, n);
 }
 
@@ -527,7 +526,9 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
                       Kokkos::subview(targets_host_, std::make_pair(0, N)));
   }
   const bool adds_bias = layout_.tp_rank == 0;  // row-parallel biases: added once per tp group
-  const View1 input = half_ ? work_input_ : a.input;
+  // Under 16-bit storage blocks read their input from work_x_: the embeddings are made there, a
+  // received input is expanded there from its 16 bits.
+  const View1 input = half_ ? work_x_ : a.input;
   if (layout_.has_embedding) {
     need("wte", "");
     need("wpe", block_param(0));
@@ -538,11 +539,11 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     sum_rows(embedded, N, input);
   }
   View1 x = input;
-  if (half_) {  // keep the input in 16 bits; blocks read it from work_x_
+  if (half_ && layout_.has_embedding) {  // keep the input in 16 bits
     round(input, NlC);
     stash(a.input16, input, NlC);
-    Kokkos::deep_copy(exec_, window(work_x_, 0, NlC), window(input, 0, NlC));
-    x = work_x_;
+  } else if (half_) {
+    restore(input, a.input16, NlC);
   }
   for (size_t i = 0; i < a.blocks.size(); ++i) {
     need(block_param(static_cast<int>(i)), i + 1 < a.blocks.size()
@@ -556,10 +557,7 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     else
       x = b.res_mlp;
   }
-  if (!layout_.has_head) {
-    if (half_) Kokkos::deep_copy(exec_, window(a.output, 0, NlC), window(x, 0, NlC));
-    return 0.0;
-  }
+  if (!layout_.has_head) return 0.0;  // output(slot) is sent from the last block's stash
   need("ln_f.weight", "");
   need("wte", "");
   const View1 lnf = half_ ? work_lnf_ : a.lnf, logits = half_ ? work_logits_ : a.logits;

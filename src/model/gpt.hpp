@@ -100,11 +100,10 @@ struct ActivationSlot {
   View1 lnf, lnf_mean, lnf_rstd;         // [N,C], [N], [N]      (last stage)
   View1 logits;                          // [N,V_tp]; overwritten by its gradient in backward
   View1 losses, lse;                     // [N]
-  // 16-bit storage: the kept tensors (blocks hold only their fp32 statistics), and a non-last
-  // stage's output [N,C] in fp32 for the pipeline send.
+  // 16-bit storage: the kept tensors (blocks hold only their fp32 statistics); a non-last stage
+  // sends its last block's res_mlp from here.
   std::vector<BlockStash> stash;
   HalfView1 input16, lnf16, logits16;
-  View1 output;
   int B = 0, T = 0;
 };
 
@@ -183,10 +182,12 @@ class GptStage {
   // The token rows of a micro-batch of n this rank holds outside the tensor-parallel regions:
   // n, or its 1/tp block under sequence parallelism (rows [tp_rank*n/tp, (tp_rank+1)*n/tp)).
   int local_rows(int n) const { return sp_ ? n / layout_.tp_size : n; }
-  // Where a non-first stage's input activation [local_rows(B*T), C] is received.
-  Vec input_buffer(int slot) const;
-  // A non-last stage's output activation [local_rows(B*T), C] after forward(slot).
-  Vec output(int slot) const;
+  // Where a non-first stage's input activation [local_rows(B*T), C] is received, and a non-last
+  // stage's output after forward(slot): fp32, or under bf16 / fp16 the slot's 16-bit copies (the
+  // activations are rounded to 16 bits as they are made, so the transfer is exact at half the
+  // bytes, and no buffer is kept for it).
+  CommBuffer input_buffer(int slot) const;
+  CommBuffer output(int slot) const;
   // Backward of `slot`, accumulating into grads(). The last stage starts from
   // loss_scale * (sum of per-token losses); others from grad_output [B*T, C].
   void backward(int slot, float loss_scale, const ConstVec& grad_output);
@@ -276,9 +277,10 @@ class GptStage {
   HalfView1 params16_;
   std::unique_ptr<UnitBuffers> expanded_;  // 16-bit: fp32 copies of the units in use
   std::vector<int> expanded_unit_;         // per expanded_ buffer: the unit it holds, or -1
-  // 16-bit: the block being computed (and its input), the stage input and the head, in fp32.
+  // 16-bit: the block being computed and its input (the stage input first), and the head, in
+  // fp32.
   BlockActivations work_;
-  View1 work_x_, work_input_, work_lnf_, work_logits_;
+  View1 work_x_, work_lnf_, work_logits_;
   Recompute recompute_;
   BlockActivations recomputed_;  // one block's recomputed activations, shared by all slots
   IntView1::HostMirror tokens_host_, targets_host_;

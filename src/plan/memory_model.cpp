@@ -153,12 +153,10 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
                deferred * (layers * (4 * Nl * h + 7 * N * h / t) +
                            (layout.has_embedding ? Nl * h : 0) + (layout.has_head ? Nl * h : 0)));
     if (half) {
-      // One block's activations, its input and the stage input in fp32; the head's too.
-      add(MemCategory::kWorkspace, internals + 3 * Nl * h);
-      if (layout.has_head)
-        add(MemCategory::kWorkspace, Nl * h + N * v_slice);
-      else
-        add(MemCategory::kCommBuffers, slots * Nl * h);  // the fp32 output each slot sends
+      // One block's activations and its input in fp32; the head's too. A stage sends its output
+      // from the 16-bit activations it keeps.
+      add(MemCategory::kWorkspace, internals + 2 * Nl * h);
+      if (layout.has_head) add(MemCategory::kWorkspace, Nl * h + N * v_slice);
     } else if (layers > 0 && q.recompute.full_block(0)) {
       // Recomputation's shared buffers: one block's internals, or its attention probabilities.
       add(MemCategory::kActivations, internals);
@@ -176,8 +174,11 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     if (q.dp_sync == DpSync::kAsync) add(MemCategory::kCommBuffers, local.total_numel());
     if (q.dp_sync == DpSync::kLocalSgd && q.dp > 1)
       add(MemCategory::kCommBuffers, 2.0 * local.total_numel());
-    // Pipeline gradient buffers: one receive, one send per slot.
-    add(MemCategory::kCommBuffers, (1 + slots) * Nl * h);
+    // Pipeline gradient buffers: one receive, one send per slot, in the storage width (16-bit
+    // stages round activation gradients as they make them); under 16 bits the received one is
+    // expanded into an fp32 copy for backward.
+    add_stored(MemCategory::kCommBuffers, (1 + slots) * Nl * h);
+    if (half) add(MemCategory::kCommBuffers, Nl * h);
   }
   return p;
 }

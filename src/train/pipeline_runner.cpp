@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kernels/cast.hpp"
+
 namespace trident {
 
 PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp,
@@ -19,6 +21,7 @@ PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp
                                           : static_cast<size_t>(chunks.front().stage->local_rows(
                                                 place.micro_batch * place.seq_len)) *
                                                 chunks.front().stage->config().n_embd),
+      storage_(chunks.empty() ? Precision::kFp32 : chunks.front().stage->precision()),
       inputs_(static_cast<size_t>(place.micro_batch) * place.seq_len),
       targets_(static_cast<size_t>(place.micro_batch) * place.seq_len),
       deferred_sets_(std::move(deferred_sets)) {
@@ -26,14 +29,31 @@ PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp
   for (const ModelChunk& ch : chunks_) {
     Transfers t;
     const int slots = ch.stage->slots();
-    t.grad_recv = allocate(ledger, MemCategory::kCommBuffers, "grad_recv", activation_elements_);
-    for (int s = 0; s < slots; ++s)
-      t.grad_send.push_back(
-          allocate(ledger, MemCategory::kCommBuffers, "grad_send", activation_elements_));
+    t.grad_recv = grad_buffer(ledger, "grad_recv");
+    if (storage_ != Precision::kFp32)
+      t.grad_expanded =
+          allocate(ledger, MemCategory::kCommBuffers, "grad_expanded", activation_elements_);
+    for (int s = 0; s < slots; ++s) t.grad_send.push_back(grad_buffer(ledger, "grad_send"));
     t.forward_sends.resize(slots);
     t.backward_sends.resize(slots);
     transfers_.push_back(std::move(t));
   }
+}
+
+PipelineRunner::GradBuffer PipelineRunner::grad_buffer(MemoryLedger& ledger,
+                                                       const char* label) const {
+  GradBuffer b;
+  b.format = storage_;
+  if (storage_ == Precision::kFp32)
+    b.f32 = allocate(ledger, MemCategory::kCommBuffers, label, activation_elements_);
+  else
+    b.f16 = allocate_half(ledger, MemCategory::kCommBuffers, label, activation_elements_);
+  return b;
+}
+
+CommBuffer PipelineRunner::GradBuffer::window(size_t n) const {
+  if (format == Precision::kFp32) return trident::window(f32, 0, n);
+  return CommBuffer(trident::window(f16, 0, n), format);
 }
 
 double PipelineRunner::train(const std::vector<pipeline::Action>& actions,
@@ -100,7 +120,7 @@ void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sa
     ScopedPhase wait(timer_, Phase::kPpWait);
     t.forward_sends[slot].wait();  // the slot's previous output must have left
     if (peers.recv_from >= 0)
-      pp_.recv(window(stage.input_buffer(slot), 0, n), peers.recv_from,
+      pp_.recv(stage.input_buffer(slot).window(0, n), peers.recv_from,
                tag(act.microbatch, ch.virtual_stage, 0));
   }
   double loss = 0.0;
@@ -111,7 +131,7 @@ void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sa
   }
   if (ch.last && place_.tp_rank == 0) loss_sum += loss;  // tp ranks hold the same loss
   if (peers.send_to >= 0)
-    t.forward_sends[slot] = pp_.isend(window(stage.output(slot), 0, n), peers.send_to,
+    t.forward_sends[slot] = pp_.isend(stage.output(slot).window(0, n), peers.send_to,
                                       tag(act.microbatch, ch.virtual_stage + 1, 0));
 }
 
@@ -121,24 +141,32 @@ void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float lo
   const size_t n = activation_elements_;
   if (peers.recv_from >= 0) {
     ScopedPhase wait(timer_, Phase::kPpWait);
-    pp_.recv(window(t.grad_recv, 0, n), peers.recv_from, tag(act.microbatch, ch.virtual_stage, 1));
+    pp_.recv(t.grad_recv.window(n), peers.recv_from, tag(act.microbatch, ch.virtual_stage, 1));
+    if (storage_ != Precision::kFp32)
+      kernels::load_half(exec_, window(t.grad_expanded, 0, n), t.grad_recv.f16, 0, n, storage_);
   }
+  const ConstVec grad_output =
+      window(storage_ == Precision::kFp32 ? t.grad_recv.f32 : t.grad_expanded, 0, n);
   const bool split = act.type == pipeline::ActionType::kBackwardInput;
   if (!split) ch.dp->before_backward(reduce);  // the weight gradients are written now
   {
     ScopedPhase phase(timer_, Phase::kBackward);
     if (split)
-      stage.backward_input(slot, loss_scale, window(t.grad_recv, 0, n),
+      stage.backward_input(slot, loss_scale, grad_output,
                            act.microbatch % deferred_sets_[act.chunk]);
     else
-      stage.backward(slot, loss_scale, window(t.grad_recv, 0, n));
+      stage.backward(slot, loss_scale, grad_output);
   }
   if (peers.send_to >= 0) {
     ScopedPhase wait(timer_, Phase::kPpWait);
     t.backward_sends[slot].wait();
-    Kokkos::deep_copy(window(t.grad_send[slot], 0, n), window(stage.input_grad(), 0, n));
-    t.backward_sends[slot] = pp_.isend(window(t.grad_send[slot], 0, n), peers.send_to,
-                                       tag(act.microbatch, ch.virtual_stage - 1, 1));
+    const GradBuffer& send = t.grad_send[slot];
+    if (storage_ == Precision::kFp32)
+      Kokkos::deep_copy(exec_, window(send.f32, 0, n), window(stage.input_grad(), 0, n));
+    else
+      kernels::store_half(exec_, send.f16, 0, window(stage.input_grad(), 0, n), n, storage_);
+    t.backward_sends[slot] =
+        pp_.isend(send.window(n), peers.send_to, tag(act.microbatch, ch.virtual_stage - 1, 1));
   }
 }
 

@@ -55,9 +55,19 @@ class PipelineRunner {
                   int64_t batch_index);
 
  private:
+  // A gradient transfer buffer: fp32, or 16-bit under bf16 / fp16 storage, whose stages round
+  // activation gradients to 16 bits as they make them (the transfer is exact at half the bytes).
+  struct GradBuffer {
+    View1 f32;
+    HalfView1 f16;
+    Precision format = Precision::kFp32;
+    CommBuffer window(size_t n) const;
+  };
+  GradBuffer grad_buffer(MemoryLedger& ledger, const char* label) const;
   struct Transfers {
-    View1 grad_recv;               // [N,C] output gradient received from the next stage
-    std::vector<View1> grad_send;  // per slot [N,C] input gradient sent to the previous one
+    GradBuffer grad_recv;               // [N,C] output gradient received from the next stage
+    View1 grad_expanded;                // 16-bit: grad_recv expanded to fp32 for backward
+    std::vector<GradBuffer> grad_send;  // per slot [N,C] input gradient sent to the previous one
     std::vector<Request> forward_sends, backward_sends;  // per slot, waited before reuse
   };
   // Where an action runs: its chunk, that chunk's transfers, its activation slot, its peers.
@@ -91,6 +101,8 @@ class PipelineRunner {
   PipelinePlace place_;
   PhaseTimer& timer_;
   size_t activation_elements_;  // N*C of one micro-batch (N/tp*C: sequence parallel)
+  Precision storage_;           // of activations and what the stages send
+  Exec exec_;
   std::vector<Transfers> transfers_;
   std::vector<int32_t> inputs_, targets_;
   std::vector<int> deferred_sets_;  // per chunk: DeferredGrads sets its stage holds

@@ -159,10 +159,15 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
           grad_output(i) = 1e-3f * static_cast<float>(mix64(i) % 1000) - 0.5f;
         for (int mb = 0; mb < 2; ++mb)
           for (GptStage* s : {&fused, &split}) {
-            if (!layout.has_embedding) {
-              const Vec x = s->input_buffer(mb);
-              for (size_t i = 0; i < x.extent(0); ++i)
-                x(i) = 1e-3f * static_cast<float>(mix64(i + 77 * mb) % 2000) - 1.0f;
+            if (!layout.has_embedding) {  // fp32, or 16-bit patterns under bf16 / fp16
+              const CommBuffer x = s->input_buffer(mb);
+              for (size_t i = 0; i < x.count(); ++i) {
+                const float v = 1e-3f * static_cast<float>(mix64(i + 77 * mb) % 2000) - 1.0f;
+                if (x.format() == Precision::kFp32)
+                  static_cast<float*>(x.data())[i] = v;
+                else
+                  static_cast<uint16_t*>(x.data())[i] = to_half(v, x.format());
+              }
             }
             s->forward(mb, layout.has_embedding ? in[mb].data() : nullptr,
                        layout.has_head ? tg[mb].data() : nullptr, B, T);
