@@ -25,16 +25,9 @@ micro=${MICRO:-1}
 python=${PYTHON:-/usr/bin/python3}  # Debian's, which has python3-h5py
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
-trident=$build/src/trident
-if [[ ! -x $trident ]]; then
-  echo "error: $trident is missing; build the trident target in $build" >&2
-  exit 2
-fi
-if [[ ! -f $root/data/kjv_train.bin || ! -f $root/data/kjv_val.bin ]]; then
-  echo "error: data/kjv_{train,val}.bin are missing; run 'make data' or" \
-    "'bash tools/prepare_kjv.sh $trident data' in $root" >&2
-  exit 2
-fi
+# shellcheck source=bench/require_build.sh
+source "$here/require_build.sh"
+require_build "$build" "$root"
 if ! "$python" -c 'import h5py, numpy, pandas, matplotlib, tomllib' 2>/dev/null; then
   echo "error: $python cannot import h5py, numpy, pandas, matplotlib and tomllib" \
     "(python3-h5py, python3-pandas, python3-matplotlib, Python >= 3.11)" >&2

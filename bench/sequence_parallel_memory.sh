@@ -26,15 +26,9 @@ read -r -a layers <<<"${LAYERS:-2 4}"
 python=${PYTHON:-/usr/bin/python3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
-trident=$build/src/trident
-if [[ ! -x $trident ]]; then
-  echo "error: $trident is missing; build the trident target in $build" >&2
-  exit 2
-fi
-if [[ ! -f $root/data/kjv_train.bin || ! -f $root/data/kjv_val.bin ]]; then
-  echo "error: data/kjv_{train,val}.bin are missing; run 'make data' in $root" >&2
-  exit 2
-fi
+# shellcheck source=bench/require_build.sh
+source "$here/require_build.sh"
+require_build "$build" "$root"
 if ((${#layers[@]} != 2 || layers[1] <= layers[0])); then
   echo "error: LAYERS must be two increasing layer counts, e.g. \"2 4\"" >&2
   exit 2
