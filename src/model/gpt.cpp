@@ -6,6 +6,7 @@
 #include "model/gpt.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "core/error.hpp"
@@ -17,6 +18,7 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/residual.hpp"
+#include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
 
@@ -124,6 +126,15 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
     b.fch_gelu = f("fch_gelu", N * F_tp_);
   };
   const int n_blocks = layout.last_layer - layout.first_layer;
+  if (n_blocks < 1 && !layout.has_head)
+    throw std::logic_error("a pipeline stage without the head needs a block to make its output");
+  if (!layout.has_head)  // the stage's outputs, each sent before the buffer is reused
+    for (int k = 0; k < pipeline::kSendBuffers; ++k) {
+      if (half_)
+        outputs16_.push_back(allocate_half(ledger, MemCategory::kCommBuffers, "output16", Nl * C));
+      else
+        outputs_.push_back(allocate(ledger, MemCategory::kCommBuffers, "output", Nl * C));
+    }
   for (int s = 0; s < slots; ++s) {
     ActivationSlot a;
     a.tokens = allocate_int(ledger, MemCategory::kActivations, "tokens", N);
@@ -151,9 +162,12 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
         st.fch = act16("fch", N * F_tp_);
         st.fch_gelu = act16("fch_gelu", N * F_tp_);
       }
-      if (half_)
+      // The last block's output of a stage without the head is sent, not kept: it goes to one of
+      // the output buffers below.
+      const bool sent = i == n_blocks - 1 && !layout.has_head;
+      if (half_ && !sent)
         st.res_mlp = act16("res_mlp", Nl * C);
-      else
+      else if (!sent)
         b.res_mlp = act("res_mlp", Nl * C);
       a.blocks.push_back(b);
       a.stash.push_back(st);
@@ -348,13 +362,9 @@ CommBuffer GptStage::input_buffer(int slot) const {
   return window(a.input, 0, a.input.extent(0));
 }
 
-CommBuffer GptStage::output(int slot) const {
-  const ActivationSlot& a = slots_[slot];
-  const size_t n = static_cast<size_t>(local_rows(a.B * a.T)) * model_.n_embd;
-  if (half_)
-    return CommBuffer(window(a.blocks.empty() ? a.input16 : a.stash.back().res_mlp, 0, n),
-                      precision_);
-  return window(a.blocks.empty() ? a.input : a.blocks.back().res_mlp, 0, n);
+CommBuffer GptStage::output(int index) const {
+  if (half_) return CommBuffer(outputs16_.at(index), precision_);
+  return outputs_.at(index);
 }
 
 Vec GptStage::input_grad() const {
@@ -447,7 +457,8 @@ void GptStage::keep(const ActivationSlot& a, int i, const BlockActivations& b) {
   const BlockStash& st = a.stash[i];
   const size_t N = static_cast<size_t>(a.B) * a.T, C = model_.n_embd;
   const size_t NlC = static_cast<size_t>(local_rows(a.B * a.T)) * C;
-  stash(st.res_mlp, b.res_mlp, NlC);
+  const bool sent = !layout_.has_head && i + 1 == static_cast<int>(a.blocks.size());
+  stash(sent ? outputs16_[next_output_] : st.res_mlp, b.res_mlp, NlC);
   if (recompute_.full_block(i)) return;
   stash(st.ln1, b.ln1, NlC);
   stash(st.qkv, b.qkv, N * 3 * C_tp_);
@@ -549,7 +560,8 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     need(block_param(static_cast<int>(i)), i + 1 < a.blocks.size()
                                                ? block_param(static_cast<int>(i) + 1)
                                                : (layout_.has_head ? "ln_f.weight" : ""));
-    const BlockActivations b = forward_buffers(a, static_cast<int>(i));
+    BlockActivations b = forward_buffers(a, static_cast<int>(i));
+    if (!half_ && !layout_.has_head && i + 1 == a.blocks.size()) b.res_mlp = outputs_[next_output_];
     block_forward(param_tensors_.blocks[i], b, x, B, T, true);
     keep(a, static_cast<int>(i), b);
     if (half_)
@@ -557,7 +569,10 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     else
       x = b.res_mlp;
   }
-  if (!layout_.has_head) return 0.0;  // output(slot) is sent from the last block's stash
+  if (!layout_.has_head) {  // the output is in output(next_output_), to be sent
+    next_output_ = (next_output_ + 1) % pipeline::kSendBuffers;
+    return 0.0;
+  }
   need("ln_f.weight", "");
   need("wte", "");
   const View1 lnf = half_ ? work_lnf_ : a.lnf, logits = half_ ? work_logits_ : a.logits;

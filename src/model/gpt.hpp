@@ -182,12 +182,16 @@ class GptStage {
   // The token rows of a micro-batch of n this rank holds outside the tensor-parallel regions:
   // n, or its 1/tp block under sequence parallelism (rows [tp_rank*n/tp, (tp_rank+1)*n/tp)).
   int local_rows(int n) const { return sp_ ? n / layout_.tp_size : n; }
-  // Where a non-first stage's input activation [local_rows(B*T), C] is received, and a non-last
-  // stage's output after forward(slot): fp32, or under bf16 / fp16 the slot's 16-bit copies (the
-  // activations are rounded to 16 bits as they are made, so the transfer is exact at half the
-  // bytes, and no buffer is kept for it).
+  // Where a non-first stage's input activation [local_rows(B*T), C] is received: fp32, or under
+  // bf16 / fp16 the slot's 16-bit copy (activations are rounded to 16 bits as they are made, so
+  // the transfer is exact at half the bytes).
   CommBuffer input_buffer(int slot) const;
-  CommBuffer output(int slot) const;
+  // A stage without the head writes each forward's output, in the storage width, into its
+  // pipeline::kSendBuffers output buffers in turn: the next forward into output(next_output()).
+  // The output is only sent, never read back, so it is not kept per activation slot; the caller
+  // must not start a forward before the previous send from that buffer completed.
+  int next_output() const { return next_output_; }
+  CommBuffer output(int index) const;
   // Backward of `slot`, accumulating into grads(). The last stage starts from
   // loss_scale * (sum of per-token losses); others from grad_output [B*T, C].
   void backward(int slot, float loss_scale, const ConstVec& grad_output);
@@ -270,6 +274,9 @@ class GptStage {
   View1 params_, grads_;
   StageTensors param_tensors_, grad_tensors_;
   std::vector<ActivationSlot> slots_;
+  std::vector<View1> outputs_;        // no head: the stage's output buffers (fp32 storage)
+  std::vector<HalfView1> outputs16_;  // the same under bf16 / fp16
+  int next_output_ = 0;
   std::vector<DeferredGrads> deferred_;
   Precision precision_ = Precision::kFp32;
   bool half_ = false;

@@ -139,6 +139,7 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
       stored += e.stored;
       wide += e.wide;
     }
+    if (!layout.has_head) stored -= Nl * h;  // the output is sent, not kept (output buffers)
     if (layout.has_head) {
       stored += Nl * h + N * v_slice;  // final LayerNorm, logits
       wide += 2 * Nl + 2 * N;          // its statistics; losses, log-sum-exp
@@ -174,11 +175,16 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     if (q.dp_sync == DpSync::kAsync) add(MemCategory::kCommBuffers, local.total_numel());
     if (q.dp_sync == DpSync::kLocalSgd && q.dp > 1)
       add(MemCategory::kCommBuffers, 2.0 * local.total_numel());
-    // Pipeline gradient buffers: one receive, one send per slot, in the storage width (16-bit
-    // stages round activation gradients as they make them); under 16 bits the received one is
-    // expanded into an fp32 copy for backward.
-    add_stored(MemCategory::kCommBuffers, (1 + slots) * Nl * h);
-    if (half) add(MemCategory::kCommBuffers, Nl * h);
+    // Pipeline transfers, in the storage width (16-bit stages round activations and their
+    // gradients as they make them): without the head, the output buffers and a received gradient
+    // (under 16 bits expanded into an fp32 copy for backward); without the embedding, the
+    // input-gradient send buffers.
+    if (!layout.has_head) {
+      add_stored(MemCategory::kCommBuffers, (pipeline::kSendBuffers + 1) * Nl * h);
+      if (half) add(MemCategory::kCommBuffers, Nl * h);
+    }
+    if (!layout.has_embedding)
+      add_stored(MemCategory::kCommBuffers, pipeline::kSendBuffers * Nl * h);
   }
   return p;
 }

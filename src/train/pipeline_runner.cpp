@@ -26,16 +26,22 @@ PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp
       targets_(static_cast<size_t>(place.micro_batch) * place.seq_len),
       deferred_sets_(std::move(deferred_sets)) {
   deferred_sets_.resize(chunks_.size(), 0);
+  // Sends go out from pipeline::kSendBuffers buffers per direction in turn, not one per slot:
+  // the schedules neither deadlock nor slow down with them (the simulator's test).
   for (const ModelChunk& ch : chunks_) {
     Transfers t;
-    const int slots = ch.stage->slots();
-    t.grad_recv = grad_buffer(ledger, "grad_recv");
-    if (storage_ != Precision::kFp32)
-      t.grad_expanded =
-          allocate(ledger, MemCategory::kCommBuffers, "grad_expanded", activation_elements_);
-    for (int s = 0; s < slots; ++s) t.grad_send.push_back(grad_buffer(ledger, "grad_send"));
-    t.forward_sends.resize(slots);
-    t.backward_sends.resize(slots);
+    if (!ch.last) {
+      t.grad_recv = grad_buffer(ledger, "grad_recv");
+      if (storage_ != Precision::kFp32)
+        t.grad_expanded =
+            allocate(ledger, MemCategory::kCommBuffers, "grad_expanded", activation_elements_);
+      t.forward_sends.resize(pipeline::kSendBuffers);
+    }
+    if (!ch.first) {
+      for (int k = 0; k < pipeline::kSendBuffers; ++k)
+        t.grad_send.push_back(grad_buffer(ledger, "grad_send"));
+      t.backward_sends.resize(pipeline::kSendBuffers);
+    }
     transfers_.push_back(std::move(t));
   }
 }
@@ -116,12 +122,13 @@ void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sa
   const size_t n = activation_elements_;
   sampler.fill(batch_index, place_.first_sequence + act.microbatch * place_.micro_batch,
                place_.micro_batch, inputs_.data(), targets_.data());
+  const int out = stage.next_output();
   {
     ScopedPhase wait(timer_, Phase::kPpWait);
-    t.forward_sends[slot].wait();  // the slot's previous output must have left
     if (peers.recv_from >= 0)
       pp_.recv(stage.input_buffer(slot).window(0, n), peers.recv_from,
                tag(act.microbatch, ch.virtual_stage, 0));
+    if (peers.send_to >= 0) t.forward_sends[out].wait();  // its previous output must have left
   }
   double loss = 0.0;
   {
@@ -131,8 +138,8 @@ void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sa
   }
   if (ch.last && place_.tp_rank == 0) loss_sum += loss;  // tp ranks hold the same loss
   if (peers.send_to >= 0)
-    t.forward_sends[slot] = pp_.isend(stage.output(slot).window(0, n), peers.send_to,
-                                      tag(act.microbatch, ch.virtual_stage + 1, 0));
+    t.forward_sends[out] = pp_.isend(stage.output(out).window(0, n), peers.send_to,
+                                     tag(act.microbatch, ch.virtual_stage + 1, 0));
 }
 
 void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float loss_scale) {
@@ -159,13 +166,15 @@ void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float lo
   }
   if (peers.send_to >= 0) {
     ScopedPhase wait(timer_, Phase::kPpWait);
-    t.backward_sends[slot].wait();
-    const GradBuffer& send = t.grad_send[slot];
+    const int out = t.next_grad_send;
+    t.next_grad_send = (out + 1) % pipeline::kSendBuffers;
+    t.backward_sends[out].wait();
+    const GradBuffer& send = t.grad_send[out];
     if (storage_ == Precision::kFp32)
       Kokkos::deep_copy(exec_, window(send.f32, 0, n), window(stage.input_grad(), 0, n));
     else
       kernels::store_half(exec_, send.f16, 0, window(stage.input_grad(), 0, n), n, storage_);
-    t.backward_sends[slot] =
+    t.backward_sends[out] =
         pp_.isend(send.window(n), peers.send_to, tag(act.microbatch, ch.virtual_stage - 1, 1));
   }
 }

@@ -64,11 +64,16 @@ class PipelineRunner {
     CommBuffer window(size_t n) const;
   };
   GradBuffer grad_buffer(MemoryLedger& ledger, const char* label) const;
+  // A chunk's transfer buffers, each [N,C] (N/tp rows under sequence parallelism): only those
+  // its place in the pipeline uses.
   struct Transfers {
-    GradBuffer grad_recv;               // [N,C] output gradient received from the next stage
-    View1 grad_expanded;                // 16-bit: grad_recv expanded to fp32 for backward
-    std::vector<GradBuffer> grad_send;  // per slot [N,C] input gradient sent to the previous one
-    std::vector<Request> forward_sends, backward_sends;  // per slot, waited before reuse
+    GradBuffer grad_recv;  // not last: the output gradient received from the next stage
+    View1 grad_expanded;   // not last, 16-bit: grad_recv expanded to fp32 for backward
+    // Not first: pipeline::kSendBuffers input-gradient buffers, used in turn.
+    std::vector<GradBuffer> grad_send;
+    int next_grad_send = 0;
+    // Per send buffer (the stage's outputs, grad_send): its last send, waited before reuse.
+    std::vector<Request> forward_sends, backward_sends;
   };
   // Where an action runs: its chunk, that chunk's transfers, its activation slot, its peers.
   struct Site {

@@ -46,8 +46,7 @@ echo "megatron2019 8.3b at tp=1: $total GB, model states $states GB, fits: $fits
 awk -v s="$states" 'BEGIN { exit !(s > 0.99 * 18 * 8.3 && s < 1.01 * 18 * 8.4) }' ||
   fail "8.3B at tp=1: model states $states GB, want 18 bytes x 8.3e9 parameters"
 
-# Narayanan et al. 2021, Table 1: the PTD-P layouts up to 529.6B fit an 80 GB A100 (1T does not
-# yet: issue 17), and `plan --config` predicts each row's step time and TFLOP/s per GPU (counted
+# Narayanan et al. 2021, Table 1: every PTD-P layout, 1T included, fits an 80 GB A100, and `plan --config` predicts each row's step time and TFLOP/s per GPU (counted
 # by the paper's Eq. 3) beside the published figure, within 15% on the five rows the time model
 # was fitted to (tools/fit_time_model.py).
 published=(1.7b:137 3.6b:138 7.5b:142 18.4b:135 39.1b:138 76.1b:140 145.6b:148 310.1b:155
@@ -64,7 +63,7 @@ for row in "${published[@]}"; do
     "per GPU, published ${row#*:}"
   awk -v t="$tflops" 'BEGIN { exit !(t > 0 && t < 312) }' ||
     fail "narayanan2021 $size: $tflops TFLOP/s per GPU is not between 0 and the 312 peak"
-  [[ $size == 1t || $fits == yes ]] || fail "narayanan2021 $size does not fit 80 GB: $total GB"
+  [[ $fits == yes ]] || fail "narayanan2021 $size does not fit 80 GB: $total GB"
   if [[ $fitted == *" $size "* ]]; then
     awk -v t="$tflops" -v p="${row#*:}" 'BEGIN { e = t / p - 1; exit !(e < 0.15 && e > -0.15) }' ||
       fail "narayanan2021 $size (a fitted row): $tflops TFLOP/s per GPU, over 15% from ${row#*:}"

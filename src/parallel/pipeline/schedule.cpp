@@ -280,21 +280,33 @@ int max_deferred_weight_grads(const std::vector<Action>& actions, int chunk) {
 }
 
 bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, int v,
-                      std::string* error, double* makespan_out, const PassCosts& costs) {
+                      std::string* error, double* makespan_out, const PassCosts& costs,
+                      int send_buffers) {
   const int pp = static_cast<int>(per_rank.size());
   if (pp < 1 || m < 1 || v < 1) return fail(error, "empty pipeline");
+  if (send_buffers < 0) return fail(error, "negative send_buffers");
   for (int r = 0; r < pp; ++r)
     if (!check_rank_list(per_rank[r], pp, r, m, v, error)) return false;
 
-  // A send is issued when its producing compute ends; -1 = not issued yet. Indexed by
-  // stage * m + micro-batch. Zero transfer time: a receive completes as soon as the send exists.
+  // Per message (index stage * m + micro-batch, by the sending stage): when its send was issued
+  // and when its receive began; -1 = not yet. Zero transfer time: a receive completes as soon as
+  // the send exists, and a send completes once its receive has begun.
   const int stages = pp * v;
-  std::vector<double> forward_end(static_cast<size_t>(stages) * m, -1), backward_end(forward_end);
+  const size_t messages = static_cast<size_t>(stages) * m;
+  std::vector<double> sent[2] = {std::vector<double>(messages, -1),
+                                 std::vector<double>(messages, -1)};
+  std::vector<double> received[2] = {sent[0], sent[0]};
+  // Per (sending stage, direction): the micro-batches sent so far, in order. With send_buffers
+  // > 0 the k-th send reuses the buffer of send k - send_buffers, which must have been received.
+  std::vector<std::vector<int>> order[2] = {std::vector<std::vector<int>>(stages),
+                                            std::vector<std::vector<int>>(stages)};
   std::vector<size_t> next(pp, 0);
   std::vector<double> clock(pp, 0);
-  // Each sweep runs every rank until it blocks on a receive; start times take the max of the
-  // rank's clock and the send time, so the sweep order does not change the timing, and a sweep
-  // without progress means every unfinished rank waits on one that waits too: a deadlock.
+  std::vector<bool> waits_for_buffer(pp, false);
+  // Each sweep runs every rank until it blocks on a receive or a send buffer; start times take the
+  // max of the rank's clock and the send (or buffer release) time, so the sweep order does not
+  // change the timing, and a sweep without progress means every unfinished rank waits on one that
+  // waits too: a deadlock.
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < pp; ++r) {
@@ -302,34 +314,49 @@ bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, i
         const Action& a = per_rank[r][next[r]];
         const int stage = virtual_stage(pp, r, a.chunk);
         const bool forward = a.type == ActionType::kForward;
-        const bool weight_only = a.type == ActionType::kBackwardWeight;  // local, no receive
+        const bool weight_only = a.type == ActionType::kBackwardWeight;  // local, no transfer
+        const int dir = forward ? 0 : 1;
+        const int from = forward ? stage - 1 : stage + 1;  // the stage this action receives from
+        const int to = forward ? stage + 1 : stage - 1;    // the stage it sends to
+        const bool receives = !weight_only && from >= 0 && from < stages;
+        const bool sends = !weight_only && to >= 0 && to < stages;
         double ready = clock[r];
-        if (forward && stage > 0) {
-          const double sent = forward_end[static_cast<size_t>(stage - 1) * m + a.microbatch];
-          if (sent < 0) break;
-          ready = std::max(ready, sent);
-        } else if (!forward && !weight_only && stage < stages - 1) {
-          const double sent = backward_end[static_cast<size_t>(stage + 1) * m + a.microbatch];
-          if (sent < 0) break;
-          ready = std::max(ready, sent);
+        if (receives) {
+          const double t = sent[dir][static_cast<size_t>(from) * m + a.microbatch];
+          if (t < 0) break;
+          ready = std::max(ready, t);
         }
+        // The runtime receives first, so a rank blocked on its send buffer below has received.
+        if (receives) received[dir][static_cast<size_t>(from) * m + a.microbatch] = ready;
+        // The send buffer this action's output goes to is free once its previous message was
+        // received (the runtime waits for it before a forward's compute, after a backward's).
+        double buffer_free = 0;
+        const std::vector<int>& issued = order[dir][sends ? stage : 0];
+        if (sends && send_buffers > 0 && issued.size() >= static_cast<size_t>(send_buffers)) {
+          const int previous = issued[issued.size() - send_buffers];
+          buffer_free = received[dir][static_cast<size_t>(stage) * m + previous];
+          waits_for_buffer[r] = buffer_free < 0;
+          if (buffer_free < 0) break;
+        }
+        waits_for_buffer[r] = false;
         switch (a.type) {
           case ActionType::kForward:
-            clock[r] = ready + costs.forward;
+            clock[r] = std::max(ready, buffer_free) + costs.forward;
             break;
           case ActionType::kBackward:
-            clock[r] = ready + costs.input_grad + costs.weight_grad;
+            clock[r] = std::max(ready + costs.input_grad + costs.weight_grad, buffer_free);
             break;
           case ActionType::kBackwardInput:
-            clock[r] = ready + costs.input_grad;
+            clock[r] = std::max(ready + costs.input_grad, buffer_free);
             break;
           case ActionType::kBackwardWeight:
             clock[r] = ready + costs.weight_grad;
             break;
         }
-        if (!weight_only)
-          (forward ? forward_end : backward_end)[static_cast<size_t>(stage) * m + a.microbatch] =
-              clock[r];
+        if (sends) {
+          sent[dir][static_cast<size_t>(stage) * m + a.microbatch] = clock[r];
+          order[dir][stage].push_back(a.microbatch);
+        }
         ++next[r];
         progress = true;
       }
@@ -341,9 +368,14 @@ bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, i
     if (next[r] == per_rank[r].size()) continue;
     const Action& a = per_rank[r][next[r]];
     const int stage = virtual_stage(pp, r, a.chunk);
-    const int peer = a.type == ActionType::kForward ? stage - 1 : stage + 1;  // W never waits
+    const bool forward = a.type == ActionType::kForward;
     stuck << (stuck.tellp() > 0 ? "; " : "") << "rank " << r << " waits at action " << next[r]
-          << " (" << describe(a, pp, r) << ") for stage " << peer;
+          << " (" << describe(a, pp, r) << ") for stage ";
+    if (waits_for_buffer[r])
+      stuck << (forward ? stage + 1 : stage - 1) << " to receive what it sent from the same buffer "
+            << send_buffers << " sends ago";
+    else
+      stuck << (forward ? stage - 1 : stage + 1);
   }
   if (stuck.tellp() > 0) return fail(error, "deadlock: " + stuck.str());
   if (makespan_out) *makespan_out = *std::max_element(clock.begin(), clock.end());
@@ -351,12 +383,12 @@ bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, i
 }
 
 bool simulate(ScheduleKind kind, int pp, int m, int v, std::string* error, double* makespan_out,
-              const PassCosts& costs) {
+              const PassCosts& costs, int send_buffers) {
   const std::string invalid = validate_schedule(kind, pp, m, v);
   if (!invalid.empty()) return fail(error, invalid);
   std::vector<std::vector<Action>> per_rank;
   for (int r = 0; r < pp; ++r) per_rank.push_back(make_schedule(kind, pp, r, m, v));
-  return simulate_actions(per_rank, m, v, error, makespan_out, costs);
+  return simulate_actions(per_rank, m, v, error, makespan_out, costs, send_buffers);
 }
 
 double simulated_bubble(ScheduleKind kind, int pp, int m, int v, const PassCosts& costs) {

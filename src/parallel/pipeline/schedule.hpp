@@ -77,18 +77,28 @@ int max_in_flight_all_chunks(const std::vector<Action>& actions);
 // passes (0 for schedules without split backwards).
 int max_deferred_weight_grads(const std::vector<Action>& actions, int chunk);
 
+// Send buffers per (model chunk, direction) of the runtime: an output or input gradient is sent
+// from one of this many buffers in turn, each reused once the message sent from it two sends ago
+// was received. The bound holds the pipeline's transfer memory at a micro-batch's worth or two
+// instead of one per activation set in flight; PipelineSchedule.SendBuffersNeitherDeadlockNorSlow
+// checks every schedule with it.
+inline constexpr int kSendBuffers = 2;
+
 // Simulates all pp ranks executing their action lists with blocking receives and non-blocking sends
-// (a receive completes only after the matching send was issued, with zero transfer time). Returns
-// true when every rank finishes (no deadlock) and every action's dependencies are respected;
-// otherwise false with the reason in `error` (when non-null). `makespan_out` (when non-null) gets
-// the time the last rank finishes, each pass costing what `costs` says (by default a forward 1 and
-// a backward 2).
+// (a receive completes only after the matching send was issued, with zero transfer time), the
+// runtime's order: receive, compute, send. With `send_buffers` > 0 each (stage, direction) sends
+// from that many buffers in turn, and a send waits until the message sent from its buffer before
+// was received (before a forward's compute, after a backward's, as the runtime waits); 0 means
+// unbounded buffering. Returns true when every rank finishes (no deadlock) and every action's
+// dependencies are respected; otherwise false with the reason in `error` (when non-null).
+// `makespan_out` (when non-null) gets the time the last rank finishes, each pass costing what
+// `costs` says (by default a forward 1 and a backward 2).
 bool simulate(ScheduleKind kind, int pp, int m, int v, std::string* error,
-              double* makespan_out = nullptr, const PassCosts& costs = {});
+              double* makespan_out = nullptr, const PassCosts& costs = {}, int send_buffers = 0);
 // The same for arbitrary per-rank lists (index = pipeline rank), e.g. a hand-made broken schedule.
 bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, int v,
                       std::string* error, double* makespan_out = nullptr,
-                      const PassCosts& costs = {});
+                      const PassCosts& costs = {}, int send_buffers = 0);
 
 // Idle fraction per rank under simulate's timing model: 1 - m*v*(F + B + W) / makespan, since every
 // rank computes m*v forwards and m*v backwards. Throws InputError for an invalid (kind, pp, m, v)
