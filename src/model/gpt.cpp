@@ -388,8 +388,9 @@ double GptStage::cross_entropy(ActivationSlot& a, const View1& logits_buffer, in
   return cross_entropy_loss_sum(exec_, window(a.losses, 0, N), N);
 }
 
-void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, const View1& x,
-                             int B, int T, bool complete) {
+void GptStage::block_forward(int i, const BlockActivations& b, const View1& x, int B, int T,
+                             bool complete, const std::string& next) {
+  const BlockTensors& w = param_tensors_.blocks[i];
   const int N = B * T, Nl = local_rows(N), C = model_.n_embd;
   const size_t NlC = static_cast<size_t>(Nl) * C;
   const AttentionShape shape{B, T, NH_tp_, model_.head_size()};
@@ -398,6 +399,7 @@ void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, c
   // 16-bit tensor would hold (fp32 arithmetic inside each op, as on tensor cores). x, the
   // LayerNorms and the residual stream hold this rank's Nl token rows (all N without sequence
   // parallelism); the tensor-parallel regions between them all N.
+  need(unit_param(i, 0), unit_param(i, 1));
   layernorm_forward(exec_, window(b.ln1, 0, Nl, C), b.ln1_mean, b.ln1_rstd, window(x, 0, Nl, C),
                     w.ln1_w, w.ln1_b);
   round(b.ln1, NlC);
@@ -408,12 +410,14 @@ void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, c
                     window(b.qkv, 0, N, 3 * C_tp_), shape);
   round(b.att, static_cast<size_t>(N) * NH_tp_ * T);
   round(b.atty, static_cast<size_t>(N) * C_tp_);
+  need(unit_param(i, 1), unit_param(i, 2));
   linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.atty, 0, N, C_tp_), w.proj_w,
                  adds_bias ? ConstVec(w.proj_b) : ConstVec());
   const View1 attn_out = sum_rows(scratch_c_, N, scattered_);
   round(attn_out, NlC);
   residual_forward(exec_, window(b.res_attn, 0, NlC), window(x, 0, NlC), window(attn_out, 0, NlC));
   round(b.res_attn, NlC);
+  need(unit_param(i, 2), complete ? unit_param(i, 3) : next);
   layernorm_forward(exec_, window(b.ln2, 0, Nl, C), b.ln2_mean, b.ln2_rstd,
                     window(b.res_attn, 0, Nl, C), w.ln2_w, w.ln2_b);
   round(b.ln2, NlC);
@@ -423,6 +427,7 @@ void GptStage::block_forward(const BlockTensors& w, const BlockActivations& b, c
   gelu_forward(exec_, window(b.fch_gelu, 0, N * F_tp_), window(b.fch, 0, N * F_tp_));
   round(b.fch_gelu, static_cast<size_t>(N) * F_tp_);
   if (!complete) return;
+  need(unit_param(i, 3), next);
   linear_forward(exec_, window(scratch_c_, 0, N, C), window(b.fch_gelu, 0, N, F_tp_), w.fcproj_w,
                  adds_bias ? ConstVec(w.fcproj_b) : ConstVec());
   const View1 mlp_out = sum_rows(scratch_c_, N, scattered_);
@@ -478,13 +483,13 @@ View1 GptStage::block_input(const ActivationSlot& a, int i) {
 }
 
 BlockActivations GptStage::activations_for_backward(const ActivationSlot& a, int i, const View1& x,
-                                                    bool attention) {
+                                                    const std::string& next, bool attention) {
   const int N = a.B * a.T;
   if (recompute_.full_block(i)) {
     ScopedPhase phase(timer_, Phase::kRecompute);
     BlockActivations b = half_ ? work_ : recomputed_;
     if (!half_) b.res_mlp = a.blocks[i].res_mlp;
-    block_forward(param_tensors_.blocks[i], b, x, a.B, a.T, false);
+    block_forward(i, b, x, a.B, a.T, false, next);
     return b;
   }
   BlockActivations b = a.blocks[i];
@@ -557,12 +562,12 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     restore(input, a.input16, NlC);
   }
   for (size_t i = 0; i < a.blocks.size(); ++i) {
-    need(block_param(static_cast<int>(i)), i + 1 < a.blocks.size()
-                                               ? block_param(static_cast<int>(i) + 1)
-                                               : (layout_.has_head ? "ln_f.weight" : ""));
-    BlockActivations b = forward_buffers(a, static_cast<int>(i));
+    const int block = static_cast<int>(i);
+    BlockActivations b = forward_buffers(a, block);
     if (!half_ && !layout_.has_head && i + 1 == a.blocks.size()) b.res_mlp = outputs_[next_output_];
-    block_forward(param_tensors_.blocks[i], b, x, B, T, true);
+    block_forward(
+        block, b, x, B, T, true,
+        i + 1 < a.blocks.size() ? block_param(block + 1) : (layout_.has_head ? "ln_f.weight" : ""));
     keep(a, static_cast<int>(i), b);
     if (half_)
       Kokkos::deep_copy(exec_, window(work_x_, 0, NlC), window(b.res_mlp, 0, NlC));
@@ -627,7 +632,7 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
   // shows as infinity in the gradients, as it would on a device.
   if (layout_.has_head) {
     need("ln_f.weight", "");
-    need("wte", block_param(n_blocks - 1));
+    need("wte", first_backward_unit(n_blocks - 1));
     View1 logits = a.logits, lnf = a.lnf;
     if (half_) {
       logits = work_logits_, lnf = work_lnf_;
@@ -666,21 +671,26 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     round(dresidual_, NlC);
   }
   for (int i = n_blocks - 1; i >= 0; --i) {
-    need(block_param(i), block_param(i - 1));
     const BlockTensors& w = param_tensors_.blocks[i];
     const BlockTensors& g = grad_tensors_.blocks[i];
     const DeferredGrads::Block* kept = defer ? &defer->blocks[i] : nullptr;
     const View1 x = block_input(a, i);
-    const BlockActivations b = activations_for_backward(a, i, x);
+    const BlockActivations b = activations_for_backward(a, i, x, unit_param(i, 3));
+    // Each unit's gradients are final (unit_done) before the next but one is written: ZeRO-2/3
+    // reduce them from two alternating buffers.
+    need(unit_param(i, 3), unit_param(i, 2));
     const Mat dfch = window(dfch_, 0, N, F_tp_);
     const size_t NF = static_cast<size_t>(N) * F_tp_;
     // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
     const Mat dout = window(gather_rows(dresidual_, N, scratch_c_), 0, N, C);
     linear_backward_input(exec_, dfch, dout, w.fcproj_w, false);
-    if (kept)
+    if (kept) {
       keep_grad(kept->out, dresidual_, NlC);
-    else
+    } else {
       linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b, dout, window(b.fch_gelu, 0, N, F_tp_));
+      unit_done(unit_param(i, 3));
+    }
+    need(unit_param(i, 2), unit_param(i, 1));
     round(dfch_, NF);
     gelu_backward(exec_, window(dfch_, 0, NF), window(b.fch, 0, NF), window(dfch_, 0, NF));
     round(dfch_, NF);
@@ -694,26 +704,32 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     round(dln2, NlC);
     layernorm_backward_input(exec_, dres, window(dln2, 0, Nl, C), window(b.res_attn, 0, Nl, C),
                              w.ln2_w, b.ln2_mean, b.ln2_rstd);
-    if (kept)
+    if (kept) {
       keep_grad(kept->dln2, dln2, NlC);
-    else
+    } else {
       layernorm_param_grads(g.ln2_w, g.ln2_b, window(dln2, 0, Nl, C), window(b.res_attn, 0, Nl, C),
                             b.ln2_mean, b.ln2_rstd);
+      unit_done(unit_param(i, 2));
+    }
     round(dresidual_, NlC);
     // Attention: dres now holds d/d(res_attn) = d/d(block input) through the residual path.
     const Mat dmid = window(gather_rows(dresidual_, N, scratch_c_), 0, N, C);
     const Mat datty = window(datty_, 0, N, C_tp_);
+    need(unit_param(i, 1), unit_param(i, 0));
     linear_backward_input(exec_, datty, dmid, w.proj_w, false);
-    if (kept)
+    if (kept) {
       keep_grad(kept->mid, dresidual_, NlC);
-    else
+    } else {
       linear_backward_weight(exec_, g.proj_w, g.proj_b, dmid, window(b.atty, 0, N, C_tp_));
+      unit_done(unit_param(i, 1));
+    }
     round(datty_, static_cast<size_t>(N) * C_tp_);
     const Mat dqkv = window(dqkv_, 0, N, 3 * C_tp_);
     attention_backward(exec_, dqkv,
                        window(datt_scratch_, 0, B * NH_tp_ * attention_block_rows(T), T), datty,
                        window(b.qkv, 0, N, 3 * C_tp_), window(b.att, 0, N * NH_tp_, T), shape);
     round(dqkv_, static_cast<size_t>(N) * 3 * C_tp_);
+    need(unit_param(i, 0), first_backward_unit(i - 1));
     linear_backward_input(exec_, dln, dqkv, w.qkv_w, false);
     if (kept)
       keep_grad(kept->dqkv, dqkv_, static_cast<size_t>(N) * 3 * C_tp_);
@@ -730,7 +746,7 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
       layernorm_param_grads(g.ln1_w, g.ln1_b, window(dln1, 0, Nl, C), window(x, 0, Nl, C),
                             b.ln1_mean, b.ln1_rstd);
       grads_ready_from(local_.at(block_param(i)).offset);
-      unit_done(block_param(i));
+      unit_done(unit_param(i, 0));
     }
     round(dresidual_, NlC);
   }
@@ -778,20 +794,24 @@ void GptStage::backward_weight(int slot, int set) {
     unit_done("ln_f.weight");
   }
   for (int i = n_blocks - 1; i >= 0; --i) {
-    if (recompute_.full_block(i)) need(block_param(i), block_param(i - 1));
     const BlockTensors& g = grad_tensors_.blocks[i];
     const DeferredGrads::Block& kept = d.blocks[i];
     const View1 x = block_input(a, i);
-    const BlockActivations b = activations_for_backward(a, i, x, false);
+    // After a recomputation the next parameters read are the previous block's, if recomputed.
+    const BlockActivations b = activations_for_backward(
+        a, i, x, i > 0 && recompute_.full_block(i - 1) ? block_param(i - 1) : "", false);
     linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b, all_rows(kept.out),
                            window(b.fch_gelu, 0, N, F_tp_));
+    unit_done(unit_param(i, 3));
     linear_backward_weight(exec_, g.fc_w, g.fc_b,
                            window(kept_grad(kept.dfch, dfch_, NF), 0, N, F_tp_),
                            window(gather_rows(b.ln2, N, gathered_), 0, N, C));
     layernorm_param_grads(g.ln2_w, g.ln2_b, window(kept_grad(kept.dln2, dln_, NlC), 0, Nl, C),
                           window(b.res_attn, 0, Nl, C), b.ln2_mean, b.ln2_rstd);
+    unit_done(unit_param(i, 2));
     linear_backward_weight(exec_, g.proj_w, g.proj_b, all_rows(kept.mid),
                            window(b.atty, 0, N, C_tp_));
+    unit_done(unit_param(i, 1));
     linear_backward_weight(
         exec_, g.qkv_w, g.qkv_b,
         window(kept_grad(kept.dqkv, dqkv_, static_cast<size_t>(N) * 3 * C_tp_), 0, N, 3 * C_tp_),
@@ -799,7 +819,7 @@ void GptStage::backward_weight(int slot, int set) {
     layernorm_param_grads(g.ln1_w, g.ln1_b, window(kept_grad(kept.dln1, dln_, NlC), 0, Nl, C),
                           window(x, 0, Nl, C), b.ln1_mean, b.ln1_rstd);
     grads_ready_from(local_.at(block_param(i)).offset);
-    unit_done(block_param(i));
+    unit_done(unit_param(i, 0));
   }
   if (layout_.has_embedding)
     embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe, all_rows(d.input), a.tokens, T,

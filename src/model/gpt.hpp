@@ -224,21 +224,23 @@ class GptStage {
   void layernorm_param_grads(const Vec& dweight, const Vec& dbias, const ConstMat& dout,
                              const ConstMat& inp, const ConstVec& mean, const ConstVec& rstd);
   double cross_entropy(ActivationSlot& a, const View1& logits, int N);
-  // Block forward from x into b (b.res_mlp is the output). `complete` false stops after the
-  // GELU: what backward needs when recomputing, without the last projection and its all-reduce.
-  void block_forward(const BlockTensors& w, const BlockActivations& b, const View1& x, int B, int T,
-                     bool complete);
+  // Local block i's forward from x into b (b.res_mlp is the output). `complete` false stops after
+  // the GELU: what backward needs when recomputing, without the last projection and its
+  // all-reduce. Each op first needs its unit; `next` names the unit needed after this call's last
+  // one ("" for none).
+  void block_forward(int i, const BlockActivations& b, const View1& x, int B, int T, bool complete,
+                     const std::string& next);
   // Where block i's forward writes: slot a's buffers, or shared ones for what is not kept.
   BlockActivations forward_buffers(const ActivationSlot& a, int i);
   // 16-bit storage: after block i's forward, keeps what backward reads from `b` in a's stash.
   void keep(const ActivationSlot& a, int i, const BlockActivations& b);
   // Block i's input [N,C] for backward (i = number of blocks: the last block's output).
   View1 block_input(const ActivationSlot& a, int i);
-  // The activations block i's backward reads: slot a's, or recomputed into shared buffers.
-  // Without `attention` the attention probabilities are neither restored nor recomputed (the
-  // weight gradients do not read them).
+  // The activations block i's backward reads: slot a's, or recomputed into shared buffers (then
+  // `next` is the unit needed after the recomputation). Without `attention` the attention
+  // probabilities are neither restored nor recomputed (the weight gradients do not read them).
   BlockActivations activations_for_backward(const ActivationSlot& a, int i, const View1& x,
-                                            bool attention = true);
+                                            const std::string& next, bool attention = true);
   // backward() with `defer` null; backward_input() with the set its output gradients go to.
   void backward_pass(const ActivationSlot& a, float loss_scale, const ConstVec& grad_output,
                      const DeferredGrads* defer);
@@ -262,9 +264,17 @@ class GptStage {
   void unit_done(const std::string& first_param);
   // unit_needed_ for the unit of `name`, announcing the unit of `next` ("" for none).
   void need(const std::string& name, const std::string& next);
-  std::string block_param(int i) const {  // first parameter of local block i ("" if none)
+  // First parameter of unit `part` of local block i ("" if there is no block i); part 0's is the
+  // block's first.
+  std::string unit_param(int i, int part) const {
     if (i < 0 || i >= layout_.last_layer - layout_.first_layer) return "";
-    return "h." + std::to_string(layout_.first_layer + i) + ".ln_1.weight";
+    return block_unit_first_param(layout_.first_layer + i, part);
+  }
+  std::string block_param(int i) const { return unit_param(i, 0); }
+  // The first unit backward needs of local block i: recomputation starts with the first, the
+  // backward itself with the last.
+  std::string first_backward_unit(int i) const {
+    return unit_param(i, recompute_.full_block(i) ? 0 : kUnitsPerBlock - 1);
   }
   void grads_ready_from(int64_t offset) {
     if (grad_ready_) grad_ready_(offset);

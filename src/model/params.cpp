@@ -90,11 +90,13 @@ int padded_vocab(int vocab_size, int tp_size) {
 LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
                                  const StageLayout& layout, int64_t unit_alignment)
     : layout_(layout), vocab_size_(m.vocab_size) {
-  // Unit of a held parameter: 0 for wte, 1 for wpe, 2 + l for block l, n_layer + 2 for ln_f.
-  // wte is a unit of its own so the first and the last stage, which both hold it, shard it alike.
+  // Unit of a held parameter: 0 for wte, 1 for wpe, 2 + 4l + part for block l, 2 + 4 n_layer
+  // for ln_f. wte is a unit of its own so the first and the last stage, which both hold it, shard
+  // it alike.
   auto unit_of = [&](const ParamSpec& spec) {
     if (spec.layer < 0) return spec.name == "wte" ? 0 : 1;
-    return spec.layer >= m.n_layer ? m.n_layer + 2 : spec.layer + 2;
+    if (spec.layer >= m.n_layer) return 2 + kUnitsPerBlock * m.n_layer;
+    return 2 + kUnitsPerBlock * spec.layer + block_unit_part(spec.name);
   };
   int current_unit = -1;
   auto close_unit = [&] {
@@ -135,6 +137,27 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
     params_.push_back(p);
   }
   close_unit();
+}
+
+namespace {
+// Each block unit's parameter prefixes (after "h.<layer>."), the first naming its first parameter.
+constexpr const char* kUnitPrefixes[kUnitsPerBlock][2] = {
+    {"ln_1.", "attn.qkv."}, {"attn.proj.", ""}, {"ln_2.", "mlp.fc."}, {"mlp.proj.", ""}};
+}  // namespace
+
+int block_unit_part(const std::string& name) {
+  const size_t layer_end = name.find('.', 2);  // "h.<layer>."
+  if (name.rfind("h.", 0) != 0 || layer_end == std::string::npos)
+    throw std::invalid_argument(name + " is not a block parameter");
+  const std::string rest = name.substr(layer_end + 1);
+  for (int part = 0; part < kUnitsPerBlock; ++part)
+    for (const char* prefix : kUnitPrefixes[part])
+      if (*prefix && rest.rfind(prefix, 0) == 0) return part;
+  throw std::invalid_argument(name + " belongs to no block unit");
+}
+
+std::string block_unit_first_param(int layer, int part) {
+  return "h." + std::to_string(layer) + "." + kUnitPrefixes[part][0] + "weight";
 }
 
 int LocalParamTable::unit_of(const LocalParam& p) const {

@@ -63,11 +63,21 @@ struct LocalParam {
   bool tp_replicated = true;  // every tp rank holds the whole tensor
 };
 
-// A group of consecutive parameters that ZeRO moves together: the token embedding, the position
-// embedding, one transformer block, or the final LayerNorm. Its segment [offset, offset + padded)
-// of the flat buffer is padded with zeros to a multiple of the unit alignment (dp under ZeRO), so
-// every dp rank owns an equal, contiguous shard of every unit, and a unit is all-gathered or
-// reduce-scattered as one equal-count collective.
+// A group of consecutive parameters that ZeRO moves together, and that 16-bit storage widens to
+// fp32 together: the token embedding, the position embedding, a quarter of a transformer block
+// (kUnitsPerBlock: each of its four matrices with its bias, the LayerNorm before it joined to
+// the first two), or the final LayerNorm. A unit is what one op reads, so the working buffers
+// hold two of the largest quarter (4h^2/tp), not two blocks (12h^2/tp). Its segment [offset, offset
+// + padded) of the flat buffer is padded with zeros to a multiple of the unit alignment (dp under
+// ZeRO), so every dp rank owns an equal, contiguous shard of every unit, and a unit is all-gathered
+// or reduce-scattered as one equal-count collective.
+inline constexpr int kUnitsPerBlock = 4;
+// The unit within its block of a block parameter (its name's part after "h.<layer>."): 0 for
+// ln_1 and attn.qkv, 1 for attn.proj, 2 for ln_2 and mlp.fc, 3 for mlp.proj.
+int block_unit_part(const std::string& name);
+// The first parameter of part `part` (0..kUnitsPerBlock-1) of block `layer`.
+std::string block_unit_first_param(int layer, int part);
+
 struct ParamUnit {
   int64_t offset = 0, numel = 0, padded = 0;
 };

@@ -151,7 +151,8 @@ void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basi
   k.params_gb = 2 * psi_rank / (zero >= 3 ? dp : 1) / kGB;
   k.grads_gb = 2 * psi_rank / (zero >= 2 ? dp : 1) / kGB;
   k.optimizer_gb = offload == "host" ? 0 : 12 * psi_rank / shard / kGB;
-  const double unit_buffers = 2 * (2 * block_params + psi_embedding / tp);
+  // Two of a block's largest unit (ln_2 with mlp.fc: a third of the block) and the embedding.
+  const double unit_buffers = 2 * (2 * block_params / 3 + psi_embedding / tp);
   k.buffers_gb = (zero >= 2 ? unit_buffers : 0) + (zero >= 3 ? unit_buffers : 0);
   k.buffers_gb /= kGB;
   const bool sp = k.sequence_parallel;

@@ -177,10 +177,23 @@ TEST(LocalParams, UnitsArePaddedForZeroAndShardedEvenly) {
   for (auto [pp, rank] : {std::pair{1, 0}, std::pair{2, 1}}) {
     const StageLayout layout = stage_layout(m, pp, 1, rank, 0, 1, 0);
     const LocalParamTable plain(table, m, layout), padded(table, m, layout, dp);
-    // Units: wte, wpe (first stage), one per block, the final LayerNorm (last stage).
+    // Units: wte, wpe (first stage), four per block, the final LayerNorm (last stage).
     const size_t blocks = static_cast<size_t>(layout.last_layer - layout.first_layer);
     const size_t embedding_units = (padded.holds("wte") ? 1 : 0) + (padded.holds("wpe") ? 1 : 0);
-    ASSERT_EQ(padded.units().size(), embedding_units + blocks + (layout.has_head ? 1 : 0));
+    ASSERT_EQ(padded.units().size(),
+              embedding_units + kUnitsPerBlock * blocks + (layout.has_head ? 1 : 0));
+    // A block's units: ln_1 with qkv, the attention projection, ln_2 with fc, the MLP projection.
+    const int64_t C = m.n_embd;
+    const size_t first_block = embedding_units;
+    EXPECT_EQ(plain.units()[first_block].numel, 2 * C + 3 * C * C + 3 * C);
+    EXPECT_EQ(plain.units()[first_block + 1].numel, C * C + C);
+    EXPECT_EQ(plain.units()[first_block + 2].numel, 2 * C + 4 * C * C + 4 * C);
+    EXPECT_EQ(plain.units()[first_block + 3].numel, 4 * C * C + C);
+    for (int part = 0; part < kUnitsPerBlock; ++part) {
+      const std::string name = block_unit_first_param(layout.first_layer, part);
+      EXPECT_EQ(plain.unit_of(plain.at(name)), static_cast<int>(first_block) + part) << name;
+      EXPECT_EQ(block_unit_part(name), part);
+    }
     int64_t end = 0;
     for (size_t u = 0; u < padded.units().size(); ++u) {
       const ParamUnit& unit = padded.units()[u];
