@@ -224,6 +224,10 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   tokens_host_ = Kokkos::create_mirror(slots_[0].tokens);
   targets_host_ = Kokkos::create_mirror(slots_[0].targets);
   scratch_c_ = work("scratch_c", N * C);
+  if (half_ && tps > 1) {  // tensor-parallel transfers in 16 bits (sum_rows, gather_rows)
+    tp16_ = allocate_half(ledger, MemCategory::kCommBuffers, "tp16", N * C);
+    if (sp_) tp16_rows_ = allocate_half(ledger, MemCategory::kCommBuffers, "tp16_rows", Nl * C);
+  }
   if (sp_) {
     gathered_ = work("gathered", N * C);
     scattered_ = work("scattered", Nl * C);
@@ -321,22 +325,45 @@ void GptStage::tp_allreduce_max(const View1& buf, size_t n) {
   tp_->allreduce_max(window(buf, 0, n));
 }
 
+// Under 16-bit storage the activations and their gradients cross tp in 16 bits, as Megatron's
+// bf16 collectives do: half the bytes. A gathered tensor is already 16-bit valued (exact); a
+// partial sum is rounded before the sum, which the collective makes in fp32 and rounds.
 View1 GptStage::sum_rows(const View1& partial, int N, const View1& scattered) {
-  const size_t NC = static_cast<size_t>(N) * model_.n_embd;
-  if (!sp_) {
-    tp_allreduce(partial, NC);
+  const size_t NC = static_cast<size_t>(N) * model_.n_embd, part = NC / layout_.tp_size;
+  if (layout_.tp_size == 1) return partial;
+  ScopedPhase phase(timer_, Phase::kTpComm);
+  if (!half_ && !sp_) {
+    tp_->allreduce_sum(window(partial, 0, NC));
     return partial;
   }
-  ScopedPhase phase(timer_, Phase::kTpComm);
-  tp_->reduce_scatter_sum(window(partial, 0, NC), window(scattered, 0, NC / layout_.tp_size));
+  if (!half_) {
+    tp_->reduce_scatter_sum(window(partial, 0, NC), window(scattered, 0, part));
+    return scattered;
+  }
+  store_half(exec_, tp16_, 0, window(partial, 0, NC), NC, precision_);
+  if (!sp_) {
+    tp_->allreduce_sum(CommBuffer(window(tp16_, 0, NC), precision_));
+    load_half(exec_, window(partial, 0, NC), tp16_, 0, NC, precision_);
+    return partial;
+  }
+  tp_->reduce_scatter_sum(CommBuffer(window(tp16_, 0, NC), precision_),
+                          CommBuffer(window(tp16_rows_, 0, part), precision_));
+  load_half(exec_, window(scattered, 0, part), tp16_rows_, 0, part, precision_);
   return scattered;
 }
 
 View1 GptStage::gather_rows(const View1& rows, int N, const View1& gathered) {
   if (!sp_) return rows;
-  const size_t NC = static_cast<size_t>(N) * model_.n_embd;
+  const size_t NC = static_cast<size_t>(N) * model_.n_embd, part = NC / layout_.tp_size;
   ScopedPhase phase(timer_, Phase::kTpComm);
-  tp_->allgather(window(rows, 0, NC / layout_.tp_size), window(gathered, 0, NC));
+  if (!half_) {
+    tp_->allgather(window(rows, 0, part), window(gathered, 0, NC));
+    return gathered;
+  }
+  store_half(exec_, tp16_rows_, 0, window(rows, 0, part), part, precision_);
+  tp_->allgather(CommBuffer(window(tp16_rows_, 0, part), precision_),
+                 CommBuffer(window(tp16_, 0, NC), precision_));
+  load_half(exec_, window(gathered, 0, NC), tp16_, 0, NC, precision_);
   return gathered;
 }
 

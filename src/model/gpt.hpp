@@ -305,7 +305,9 @@ class GptStage {
   // Sequence parallelism: all rows of a LayerNorm output, this rank's rows of a reduced
   // projection, and LayerNorm parameter gradients before their tp sum.
   View1 gathered_, scattered_, ln_grad_;  // [N,C], [N/tp,C], [2C]
-  View1 row_max_, row_sum_;               // [N], [2N]: vocabulary-parallel cross-entropy reductions
+  // 16-bit storage with tp > 1: what sum_rows and gather_rows send, [N,C] and [N/tp,C] (SP).
+  HalfView1 tp16_, tp16_rows_;
+  View1 row_max_, row_sum_;  // [N], [2N]: vocabulary-parallel cross-entropy reductions
   // Backward buffers.
   View1 dresidual_, dln_, datty_;  // [local_rows(N),C], [N,C], [N,C_tp]
   View1 dqkv_;                     // [N,3C_tp]

@@ -171,6 +171,9 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
         N * h + 3 * N + Nl * h + N * h + N * h / t + 3 * N * h / t + 4 * N * h / t +
             q.micro_batch * (a / t) * kernels::attention_block_rows(static_cast<int>(s)) * s);
     if (sp) add(MemCategory::kWorkspace, N * h + Nl * h + 2 * h);
+    // 16-bit tensor-parallel transfers: the [N,h] a collective sends or receives, and under
+    // sequence parallelism a rank's rows of it.
+    if (half && q.tp > 1) add_stored(MemCategory::kCommBuffers, N * h + (sp ? Nl * h : 0));
     // async: the gradient in flight; local_sgd: both moments staged for averaging.
     if (q.dp_sync == DpSync::kAsync) add(MemCategory::kCommBuffers, local.total_numel());
     if (q.dp_sync == DpSync::kLocalSgd && q.dp > 1)
