@@ -39,13 +39,14 @@ inline void linear_backward_input(const Exec& exec, const Mat& dinp, const Const
   gemm(exec, 'N', 'N', 1.0f, dout, weight, accumulate_dinp ? 1.0f : 0.0f, dinp);
 }
 
-// dweight[OC,IC] += dout^T * inp; dbias[OC] += column sums (none when dbias is empty): the
+// dweight[OC,IC] (+)= dout^T * inp (= without accumulate_dweight: the first write after the
+// gradients were cleared); dbias[OC] += column sums (none when dbias is empty): the
 // weight-gradient half, which a zero-bubble schedule runs later.
 inline void linear_backward_weight(const Exec& exec, const Mat& dweight, const Vec& dbias,
                                    const ConstMat& dout, const ConstMat& inp,
-                                   Shape shape = kBuildShape) {
+                                   bool accumulate_dweight = true, Shape shape = kBuildShape) {
   Region region("trident::linear_backward_weight");
-  gemm(exec, 'T', 'N', 1.0f, dout, inp, 1.0f, dweight);
+  gemm(exec, 'T', 'N', 1.0f, dout, inp, accumulate_dweight ? 1.0f : 0.0f, dweight);
   if (dbias.extent(0) > 0 && shape == Shape::kGpu) {
     column_sums_teams<1>(
         exec, "linear_backward_bias", {dbias}, static_cast<int>(dout.extent(0)),
@@ -73,7 +74,7 @@ inline void linear_backward(const Exec& exec, const Mat& dinp, const Mat& dweigh
                             const ConstMat& dout, const ConstMat& inp, const ConstMat& weight,
                             bool accumulate_dinp, Shape shape = kBuildShape) {
   linear_backward_input(exec, dinp, dout, weight, accumulate_dinp);
-  linear_backward_weight(exec, dweight, dbias, dout, inp, shape);
+  linear_backward_weight(exec, dweight, dbias, dout, inp, true, shape);
 }
 
 }  // namespace trident::kernels

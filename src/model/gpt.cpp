@@ -6,6 +6,7 @@
 #include "model/gpt.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -283,8 +284,35 @@ void GptStage::restore(const View1& dst, const HalfView1& src, size_t n) {
   kernels::load_half(exec_, window(dst, 0, n), src, 0, n, precision_);
 }
 
+// The next backward writes the weight matrices' gradients with its GEMMs (beta 0, see
+// grads_fresh_) instead of adding to zeros: clearing those is half the gradient traffic of a step
+// that is memory-bound outside its GEMMs. Everything else (biases, LayerNorms, the embeddings'
+// scatter-adds) is cleared here, in contiguous ranges.
 void GptStage::zero_grads() {
-  if (grads_.extent(0) > 0) Kokkos::deep_copy(exec_, grads_, 0.0f);
+  grads_fresh_ = true;
+  if (grads_.extent(0) == 0) return;
+  int64_t begin = 0, end = 0;  // the pending range to clear
+  for (const LocalParam& p : local_.params()) {
+    if (overwritten_by_backward(p)) continue;
+    if (p.offset != end) {
+      if (end > begin) Kokkos::deep_copy(exec_, window(grads_, begin, end - begin), 0.0f);
+      begin = p.offset;
+    }
+    end = p.offset + p.numel;
+  }
+  if (end > begin) Kokkos::deep_copy(exec_, window(grads_, begin, end - begin), 0.0f);
+}
+
+bool GptStage::overwritten_by_backward(const LocalParam& p) const {
+  const std::string& name = p.spec->name;
+  if (name == "wte") return layout_.has_head;  // the head's GEMM comes before any scatter-add
+  if (p.spec->layer < 0 || p.spec->layer >= model_.n_layer) return false;
+  for (const char* suffix :
+       {".attn.qkv.weight", ".attn.proj.weight", ".mlp.fc.weight", ".mlp.proj.weight"})
+    if (name.size() > std::strlen(suffix) &&
+        name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+      return true;
+  return false;
 }
 
 int GptStage::unit_index(const std::string& name) const {
@@ -649,6 +677,7 @@ void GptStage::backward_input(int slot, float loss_scale, const ConstVec& grad_o
 // gradient, partial over tp, is reduce-scattered back to rows.
 void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const ConstVec& grad_output,
                              const DeferredGrads* defer) {
+  const bool accumulate = !grads_fresh_;  // weight matrices: the step's first write overwrites
   const int B = a.B, T = a.T, N = B * T, Nl = local_rows(N), C = model_.n_embd;
   const size_t NlC = static_cast<size_t>(Nl) * C;
   const AttentionShape shape{B, T, NH_tp_, model_.head_size()};
@@ -673,7 +702,7 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     linear_backward_input(exec_, dln, dlogits, param_tensors_.wte, false);
     if (!defer)
       linear_backward_weight(exec_, grad_tensors_.wte, Vec(), dlogits,
-                             window(gather_rows(lnf, N, gathered_), 0, N, C));
+                             window(gather_rows(lnf, N, gathered_), 0, N, C), accumulate);
     else if (half_)  // the weight-gradient pass reads the logits' gradient where they were kept
       stash(a.logits16, logits, static_cast<size_t>(N) * V_tp_);
     const View1 dlnf = sum_rows(dln_, N, scattered_);
@@ -714,7 +743,8 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     if (kept) {
       keep_grad(kept->out, dresidual_, NlC);
     } else {
-      linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b, dout, window(b.fch_gelu, 0, N, F_tp_));
+      linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b, dout, window(b.fch_gelu, 0, N, F_tp_),
+                             accumulate);
       unit_done(unit_param(i, 3));
     }
     need(unit_param(i, 2), unit_param(i, 1));
@@ -726,7 +756,7 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
       keep_grad(kept->dfch, dfch_, NF);
     else
       linear_backward_weight(exec_, g.fc_w, g.fc_b, dfch,
-                             window(gather_rows(b.ln2, N, gathered_), 0, N, C));
+                             window(gather_rows(b.ln2, N, gathered_), 0, N, C), accumulate);
     const View1 dln2 = sum_rows(dln_, N, scattered_);
     round(dln2, NlC);
     layernorm_backward_input(exec_, dres, window(dln2, 0, Nl, C), window(b.res_attn, 0, Nl, C),
@@ -747,7 +777,8 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     if (kept) {
       keep_grad(kept->mid, dresidual_, NlC);
     } else {
-      linear_backward_weight(exec_, g.proj_w, g.proj_b, dmid, window(b.atty, 0, N, C_tp_));
+      linear_backward_weight(exec_, g.proj_w, g.proj_b, dmid, window(b.atty, 0, N, C_tp_),
+                             accumulate);
       unit_done(unit_param(i, 1));
     }
     round(datty_, static_cast<size_t>(N) * C_tp_);
@@ -762,7 +793,7 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
       keep_grad(kept->dqkv, dqkv_, static_cast<size_t>(N) * 3 * C_tp_);
     else
       linear_backward_weight(exec_, g.qkv_w, g.qkv_b, dqkv,
-                             window(gather_rows(b.ln1, N, gathered_), 0, N, C));
+                             window(gather_rows(b.ln1, N, gathered_), 0, N, C), accumulate);
     const View1 dln1 = sum_rows(dln_, N, scattered_);
     round(dln1, NlC);
     layernorm_backward_input(exec_, dres, window(dln1, 0, Nl, C), window(x, 0, Nl, C), w.ln1_w,
@@ -785,6 +816,7 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const Co
     embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe,
                        window(gather_rows(dresidual_, N, scratch_c_), 0, N, C), a.tokens, T,
                        vocab_start_);
+  grads_fresh_ = false;
   grads_ready_from(0);
   if (layout_.has_embedding) unit_done("wpe");
   if (local_.holds("wte")) unit_done("wte");
@@ -803,6 +835,7 @@ void GptStage::backward_weight(int slot, int set) {
   const auto all_rows = [&](const KeptTensor& k) {
     return window(gather_rows(kept_grad(k, dresidual_, NlC), N, scratch_c_), 0, N, C);
   };
+  const bool accumulate = !grads_fresh_;  // weight matrices: the step's first write overwrites
   // Only recomputation reads parameters here; weight gradients need none.
   if (layout_.has_head) {
     View1 dlogits = a.logits, lnf = a.lnf;
@@ -812,7 +845,7 @@ void GptStage::backward_weight(int slot, int set) {
       restore(lnf, a.lnf16, NlC);
     }
     linear_backward_weight(exec_, grad_tensors_.wte, Vec(), window(dlogits, 0, N, V_tp_),
-                           window(gather_rows(lnf, N, gathered_), 0, N, C));
+                           window(gather_rows(lnf, N, gathered_), 0, N, C), accumulate);
     const View1 x_last = block_input(a, n_blocks);
     layernorm_param_grads(grad_tensors_.lnf_w, grad_tensors_.lnf_b,
                           window(kept_grad(d.dlnf, dln_, NlC), 0, Nl, C), window(x_last, 0, Nl, C),
@@ -828,21 +861,21 @@ void GptStage::backward_weight(int slot, int set) {
     const BlockActivations b = activations_for_backward(
         a, i, x, i > 0 && recompute_.full_block(i - 1) ? block_param(i - 1) : "", false);
     linear_backward_weight(exec_, g.fcproj_w, g.fcproj_b, all_rows(kept.out),
-                           window(b.fch_gelu, 0, N, F_tp_));
+                           window(b.fch_gelu, 0, N, F_tp_), accumulate);
     unit_done(unit_param(i, 3));
     linear_backward_weight(exec_, g.fc_w, g.fc_b,
                            window(kept_grad(kept.dfch, dfch_, NF), 0, N, F_tp_),
-                           window(gather_rows(b.ln2, N, gathered_), 0, N, C));
+                           window(gather_rows(b.ln2, N, gathered_), 0, N, C), accumulate);
     layernorm_param_grads(g.ln2_w, g.ln2_b, window(kept_grad(kept.dln2, dln_, NlC), 0, Nl, C),
                           window(b.res_attn, 0, Nl, C), b.ln2_mean, b.ln2_rstd);
     unit_done(unit_param(i, 2));
     linear_backward_weight(exec_, g.proj_w, g.proj_b, all_rows(kept.mid),
-                           window(b.atty, 0, N, C_tp_));
+                           window(b.atty, 0, N, C_tp_), accumulate);
     unit_done(unit_param(i, 1));
     linear_backward_weight(
         exec_, g.qkv_w, g.qkv_b,
         window(kept_grad(kept.dqkv, dqkv_, static_cast<size_t>(N) * 3 * C_tp_), 0, N, 3 * C_tp_),
-        window(gather_rows(b.ln1, N, gathered_), 0, N, C));
+        window(gather_rows(b.ln1, N, gathered_), 0, N, C), accumulate);
     layernorm_param_grads(g.ln1_w, g.ln1_b, window(kept_grad(kept.dln1, dln_, NlC), 0, Nl, C),
                           window(x, 0, Nl, C), b.ln1_mean, b.ln1_rstd);
     grads_ready_from(local_.at(block_param(i)).offset);
@@ -851,6 +884,7 @@ void GptStage::backward_weight(int slot, int set) {
   if (layout_.has_embedding)
     embedding_backward(exec_, grad_tensors_.wte, grad_tensors_.wpe, all_rows(d.input), a.tokens, T,
                        vocab_start_);
+  grads_fresh_ = false;
   grads_ready_from(0);
   if (layout_.has_embedding) unit_done("wpe");
   if (local_.holds("wte")) unit_done("wte");

@@ -173,6 +173,8 @@ class GptStage {
 
   // Fills this rank's parameters from the counter-based initialiser (its slice only).
   void init_params(uint64_t seed);
+  // Clears the gradients for the next step's accumulation; the weight matrices' are overwritten
+  // by the next backward (or weight-gradient pass) instead, so until then they hold stale values.
   void zero_grads();
 
   // Forward of one micro-batch of B sequences of T tokens into `slot`. The first stage reads
@@ -283,6 +285,9 @@ class GptStage {
   int C_tp_, NH_tp_, F_tp_, V_tp_, vocab_start_, vocab_valid_;
   View1 params_, grads_;
   StageTensors param_tensors_, grad_tensors_;
+  // zero_grads() was called and no backward has written since: GEMMs overwrite weight gradients.
+  bool grads_fresh_ = false;
+  bool overwritten_by_backward(const LocalParam& p) const;
   std::vector<ActivationSlot> slots_;
   std::vector<View1> outputs_;        // no head: the stage's output buffers (fp32 storage)
   std::vector<HalfView1> outputs16_;  // the same under bf16 / fp16
