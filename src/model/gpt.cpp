@@ -98,6 +98,14 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   }
   if (buffers.full_grads) {
     grads_ = allocate(ledger, MemCategory::kGrads, "grads", local_.total_numel());
+    // What zero_grads clears: every parameter's gradient but those backward overwrites, merged
+    // into contiguous ranges.
+    for (const LocalParam& p : local_.params()) {
+      if (overwritten_by_backward(p)) continue;
+      if (cleared_grads_.empty() || cleared_grads_.back().end != p.offset)
+        cleared_grads_.push_back({p.offset, p.offset});
+      cleared_grads_.back().end = p.offset + p.numel;
+    }
     grad_tensors_ = stage_tensors(local_, layout, grads_);
   }
   auto act = [&](const char* label, size_t n) {
@@ -290,17 +298,8 @@ void GptStage::restore(const View1& dst, const HalfView1& src, size_t n) {
 // scatter-adds) is cleared here, in contiguous ranges.
 void GptStage::zero_grads() {
   grads_fresh_ = true;
-  if (grads_.extent(0) == 0) return;
-  int64_t begin = 0, end = 0;  // the pending range to clear
-  for (const LocalParam& p : local_.params()) {
-    if (overwritten_by_backward(p)) continue;
-    if (p.offset != end) {
-      if (end > begin) Kokkos::deep_copy(exec_, window(grads_, begin, end - begin), 0.0f);
-      begin = p.offset;
-    }
-    end = p.offset + p.numel;
-  }
-  if (end > begin) Kokkos::deep_copy(exec_, window(grads_, begin, end - begin), 0.0f);
+  for (const Segment& r : cleared_grads_)
+    Kokkos::deep_copy(exec_, window(grads_, r.begin, r.size()), 0.0f);
 }
 
 bool GptStage::overwritten_by_backward(const LocalParam& p) const {

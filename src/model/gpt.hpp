@@ -13,6 +13,7 @@
 #include "core/types.hpp"
 #include "model/model_config.hpp"
 #include "model/params.hpp"
+#include "model/partition.hpp"
 #include "model/recompute.hpp"
 #include "model/unit_buffers.hpp"
 
@@ -288,6 +289,7 @@ class GptStage {
   // zero_grads() was called and no backward has written since: GEMMs overwrite weight gradients.
   bool grads_fresh_ = false;
   bool overwritten_by_backward(const LocalParam& p) const;
+  std::vector<Segment> cleared_grads_;  // the ranges of grads_ zero_grads clears
   std::vector<ActivationSlot> slots_;
   std::vector<View1> outputs_;        // no head: the stage's output buffers (fp32 storage)
   std::vector<HalfView1> outputs16_;  // the same under bf16 / fp16
