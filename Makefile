@@ -11,7 +11,7 @@ KOKKOS_ROOT ?= $(abspath $(BUILD))/_kokkos
 
 # OpenMPI refuses to run as root without both of these. R ranks x T threads: NP=R
 # THREADS_PER_RANK=T, one OpenMP pool of T threads per rank that runs the Kokkos kernels and the
-# GEMMs alike (OpenBLAS's OpenMP flavour). Unbound, passive OpenMP threads: ranks share the cores.
+# GEMMs alike (OpenBLAS's OpenMP flavour).
 THREADS_PER_RANK ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
@@ -19,16 +19,19 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 export OPENBLAS_NUM_THREADS ?= $(THREADS_PER_RANK)
 export OMP_NUM_THREADS ?= $(THREADS_PER_RANK)
 export OMP_PROC_BIND ?= false
-export OMP_WAIT_POLICY ?= PASSIVE
 # OpenMPI binds each rank to one core when the ranks fit the cores: with T threads per rank they
 # would all share it (1 rank x 2 threads ran at one core's speed). Give each rank T cores, or
-# leave the ranks unbound when R x T oversubscribes.
+# leave the ranks unbound when R x T oversubscribes. Idle OpenMP threads wait as libgomp does by
+# default (spin a while, then sleep) on cores of their own: sleeping at once (PASSIVE) made the
+# gpt2-124m step 10-20% slower at 1 x 2, from waking the threads for each of its ~700 kernels and
+# GEMMs. When R x T oversubscribes, they sleep at once, leaving the core to another rank.
 ifeq ($(THREADS_PER_RANK),1)
   MPIRUN_BIND ?=
 else ifeq ($(shell [ $$(( $(NP) * $(THREADS_PER_RANK) )) -le $$(nproc) ] && echo fits),fits)
   MPIRUN_BIND ?= --map-by slot:PE=$(THREADS_PER_RANK) --bind-to core
 else
   MPIRUN_BIND ?= --bind-to none
+  export OMP_WAIT_POLICY ?= PASSIVE
 endif
 
 # The GPU build (CUDA Kokkos, cuBLAS, NCCL) in BUILD_CUDA, for sm_80 and sm_90: it compiles and

@@ -3,7 +3,7 @@
 #
 # usage: bench/step_vs_pytorch.sh BUILD_DIR
 #   env: THREADS="1 2"  STEPS=5  WARMUP=2  REPEATS=2  PYTHON=/usr/bin/python3
-#        OMP_WAIT_POLICY=PASSIVE
+#        WAIT_POLICIES="passive default"
 # Prints a table (threads, trident s/step, torch s/step, torch/trident: the speed-up, trident step/GEMM-only,
 # and the speed-up between the two sides' fastest steps)
 # and keeps every raw output in BUILD_DIR/step_vs_pytorch.log.
@@ -39,17 +39,24 @@ if [[ -z $coretype ]]; then
   else coretype=auto
   fi
 fi
-clean_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+clean_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE -u OMP_WAIT_POLICY)
 [[ $coretype != auto ]] && clean_env+=(OPENBLAS_CORETYPE="$coretype")
 # PyTorch tuned as its experts run it: glibc's allocator kept from returning memory to the system
 # after every step (no mmap'd blocks, whose every free is a munmap, and no trimming of the heap:
 # glibc caps mmap_threshold at 32 MiB, below GPT-2's largest tensors, so mmap_max=0 is the way),
-# zero_grad(set_to_none=True), one interop thread, and OpenMP workers that do not spin against
-# OpenBLAS's threads (OMP_WAIT_POLICY=PASSIVE; the spinning default roughly doubled torch's
-# 2-thread step here). Every setting applies to both sides alike.
+# zero_grad(set_to_none=True), one interop thread. How idle OpenMP workers wait is each side's
+# own choice, measured: PASSIVE (they sleep at once; the spinning default roughly doubled torch's
+# 2-thread step with OpenBLAS's pthreads pool beside its OpenMP one) and libgomp's default
+# (OMP_WAIT_POLICY unset: they spin a while, then sleep), each side keeping its faster. With one
+# thread there are no workers, so the policy is not varied. Every other setting applies to both
+# sides alike.
 malloc_tunables="glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184"
 clean_env+=(GLIBC_TUNABLES="$malloc_tunables")
-wait_policy=${OMP_WAIT_POLICY:-PASSIVE}
+wait_policies=${WAIT_POLICIES:-"passive default"}
+for policy in $wait_policies; do
+  [[ $policy == passive || $policy == default ]] ||
+    { echo "error: WAIT_POLICIES may hold passive and default, not '$policy'" >&2 && exit 2; }
+done
 log=$build/step_vs_pytorch.log
 : >"$log"
 
@@ -57,7 +64,8 @@ echo "gpt2-124m training step, B=4 T=64 fp32, median of $steps steps after $warm
 echo "runs $repeats times (trident, torch, torch, trident, ...) and its fastest median counts"
 echo "note: OpenBLAS kernel on every side: ${coretype} (OPENBLAS_CORETYPE$([[ $coretype == auto ]] &&
   echo " unset" || echo "=$coretype")); the 'GEMM:' line below is what OpenBLAS reports using"
-echo "note: GLIBC_TUNABLES=$malloc_tunables and OMP_WAIT_POLICY=$wait_policy on every side"
+echo "note: GLIBC_TUNABLES=$malloc_tunables on every side; OpenMP wait policies tried per side at"
+echo "      2+ threads: $wait_policies (default: OMP_WAIT_POLICY unset), the faster kept"
 echo "note: one step = zero grads, forward + loss, backward, global-norm clip (1.0) + AdamW;"
 echo "      torch: zero_grad(set_to_none=True), set_num_interop_threads(1), the faster of Debian's"
 echo "      pthreads and OpenMP OpenBLAS flavours (per thread count)"
@@ -82,29 +90,46 @@ keep_faster() {
   fi
 }
 
-run_trident() {  # run_trident THREADS: one trident run, its medians kept when the fastest yet
-  local out
-  out=$(mktemp)
-  echo "== trident, $1 thread(s)" >>"$log"
-  "${clean_env[@]}" OPENBLAS_NUM_THREADS="$1" OMP_NUM_THREADS="$1" OMP_WAIT_POLICY="$wait_policy" \
-    "$step_bench" --steps "$steps" --warmup "$warmup" | tee -a "$log" >"$out"
-  [[ -n ${reported-} ]] || { reported=1 && echo "GEMM: $(sed -n 's/.*blas="\([^"]*\)".*/\1/p' "$out")"; }
-  echo "   trident: $(value trident_step_seconds "$out") s/step ($1 threads)"
-  keep_faster "$out" "$out_trident" trident_step_seconds
+# policies THREADS: the wait policies to try at THREADS threads per side
+policies() {
+  if (($1 > 1)); then echo "$wait_policies"; else echo "${wait_policies%% *}"; fi
+}
+# policy_env POLICY: the environment word that selects POLICY (none for libgomp's default, as
+# clean_env unsets OMP_WAIT_POLICY)
+policy_env() {
+  if [[ $1 == passive ]]; then echo OMP_WAIT_POLICY=PASSIVE; fi
+}
+
+run_trident() {  # run_trident THREADS: trident under each wait policy, the fastest medians kept
+  local policy out
+  for policy in $(policies "$1"); do
+    out=$(mktemp)
+    echo "== trident, $1 thread(s), wait policy $policy" >>"$log"
+    "${clean_env[@]}" $(policy_env "$policy") OPENBLAS_NUM_THREADS="$1" OMP_NUM_THREADS="$1" \
+      "$step_bench" --steps "$steps" --warmup "$warmup" | tee -a "$log" >"$out"
+    echo "trident_wait_policy=$policy" >>"$out"
+    [[ -n ${reported-} ]] || { reported=1 && echo "GEMM: $(sed -n 's/.*blas="\([^"]*\)".*/\1/p' "$out")"; }
+    echo "   trident, wait policy $policy: $(value trident_step_seconds "$out") s/step ($1 threads)"
+    keep_faster "$out" "$out_trident" trident_step_seconds
+  done
 }
 
 run_torch() {  # run_torch THREADS: PyTorch with each of Debian's threaded OpenBLAS flavours
-  local flavour flavour_dir out
+  local flavour flavour_dir out policy
   for flavour in pthread openmp; do
     flavour_dir=/usr/lib/$(gcc -print-multiarch)/openblas-$flavour
     [[ -e $flavour_dir/libblas.so.3 ]] || continue
-    out=$(mktemp)
-    echo "== torch, $1 thread(s), OpenBLAS $flavour flavour" >>"$log"
-    "${clean_env[@]}" LD_LIBRARY_PATH="$flavour_dir" OPENBLAS_NUM_THREADS="$1" OMP_NUM_THREADS="$1" \
-      OMP_WAIT_POLICY="$wait_policy" "$python" "$here/torch_step.py" --threads "$1" \
-      --steps "$steps" --warmup "$warmup" | tee -a "$log" >"$out"
-    echo "   torch with OpenBLAS's $flavour flavour: $(value torch_step_seconds "$out") s/step ($1 threads)"
-    keep_faster "$out" "$out_torch" torch_step_seconds
+    for policy in $(policies "$1"); do
+      out=$(mktemp)
+      echo "== torch, $1 thread(s), OpenBLAS $flavour flavour, wait policy $policy" >>"$log"
+      "${clean_env[@]}" $(policy_env "$policy") LD_LIBRARY_PATH="$flavour_dir" \
+        OPENBLAS_NUM_THREADS="$1" OMP_NUM_THREADS="$1" "$python" "$here/torch_step.py" \
+        --threads "$1" --steps "$steps" --warmup "$warmup" | tee -a "$log" >"$out"
+      echo "torch_setup=$flavour/$policy" >>"$out"
+      echo "   torch, OpenBLAS's $flavour flavour, wait policy $policy:" \
+        "$(value torch_step_seconds "$out") s/step ($1 threads)"
+      keep_faster "$out" "$out_torch" torch_step_seconds
+    done
   done
 }
 
@@ -126,8 +151,11 @@ for n in $threads_list; do
   done
   tr_step=$(value trident_step_seconds "$out_trident")
   tr_gemm=$(value trident_gemm_seconds "$out_trident")
+  tr_over_gemm=$(value trident_step_over_gemm "$out_trident")
+  echo "   kept: trident with wait policy $(sed -n 's/^trident_wait_policy=//p' "$out_trident")," \
+    "torch with $(sed -n 's/^torch_setup=//p' "$out_torch") (OpenBLAS flavour/wait policy)"
   to_step=$(value torch_step_seconds "$out_torch")
-  rows+=("$n $tr_step $to_step $tr_gemm $(fastest trident "$out_trident") $(fastest torch "$out_torch")")
+  rows+=("$n $tr_step $to_step $tr_gemm $tr_over_gemm $(fastest trident "$out_trident") $(fastest torch "$out_torch")")
   for phase in forward backward optimizer; do
     printf '   %-9s trident %7.3f s   torch %7.3f s   (%s threads)\n' "$phase" \
       "$(value trident_${phase}_seconds "$out_trident")" \
@@ -142,8 +170,8 @@ echo
 printf '%-8s %-16s %-16s %-15s %-16s %-18s %-22s\n' threads "trident s/step" "torch s/step" \
   "torch/trident" "GEMM-only s" "trident step/GEMM" "torch/trident fastest"
 for row in "${rows[@]}"; do
-  read -r n tr to gemm tr_min to_min <<<"$row"
-  awk -v n="$n" -v tr="$tr" -v to="$to" -v g="$gemm" -v a="$tr_min" -v b="$to_min" 'BEGIN {
+  read -r n tr to gemm over tr_min to_min <<<"$row"
+  awk -v n="$n" -v tr="$tr" -v to="$to" -v g="$gemm" -v r="$over" -v a="$tr_min" -v b="$to_min" 'BEGIN {
     printf "%-8s %-16.3f %-16.3f %-15.2f %-16.3f %-18.2f %.3f / %.3f = %.2f\n", n, tr, to, to / tr,
-      g, tr / g, b, a, b / a }'
+      g, r, b, a, b / a }'
 done

@@ -303,13 +303,15 @@ job_run() {
   else
     # OpenMPI binds each rank to one core when the ranks fit the cores, which would put all of a
     # rank's threads on it: with several threads, T cores per rank, or no binding when R x T
-    # oversubscribes this machine.
+    # oversubscribes this machine. Then idle OpenMP threads sleep at once (PASSIVE) rather than
+    # spin on a core another rank needs; on cores of their own libgomp's default (spin a while,
+    # then sleep) is faster, as the Makefile says.
     local bind=()
     if ((THREADS_PER_RANK > 1)); then
       if ((ranks * THREADS_PER_RANK <= $(nproc))); then
         bind=(--map-by "slot:PE=$THREADS_PER_RANK" --bind-to core)
       else
-        bind=(--bind-to none)
+        bind=(--bind-to none -x "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}")
       fi
     fi
     cmd=(mpirun -np "$ranks" --oversubscribe ${bind[@]+"${bind[@]}"} ${MPIRUN_ARGS-} "$TRIDENT" train

@@ -38,6 +38,10 @@ Grid::Grid(MPI_Comm world, GridShape shape) : shape_(shape) {
   const bool end_stage = coord_.pp == 0 || coord_.pp == shape.pp - 1;
   TRIDENT_MPI(MPI_Comm_split(cart_, end_stage ? coord_.dp * shape.tp + coord_.tp : MPI_UNDEFINED,
                              coord_.pp, &embedding_));
+  MPI_Comm node;
+  TRIDENT_MPI(MPI_Comm_split_type(cart_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  TRIDENT_MPI(MPI_Comm_size(node, &ranks_on_node_));
+  TRIDENT_MPI(MPI_Comm_free(&node));
   tp_node_local_ = axis_node_local(tp_, shape.tp);
   dp_node_local_ = axis_node_local(dp_, shape.dp);
 }

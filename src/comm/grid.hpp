@@ -50,6 +50,8 @@ class Grid {
   // warns when tp groups do not.
   bool tp_groups_node_local() const { return tp_node_local_; }
   bool dp_groups_node_local() const { return dp_node_local_; }
+  // The ranks of this run on this rank's node (shared memory), which share its cores.
+  int ranks_on_node() const { return ranks_on_node_; }
 
  private:
   GridShape shape_;
@@ -58,6 +60,7 @@ class Grid {
   MPI_Comm cart_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, tp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL;
   MPI_Comm mp_ = MPI_COMM_NULL, embedding_ = MPI_COMM_NULL;
   bool tp_node_local_ = true, dp_node_local_ = true;
+  int ranks_on_node_ = 1;
 
   bool axis_node_local(MPI_Comm axis, int size) const;  // collective over every rank
 };

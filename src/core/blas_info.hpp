@@ -36,4 +36,10 @@ std::string host_simd();
 std::string blas_pool_warning(const std::string& threading, int blas_threads,
                               const std::string& kokkos_backend, int kokkos_threads);
 
+// When idle OpenMP threads sleep at once (`wait_policy` PASSIVE, the OMP_WAIT_POLICY given, any
+// case) although this node's `node_ranks` x `threads` fit its `cores`: waking them for every
+// kernel and GEMM costs time, and what to do about it; "" otherwise.
+std::string wait_policy_warning(const std::string& wait_policy, int threads, int node_ranks,
+                                int cores);
+
 }  // namespace trident

@@ -11,10 +11,12 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "comm/backend.hpp"
 #include "comm/host_comm.hpp"
@@ -675,6 +677,11 @@ void Trainer::print_banner(int start_step) const {
   const std::string pool_warning =
       blas_pool_warning(blas.threading, blas.threads, Exec::name(), Exec().concurrency());
   if (!pool_warning.empty()) console_.line("warning: " + pool_warning);
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  const std::string wait_warning = wait_policy_warning(
+      wait_policy ? wait_policy : "", Exec().concurrency(), grid_.ranks_on_node(),
+      static_cast<int>(std::thread::hardware_concurrency()));
+  if (!wait_warning.empty()) console_.line("warning: " + wait_warning);
 #endif
   if (c.offload.optimizer == OffloadTarget::kHost &&
       std::is_same_v<Exec::memory_space, Kokkos::HostSpace>)

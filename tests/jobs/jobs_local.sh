@@ -87,6 +87,8 @@ for dp in (1, 2, 4):
         fits = dp * threads <= len(os.sched_getaffinity(0))
         expected = f"--map-by slot:PE={threads} --bind-to core" if fits else "--bind-to none"
         assert expected in command, (expected, command)
+        # Oversubscribed, idle OpenMP threads must sleep rather than spin on another rank's core.
+        assert ("-x OMP_WAIT_POLICY=" in command) == (not fits), command
     with h5py.File(run / "timings.h5", "r") as f:
         assert int(f.attrs["threads_per_rank"]) == threads, f.attrs["threads_per_rank"]
         assert (f["tokens"][:] == 8 * 16).all()  # the same global batch at every size

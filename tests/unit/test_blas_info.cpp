@@ -49,6 +49,17 @@ TEST(BlasInfo, WarnsWhenTwoThreadPoolsCompete) {
   EXPECT_NE(compete.find("-DTRIDENT_OPENBLAS_FLAVOUR=openmp"), std::string::npos);
 }
 
+TEST(BlasInfo, WarnsWhenPassiveThreadsHaveCoresOfTheirOwn) {
+  EXPECT_EQ(wait_policy_warning("", 2, 1, 2), "") << "libgomp's default spins, then sleeps";
+  EXPECT_EQ(wait_policy_warning("ACTIVE", 2, 1, 2), "");
+  EXPECT_EQ(wait_policy_warning("PASSIVE", 1, 2, 2), "") << "one thread per rank: no workers";
+  EXPECT_EQ(wait_policy_warning("PASSIVE", 2, 2, 2), "") << "oversubscribed: sleeping is right";
+  const std::string sleeps = wait_policy_warning("passive", 2, 1, 2);
+  EXPECT_NE(sleeps.find("1 rank(s) x 2 threads fit the 2 cores"), std::string::npos) << sleeps;
+  EXPECT_NE(sleeps.find("leave OMP_WAIT_POLICY unset"), std::string::npos) << sleeps;
+  EXPECT_NE(wait_policy_warning("PASSIVE", 4, 4, 16), "");
+}
+
 TEST(BlasInfo, WarnsOnlyForAGenericKernelOnAVectorCpu) {
   EXPECT_EQ(blas_kernel_warning("SkylakeX", "SkylakeX", ""), "");
   EXPECT_EQ(blas_kernel_warning("Haswell", "Haswell", ""), "");
