@@ -4,6 +4,7 @@
 # usage: bench/step_vs_pytorch.sh BUILD_DIR
 #   env: THREADS="1 2"  STEPS=5  WARMUP=2  REPEATS=2  PYTHON=/usr/bin/python3
 #        WAIT_POLICIES="passive default"
+#        TORCH_ARGS="--foreach" (more bench/torch_step.py options for the PyTorch side)
 # Prints a table (threads, trident s/step, torch s/step, torch/trident: the speed-up, trident step/GEMM-only,
 # and the speed-up between the two sides' fastest steps)
 # and keeps every raw output in BUILD_DIR/step_vs_pytorch.log.
@@ -124,7 +125,7 @@ run_torch() {  # run_torch THREADS: PyTorch with each of Debian's threaded OpenB
       echo "== torch, $1 thread(s), OpenBLAS $flavour flavour, wait policy $policy" >>"$log"
       "${clean_env[@]}" $(policy_env "$policy") LD_LIBRARY_PATH="$flavour_dir" \
         OPENBLAS_NUM_THREADS="$1" OMP_NUM_THREADS="$1" "$python" "$here/torch_step.py" \
-        --threads "$1" --steps "$steps" --warmup "$warmup" | tee -a "$log" >"$out"
+        --threads "$1" --steps "$steps" --warmup "$warmup" ${TORCH_ARGS-} | tee -a "$log" >"$out"
       echo "torch_setup=$flavour/$policy" >>"$out"
       echo "   torch, OpenBLAS's $flavour flavour, wait policy $policy:" \
         "$(value torch_step_seconds "$out") s/step ($1 threads)"
