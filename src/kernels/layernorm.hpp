@@ -121,14 +121,16 @@ inline void layernorm_backward_params(const Exec& exec, const Vec& dweight, cons
       KOKKOS_LAMBDA(int block) {
         const int c0 = block * L, width = C - c0 < L ? C - c0 : L;
         float dw[L] = {}, db[L] = {};
-        for (int n = 0; n < N; ++n) {
-          const float m = mean(n), s = rstd(n);
-          for (int j = 0; j < width; ++j) {
-            const float g = dout(n, c0 + j);
-            dw[j] += g * (inp(n, c0 + j) - m) * s;
-            db[j] += g;
+        kmath::with_block_width(width, [&](auto w) {
+          for (int n = 0; n < N; ++n) {
+            const float m = mean(n), s = rstd(n);
+            for (int j = 0; j < w; ++j) {
+              const float g = dout(n, c0 + j);
+              dw[j] += g * (inp(n, c0 + j) - m) * s;
+              db[j] += g;
+            }
           }
-        }
+        });
         for (int j = 0; j < width; ++j) {
           dweight(c0 + j) += dw[j];
           dbias(c0 + j) += db[j];

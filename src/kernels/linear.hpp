@@ -62,8 +62,10 @@ inline void linear_backward_weight(const Exec& exec, const Mat& dweight, const V
         KOKKOS_LAMBDA(int block) {
           const int o0 = block * L, width = OC - o0 < L ? OC - o0 : L;
           float sum[L] = {};
-          for (int n = 0; n < N; ++n)
-            for (int j = 0; j < width; ++j) sum[j] += dout(n, o0 + j);
+          kmath::with_block_width(width, [&](auto w) {
+            for (int n = 0; n < N; ++n)
+              for (int j = 0; j < w; ++j) sum[j] += dout(n, o0 + j);
+          });
           for (int j = 0; j < width; ++j) dbias(o0 + j) += sum[j];
         });
   }
