@@ -15,6 +15,15 @@
 #endif
 
 namespace trident {
+namespace {
+
+std::string lowercase(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+}  // namespace
 
 std::string BlasInfo::describe() const {
   const std::string name = threading.empty() ? library : fmt::format("{} ({})", library, threading);
@@ -51,10 +60,7 @@ std::string blas_pool_warning(const std::string& threading, int blas_threads,
 
 std::string wait_policy_warning(const std::string& wait_policy, int threads, int node_ranks,
                                 int cores) {
-  std::string lower = wait_policy;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower != "passive" || threads < 2 || node_ranks * threads > cores) return "";
+  if (lowercase(wait_policy) != "passive" || threads < 2 || node_ranks * threads > cores) return "";
   return fmt::format(
       "OMP_WAIT_POLICY=PASSIVE puts the {} OpenMP threads of each rank to sleep after every kernel "
       "and GEMM, and waking them costs time (the gpt2-124m step ran 10-20% slower at 1 rank x 2 "
@@ -65,9 +71,7 @@ std::string wait_policy_warning(const std::string& wait_policy, int threads, int
 
 std::string blas_kernel_warning(const std::string& kernel, const std::string& fitting,
                                 const std::string& forced) {
-  std::string lower = kernel;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string lower = lowercase(kernel);
   // OpenBLAS's kernels for CPUs before AVX: what it falls back to on a CPU it does not know.
   const bool pre_avx = lower == "prescott" || lower == "core2" || lower == "penryn" ||
                        lower == "dunnington" || lower == "nehalem" || lower == "atom" ||

@@ -61,13 +61,15 @@ KOKKOS_INLINE_FUNCTION float exp_vec(float x) {
 // it may not reorder), and the bits depend on n only, never on the number of threads.
 constexpr int kLanes = 16;
 
+// A width known at compile time (std::integral_constant's conversion is host-only for nvcc).
+template <int N>
+struct FixedWidth {
+  KOKKOS_INLINE_FUNCTION constexpr operator int() const { return N; }
+};
+
 // Calls f(width): as a compile-time kLanes for a full block of columns, whose loops over the block
 // then have a constant trip count and vectorise (a variable one left GCC with 16 scalar adds per
 // row), as the int itself for the last, partial block.
-template <int N>
-struct FixedWidth {  // std::integral_constant, whose conversion is host-only for nvcc
-  KOKKOS_INLINE_FUNCTION constexpr operator int() const { return N; }
-};
 template <class F>
 KOKKOS_INLINE_FUNCTION void with_block_width(int width, const F& f) {
   if (width == kLanes)
