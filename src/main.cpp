@@ -21,6 +21,7 @@
 #include "plan/planner.hpp"
 #include "train/faults.hpp"
 #include "train/generate.hpp"
+#include "train/step_allocations.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -43,7 +44,7 @@ const CLI::Validator kFinite(
 
 int run_train(MPI_Comm world, const std::string& config_path,
               const std::vector<std::string>& overrides, trident::TrainOptions options,
-              const trident::FaultPlan& faults) {
+              const trident::FaultPlan& faults, bool report_allocations) {
   int world_size = 0;
   TRIDENT_MPI(MPI_Comm_size(world, &world_size));
   trident::Config config =
@@ -59,7 +60,19 @@ int run_train(MPI_Comm world, const std::string& config_path,
                  "the network (place ranks so tp groups share a node)\n");
   trident::InjectedFaults injected(faults, grid.rank());
   options.hooks = &injected;
-  return trident::train(std::move(config), grid, options);
+  if (!report_allocations) return trident::train(std::move(config), grid, options);
+  trident::StepAllocations allocations(&injected);
+  options.hooks = &allocations;
+  const int status = trident::train(std::move(config), grid, options);
+  // Rank by rank, so that the lines do not interleave.
+  for (int r = 0; r < world_size; ++r) {
+    if (r == grid.rank()) {
+      std::fputs(allocations.report(grid.rank()).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    TRIDENT_MPI(MPI_Barrier(world));
+  }
+  return status;
 }
 
 void print_plan(const trident::PlanModel& m, const trident::PlanCluster& c, double batch_tokens,
@@ -199,6 +212,7 @@ struct TrainCommand {
   std::vector<std::string> overrides;
   trident::TrainOptions options;
   trident::FaultPlan faults;
+  bool report_allocations = false;
 
   void add_to(CLI::App& parent) {
     app = parent.add_subcommand("train", "train a model (run under mpirun for several ranks)");
@@ -220,6 +234,10 @@ struct TrainCommand {
     app->add_flag("--allow-config-change", options.allow_config_change,
                   "resume although the config changes what the remaining steps compute "
                   "(optimizer, LR schedule, data, seed, precision); the changes are listed");
+    app->add_flag("--report-allocations", report_allocations,
+                  "count what Kokkos allocates and frees inside each training step (on a GPU, "
+                  "cudaMalloc / cudaFree) and print STEP_ALLOCATIONS lines at the end: after "
+                  "the first step there should be none");
     app->add_option("--dump-grads", options.dump_grads,
                     "write the first step's gradients, gathered to global shapes, to this .h5 "
                     "(checkpoint schema, /params); for layout checks");
@@ -244,7 +262,9 @@ struct TrainCommand {
           return parse(v, plan) ? std::string() : usage;
         });
   }
-  int run() const { return run_train(MPI_COMM_WORLD, config_path, overrides, options, faults); }
+  int run() const {
+    return run_train(MPI_COMM_WORLD, config_path, overrides, options, faults, report_allocations);
+  }
 };
 
 // `trident generate`, `prepare` and `ckpt`: rank 0 reads or writes files.

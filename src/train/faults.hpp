@@ -19,6 +19,9 @@ class StepHooks {
     (void)step;
     (void)timer;
   }
+  // The step's training work is done: the optimizer has stepped and every replica holds the
+  // updated parameters. A checkpoint, validation and the log line follow.
+  virtual void step_ends(int step) { (void)step; }
   // The step's gradients are final (reduced over dp), before the fp16 overflow check reads them.
   virtual void gradients_final(int step, const View1& gradients) {
     (void)step;

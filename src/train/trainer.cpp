@@ -399,6 +399,7 @@ bool Trainer::train_step(int step, StepOutcome& out) {
     replicas_diverged_ = false;
   }
   for (ModelChunk& ch : chunks_) ch.dp->gather_params();
+  hooks_.step_ends(out.step);
   if (checkpoint) {
     ScopedPhase phase(timer_, Phase::kIo);
     checkpointer_->save(out.step, scaler_);
