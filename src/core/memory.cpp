@@ -54,4 +54,14 @@ HalfView1 allocate_half(MemoryLedger& ledger, MemCategory c, const std::string& 
   return HalfView1(label, n);
 }
 
+HostView1 host_side(const View1& buffer, const std::string& label) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (buffer.extent(0) == 0) return HostView1();
+  return HostView1(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), buffer.extent(0));
+#else
+  (void)label;
+  return HostView1(buffer);
+#endif
+}
+
 }  // namespace trident

@@ -41,4 +41,10 @@ View1 allocate(MemoryLedger& ledger, MemCategory c, const std::string& label, si
 IntView1 allocate_int(MemoryLedger& ledger, MemCategory c, const std::string& label, size_t n);
 HalfView1 allocate_half(MemoryLedger& ledger, MemCategory c, const std::string& label, size_t n);
 
+// Where a buffer meets a file (offload): on GPU builds pinned host memory of the same size, made
+// once by the caller's constructor so that no step allocates (and the copies run at full PCIe
+// speed); on host builds the buffer itself, so nothing is copied.
+using HostView1 = Kokkos::View<float*, Kokkos::LayoutRight, PinnedSpace>;
+HostView1 host_side(const View1& buffer, const std::string& label);
+
 }  // namespace trident

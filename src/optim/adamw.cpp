@@ -25,17 +25,9 @@ AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s
     param_stream_ = allocate(ledger, MemCategory::kParams, "param_stream", resident);
   }
   if (storage.nvme) {
-    const auto host_buffer = [](const View1& buffer, const char* label) {
-#if defined(KOKKOS_ENABLE_CUDA)
-      return buffer.extent(0) ? HostBuffer(std::string(label), buffer.extent(0)) : HostBuffer();
-#else
-      (void)label;
-      return HostBuffer(buffer);
-#endif
-    };
-    m_host_ = host_buffer(moment_m_, "adam_m_host");
-    v_host_ = host_buffer(moment_v_, "adam_v_host");
-    param_host_ = host_buffer(param_stream_, "param_stream_host");
+    m_host_ = host_side(moment_m_, "adam_m_host");
+    v_host_ = host_side(moment_v_, "adam_v_host");
+    param_host_ = host_side(param_stream_, "param_stream_host");
   }
 }
 
@@ -73,7 +65,7 @@ void AdamW::step(const View1& params, Placement params_at, const View1& grads, P
     return;
   }
   const int64_t block = static_cast<int64_t>(moment_m_.extent(0));
-  const HostBuffer &m_host = m_host_, &v_host = v_host_, &p_host = param_host_;
+  const HostView1 &m_host = m_host_, &v_host = v_host_, &p_host = param_host_;
   const bool stream_params = param_file_ != nullptr && compact_params;
   for (int64_t lo = 0; lo < count_; lo += block) {
     const int64_t n = std::min(block, count_ - lo);

@@ -81,10 +81,8 @@ class AdamW {
   Exec exec_;
   View1 moment_m_, moment_v_;  // all moments, or the streaming buffers
   View1 param_stream_;         // streaming buffer for offloaded parameters
-  // Where the streaming buffers meet their files: the buffers themselves on host builds, pinned
-  // host copies made once on GPU builds.
-  using HostBuffer = Kokkos::View<float*, Kokkos::LayoutRight, PinnedSpace>;
-  HostBuffer m_host_, v_host_, param_host_;
+  // Where the streaming buffers meet their files (host_side).
+  HostView1 m_host_, v_host_, param_host_;
   FileStore* param_file_ = nullptr;
   std::unique_ptr<FileStore> m_file_, v_file_;
   int step_ = 0;

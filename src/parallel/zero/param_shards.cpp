@@ -34,8 +34,10 @@ ParamShards::ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_
     shard_ = allocate(ledger, MemCategory::kParams, "param_shard", total);
   } else {
     store_ = std::make_unique<FileStore>(nvme_path, total);
-    for (const View1& b : buffers_.all())
+    for (const View1& b : buffers_.all()) {
       staging_.push_back(allocate(ledger, MemCategory::kParams, "param_staging", b.extent(0) / dp));
+      staging_host_.push_back(host_side(staging_.back(), "param_staging_host"));
+    }
   }
   resident_.assign(buffers_.all().size(), -1);
   pending_.resize(buffers_.all().size());
@@ -86,10 +88,9 @@ void ParamShards::start_gather(int u) {
   }
   Vec mine;
   if (store_) {  // offloaded: stage this unit's part of the shard first
-    auto host = Kokkos::create_mirror_view(staging_[b]);
-    store_->read(shard_offset_[u], part, host.data());
-    Kokkos::deep_copy(staging_[b], host);
+    store_->read(shard_offset_[u], part, staging_host_[b].data());
     mine = window(staging_[b], 0, part);
+    Kokkos::deep_copy(mine, Kokkos::subview(staging_host_[b], std::make_pair(int64_t{0}, part)));
   } else {
     mine = window(shard_, shard_offset_[u], part);
   }

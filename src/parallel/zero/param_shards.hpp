@@ -30,8 +30,8 @@ class ParamShards {
               Precision precision = Precision::kFp32);
   // Fills this rank's shard from the counter-based initialiser.
   void init(uint64_t seed);
-  // The owned parameters, compact in owned-segment order (AdamW::step with Placement::kCompact); empty when
-  // offloaded, then store() holds them.
+  // The owned parameters, compact in owned-segment order (AdamW::step with Placement::kCompact);
+  // empty when offloaded, then store() holds them.
   View1 shard() const { return shard_; }
   // 16-bit storage: the owned parameters, compact like shard().
   HalfView1 shard16() const { return shard16_; }
@@ -60,9 +60,10 @@ class ParamShards {
   std::vector<HalfView1> gathered16_;  // 16-bit storage: buffer -> its unit as gathered
   std::vector<bool> widened_;          // 16-bit storage: buffer -> widened since its gather
   std::unique_ptr<FileStore> store_;
-  std::vector<View1> staging_;    // buffer -> its unit's part read from the store
-  std::vector<int> resident_;     // buffer -> unit gathered into it (or -1)
-  std::vector<Request> pending_;  // buffer -> its gather in flight
+  std::vector<View1> staging_;           // buffer -> its unit's part read from the store
+  std::vector<HostView1> staging_host_;  // where the store's reads land (host_side)
+  std::vector<int> resident_;            // buffer -> unit gathered into it (or -1)
+  std::vector<Request> pending_;         // buffer -> its gather in flight
 };
 
 }  // namespace trident
