@@ -18,7 +18,7 @@ inline void swap_values(const Exec& exec, const View1& a, const View1& b) {
 }
 
 // x *= factor.
-inline void scale(const Exec& exec, const View1& x, float factor) {
+inline void scale(const Exec& exec, const Vec& x, float factor) {
   Region region("trident::scale");
   Kokkos::parallel_for(
       "scale", Kokkos::RangePolicy<Exec>(exec, 0, x.extent(0)),

@@ -97,6 +97,32 @@ void AdamW::step(const View1& params, Placement params_at, const View1& grads, P
   }
 }
 
+void AdamW::transform_moments(const std::function<void(const Vec& m, const Vec& v)>& f) {
+  if (!streamed()) {
+    f(window(moment_m_, 0, count_), window(moment_v_, 0, count_));
+    exec_.fence();
+    return;
+  }
+  const int64_t block = static_cast<int64_t>(moment_m_.extent(0));
+  for (int64_t lo = 0; lo < count_; lo += block) {
+    const size_t n = static_cast<size_t>(std::min(block, count_ - lo));
+    const auto host = [n](const HostView1& buffer) {
+      return Kokkos::subview(buffer, std::make_pair(size_t{0}, n));
+    };
+    const Vec m = window(moment_m_, 0, n), v = window(moment_v_, 0, n);
+    m_file_->read(lo, static_cast<int64_t>(n), m_host_.data());
+    v_file_->read(lo, static_cast<int64_t>(n), v_host_.data());
+    Kokkos::deep_copy(m, host(m_host_));
+    Kokkos::deep_copy(v, host(v_host_));
+    f(m, v);
+    exec_.fence();
+    Kokkos::deep_copy(host(m_host_), m);
+    Kokkos::deep_copy(host(v_host_), v);
+    m_file_->write(lo, static_cast<int64_t>(n), m_host_.data());
+    v_file_->write(lo, static_cast<int64_t>(n), v_host_.data());
+  }
+}
+
 void AdamW::read_moments(const View1& m, const View1& v) const {
   auto m_out = Kokkos::create_mirror_view(m);
   auto v_out = Kokkos::create_mirror_view(v);

@@ -3,6 +3,7 @@
 // files through a bounded buffer (NVMe offload); decay only where the table says.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,10 @@ class AdamW {
   // Copies the owned moments into / out of full-layout buffers (flat-buffer positions).
   void read_moments(const View1& m, const View1& v) const;
   void write_moments(const View1& m, const View1& v);
+  // Calls f(m, v) on all the owned moments, in place: on the resident buffers at once, or, when
+  // streamed, on each block of the files read into the streaming buffers and written back after
+  // (local SGD averages them over dp this way, with no copy in flat layout).
+  void transform_moments(const std::function<void(const Vec& m, const Vec& v)>& f);
   int64_t moment_count() const { return count_; }
   bool streamed() const { return m_file_ != nullptr; }
   int steps_taken() const { return step_; }

@@ -174,10 +174,8 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     // 16-bit tensor-parallel transfers: the [N,h] a collective sends or receives, and under
     // sequence parallelism a rank's rows of it.
     if (half && q.tp > 1) add_stored(MemCategory::kCommBuffers, N * h + (sp ? Nl * h : 0));
-    // async: the gradient in flight; local_sgd: both moments staged for averaging.
+    // async: the gradient in flight (local_sgd averages its moments where they are).
     if (q.dp_sync == DpSync::kAsync) add(MemCategory::kCommBuffers, local.total_numel());
-    if (q.dp_sync == DpSync::kLocalSgd && q.dp > 1)
-      add(MemCategory::kCommBuffers, 2.0 * local.total_numel());
     // Pipeline transfers, in the storage width (16-bit stages round activations and their
     // gradients as they make them): without the head, the output buffers and a received gradient
     // (under 16 bits expanded into an fp32 copy for backward); without the embedding, the

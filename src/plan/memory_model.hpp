@@ -26,7 +26,7 @@ struct MemoryQuery {
   int64_t offload_buffer_elements = 0;  // resident elements per moment while streaming
   int micro_batch = 1, seq_len = 1, micro_batches = 1;  // per pipeline, per step
   Recompute recompute;
-  DpSync dp_sync = DpSync::kSync;  // async and local_sgd (dp > 1) hold extra gradient-sized buffers
+  DpSync dp_sync = DpSync::kSync;  // async holds an extra gradient-sized buffer
   Precision precision = Precision::kFp32;
   Precision grad_reduce = Precision::kFp32;  // 16-bit: gradients rounded into 2-byte buffers
 };

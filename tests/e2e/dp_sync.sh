@@ -4,7 +4,8 @@
 #    second applies the first step's gradient (the sync run's first norm, bit for bit), and at
 #    dp 2 (ZeRO-0 and ZeRO-1 with tp 2) it matches the serial delayed run to 1e-5;
 #  - local_sgd with local_steps = 1 is sync bit for bit at dp 2; at dp 1 any local_steps is;
-#  - local_sgd with local_steps = 2 at dp 2 takes different (local) steps, yet tracks sync.
+#  - local_sgd with local_steps = 2 at dp 2 takes different (local) steps, yet tracks sync, the
+#    same bits with its moments offloaded (averaged block by block), and memory as predicted.
 set -euo pipefail
 trident=$1 src=$2 work=$3
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
@@ -26,6 +27,10 @@ run sync2 2 --set parallel.dp=2
 run local1_dp2 2 --set dp.sync=local_sgd --set dp.local_steps=1 --set parallel.dp=2
 run local3_dp1 1 --set dp.sync=local_sgd --set dp.local_steps=3
 run local2_dp2 2 --set dp.sync=local_sgd --set dp.local_steps=2 --set parallel.dp=2
+# Moments offloaded to files and averaged block by block through a small streaming buffer.
+mkdir -p "$work/nvme"
+run local2_dp2_nvme 2 --set dp.sync=local_sgd --set dp.local_steps=2 --set parallel.dp=2 \
+  --set offload.optimizer=nvme --set offload.nvme_dir="$work/nvme" --set offload.buffer_mb=0.01
 t() { echo "$work/$1/tiny/timings.h5"; }
 $check delayed "$(t sync1)" "$(t async1)"
 $check compare "$(t async1)" "$(t async2)" --min-steps 20 --rtol 1e-5 --norms
@@ -34,4 +39,6 @@ $check compare "$(t sync2)" "$(t local1_dp2)" --min-steps 20 --exact --norms
 $check compare "$(t sync1)" "$(t local3_dp1)" --min-steps 20 --exact --norms
 $check differs "$(t sync2)" "$(t local2_dp2)" --from-step 2
 $check compare "$(t sync2)" "$(t local2_dp2)" --min-steps 20 --rtol 0.05
+$check compare "$(t local2_dp2)" "$(t local2_dp2_nvme)" --min-steps 20 --exact --norms
 $check memory "$(t async2)" --all-exact
+$check memory "$(t local2_dp2)" --all-exact

@@ -138,10 +138,6 @@ PlainDataParallel::PlainDataParallel(GptStage& stage, Communicator& dp,
   const int64_t n = stage.local().total_numel();
   if (settings.sync == DpSync::kAsync)
     async_grads_ = allocate(ledger, MemCategory::kCommBuffers, "async_grads", n);
-  if (settings.sync == DpSync::kLocalSgd && dp.size() > 1) {
-    replica_m_ = allocate(ledger, MemCategory::kCommBuffers, "replica_m", n);
-    replica_v_ = allocate(ledger, MemCategory::kCommBuffers, "replica_v", n);
-  }
 }
 
 void PlainDataParallel::finish_reduction(bool reduce) {
@@ -180,15 +176,18 @@ bool PlainDataParallel::exchange_async_gradients() {
 void PlainDataParallel::average_replicas() {
   if (dp_.size() == 1) return;
   const float inverse = 1.0f / static_cast<float>(dp_.size());
-  optimizer_->read_moments(replica_m_, replica_v_);
-  // ZeRO-0: the master weights cover the whole flat buffer, in its order.
-  const View1 params = master_ ? master_->values() : stage_.params();
-  for (const View1& x : {params, replica_m_, replica_v_}) {
+  const auto average = [&](const Vec& x) {
     dp_.allreduce_sum(x);
     kernels::scale(Exec(), x, inverse);
-  }
+  };
+  // ZeRO-0: the master weights cover the whole flat buffer, in its order; every replica's
+  // moments are laid out alike, so they are averaged where they are.
+  average(master_ ? master_->values() : stage_.params());
+  optimizer_->transform_moments([&](const Vec& m, const Vec& v) {
+    average(m);
+    average(v);
+  });
   Exec().fence();
-  optimizer_->write_moments(replica_m_, replica_v_);
   if (master_) refresh_half_params();
 }
 

@@ -142,7 +142,6 @@ class PlainDataParallel : public DataParallelStrategy {
   View1 async_grads_;      // dp.sync = async: the gradient whose reduction is in flight
   Request async_pending_;  // that reduction
   bool async_in_flight_ = false;
-  View1 replica_m_, replica_v_;  // dp.sync = local_sgd: moments staged for averaging
 };
 
 // ZeRO-1: as plain DP, but each replica keeps AdamW moments (and master weights) for its shard of
