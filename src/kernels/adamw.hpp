@@ -1,6 +1,10 @@
 // AdamW on a flat fp32 shard (decoupled weight decay), and the squared-norm reduction.
 #pragma once
 
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
 #include "core/math.hpp"
 #include "core/types.hpp"
 #include "kernels/region.hpp"
@@ -99,5 +103,59 @@ inline double sum_of_squares(const Exec& exec, const ConstVec& x, Shape shape = 
   for (int s = 0; s < segments; ++s) total += sums[s];
   return total;
 }
+
+// The global norm's squares of many vectors, with one wait. On GPUs (kGpu) each vector's sum is
+// reduced into its own slot of a device buffer, queued behind the kernels that wrote the vector,
+// and add_to() reads every slot at once: one synchronisation a step, not one per tensor. On host
+// spaces (kCpu) each is summed when queued (sum_of_squares). add_to() adds the sums to `total` one
+// by one in queue order, so the result is the bits of a loop of sum_of_squares calls. Made once,
+// for at most `capacity` vectors per round.
+class SquareSums {
+ public:
+  explicit SquareSums(size_t capacity = 0, Shape shape = kBuildShape)
+      : shape_(shape), slots_("square_sums", shape == Shape::kGpu ? capacity : 0) {
+    host_slots_ = Kokkos::create_mirror_view(slots_);
+    host_sums_.reserve(capacity);
+  }
+
+  void queue(const Exec& exec, const ConstVec& x) {
+    const size_t n = x.extent(0);
+    if (n == 0) return;  // adds nothing
+    if (shape_ == Shape::kCpu) {
+      host_sums_.push_back(sum_of_squares(exec, x, shape_));
+      return;
+    }
+    if (queued_ == slots_.extent(0)) throw std::logic_error("SquareSums: more vectors than slots");
+    Region region("trident::sum_of_squares");
+    Kokkos::parallel_reduce(
+        "sum_of_squares", Kokkos::RangePolicy<Exec>(exec, 0, n),
+        KOKKOS_LAMBDA(size_t i, double& acc) {
+          const double v = x(i);
+          acc += v * v;
+        },
+        Kokkos::subview(slots_, queued_));
+    ++queued_;
+  }
+
+  // total += every queued sum, in queue order; empties the queue.
+  void add_to(const Exec& exec, double& total) {
+    if (queued_ > 0) {
+      const auto range = std::make_pair(size_t{0}, queued_);
+      Kokkos::deep_copy(exec, Kokkos::subview(host_slots_, range), Kokkos::subview(slots_, range));
+      exec.fence();
+      for (size_t i = 0; i < queued_; ++i) total += host_slots_(i);
+    }
+    for (const double s : host_sums_) total += s;
+    queued_ = 0;
+    host_sums_.clear();
+  }
+
+ private:
+  Shape shape_;
+  Kokkos::View<double*, MemSpace> slots_;
+  Kokkos::View<double*, MemSpace>::HostMirror host_slots_;
+  std::vector<double> host_sums_;
+  size_t queued_ = 0;
+};
 
 }  // namespace trident::kernels

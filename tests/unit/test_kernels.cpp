@@ -436,6 +436,33 @@ TEST(Kernels, SumOfSquares) {
   EXPECT_NEAR(sum_of_squares(exec(), x), dot(x, x), 1e-6 * dot(x, x));
 }
 
+// The norm's batched squares (one wait per step on GPUs) are the bits of a loop of
+// sum_of_squares calls in either shape, an empty vector adds nothing, add_to() empties the queue,
+// and queuing past the slots made is refused.
+TEST(Kernels, SquareSumsAreTheBitsOfOneSumOfSquaresPerVector) {
+  const TestBuf a = random_view(1000, 41), b = random_view(37, 42), c = random_view(5000, 43);
+  const TestBuf empty("empty", 0);
+  for (const Shape shape : {Shape::kCpu, Shape::kGpu}) {
+    SquareSums sums(3, shape);
+    double batched = 0.5, looped = 0.5;
+    for (const TestBuf* x : {&a, &empty, &b, &c}) {
+      sums.queue(exec(), *x);
+      looped += sum_of_squares(exec(), *x, shape);
+    }
+    sums.add_to(exec(), batched);
+    EXPECT_EQ(batched, looped) << (shape == Shape::kGpu ? "gpu" : "cpu") << " shape";
+    double again = 0.0;
+    sums.add_to(exec(), again);
+    EXPECT_EQ(again, 0.0);
+    sums.queue(exec(), a);
+    sums.add_to(exec(), again);
+    EXPECT_EQ(again, sum_of_squares(exec(), a, shape));
+  }
+  SquareSums one_slot(1, Shape::kGpu);
+  one_slot.queue(exec(), a);
+  EXPECT_THROW(one_slot.queue(exec(), b), std::logic_error);
+}
+
 TEST(Kernels, VocabularySlicesCombineToTheWholeCrossEntropy) {
   // Two tp ranks hold columns [0, 4) and [4, 7) (+1 padding) of a V = 7 vocabulary; combining
   // their reductions as the all-reduces do (max, then sums) gives the unsplit loss and gradient.

@@ -38,7 +38,11 @@ std::unique_ptr<DataParallelStrategy> DataParallelStrategy::create(
 
 DataParallelStrategy::DataParallelStrategy(GptStage& stage, Communicator& dp,
                                            const DataParallelSettings& settings, PhaseTimer& timer)
-    : stage_(stage), dp_(dp), settings_(settings), timer_(timer) {
+    : stage_(stage),
+      dp_(dp),
+      settings_(settings),
+      timer_(timer),
+      squares_(stage.local().params().size()) {
   if (settings.zero != ZeroStage::kNone) {
     shard_count_ = dp.size();
     shard_index_ = dp.rank();
@@ -150,7 +154,8 @@ Vec PlainDataParallel::held_gradient(const LocalParam& p) const {
 
 void PlainDataParallel::add_grad_squares(double& sum, const ParamFilter& counted) const {
   for (const LocalParam& p : stage_.local().params())
-    if (counted(p)) sum += kernels::sum_of_squares(Exec(), held_gradient(p));
+    if (counted(p)) squares_.queue(Exec(), held_gradient(p));
+  squares_.add_to(Exec(), sum);
 }
 
 void PlainDataParallel::step(double lr, float grad_scale) {
@@ -231,10 +236,11 @@ void Zero2::add_grad_squares(double& sum, const ParamFilter& counted) const {
     const int64_t a = std::max(own_begin, p.offset);
     const int64_t b = std::min(own_begin + part, p.offset + p.numel);
     if (a < b)
-      sum += kernels::sum_of_squares(
-          Exec(), window(grad_shards_->shard(), grad_shards_->shard_offset(u) + (a - own_begin),
-                         static_cast<size_t>(b - a)));
+      squares_.queue(Exec(),
+                     window(grad_shards_->shard(), grad_shards_->shard_offset(u) + (a - own_begin),
+                            static_cast<size_t>(b - a)));
   }
+  squares_.add_to(Exec(), sum);
 }
 
 void Zero2::step(double lr, float grad_scale) {

@@ -14,6 +14,7 @@
 #include "core/half.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
+#include "kernels/adamw.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/master_weights.hpp"
@@ -119,6 +120,7 @@ class DataParallelStrategy {
   int shard_count_ = 1, shard_index_ = 0;  // every unit split into shard_count_ parts; ours
   std::unique_ptr<MasterWeights> master_;  // 16-bit storage: the fp32 weights AdamW updates
   std::unique_ptr<AdamW> optimizer_;
+  mutable kernels::SquareSums squares_;  // add_grad_squares: one slot per local parameter
 };
 
 // ZeRO-0: replicated everything; gradients all-reduced over dp in buckets during backward.
