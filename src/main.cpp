@@ -237,7 +237,7 @@ struct TrainCommand {
     app->add_flag("--report-allocations", report_allocations,
                   "count what Kokkos allocates and frees inside each training step (on a GPU, "
                   "cudaMalloc / cudaFree) and print STEP_ALLOCATIONS lines at the end: after "
-                  "the first step there should be none");
+                  "the first two steps there should be none");
     app->add_option("--dump-grads", options.dump_grads,
                     "write the first step's gradients, gathered to global shapes, to this .h5 "
                     "(checkpoint schema, /params); for layout checks");
