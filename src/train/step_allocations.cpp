@@ -49,7 +49,7 @@ void StepAllocations::on_event(const char* space, const char* label, uint64_t by
   } else {
     ++current_.frees;
   }
-  ++current_.what[fmt::format("{}{} ({})", allocated ? "" : "free ", label, space)];
+  ++current_.what[fmt::format("{}{} ({})", allocated ? "" : "free ", label ? label : "?", space)];
 }
 
 void StepAllocations::step_begins(int step, PhaseTimer& timer) {
