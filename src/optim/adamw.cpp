@@ -51,6 +51,34 @@ void AdamW::update(const View1& params, const View1& grads, double lr, float gra
   }
 }
 
+template <class F>
+void AdamW::for_streamed_blocks(bool params, F&& f) {
+  const int64_t block = static_cast<int64_t>(moment_m_.extent(0));
+  for (int64_t lo = 0; lo < count_; lo += block) {
+    const int64_t n = std::min(block, count_ - lo);
+    const size_t count = static_cast<size_t>(n);
+    const auto host = [count](const HostView1& buffer) {
+      return Kokkos::subview(buffer, std::make_pair(size_t{0}, count));
+    };
+    // (file, its buffer, where the buffer meets the file) for each streamed quantity.
+    const auto each = [&](auto&& g) {
+      g(*m_file_, moment_m_, m_host_);
+      g(*v_file_, moment_v_, v_host_);
+      if (params) g(*param_file_, param_stream_, param_host_);
+    };
+    each([&](FileStore& file, const View1& buffer, const HostView1& staging) {
+      file.read(lo, n, staging.data());
+      Kokkos::deep_copy(window(buffer, 0, count), host(staging));
+    });
+    f(lo, n);
+    exec_.fence();
+    each([&](FileStore& file, const View1& buffer, const HostView1& staging) {
+      Kokkos::deep_copy(host(staging), window(buffer, 0, count));
+      file.write(lo, n, staging.data());
+    });
+  }
+}
+
 void AdamW::step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
                  double lr, float grad_scale) {
   const bool compact_params = params_at == Placement::kCompact;
@@ -64,19 +92,8 @@ void AdamW::step(const View1& params, Placement params_at, const View1& grads, P
     exec_.fence();
     return;
   }
-  const int64_t block = static_cast<int64_t>(moment_m_.extent(0));
-  const HostView1 &m_host = m_host_, &v_host = v_host_, &p_host = param_host_;
   const bool stream_params = param_file_ != nullptr && compact_params;
-  for (int64_t lo = 0; lo < count_; lo += block) {
-    const int64_t n = std::min(block, count_ - lo);
-    m_file_->read(lo, n, m_host.data());
-    v_file_->read(lo, n, v_host.data());
-    Kokkos::deep_copy(moment_m_, m_host);
-    Kokkos::deep_copy(moment_v_, v_host);
-    if (stream_params) {
-      param_file_->read(lo, n, p_host.data());
-      Kokkos::deep_copy(param_stream_, p_host);
-    }
+  for_streamed_blocks(stream_params, [&](int64_t lo, int64_t n) {
     // Buffer element j holds moment (and streamed parameter) lo + j.
     for_pieces(lo, lo + n, [&](int64_t flat, int64_t len, int64_t moment) {
       update(stream_params ? param_stream_ : params, grads, lr, grad_scale, flat, flat + len,
@@ -85,16 +102,7 @@ void AdamW::step(const View1& params, Placement params_at, const View1& grads, P
              : compact_params ? flat - moment
                               : 0);
     });
-    exec_.fence();
-    Kokkos::deep_copy(m_host, moment_m_);
-    Kokkos::deep_copy(v_host, moment_v_);
-    m_file_->write(lo, n, m_host.data());
-    v_file_->write(lo, n, v_host.data());
-    if (stream_params) {
-      Kokkos::deep_copy(p_host, param_stream_);
-      param_file_->write(lo, n, p_host.data());
-    }
-  }
+  });
 }
 
 void AdamW::transform_moments(const std::function<void(const Vec& m, const Vec& v)>& f) {
@@ -103,24 +111,8 @@ void AdamW::transform_moments(const std::function<void(const Vec& m, const Vec& 
     exec_.fence();
     return;
   }
-  const int64_t block = static_cast<int64_t>(moment_m_.extent(0));
-  for (int64_t lo = 0; lo < count_; lo += block) {
-    const size_t n = static_cast<size_t>(std::min(block, count_ - lo));
-    const auto host = [n](const HostView1& buffer) {
-      return Kokkos::subview(buffer, std::make_pair(size_t{0}, n));
-    };
-    const Vec m = window(moment_m_, 0, n), v = window(moment_v_, 0, n);
-    m_file_->read(lo, static_cast<int64_t>(n), m_host_.data());
-    v_file_->read(lo, static_cast<int64_t>(n), v_host_.data());
-    Kokkos::deep_copy(m, host(m_host_));
-    Kokkos::deep_copy(v, host(v_host_));
-    f(m, v);
-    exec_.fence();
-    Kokkos::deep_copy(host(m_host_), m);
-    Kokkos::deep_copy(host(v_host_), v);
-    m_file_->write(lo, static_cast<int64_t>(n), m_host_.data());
-    v_file_->write(lo, static_cast<int64_t>(n), v_host_.data());
-  }
+  for_streamed_blocks(
+      false, [&](int64_t, int64_t n) { f(window(moment_m_, 0, n), window(moment_v_, 0, n)); });
 }
 
 void AdamW::read_moments(const View1& m, const View1& v) const {

@@ -68,6 +68,11 @@ class AdamW {
   void update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
               int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base,
               int64_t param_base);
+  // Streamed moments: for each block of the files, reads moments [lo, lo + n) (and, with
+  // `params`, the streamed parameters) into the streaming buffers, calls f(lo, n), and writes
+  // them back.
+  template <class F>
+  void for_streamed_blocks(bool params, F&& f);
   // Calls f(flat_begin, count, moment_begin) for the owned pieces of moment range [lo, hi).
   template <class F>
   void for_pieces(int64_t lo, int64_t hi, F&& f) const {
