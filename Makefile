@@ -34,6 +34,14 @@ else
   export OMP_WAIT_POLICY ?= PASSIVE
 endif
 
+# The OpenBLAS kernel `make run` launches its ranks with when OPENBLAS_CORETYPE is not set: the one
+# that fits this CPU's vector unit (tools/blas_kernel.sh: SkylakeX with AVX-512, Haswell with
+# AVX2). Debian's OpenBLAS 0.3.21 picks by CPU model, and on CPUs newer than it falls back to its
+# generic Prescott kernel (GEMMs 4-5x slower). An OPENBLAS_CORETYPE already set is kept;
+# BLAS_KERNEL=auto leaves the choice to OpenBLAS. `make test` never sets it.
+BLAS_KERNEL ?= $(if $(OPENBLAS_CORETYPE),,$(shell bash tools/blas_kernel.sh))
+RUN_BLAS_ENV := $(if $(filter-out auto,$(BLAS_KERNEL)),-x OPENBLAS_CORETYPE=$(BLAS_KERNEL))
+
 # The GPU build (CUDA Kokkos, cuBLAS, NCCL) in BUILD_CUDA, for sm_80 and sm_90: it compiles and
 # links with a CUDA toolkit and no GPU. Host code for x86-64-v3 (AVX2), not this machine's CPU: the
 # binaries go to GPU nodes (tools/device_bundle.sh).
@@ -79,9 +87,10 @@ data-bpe: build
 	@bash tools/prepare_kjv.sh $(TRIDENT) data gpt2
 
 run: data
-	mpirun -np $(NP) --oversubscribe $(MPIRUN_BIND) $(TRIDENT) train --config $(CONFIG) --overwrite
+	mpirun -np $(NP) --oversubscribe $(MPIRUN_BIND) $(RUN_BLAS_ENV) $(TRIDENT) train \
+	  --config $(CONFIG) --overwrite
 	@echo "--- sample from the newest checkpoint:"
-	@$(TRIDENT) generate --ckpt "$$(ls -1 runs/small/checkpoints/step_*.h5 | tail -n 1)" \
+	@$(if $(RUN_BLAS_ENV),OPENBLAS_CORETYPE=$(BLAS_KERNEL)) $(TRIDENT) generate --ckpt "$$(ls -1 runs/small/checkpoints/step_*.h5 | tail -n 1)" \
 	  --prompt "And God said" --tokens 300
 
 # With a CUDA toolkit here, the GPU build is compiled too, and the cuda.* tests check it.

@@ -22,7 +22,8 @@ BlasInfo blas_info();
 
 // The warning for OpenBLAS kernel `kernel` on a CPU whose best kernel is `fitting` ("SkylakeX"
 // with AVX-512, "Haswell" with AVX2, "" without either), `forced` the OPENBLAS_CORETYPE given
-// (or ""); "" when the kernel suits the CPU.
+// (or ""): a kernel narrower than the CPU's vector unit (a generic pre-AVX fallback, or an AVX2
+// kernel on an AVX-512 CPU) costs GEMM speed. "" when the kernel suits the CPU.
 std::string blas_kernel_warning(const std::string& kernel, const std::string& fitting,
                                 const std::string& forced);
 

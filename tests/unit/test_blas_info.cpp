@@ -1,4 +1,5 @@
-// The BLAS kernel report: the library and kernel named, and the warning for a generic fallback.
+// The BLAS kernel report: the library and kernel named, and the warning for a kernel narrower than
+// the CPU.
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
@@ -60,9 +61,13 @@ TEST(BlasInfo, WarnsWhenPassiveThreadsHaveCoresOfTheirOwn) {
   EXPECT_NE(wait_policy_warning("PASSIVE", 4, 4, 16), "");
 }
 
-TEST(BlasInfo, WarnsOnlyForAGenericKernelOnAVectorCpu) {
+TEST(BlasInfo, WarnsOnlyForAKernelNarrowerThanTheCpu) {
   EXPECT_EQ(blas_kernel_warning("SkylakeX", "SkylakeX", ""), "");
+  EXPECT_EQ(blas_kernel_warning("Cooperlake", "SkylakeX", ""), "") << "AVX-512 as well";
   EXPECT_EQ(blas_kernel_warning("Haswell", "Haswell", ""), "");
+  EXPECT_EQ(blas_kernel_warning("Zen", "Haswell", ""), "") << "AVX2 as well";
+  EXPECT_EQ(blas_kernel_warning("SkylakeX", "Haswell", "SKYLAKEX"), "") << "wider: not ours";
+  EXPECT_EQ(blas_kernel_warning("Nonesuch", "SkylakeX", ""), "") << "a name we cannot rank";
   EXPECT_EQ(blas_kernel_warning("Prescott", "", ""), "") << "no AVX2: nothing better exists";
   const std::string unknown = blas_kernel_warning("Prescott", "SkylakeX", "");
   EXPECT_NE(unknown.find("does not know this CPU"), std::string::npos) << unknown;
@@ -72,4 +77,16 @@ TEST(BlasInfo, WarnsOnlyForAGenericKernelOnAVectorCpu) {
   EXPECT_NE(forced.find("OPENBLAS_CORETYPE=NEHALEM selects"), std::string::npos) << forced;
   EXPECT_NE(forced.find("AVX2"), std::string::npos);
   EXPECT_NE(forced.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos);
+  // OpenBLAS picks an AVX-512 kernel on the AVX-512 CPUs it knows; an AVX2 one there halves the
+  // GEMMs' width, whether OpenBLAS chose it or the environment forced it.
+  const std::string narrow = blas_kernel_warning("Haswell", "SkylakeX", "Haswell");
+  EXPECT_NE(narrow.find("OPENBLAS_CORETYPE=Haswell selects OpenBLAS's AVX2 kernel"),
+            std::string::npos)
+      << narrow;
+  EXPECT_NE(narrow.find("up to 2x slower"), std::string::npos) << narrow;
+  EXPECT_NE(narrow.find("OPENBLAS_CORETYPE=SkylakeX"), std::string::npos) << narrow;
+  const std::string chosen = blas_kernel_warning("Sandybridge", "Haswell", "");
+  EXPECT_NE(chosen.find("OpenBLAS chose its AVX kernel 'Sandybridge'"), std::string::npos)
+      << chosen;
+  EXPECT_NE(chosen.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos) << chosen;
 }
