@@ -90,7 +90,8 @@ run: data
 	mpirun -np $(NP) --oversubscribe $(MPIRUN_BIND) $(RUN_BLAS_ENV) $(TRIDENT) train \
 	  --config $(CONFIG) --overwrite
 	@echo "--- sample from the newest checkpoint:"
-	@$(if $(RUN_BLAS_ENV),OPENBLAS_CORETYPE=$(BLAS_KERNEL)) $(TRIDENT) generate --ckpt "$$(ls -1 runs/small/checkpoints/step_*.h5 | tail -n 1)" \
+	@$(if $(RUN_BLAS_ENV),OPENBLAS_CORETYPE=$(BLAS_KERNEL)) $(TRIDENT) generate \
+	  --ckpt "$$(ls -1 runs/small/checkpoints/step_*.h5 | tail -n 1)" \
 	  --prompt "And God said" --tokens 300
 
 # With a CUDA toolkit here, the GPU build is compiled too, and the cuda.* tests check it.

@@ -31,9 +31,9 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The same OpenBLAS kernel on both sides (they link the same libopenblas): the one that fits this
 # CPU's vector unit (tools/blas_kernel.sh), set explicitly because Debian's OpenBLAS 0.3.21 picks
-# by CPU model: its generic Prescott kernel on CPUs it does not know (4-5x slower GEMMs), its AVX2
-# one on AMD CPUs with AVX-512. BENCH_CORETYPE overrides; "auto" leaves OpenBLAS to choose.
-# OPENBLAS_L2_SIZE is unset on both sides.
+# by CPU model (its generic Prescott kernel on CPUs it does not know: 4-5x slower GEMMs) and an
+# OPENBLAS_CORETYPE in the environment may name a narrower one. BENCH_CORETYPE overrides; "auto"
+# leaves OpenBLAS to choose. OPENBLAS_L2_SIZE is unset on both sides.
 coretype=${BENCH_CORETYPE:-$(bash "$here/../tools/blas_kernel.sh")}
 coretype=${coretype:-auto}
 clean_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE -u OMP_WAIT_POLICY)
