@@ -10,7 +10,7 @@
 # usage: tools/blas_kernel.sh [CPUINFO]   (default /proc/cpuinfo)
 set -euo pipefail
 
-flags=" $(grep -m 1 '^flags' "${1:-/proc/cpuinfo}" 2>/dev/null | cut -d: -f2) "
+flags=" $({ grep -m 1 '^flags' "${1:-/proc/cpuinfo}" 2>/dev/null || true; } | cut -d: -f2) "
 has() { [[ $flags == *" $1 "* ]]; }
 if has avx512f && has avx512bw && has avx512dq && has avx512vl; then
   echo SkylakeX
