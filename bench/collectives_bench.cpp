@@ -33,8 +33,7 @@
 #include <vector>
 
 #include "comm/comm.hpp"
-#include "core/device.hpp"
-#include "core/host_threads.hpp"
+#include "core/runtime.hpp"
 #include "core/types.hpp"
 
 namespace {
@@ -271,15 +270,7 @@ double time_calls(const std::function<void()>& call, int iters, int n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  if (trident::report_missing_device(argv[0], /*print=*/true)) {  // a CUDA build without a GPU
-    MPI_Finalize();
-    return 2;
-  }
-  int status = 0;
-  {
-    trident::settle_omp_proc_bind();
-    Kokkos::ScopeGuard kokkos(argc, argv);
+  return trident::with_mpi_and_kokkos(argc, argv, {argv[0], 2, true}, [&] {
     int rank = 0, n = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
@@ -295,7 +286,6 @@ int main(int argc, char** argv) {
                        bad.empty() ? why.c_str() : bad.c_str());
         usage();
       }
-      MPI_Finalize();
       return bad == "help" ? 0 : 2;
     }
 
@@ -363,8 +353,6 @@ int main(int argc, char** argv) {
                   total_wrong == 0 ? "OK" : "FAILED");
       std::fflush(stdout);
     }
-    status = total_wrong == 0 ? 0 : 1;
-  }
-  MPI_Finalize();
-  return status;
+    return total_wrong == 0 ? 0 : 1;
+  });
 }

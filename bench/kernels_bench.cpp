@@ -1,13 +1,11 @@
 // Google Benchmark timings of every trident kernel at gpt2-124m shapes with B=4, T=64.
 #include <benchmark/benchmark.h>
-#include <mpi.h>
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <string>
 
-#include "core/device.hpp"
-#include "core/host_threads.hpp"
+#include "core/runtime.hpp"
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
@@ -363,23 +361,15 @@ TRIDENT_BENCH(BM_ZeroFill)->ArgName("n")->Arg(kModelParams);
 // Kokkos (and MPI, which the trident library links) must be up before any View exists, and
 // every View must be gone before Kokkos finalises: the benchmarks own theirs locally.
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  if (trident::report_missing_device(argv[0], /*print=*/true)) {  // a CUDA build without a GPU
-    MPI_Finalize();
-    return 2;
-  }
-  int status = 0;
-  {
-    trident::settle_omp_proc_bind();
-    Kokkos::ScopeGuard kokkos(argc, argv);
+  return trident::with_mpi_and_kokkos(argc, argv, {argv[0], 2, true}, [&] {
     benchmark::Initialize(&argc, argv);
+    int status = 0;
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) {
       status = 1;
     } else {
       benchmark::RunSpecifiedBenchmarks();
     }
     benchmark::Shutdown();
-  }
-  MPI_Finalize();
-  return status;
+    return status;
+  });
 }

@@ -14,9 +14,8 @@
 #include <vector>
 
 #include "core/blas_info.hpp"
-#include "core/device.hpp"
-#include "core/host_threads.hpp"
 #include "core/memory.hpp"
+#include "core/runtime.hpp"
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/gemm.hpp"
@@ -358,23 +357,12 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  if (trident::report_missing_device(argv[0], /*print=*/true)) {  // a CUDA build without a GPU
-    MPI_Finalize();
-    return 2;
-  }
-  int status = 0;
-  {
-    trident::settle_omp_proc_bind();
-    Kokkos::ScopeGuard kokkos(argc, argv);
+  return trident::with_mpi_and_kokkos(argc, argv, {argv[0], 2, true}, [&] {
     Options o;
     if (!parse(argc, argv, o)) {
       usage();
-      status = 2;
-    } else {
-      status = run(o);
+      return 2;
     }
-  }
-  MPI_Finalize();
-  return status;
+    return run(o);
+  });
 }

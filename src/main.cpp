@@ -10,10 +10,9 @@
 
 #include "comm/grid.hpp"
 #include "comm/host_comm.hpp"
-#include "core/device.hpp"
 #include "core/error.hpp"
-#include "core/host_threads.hpp"
 #include "core/memory.hpp"
+#include "core/runtime.hpp"
 #include "io/checkpoint_tools.hpp"
 #include "io/config.hpp"
 #include "io/prepare.hpp"
@@ -433,17 +432,10 @@ struct PlanCommand {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int status = 0;
-  if (trident::report_missing_device("trident", rank == 0)) {
-    MPI_Finalize();
-    return kExitBadInput;
-  }
-  {
-    trident::settle_omp_proc_bind();
-    Kokkos::ScopeGuard kokkos(argc, argv);
+  return trident::with_mpi_and_kokkos(argc, argv, {"trident", kExitBadInput, false}, [&] {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int status = 0;
     CLI::App app{"trident: 3D-parallel GPT training on Kokkos and MPI"};
     app.require_subcommand(1);
     TrainCommand train;
@@ -476,7 +468,6 @@ int main(int argc, char** argv) {
       if (ranks > 1) MPI_Abort(MPI_COMM_WORLD, kExitBadInput);
       status = kExitBadInput;
     }
-  }
-  MPI_Finalize();
-  return status;
+    return status;
+  });
 }

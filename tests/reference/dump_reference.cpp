@@ -1,7 +1,6 @@
 // Writes what torch_gpt.py checks: the tiny model's parameters, one batch, its loss, logits and
 // gradients, and the losses and final parameters of 10 AdamW steps, computed by trident.
 #include <hdf5.h>
-#include <mpi.h>
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
@@ -10,10 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/device.hpp"
 #include "core/error.hpp"
-#include "core/host_threads.hpp"
 #include "core/memory.hpp"
+#include "core/runtime.hpp"
 #include "io/config.hpp"
 #include "io/hdf5.hpp"
 #include "model/gpt.hpp"
@@ -188,30 +186,19 @@ int run(const std::string& out_path, const std::string& config_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  if (trident::report_missing_device(argv[0], /*print=*/true)) {  // a CUDA build without a GPU
-    MPI_Finalize();
-    return 2;
-  }
-  int status = 0;
-  {
-    trident::settle_omp_proc_bind();
-    Kokkos::ScopeGuard kokkos(argc, argv);
+  return trident::with_mpi_and_kokkos(argc, argv, {argv[0], 2, true}, [&] {
     if (argc < 2 || argc > 3) {
       std::fprintf(stderr, "usage: %s OUT.h5 [RUN_CONFIG.toml]\n", argv[0]);
-      status = 2;
-    } else {
-      try {
-        status = run(argv[1], argc == 3 ? argv[2] : "");
-      } catch (const trident::InputError& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        status = 2;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "internal error: %s\n", e.what());
-        status = 1;
-      }
+      return 2;
     }
-  }
-  MPI_Finalize();
-  return status;
+    try {
+      return run(argv[1], argc == 3 ? argv[2] : "");
+    } catch (const trident::InputError& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "internal error: %s\n", e.what());
+      return 1;
+    }
+  });
 }

@@ -1,0 +1,55 @@
+// MPI and Kokkos brought up around an executable's main(), in the order every trident program
+// needs.
+#pragma once
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdlib>
+#include <utility>
+
+#include "core/device.hpp"
+
+namespace trident {
+
+// Kokkos prints a warning on every rank at initialisation when OMP_PROC_BIND is unset (and into
+// gtest's test listing, which CTest then reads as test names). Unset means "false" to libgomp, so
+// saying it changes nothing but the noise. Binding that suits a layout (close or spread under
+// Slurm's --cpus-per-task, jobs/) stays the launcher's choice. Call before Kokkos is initialised.
+inline void settle_omp_proc_bind() {
+  setenv("OMP_PROC_BIND", "false", /*overwrite=*/0);
+}
+
+// How a CUDA build on a machine without a GPU ends, before Kokkos starts (it would abort with a
+// bare CUDA error): with "PROGRAM: error: WHY" on stderr and `status` from every rank.
+struct NoDeviceExit {
+  const char* program;
+  int status;
+  // Every rank prints its line (the test and bench executables: the bundle's test reads one per
+  // rank to know each loaded the build), or rank 0 alone (trident's own error lines).
+  bool every_rank_says;
+};
+
+// Runs body() with MPI and Kokkos up and returns its status. Kokkos takes its own --kokkos-*
+// arguments out of argc/argv first, so a body that captures them by reference sees the rest.
+// Every View must be gone when body returns, since Kokkos finalises right after.
+template <class Body>
+int with_mpi_and_kokkos(int& argc, char**& argv, NoDeviceExit no_device, Body&& body) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (report_missing_device(no_device.program, no_device.every_rank_says || rank == 0)) {
+    MPI_Finalize();
+    return no_device.status;
+  }
+  int status = 0;
+  {
+    settle_omp_proc_bind();
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    status = std::forward<Body>(body)();
+  }
+  MPI_Finalize();
+  return status;
+}
+
+}  // namespace trident
