@@ -85,26 +85,46 @@ KOKKOS_INLINE_FUNCTION float combine_lanes(float* lanes) {
   return lanes[0];
 }
 
-template <class Term>
-KOKKOS_INLINE_FUNCTION float lane_sum(int n, const Term& term) {
+// A read hint for the cache line holding p (nothing on GPUs). See kernels/streaming.hpp for why.
+KOKKOS_INLINE_FUNCTION void prefetch(const void* p) {
+#if !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+  __builtin_prefetch(p);
+#else
+  (void)p;
+#endif
+}
+
+// The lane loops' optional `ahead(i)`, called before each full block of kLanes terms from i: a
+// row kernel prefetches there what a later block will read.
+struct NothingAhead {
+  KOKKOS_INLINE_FUNCTION void operator()(int) const {}
+};
+
+template <class Term, class Ahead = NothingAhead>
+KOKKOS_INLINE_FUNCTION float lane_sum(int n, const Term& term, const Ahead& ahead = {}) {
   float lanes[kLanes] = {};
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
+  for (; i + kLanes <= n; i += kLanes) {
+    ahead(i);
     for (int j = 0; j < kLanes; ++j) lanes[j] += term(i + j);
+  }
   for (int j = 0; i + j < n; ++j) lanes[j] += term(i + j);
   return combine_lanes(lanes);
 }
 
-template <class Term>
-KOKKOS_INLINE_FUNCTION float lane_max(int n, const Term& term, float lowest) {
+template <class Term, class Ahead = NothingAhead>
+KOKKOS_INLINE_FUNCTION float lane_max(int n, const Term& term, float lowest,
+                                      const Ahead& ahead = {}) {
   float lanes[kLanes];
   for (int j = 0; j < kLanes; ++j) lanes[j] = lowest;
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
+  for (; i + kLanes <= n; i += kLanes) {
+    ahead(i);
     for (int j = 0; j < kLanes; ++j) {
       const float t = term(i + j);
       lanes[j] = t > lanes[j] ? t : lanes[j];
     }
+  }
   for (int j = 0; i + j < n; ++j) {
     const float t = term(i + j);
     lanes[j] = t > lanes[j] ? t : lanes[j];

@@ -7,6 +7,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/region.hpp"
 #include "kernels/shapes.hpp"
+#include "kernels/streaming.hpp"
 
 namespace trident::kernels {
 
@@ -176,6 +177,17 @@ inline void attention_backward_blocked(const Exec& exec, const Mat& dqkv, const 
         float* dk = dq + C;
         float* dv = dq + 2 * C;
         float* ds = &datt_scratch(bh * R, 0);
+        if (bh + 1 < s.B * NH) {  // the next item's inputs, cold by now (kernels/streaming.hpp)
+          const int h_next = (bh + 1) % NH, b_next = (bh + 1) / NH;
+          const float* q_next = &qkv(b_next * T, h_next * HS);
+          const float* g_next = &dout(b_next * T, h_next * HS);
+          for (int t = 0; t < T; ++t) {
+            const float* qkv_row = q_next + static_cast<size_t>(t) * ld_qkv;
+            for (int part = 0; part < 3; ++part) prefetch_span(0, HS, qkv_row + part * C);
+            prefetch_span(0, HS, g_next + static_cast<size_t>(t) * ld_dout);
+            prefetch_span(0, t + 1, &att((bh + 1) * T + t, 0));
+          }
+        }
         for (int t = 0; t < T; ++t)
           for (int i = 0; i < HS; ++i) {
             dk[static_cast<size_t>(t) * ld_dqkv + i] = 0.0f;

@@ -7,6 +7,7 @@
 #include "core/types.hpp"
 #include "kernels/region.hpp"
 #include "kernels/shapes.hpp"
+#include "kernels/streaming.hpp"
 
 namespace trident::kernels {
 
@@ -31,8 +32,10 @@ inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const Co
   Kokkos::parallel_for(
       "cross_entropy_row_max", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
+        const float* row = &logits(n, 0);
         row_max(n) = kmath::lane_max(
-            valid, [&](int v) { return logits(n, v); }, -3.0e38f);
+            valid, [&](int v) { return row[v]; }, -3.0e38f,
+            [&](int v) { kmath::prefetch(row + v + kPrefetchAhead); });
       });
 }
 
@@ -64,8 +67,10 @@ inline void cross_entropy_row_sums(const Exec& exec, const Vec& row_sum, const V
       "cross_entropy_row_sums", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
         const float m = row_max(n);
-        row_sum(n) =
-            kmath::lane_sum(valid, [&](int v) { return kmath::exp_vec(logits(n, v) - m); });
+        const float* row = &logits(n, 0);
+        row_sum(n) = kmath::lane_sum(
+            valid, [&](int v) { return kmath::exp_vec(row[v] - m); },
+            [&](int v) { kmath::prefetch(row + v + kPrefetchAhead); });
         const int local = targets(n) - vocab_start;
         target_logit(n) = local >= 0 && local < valid ? logits(n, local) : 0.0f;
       });

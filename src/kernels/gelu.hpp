@@ -7,6 +7,7 @@
 #include "core/math.hpp"
 #include "core/types.hpp"
 #include "kernels/region.hpp"
+#include "kernels/streaming.hpp"
 
 namespace trident::kernels {
 
@@ -14,27 +15,31 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 
 inline void gelu_forward(const Exec& exec, const Vec& out, const ConstVec& inp) {
   Region region("trident::gelu_forward");
-  Kokkos::parallel_for(
-      "gelu_forward", Kokkos::RangePolicy<Exec>(exec, 0, inp.extent(0)), KOKKOS_LAMBDA(size_t i) {
+  for_each_streamed(
+      "gelu_forward", exec, inp.extent(0),
+      KOKKOS_LAMBDA(size_t i) {
         const float x = inp(i);
         const float u = kGeluScale * (x + 0.044715f * x * x * x);
         out(i) = x / (1.0f + kmath::exp_vec(-2.0f * u));  // 0.5 (1 + tanh u) = sigmoid(2u)
-      });
+      },
+      inp.data());
 }
 
 // dinp = dout * gelu'(inp). May alias dinp with dout.
 inline void gelu_backward(const Exec& exec, const Vec& dinp, const ConstVec& inp,
                           const ConstVec& dout) {
   Region region("trident::gelu_backward");
-  Kokkos::parallel_for(
-      "gelu_backward", Kokkos::RangePolicy<Exec>(exec, 0, inp.extent(0)), KOKKOS_LAMBDA(size_t i) {
+  for_each_streamed(
+      "gelu_backward", exec, inp.extent(0),
+      KOKKOS_LAMBDA(size_t i) {
         const float x = inp(i);
         const float u = kGeluScale * (x + 0.044715f * x * x * x);
         const float s = 1.0f / (1.0f + kmath::exp_vec(-2.0f * u));  // 0.5 (1 + tanh u)
         const float sech2 = 4.0f * s * (1.0f - s);                  // 1 - tanh^2 u
         const float grad = s + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
         dinp(i) = dout(i) * grad;
-      });
+      },
+      inp.data(), dout.data());
 }
 
 }  // namespace trident::kernels
