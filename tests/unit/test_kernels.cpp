@@ -19,6 +19,7 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/residual.hpp"
+#include "kernels/streaming.hpp"
 
 using namespace trident;
 using namespace trident::kernels;
@@ -216,6 +217,50 @@ TEST(Kernels, GeluMatchesFormulaAndFiniteDifferences) {
   gelu_backward(exec(), dx, x, r);
   exec().fence();
   expect_matches_finite_differences(x, dx, f);
+}
+
+// The streamed loop runs the body once per element whatever n is against its chunk (one partial
+// chunk, exact chunks, prefetch spans that run past the end), and GELU over many chunks is still
+// the formula element by element.
+TEST(Kernels, StreamedLoopVisitsEveryElementOnce) {
+  for (size_t n : {size_t{0}, size_t{1}, kStreamChunk - 1, kStreamChunk, kStreamChunk + 1,
+                   kPrefetchAhead + 3 * kStreamChunk + 7}) {
+    TestBuf visits("visits", n), source = random_view(n, 40);
+    fill(visits, 0.0f);
+    const Vec v = visits;
+    const ConstVec in = source;
+    for_each_streamed(
+        "visit", exec(), n, KOKKOS_LAMBDA(size_t i) { v(i) += 1.0f + 0.0f * in(i); },
+        source.data());
+    exec().fence();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(visits(i), 1.0f) << "n = " << n << ", i = " << i;
+  }
+  const size_t n = 5 * kPrefetchAhead + 11;
+  TestBuf x = random_view(n, 41, 3.0f), y("y", n);
+  gelu_forward(exec(), y, x);
+  exec().fence();
+  for (size_t i = 0; i < n; i += 97) {
+    const double v = x(i);
+    const double ref = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    ASSERT_NEAR(y(i), ref, 1e-6) << i;
+  }
+}
+
+// A row kernel's prefetch hook sees the start of every full block of lanes, and the sums and
+// maxima are the bits of the loops without it.
+TEST(Kernels, LaneLoopsCallTheAheadHookPerFullBlock) {
+  std::vector<float> row(3 * kmath::kLanes + 5);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = std::sin(0.37f * static_cast<float>(i));
+  const int n = static_cast<int>(row.size());
+  const auto term = [&](int i) { return row[i]; };
+  std::vector<int> starts;
+  const float sum = kmath::lane_sum(n, term, [&](int i) { starts.push_back(i); });
+  EXPECT_EQ(sum, kmath::lane_sum(n, term));
+  EXPECT_EQ(starts, (std::vector<int>{0, kmath::kLanes, 2 * kmath::kLanes}));
+  starts.clear();
+  const float m = kmath::lane_max(n, term, -3.0e38f, [&](int i) { starts.push_back(i); });
+  EXPECT_EQ(m, kmath::lane_max(n, term, -3.0e38f));
+  EXPECT_EQ(starts.size(), 3u);
 }
 
 TEST(Kernels, ResidualAddsElementwise) {
