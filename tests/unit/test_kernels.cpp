@@ -219,6 +219,30 @@ TEST(Kernels, GeluMatchesFormulaAndFiniteDifferences) {
   expect_matches_finite_differences(x, dx, f);
 }
 
+namespace {
+
+// visits(i) += 1 for every i the streamed loop hands its body (a free function: CUDA's device
+// lambdas may not live in a test's private body).
+void count_visits(const Vec& visits, const ConstVec& source, size_t n) {
+  for_each_streamed(
+      "visit", exec(), n, KOKKOS_LAMBDA(size_t i) { visits(i) += 1.0f + 0.0f * source(i); },
+      source.data());
+}
+
+// The lane loops' arguments as functors callable on both sides (nvcc warns of a host lambda
+// called from a host-device function).
+struct RowTerm {
+  const float* row;
+  KOKKOS_INLINE_FUNCTION float operator()(int i) const { return row[i]; }
+};
+struct RecordStarts {
+  int* starts;
+  int* count;
+  KOKKOS_INLINE_FUNCTION void operator()(int i) const { starts[(*count)++] = i; }
+};
+
+}  // namespace
+
 // The streamed loop runs the body once per element whatever n is against its chunk (one partial
 // chunk, exact chunks, prefetch spans that run past the end), and GELU over many chunks is still
 // the formula element by element.
@@ -227,11 +251,7 @@ TEST(Kernels, StreamedLoopVisitsEveryElementOnce) {
                    kPrefetchAhead + 3 * kStreamChunk + 7}) {
     TestBuf visits("visits", n), source = random_view(n, 40);
     fill(visits, 0.0f);
-    const Vec v = visits;
-    const ConstVec in = source;
-    for_each_streamed(
-        "visit", exec(), n, KOKKOS_LAMBDA(size_t i) { v(i) += 1.0f + 0.0f * in(i); },
-        source.data());
+    count_visits(visits, source, n);
     exec().fence();
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(visits(i), 1.0f) << "n = " << n << ", i = " << i;
   }
@@ -252,15 +272,19 @@ TEST(Kernels, LaneLoopsCallTheAheadHookPerFullBlock) {
   std::vector<float> row(3 * kmath::kLanes + 5);
   for (size_t i = 0; i < row.size(); ++i) row[i] = std::sin(0.37f * static_cast<float>(i));
   const int n = static_cast<int>(row.size());
-  const auto term = [&](int i) { return row[i]; };
-  std::vector<int> starts;
-  const float sum = kmath::lane_sum(n, term, [&](int i) { starts.push_back(i); });
+  const RowTerm term{row.data()};
+  std::vector<int> starts(8, -1);
+  int count = 0;
+  const float sum = kmath::lane_sum(n, term, RecordStarts{starts.data(), &count});
   EXPECT_EQ(sum, kmath::lane_sum(n, term));
-  EXPECT_EQ(starts, (std::vector<int>{0, kmath::kLanes, 2 * kmath::kLanes}));
-  starts.clear();
-  const float m = kmath::lane_max(n, term, -3.0e38f, [&](int i) { starts.push_back(i); });
+  ASSERT_EQ(count, 3);
+  EXPECT_EQ(starts[0], 0);
+  EXPECT_EQ(starts[1], kmath::kLanes);
+  EXPECT_EQ(starts[2], 2 * kmath::kLanes);
+  count = 0;
+  const float m = kmath::lane_max(n, term, -3.0e38f, RecordStarts{starts.data(), &count});
   EXPECT_EQ(m, kmath::lane_max(n, term, -3.0e38f));
-  EXPECT_EQ(starts.size(), 3u);
+  EXPECT_EQ(count, 3);
 }
 
 TEST(Kernels, ResidualAddsElementwise) {
