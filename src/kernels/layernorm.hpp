@@ -113,15 +113,15 @@ inline void layernorm_backward_params(const Exec& exec, const Vec& dweight, cons
         });
     return;
   }
-  // Parameter gradients: kLanes channels per work item, rows summed in order (deterministic);
-  // the inner loop runs along a row, so it vectorises.
-  constexpr int L = kmath::kLanes;
+  // Parameter gradients: kHostColumnBlock channels per work item, rows summed in order
+  // (deterministic); the inner loop runs along a row, so it vectorises.
+  constexpr int L = kmath::kHostColumnBlock;
   Kokkos::parallel_for(
       "layernorm_backward_params", Kokkos::RangePolicy<Exec>(exec, 0, (C + L - 1) / L),
       KOKKOS_LAMBDA(int block) {
         const int c0 = block * L, width = C - c0 < L ? C - c0 : L;
         float dw[L] = {}, db[L] = {};
-        kmath::with_block_width(width, [&](auto w) {
+        kmath::with_block_width<L>(width, [&](auto w) {
           for (int n = 0; n < N; ++n) {
             const float m = mean(n), s = rstd(n);
             for (int j = 0; j < w; ++j) {

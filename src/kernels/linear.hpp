@@ -53,16 +53,16 @@ inline void linear_backward_weight(const Exec& exec, const Mat& dweight, const V
         static_cast<int>(dout.extent(1)),
         KOKKOS_LAMBDA(int n, int o, float* t) { t[0] = dout(n, o); });
   } else if (dbias.extent(0) > 0) {
-    // kLanes columns per work item, rows summed in order: deterministic, and the inner loop runs
-    // along a row, so it vectorises.
+    // kHostColumnBlock columns per work item, rows summed in order: deterministic, and the inner
+    // loop runs along a row, so it vectorises.
     const int N = static_cast<int>(dout.extent(0)), OC = static_cast<int>(dout.extent(1));
-    constexpr int L = kmath::kLanes;
+    constexpr int L = kmath::kHostColumnBlock;
     Kokkos::parallel_for(
         "linear_backward_bias", Kokkos::RangePolicy<Exec>(exec, 0, (OC + L - 1) / L),
         KOKKOS_LAMBDA(int block) {
           const int o0 = block * L, width = OC - o0 < L ? OC - o0 : L;
           float sum[L] = {};
-          kmath::with_block_width(width, [&](auto w) {
+          kmath::with_block_width<L>(width, [&](auto w) {
             for (int n = 0; n < N; ++n)
               for (int j = 0; j < w; ++j) sum[j] += dout(n, o0 + j);
           });

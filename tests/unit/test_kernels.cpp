@@ -614,7 +614,9 @@ struct ShapeRun {
 };
 
 ShapeRun run_shaped_kernels(Shape shape) {
-  const int N = 37, C = 45, OC = 33, T = 8, width = 61, valid = 58, start = 5, rows = 29;
+  // C and OC above kmath::kHostColumnBlock: the host column sums run a full block and a partial
+  // one.
+  const int N = 37, C = 83, OC = 70, T = 8, width = 61, valid = 58, start = 5, rows = 29;
   const TestBuf x = random_view(N * C, 50, 2.0f), w = random_view(C, 51), b = random_view(C, 52);
   const TestBuf dout = random_view(N * C, 53), lw = random_view(OC * C, 54);
   const TestBuf lb = random_view(OC, 55), ldout = random_view(N * OC, 56);
