@@ -14,6 +14,12 @@ namespace trident::kernels {
 // Columns [0, valid) of logits[N, V_slice] are real vocabulary entries vocab_start + v; the
 // rest are padding and ignored. A negative target marks a position without a loss.
 
+// The lane loops' prefetch along a row: the line kPrefetchAhead columns on, while still in the row.
+KOKKOS_INLINE_FUNCTION void prefetch_in_row(const float* row, int v, int valid) {
+  const size_t ahead = static_cast<size_t>(v) + kPrefetchAhead;
+  if (ahead < static_cast<size_t>(valid)) kmath::prefetch(row + ahead);
+}
+
 // row_max[n] = max over the slice's valid columns (-inf-ish when the slice has none).
 inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const ConstMat& logits,
                                   int valid, Shape shape = kBuildShape) {
@@ -35,7 +41,7 @@ inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const Co
         const float* row = &logits(n, 0);
         row_max(n) = kmath::lane_max(
             valid, [&](int v) { return row[v]; }, -3.0e38f,
-            [&](int v) { kmath::prefetch(row + v + kPrefetchAhead); });
+            [&](int v) { prefetch_in_row(row, v, valid); });
       });
 }
 
@@ -70,7 +76,7 @@ inline void cross_entropy_row_sums(const Exec& exec, const Vec& row_sum, const V
         const float* row = &logits(n, 0);
         row_sum(n) = kmath::lane_sum(
             valid, [&](int v) { return kmath::exp_vec(row[v] - m); },
-            [&](int v) { kmath::prefetch(row + v + kPrefetchAhead); });
+            [&](int v) { prefetch_in_row(row, v, valid); });
         const int local = targets(n) - vocab_start;
         target_logit(n) = local >= 0 && local < valid ? logits(n, local) : 0.0f;
       });
