@@ -11,7 +11,7 @@ micro-batch sizes, and reports over the timed steps:
                 the paper's (p-1)(F+B-W) / (m(F+B+W) + (p-1)(F+B-W)) with the run's own
                 per-micro-batch times: F = forward, B = backward (the input-gradient passes),
                 W = weight_grad phase seconds / m, means over ranks;
-  simulated     1 - m v (F+B+W) / makespan from a port of src/parallel/pipeline/schedule.cpp's
+  simulated     1 - m v (F+B+W) / makespan from a port of tests/unit/schedule_simulator.cpp's
                 simulator (zero-latency transfers; forward 1 unit and backward 2, or for zb_h1
                 the run's F, B and W).
 Runs with pp = 1 have no pipeline (theory and model 0); they are left out and named unless
@@ -31,7 +31,7 @@ import pandas as pd
 import trident_runs as tr
 
 
-# ---- port of src/parallel/pipeline/schedule.cpp (action lists and the simulator) ----
+# ---- port of src/parallel/pipeline/schedule.cpp (action lists) and tests/unit/schedule_simulator.cpp ----
 
 def gpipe(m):
     return [("F", mb, 0) for mb in range(m)] + [("B", mb, 0) for mb in range(m)]

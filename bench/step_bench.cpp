@@ -171,10 +171,10 @@ class GemmOnly {
     // Forward: biased layers run with beta 1 on a bias-initialised output, as linear_forward.
     for (int l = 0; l < m_.n_layer; ++l) {
       const BlockTensors& w = p_.blocks[l];
-      fwd(qkv_, x_, w.qkv_w, 1.0f);
-      fwd(y_, x_, w.proj_w, 1.0f);
-      fwd(h_, x_, w.fc_w, 1.0f);
-      fwd(y_, h_, w.fcproj_w, 1.0f);
+      fwd(qkv_, x_, w.qkv.weight, 1.0f);
+      fwd(y_, x_, w.proj.weight, 1.0f);
+      fwd(h_, x_, w.fc.weight, 1.0f);
+      fwd(y_, h_, w.fcproj.weight, 1.0f);
     }
     fwd(logits_, x_, p_.wte, 0.0f);
     // Backward: the LM head, then the blocks last to first.
@@ -185,10 +185,10 @@ class GemmOnly {
     for (int l = m_.n_layer - 1; l >= 0; --l) {
       const BlockTensors& w = p_.blocks[l];
       const BlockTensors& g = g_.blocks[l];
-      bwd(dh_, g.fcproj_w, dy_, h_, w.fcproj_w);
-      bwd(dx_, g.fc_w, dh_, x_, w.fc_w);
-      bwd(dx_, g.proj_w, dy_, x_, w.proj_w);
-      bwd(dx_, g.qkv_w, dqkv_, x_, w.qkv_w);
+      bwd(dh_, g.fcproj.weight, dy_, h_, w.fcproj.weight);
+      bwd(dx_, g.fc.weight, dh_, x_, w.fc.weight);
+      bwd(dx_, g.proj.weight, dy_, x_, w.proj.weight);
+      bwd(dx_, g.qkv.weight, dqkv_, x_, w.qkv.weight);
     }
     exec_.fence();
   }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/half.hpp"
+#include "core/stored.hpp"
 #include "core/types.hpp"
 
 namespace trident {
@@ -78,6 +79,12 @@ class CommBuffer {
     if (format == Precision::kFp32)
       throw std::logic_error("CommBuffer: 16-bit elements need format bf16 or fp16");
   }
+  // A stored tensor, in its own format.
+  explicit CommBuffer(const StoredTensor& t)
+      : data_(t.format == Precision::kFp32 ? static_cast<void*>(t.f32.data())
+                                           : static_cast<void*>(t.f16.data())),
+        count_(t.size()),
+        format_(t.format) {}
   void* data() const { return data_; }
   size_t count() const { return count_; }
   Precision format() const { return format_; }
@@ -144,7 +151,6 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   // "mpi", or "mpi (host-staged)" when every buffer goes through pinned host memory.
   const char* backend() const override;
-  MPI_Comm handle() const { return comm_; }
 
   void allreduce_sum(CommBuffer buf) override;
   void allreduce_max(CommBuffer buf) override;

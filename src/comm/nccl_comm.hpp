@@ -36,7 +36,6 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   int rank() const override { return rank_; }
   const char* backend() const override { return "nccl"; }
-  cudaStream_t stream() const { return stream_; }
 
   void allreduce_sum(CommBuffer buf) override;
   void allreduce_max(CommBuffer buf) override;

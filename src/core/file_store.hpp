@@ -18,7 +18,6 @@ class FileStore {
   void read(int64_t offset, int64_t count, float* dst) const;
   void write(int64_t offset, int64_t count, const float* src);
   int64_t size() const { return count_; }
-  const std::string& path() const { return path_; }
 
  private:
   std::string path_;

@@ -25,7 +25,6 @@ const char* mem_category_name(MemCategory c);
 class MemoryLedger {
  public:
   void add(MemCategory c, size_t bytes);
-  size_t current(MemCategory c) const { return current_[static_cast<int>(c)]; }
   size_t peak(MemCategory c) const { return peak_[static_cast<int>(c)]; }
   size_t current_total() const;
   size_t peak_total() const { return peak_total_; }

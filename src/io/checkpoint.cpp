@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/paths.hpp"
 #include "io/hdf5.hpp"
 #include "model/partition.hpp"
@@ -150,13 +151,6 @@ h5::Handle memory_space(size_t n) {
   return space;
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // The global flat index of every selected element, in selection order.
 template <class F>
 void for_each_global(const Selection& sel, int64_t global_cols, F&& f) {
@@ -174,7 +168,7 @@ const char* kGroups[3] = {"params", "optim/m", "optim/v"};
 uint64_t element_hash(int64_t flat_index, float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
-  return splitmix64(static_cast<uint64_t>(flat_index) * 0x100000001B3ull ^ bits);
+  return mix64(static_cast<uint64_t>(flat_index) * 0x100000001B3ull ^ bits);
 }
 
 void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
@@ -304,11 +298,6 @@ std::vector<std::string> complete_checkpoints(const std::string& dir,
 int64_t checkpoint_step(const std::string& path) {
   h5::Handle file = open_checkpoint(path);
   return h5::read_attr_int(file, "step", path);
-}
-
-std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
-  const std::vector<std::string> all = complete_checkpoints(dir, skipped);
-  return all.empty() ? "" : all.front();
 }
 
 void rotate_checkpoints(const std::string& dir, int keep) {

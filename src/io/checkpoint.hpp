@@ -66,8 +66,6 @@ std::vector<std::string> complete_checkpoints(const std::string& dir,
                                               std::vector<std::string>* skipped = nullptr);
 // The step recorded inside a checkpoint; InputError when it does not open.
 int64_t checkpoint_step(const std::string& path);
-// The first of complete_checkpoints(), or "" if none.
-std::string newest_checkpoint(const std::string& dir, std::vector<std::string>* skipped = nullptr);
 
 // A checkpoint whose data fails its checksums. Thrown by load_checkpoint on every rank alike (the
 // ranks sum their parts first), so a caller may fall back to another checkpoint.

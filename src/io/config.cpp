@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/paths.hpp"
 
 namespace trident {
@@ -387,9 +388,7 @@ std::vector<ConfigChange> config_changes(const Config& before, const Config& aft
 }
 
 uint64_t config_hash(const Config& c) {
-  uint64_t h = 14695981039346656037ull;
-  for (const unsigned char ch : c.to_toml()) h = (h ^ ch) * 1099511628211ull;
-  return h;
+  return fnv1a(c.to_toml());
 }
 
 void require_same_config(const Config& c, const HostCollectives& ranks) {

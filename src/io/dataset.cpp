@@ -9,8 +9,8 @@
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/paths.hpp"
-#include "model/params.hpp"
 
 namespace trident {
 

@@ -23,7 +23,6 @@ class BatchSampler {
   // Fills inputs[count*T] and targets[count*T] with global sequences [first, first+count) of
   // the batch of `step`.
   void fill(int64_t step, int first, int count, int32_t* inputs, int32_t* targets) const;
-  size_t size() const { return tokens_.size(); }
 
  private:
   const std::vector<uint16_t>& tokens_;

@@ -119,12 +119,6 @@ Handle open_file_quiet(const std::string& path) {
   return Handle(id, H5Fclose);
 }
 
-Handle open_file_rw(const std::string& path) {
-  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  TRIDENT_H5(id);
-  return Handle(id, H5Fclose);
-}
-
 Handle create_group(hid_t parent, const std::string& name) {
   const hid_t id = H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   TRIDENT_H5(id);
@@ -156,10 +150,6 @@ void write_attr(hid_t obj, const std::string& name, int64_t value) {
 }
 void write_attr(hid_t obj, const std::string& name, double value) {
   write_scalar_attr(obj, name, H5T_NATIVE_DOUBLE, value);
-}
-
-bool has_attr(hid_t obj, const std::string& name) {
-  return H5Aexists(obj, name.c_str()) > 0;
 }
 
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file) {
@@ -202,17 +192,6 @@ double read_attr_double(hid_t obj, const std::string& name, const std::string& f
   if (H5Aread(attr, H5T_NATIVE_DOUBLE, &value) < 0)
     throw InputError(fmt::format("'{}': attribute '{}' is not a number", file, name));
   return value;
-}
-
-void write_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
-                  const float* data) {
-  std::vector<hsize_t> dims(shape.begin(), shape.end());
-  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
-  Handle dset(H5Dcreate2(parent, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
-                         H5P_DEFAULT),
-              H5Dclose);
-  TRIDENT_H5(static_cast<hid_t>(dset));
-  TRIDENT_H5(H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
 void read_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,

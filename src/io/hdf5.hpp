@@ -56,21 +56,16 @@ class Handle {
 Handle create_file(const std::string& path);  // truncates
 // Opens read-only; returns an invalid handle (no error stack printed) when it cannot.
 Handle open_file_quiet(const std::string& path);
-Handle open_file_rw(const std::string& path);
 Handle create_group(hid_t parent, const std::string& name);
 
 void write_attr(hid_t obj, const std::string& name, const std::string& value);
 void write_attr(hid_t obj, const std::string& name, int64_t value);
 void write_attr(hid_t obj, const std::string& name, double value);
-bool has_attr(hid_t obj, const std::string& name);
 // Readers throw InputError (the file is user input) when the attribute is missing or mistyped.
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file);
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file);
 double read_attr_double(hid_t obj, const std::string& name, const std::string& file);
 
-// A float32 dataset of the given shape, written whole.
-void write_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
-                  const float* data);
 // Reads a float32 dataset whose shape must equal `shape`; InputError otherwise.
 void read_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
                  float* data, const std::string& file);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/half.hpp"
+#include "core/stored.hpp"
 #include "core/types.hpp"
 #include "kernels/region.hpp"
 
@@ -24,6 +25,22 @@ inline void load_half(const Exec& exec, const Vec& out, const HalfView1& in, siz
   Kokkos::parallel_for(
       "load_half", Kokkos::RangePolicy<Exec>(exec, 0, n),
       KOKKOS_LAMBDA(size_t i) { out(i) = from_half(in(in_offset + i), p); });
+}
+
+// Keeps src[0, n) in dst, in dst's format (nothing to do when dst is src itself).
+inline void keep(const Exec& exec, const StoredTensor& dst, const ConstVec& src, size_t n) {
+  if (dst.format != Precision::kFp32)
+    store_half(exec, dst.f16, 0, ConstVec(src.data(), n), n, dst.format);
+  else if (dst.f32.data() != src.data())
+    Kokkos::deep_copy(exec, window(dst.f32, 0, n), ConstVec(src.data(), n));
+}
+
+// dst[0, n) = the values src keeps (nothing to do when src is dst itself).
+inline void restore(const Exec& exec, const Vec& dst, const StoredTensor& src, size_t n) {
+  if (src.format != Precision::kFp32)
+    load_half(exec, Vec(dst.data(), n), src.f16, 0, n, src.format);
+  else if (src.f32.data() != dst.data())
+    Kokkos::deep_copy(exec, Vec(dst.data(), n), window(src.f32, 0, n));
 }
 
 // x[i] = round_to(x[i], p) for i < n: the value a 16-bit tensor would hold.

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/hash.hpp"
+
 namespace trident {
 
 int64_t ParamSpec::numel() const {
@@ -204,22 +206,6 @@ const ParamSpec& ParamTable::at(const std::string& name) const {
   throw std::out_of_range("no parameter named " + name);
 }
 
-uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-uint64_t hash_name(const std::string& s) {  // FNV-1a, then mixed
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return mix64(h);
-}
-
 float initial_value(uint64_t seed, const ParamSpec& spec, int64_t global_index) {
   switch (spec.init) {
     case InitKind::kZeros:
@@ -229,7 +215,7 @@ float initial_value(uint64_t seed, const ParamSpec& spec, int64_t global_index) 
     case InitKind::kNormal:
       break;
   }
-  const uint64_t key = mix64(seed ^ hash_name(spec.name));
+  const uint64_t key = mix64(seed ^ mix64(fnv1a(spec.name)));
   const uint64_t bits = mix64(key ^ mix64(static_cast<uint64_t>(global_index)));
   // Box-Muller on two 32-bit uniforms; u1 in (0, 1] so the log is finite.
   const double u1 = (static_cast<double>(bits >> 32) + 1.0) / 4294967296.0;

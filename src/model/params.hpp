@@ -114,8 +114,4 @@ class LocalParamTable {
 // index), so any rank can generate exactly its slice of any tensor.
 float initial_value(uint64_t seed, const ParamSpec& spec, int64_t global_index);
 
-// 64-bit hashes underneath the initialiser and the data sampler.
-uint64_t hash_name(const std::string& s);
-uint64_t mix64(uint64_t x);
-
 }  // namespace trident

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "core/buffer_list.hpp"
 #include "core/memory.hpp"
 #include "model/params.hpp"
 
@@ -24,6 +25,9 @@ std::vector<int64_t> unit_shard_offsets(const LocalParamTable& local, int dp);
 class UnitBuffers {
  public:
   UnitBuffers(const LocalParamTable& local, int n_layer, MemoryLedger& ledger, MemCategory category,
+              const char* label);
+  // The same buffers described to `list` (allocated when the list has a ledger).
+  UnitBuffers(const LocalParamTable& local, int n_layer, BufferList& list, MemCategory category,
               const char* label);
   // Where parameter p's data lives in its unit's buffer.
   float* locate(const LocalParam& p) const;

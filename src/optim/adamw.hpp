@@ -48,7 +48,6 @@ class AdamW {
   void step(const View1& params, const View1& grads, double lr, float grad_scale) {
     step(params, Placement::kFlat, grads, Placement::kFlat, lr, grad_scale);
   }
-  const std::vector<Segment>& owned() const { return owned_; }
 
   // Copies the owned moments into / out of full-layout buffers (flat-buffer positions).
   void read_moments(const View1& m, const View1& v) const;

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "io/checkpoint.hpp"
 #include "model/gpt.hpp"
-#include "model/params.hpp"
 
 namespace trident {
 

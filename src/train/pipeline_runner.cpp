@@ -26,40 +26,10 @@ PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp
       targets_(static_cast<size_t>(place.micro_batch) * place.seq_len),
       deferred_sets_(std::move(deferred_sets)) {
   deferred_sets_.resize(chunks_.size(), 0);
-  // Sends go out from pipeline::kSendBuffers buffers per direction in turn, not one per slot:
-  // the schedules neither deadlock nor slow down with them (the simulator's test).
-  for (const ModelChunk& ch : chunks_) {
-    Transfers t;
-    if (!ch.last) {
-      t.grad_recv = grad_buffer(ledger, "grad_recv");
-      if (storage_ != Precision::kFp32)
-        t.grad_expanded =
-            allocate(ledger, MemCategory::kCommBuffers, "grad_expanded", activation_elements_);
-      t.forward_sends.resize(pipeline::kSendBuffers);
-    }
-    if (!ch.first) {
-      for (int k = 0; k < pipeline::kSendBuffers; ++k)
-        t.grad_send.push_back(grad_buffer(ledger, "grad_send"));
-      t.backward_sends.resize(pipeline::kSendBuffers);
-    }
-    transfers_.push_back(std::move(t));
-  }
-}
-
-PipelineRunner::GradBuffer PipelineRunner::grad_buffer(MemoryLedger& ledger,
-                                                       const char* label) const {
-  GradBuffer b;
-  b.format = storage_;
-  if (storage_ == Precision::kFp32)
-    b.f32 = allocate(ledger, MemCategory::kCommBuffers, label, activation_elements_);
-  else
-    b.f16 = allocate_half(ledger, MemCategory::kCommBuffers, label, activation_elements_);
-  return b;
-}
-
-CommBuffer PipelineRunner::GradBuffer::window(size_t n) const {
-  if (format == Precision::kFp32) return trident::window(f32, 0, n);
-  return CommBuffer(trident::window(f16, 0, n), format);
+  BufferList list(ledger);
+  for (const ModelChunk& ch : chunks_)
+    transfers_.push_back(
+        pipeline::lay_out_transfers(ch.first, ch.last, activation_elements_, storage_, list));
 }
 
 double PipelineRunner::train(const std::vector<pipeline::Action>& actions,
@@ -122,7 +92,7 @@ void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sa
   const size_t n = activation_elements_;
   sampler.fill(batch_index, place_.first_sequence + act.microbatch * place_.micro_batch,
                place_.micro_batch, inputs_.data(), targets_.data());
-  const int out = stage.next_output();
+  const int out = t.next_output;
   {
     ScopedPhase wait(timer_, Phase::kPpWait);
     if (peers.recv_from >= 0)
@@ -134,11 +104,13 @@ void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sa
   {
     ScopedPhase phase(timer_, Phase::kForward);
     loss = stage.forward(slot, ch.first ? inputs_.data() : nullptr,
-                         ch.last ? targets_.data() : nullptr, place_.micro_batch, place_.seq_len);
+                         ch.last ? targets_.data() : nullptr, place_.micro_batch, place_.seq_len,
+                         ch.last ? StoredTensor() : t.outputs[out]);
   }
   if (ch.last && place_.tp_rank == 0) loss_sum += loss;  // tp ranks hold the same loss
+  if (!ch.last) t.next_output = (out + 1) % pipeline::kSendBuffers;
   if (peers.send_to >= 0)
-    t.forward_sends[out] = pp_.isend(stage.output(out).window(0, n), peers.send_to,
+    t.forward_sends[out] = pp_.isend(CommBuffer(t.outputs[out]).window(0, n), peers.send_to,
                                      tag(act.microbatch, ch.virtual_stage + 1, 0));
 }
 
@@ -148,9 +120,9 @@ void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float lo
   const size_t n = activation_elements_;
   if (peers.recv_from >= 0) {
     ScopedPhase wait(timer_, Phase::kPpWait);
-    pp_.recv(t.grad_recv.window(n), peers.recv_from, tag(act.microbatch, ch.virtual_stage, 1));
-    if (storage_ != Precision::kFp32)
-      kernels::load_half(exec_, window(t.grad_expanded, 0, n), t.grad_recv.f16, 0, n, storage_);
+    pp_.recv(CommBuffer(t.grad_recv).window(0, n), peers.recv_from,
+             tag(act.microbatch, ch.virtual_stage, 1));
+    if (storage_ != Precision::kFp32) kernels::restore(exec_, t.grad_expanded, t.grad_recv, n);
   }
   const ConstVec grad_output =
       window(storage_ == Precision::kFp32 ? t.grad_recv.f32 : t.grad_expanded, 0, n);
@@ -169,13 +141,10 @@ void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float lo
     const int out = t.next_grad_send;
     t.next_grad_send = (out + 1) % pipeline::kSendBuffers;
     t.backward_sends[out].wait();
-    const GradBuffer& send = t.grad_send[out];
-    if (storage_ == Precision::kFp32)
-      Kokkos::deep_copy(exec_, window(send.f32, 0, n), window(stage.input_grad(), 0, n));
-    else
-      kernels::store_half(exec_, send.f16, 0, window(stage.input_grad(), 0, n), n, storage_);
-    t.backward_sends[out] =
-        pp_.isend(send.window(n), peers.send_to, tag(act.microbatch, ch.virtual_stage - 1, 1));
+    const StoredTensor& send = t.grad_send[out];
+    kernels::keep(exec_, send, stage.input_grad(), n);
+    t.backward_sends[out] = pp_.isend(CommBuffer(send).window(0, n), peers.send_to,
+                                      tag(act.microbatch, ch.virtual_stage - 1, 1));
   }
 }
 

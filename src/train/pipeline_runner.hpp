@@ -13,6 +13,7 @@
 #include "model/gpt.hpp"
 #include "parallel/data/strategy.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/transfers.hpp"
 
 namespace trident {
 
@@ -55,26 +56,7 @@ class PipelineRunner {
                   int64_t batch_index);
 
  private:
-  // A gradient transfer buffer: fp32, or 16-bit under bf16 / fp16 storage, whose stages round
-  // activation gradients to 16 bits as they make them (the transfer is exact at half the bytes).
-  struct GradBuffer {
-    View1 f32;
-    HalfView1 f16;
-    Precision format = Precision::kFp32;
-    CommBuffer window(size_t n) const;
-  };
-  GradBuffer grad_buffer(MemoryLedger& ledger, const char* label) const;
-  // A chunk's transfer buffers, each [N,C] (N/tp rows under sequence parallelism): only those
-  // its place in the pipeline uses.
-  struct Transfers {
-    GradBuffer grad_recv;  // not last: the output gradient received from the next stage
-    View1 grad_expanded;   // not last, 16-bit: grad_recv expanded to fp32 for backward
-    // Not first: pipeline::kSendBuffers input-gradient buffers, used in turn.
-    std::vector<GradBuffer> grad_send;
-    int next_grad_send = 0;
-    // Per send buffer (the stage's outputs, grad_send): its last send, waited before reuse.
-    std::vector<Request> forward_sends, backward_sends;
-  };
+  using Transfers = pipeline::Transfers;
   // Where an action runs: its chunk, that chunk's transfers, its activation slot, its peers.
   struct Site {
     ModelChunk& chunk;

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "comm/comm.hpp"
+#include "core/hash.hpp"
 #include "model/gpt.hpp"
 
 using namespace trident;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/memory.hpp"
 #include "core/runtime.hpp"
 #include "io/config.hpp"
@@ -27,8 +28,7 @@ constexpr uint64_t kDataSeed = 0x7e57da7aULL;
 constexpr int kAdamSteps = 10;
 constexpr double kLr = 1e-3;
 
-// A dataset of any numeric type; `shape` empty means an HDF5 scalar. h5::write_floats covers
-// only float32, and the batch (int32) and loss (float64) need other types.
+// A dataset of any numeric type; `shape` empty means an HDF5 scalar.
 void write_dataset(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
                    hid_t file_type, hid_t mem_type, const void* data) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
@@ -42,6 +42,11 @@ void write_dataset(hid_t parent, const std::string& name, const std::vector<int6
       H5Dclose);
   TRIDENT_H5(static_cast<hid_t>(dset));
   TRIDENT_H5(H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+void write_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                  const float* data) {
+  write_dataset(parent, name, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data);
 }
 
 void write_ints(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
@@ -59,7 +64,7 @@ void write_doubles(hid_t parent, const std::string& name, const std::vector<int6
 void write_tensors(hid_t group, const trident::ParamTable& table, const trident::View1& flat) {
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), flat);
   for (const trident::ParamSpec& p : table.specs()) {
-    trident::h5::write_floats(group, p.name, p.shape, host.data() + p.offset);
+    write_floats(group, p.name, p.shape, host.data() + p.offset);
     trident::h5::Handle dset(H5Dopen2(group, p.name.c_str(), H5P_DEFAULT), H5Dclose);
     TRIDENT_H5(static_cast<hid_t>(dset));
     trident::h5::write_attr(dset, "weight_decay", static_cast<int64_t>(p.weight_decay));
@@ -159,7 +164,7 @@ int run(const std::string& out_path, const std::string& config_path) {
   const std::vector<float> logits = copy_logits(model);
   model.backward(0, inv_tokens, trident::ConstVec());
   write_doubles(out, "loss", {}, &loss);
-  trident::h5::write_floats(out, "logits", {N, m.vocab_size}, logits.data());
+  write_floats(out, "logits", {N, m.vocab_size}, logits.data());
   {
     trident::h5::Handle grads = trident::h5::create_group(file, "grads");
     write_tensors(grads, model.table(), model.grads());

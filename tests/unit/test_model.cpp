@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/hash.hpp"
 #include "model/gpt.hpp"
 #include "model/params.hpp"
 
@@ -157,6 +158,12 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
         View1 grad_output("grad_output", static_cast<size_t>(N) * m.n_embd);
         for (size_t i = 0; i < grad_output.extent(0); ++i)
           grad_output(i) = 1e-3f * static_cast<float>(mix64(i) % 1000) - 0.5f;
+        // Where a stage without the head writes its output (the pipeline runner's send buffer).
+        MemoryLedger sends;
+        const StoredTensor output =
+            layout.has_head ? StoredTensor()
+                            : allocate_stored(sends, MemCategory::kCommBuffers, "output",
+                                              static_cast<size_t>(N) * m.n_embd, precision);
         for (int mb = 0; mb < 2; ++mb)
           for (GptStage* s : {&fused, &split}) {
             if (!layout.has_embedding) {  // fp32, or 16-bit patterns under bf16 / fp16
@@ -170,7 +177,7 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
               }
             }
             s->forward(mb, layout.has_embedding ? in[mb].data() : nullptr,
-                       layout.has_head ? tg[mb].data() : nullptr, B, T);
+                       layout.has_head ? tg[mb].data() : nullptr, B, T, output);
           }
         const float scale = 1.0f / N;
         const ConstVec upstream = layout.has_head ? ConstVec() : ConstVec(grad_output);

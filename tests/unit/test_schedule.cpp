@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "parallel/pipeline/schedule.hpp"
+#include "schedule_simulator.hpp"
 
 using namespace trident;
 using namespace trident::pipeline;

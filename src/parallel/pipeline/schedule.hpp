@@ -1,5 +1,6 @@
 // Pipeline schedules (GPipe, 1F1B, interleaved, zero-bubble H1) as pure per-rank action lists, and
-// a simulator.
+// what they imply for a rank (peers, activation sets in flight). The unit tests' simulator
+// (tests/unit/schedule_simulator.hpp) proves them free of deadlock.
 #pragma once
 
 #include <string>
@@ -16,23 +17,11 @@ enum class ScheduleKind { kGpipe, kOneFOneB, kInterleaved, kZeroBubbleH1 };
 // and kBackwardWeight (W) the weight gradients later, where the rank would otherwise idle.
 enum class ActionType { kForward, kBackward, kBackwardInput, kBackwardWeight };
 
-// Relative cost of each pass, for the simulator: a fused backward costs input + weight.
-struct PassCosts {
-  double forward = 1, input_grad = 1, weight_grad = 1;
-};
-
 struct Action {
   ActionType type;
   int microbatch;  // 0..m-1
   int chunk;       // model chunk on this rank, 0..v-1 (always 0 unless interleaved)
 };
-
-inline bool operator==(const Action& a, const Action& b) {
-  return a.type == b.type && a.microbatch == b.microbatch && a.chunk == b.chunk;
-}
-inline bool operator!=(const Action& a, const Action& b) {
-  return !(a == b);
-}
 
 // Virtual stage of (rank, chunk): chunk * pp + rank (Megatron's interleaving: rank r holds stages
 // r, r+pp, ...), so consecutive stages always sit on neighbouring ranks and the last rank's chunk c
@@ -70,8 +59,8 @@ std::string validate_schedule(ScheduleKind kind, int pp, int m, int v);
 // gradient pass, which still reads the activations) is not yet, over the schedule: how many
 // activation sets that chunk must hold.
 int max_in_flight(const std::vector<Action>& actions, int chunk);
-// The same summed over all chunks of the rank: activation sets of 1/v of a stage each.
-int max_in_flight_all_chunks(const std::vector<Action>& actions);
+// +1 when an action starts holding a micro-batch's activations, -1 when it releases them.
+int activation_change(const Action& a);
 // Max number of micro-batches of `chunk` whose input-gradient pass is done but whose
 // weight-gradient pass is not yet: how many sets of output gradients the chunk keeps for deferred W
 // passes (0 for schedules without split backwards).
@@ -83,27 +72,6 @@ int max_deferred_weight_grads(const std::vector<Action>& actions, int chunk);
 // instead of one per activation set in flight; PipelineSchedule.SendBuffersNeitherDeadlockNorSlow
 // checks every schedule with it.
 inline constexpr int kSendBuffers = 2;
-
-// Simulates all pp ranks executing their action lists with blocking receives and non-blocking sends
-// (a receive completes only after the matching send was issued, with zero transfer time), the
-// runtime's order: receive, compute, send. With `send_buffers` > 0 each (stage, direction) sends
-// from that many buffers in turn, and a send waits until the message sent from its buffer before
-// was received (before a forward's compute, after a backward's, as the runtime waits); 0 means
-// unbounded buffering. Returns true when every rank finishes (no deadlock) and every action's
-// dependencies are respected; otherwise false with the reason in `error` (when non-null).
-// `makespan_out` (when non-null) gets the time the last rank finishes, each pass costing what
-// `costs` says (by default a forward 1 and a backward 2).
-bool simulate(ScheduleKind kind, int pp, int m, int v, std::string* error,
-              double* makespan_out = nullptr, const PassCosts& costs = {}, int send_buffers = 0);
-// The same for arbitrary per-rank lists (index = pipeline rank), e.g. a hand-made broken schedule.
-bool simulate_actions(const std::vector<std::vector<Action>>& per_rank, int m, int v,
-                      std::string* error, double* makespan_out = nullptr,
-                      const PassCosts& costs = {}, int send_buffers = 0);
-
-// Idle fraction per rank under simulate's timing model: 1 - m*v*(F + B + W) / makespan, since every
-// rank computes m*v forwards and m*v backwards. Throws InputError for an invalid (kind, pp, m, v)
-// and std::logic_error if the schedule deadlocks.
-double simulated_bubble(ScheduleKind kind, int pp, int m, int v, const PassCosts& costs = {});
 
 }  // namespace trident::pipeline
 

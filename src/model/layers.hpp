@@ -1,0 +1,188 @@
+// The layer types a GPT stage is a program over. Each holds views of its parameters and their
+// gradients, and has a forward, a backward-input and a backward-weight half (zero-bubble
+// schedules run the weight halves later); tensor parallelism is a property of the type
+// (column-parallel, row-parallel, vocabulary-parallel) and sequence parallelism of the group it
+// runs on. Under 16-bit storage every output is rounded as it is made, so the next op reads what
+// a 16-bit tensor would hold.
+#pragma once
+
+#include <cstddef>
+
+#include "core/precision.hpp"
+#include "core/types.hpp"
+#include "kernels/attention.hpp"
+#include "model/tensor_parallel.hpp"
+
+namespace trident {
+
+// The buffers a stage's layers share, each reused by every layer in turn ([N,C] unless said).
+struct LayerWorkspace {
+  View1 partial;    // a row-parallel layer's output before its tp sum; gathered output gradients
+  View1 dinput;     // a column-parallel layer's input gradient before its tp sum
+  View1 gathered;   // sequence parallelism: all rows of a layer's input
+  View1 scattered;  // sequence parallelism: [N/tp,C] this rank's rows of a tp sum
+  View1 norm_grad;  // sequence parallelism: [2C] a LayerNorm's parameter gradients before their sum
+  View1 att_grad;   // [B*NH_tp*attention_block_rows(T), T] attention backward's scratch
+  View1 row_max;    // [N] vocabulary-parallel cross-entropy: each row's maximum
+  View1 row_sums;   // [2N] its exp sums, then the target logits: one all-reduce for both
+};
+
+// What every layer of a stage runs with.
+struct LayerContext {
+  Exec exec;
+  Precision storage = Precision::kFp32;  // outputs are rounded to it
+  TensorParallel* tp = nullptr;
+  LayerWorkspace* ws = nullptr;
+  // v[0, n) rounded to the storage format (nothing under fp32).
+  void round(const View1& v, size_t n) const;
+};
+
+struct NormParams {
+  Vec weight, bias;  // [C]
+};
+struct LinearParams {
+  Mat weight;  // [out, in] (this rank's slice)
+  Vec bias;    // [out], or empty
+};
+
+// LayerNorm over this rank's token rows, its parameters replicated over tp (under sequence
+// parallelism their gradients are summed over the group, whose ranks hold different rows).
+class LayerNorm {
+ public:
+  explicit LayerNorm(const LayerContext* ctx, int C) : ctx_(ctx), C_(C) {}
+  NormParams weights, grads;
+  // out, mean, rstd [rows, C], [rows], [rows] of x [rows, C].
+  void forward(const View1& out, const View1& mean, const View1& rstd, const View1& x,
+               int rows) const;
+  // dx += d/dx from dout.
+  void backward_input(const View1& dx, const View1& dout, const View1& x, const View1& mean,
+                      const View1& rstd, int rows) const;
+  void backward_weight(const View1& dout, const View1& x, const View1& mean, const View1& rstd,
+                       int rows) const;
+
+ private:
+  const LayerContext* ctx_;
+  int C_;
+};
+
+// y = x W^T + b with W split by output rows over tp (Megatron's ColumnParallelLinear): the input
+// is whole on every rank (all-gathered from its rows under sequence parallelism), the output is
+// this rank's columns, and the input gradient is summed over tp (reduce-scattered to rows).
+class ColumnParallelLinear {
+ public:
+  ColumnParallelLinear(const LayerContext* ctx, int in, int out_tp)
+      : ctx_(ctx), in_(in), out_(out_tp) {}
+  LinearParams weights, grads;
+  // out [N, out_tp] from this rank's rows of x [local_rows(N), in].
+  void forward(const View1& out, const View1& x_rows, int N) const;
+  // This rank's rows of d/dx (the tp sum of dout W): returns the buffer that holds them.
+  View1 backward_input(const View1& dout, int N) const;
+  // Weight and bias gradients (+)= from dout [N, out_tp] and x's rows; `accumulate` false
+  // overwrites the weight gradient (the step's first write).
+  void backward_weight(const View1& dout, const View1& x_rows, int N, bool accumulate) const;
+
+ private:
+  const LayerContext* ctx_;
+  int in_, out_;
+};
+
+// y = x W^T + b with W split by input columns over tp (Megatron's RowParallelLinear): the input
+// is this rank's columns, the partial outputs are summed over tp (reduce-scattered to rows under
+// sequence parallelism), and the bias is added once, by tp rank 0.
+class RowParallelLinear {
+ public:
+  RowParallelLinear(const LayerContext* ctx, int in_tp, int out)
+      : ctx_(ctx), in_(in_tp), out_(out) {}
+  LinearParams weights, grads;
+  // This rank's rows of the output [local_rows(N), out] from x [N, in_tp]: returns their buffer.
+  View1 forward(const View1& x, int N) const;
+  // All N rows of an output gradient held as this rank's rows (gathered under SP).
+  View1 gather_output_grad(const View1& dout_rows, int N) const;
+  // dx [N, in_tp] = dout W, from all rows of dout.
+  void backward_input(const View1& dx, const View1& dout, int N) const;
+  void backward_weight(const View1& dout, const View1& x, int N, bool accumulate) const;
+
+ private:
+  const LayerContext* ctx_;
+  int in_, out_;
+};
+
+// Causal self-attention over this rank's heads (tensor parallelism splits the heads).
+class Attention {
+ public:
+  Attention(const LayerContext* ctx, int heads_tp, int head_size)
+      : ctx_(ctx), heads_(heads_tp), head_size_(head_size) {}
+  // out [N, C_tp] and the probabilities att [B*NH_tp*T, T] from qkv [N, 3C_tp].
+  void forward(const View1& out, const View1& att, const View1& qkv, int B, int T) const;
+  // dqkv [N, 3C_tp] from dout [N, C_tp].
+  void backward(const View1& dqkv, const View1& dout, const View1& qkv, const View1& att, int B,
+                int T) const;
+
+ private:
+  kernels::AttentionShape shape(int B, int T) const { return {B, T, heads_, head_size_}; }
+  const LayerContext* ctx_;
+  int heads_, head_size_;
+};
+
+// GELU (tanh approximation), element-wise.
+class Gelu {
+ public:
+  explicit Gelu(const LayerContext* ctx) : ctx_(ctx) {}
+  void forward(const View1& out, const View1& x, size_t n) const;
+  // d (in place) = d * gelu'(x).
+  void backward(const View1& d, const View1& x, size_t n) const;
+
+ private:
+  const LayerContext* ctx_;
+};
+
+// out = a + b (the residual stream), element-wise; out may alias a.
+class Residual {
+ public:
+  explicit Residual(const LayerContext* ctx) : ctx_(ctx) {}
+  void forward(const View1& out, const View1& a, const View1& b, size_t n) const;
+
+ private:
+  const LayerContext* ctx_;
+};
+
+// Token and position embeddings with the vocabulary split over tp: each rank embeds the tokens
+// of its slice, the partial embeddings are summed over tp (the position term added by rank 0).
+class VocabParallelEmbedding {
+ public:
+  VocabParallelEmbedding(const LayerContext* ctx, int C, int vocab_start)
+      : ctx_(ctx), C_(C), vocab_start_(vocab_start) {}
+  struct Tables {
+    Mat wte;  // [V_tp, C]
+    Mat wpe;  // [block_size, C]
+  };
+  Tables weights, grads;
+  // This rank's rows of the embeddings [local_rows(B*T), C] into `out`.
+  void forward(const View1& out, const IntView1& tokens, int B, int T) const;
+  // Scatter-adds the rows of dout (this rank's; all of them gathered under SP).
+  void backward_weight(const View1& dout_rows, const IntView1& tokens, int B, int T) const;
+
+ private:
+  const LayerContext* ctx_;
+  int C_, vocab_start_;
+};
+
+// Cross-entropy over logits whose vocabulary is split over tp: row maxima and exp sums are
+// reduced over the group, so no rank needs the whole row.
+class VocabParallelCrossEntropy {
+ public:
+  VocabParallelCrossEntropy(const LayerContext* ctx, int V_tp, int vocab_start, int vocab_valid)
+      : ctx_(ctx), V_(V_tp), vocab_start_(vocab_start), vocab_valid_(vocab_valid) {}
+  // Per-token losses and log-sum-exps [N] of logits [N, V_tp]; returns the losses' sum.
+  double forward(const View1& losses, const View1& lse, const View1& logits,
+                 const IntView1& targets, int N) const;
+  // logits (in place) = scale * d(loss)/d(logits).
+  void backward(const View1& logits, const View1& lse, const IntView1& targets, int N,
+                float scale) const;
+
+ private:
+  const LayerContext* ctx_;
+  int V_, vocab_start_, vocab_valid_;
+};
+
+}  // namespace trident

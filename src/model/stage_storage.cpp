@@ -1,0 +1,179 @@
+// The one description of a stage's buffers (see stage_storage.hpp).
+#include "model/stage_storage.hpp"
+
+#include <stdexcept>
+
+#include "kernels/attention_blocking.hpp"
+
+namespace trident {
+
+BlockExtents StageShape::extents(int B, int T) const {
+  const size_t N = static_cast<size_t>(B) * T, C = model.n_embd;
+  const size_t rows = sequence_parallel() ? N / layout.tp_size : N;
+  return {rows * C, N * 3 * C_tp(), N * heads_tp() * T, N * C_tp(), N * F_tp(), rows};
+}
+
+namespace {
+
+// A block's fp32 tensors other than its output (with the probabilities unless `with_att`).
+BlockActivations block_internals(const BlockExtents& e, bool with_att, MemCategory c,
+                                 BufferList& list) {
+  BlockActivations b;
+  b.ln1 = list.f32("ln1", c, e.rows_c);
+  b.ln1_mean = list.f32("ln1_mean", c, e.stats);
+  b.ln1_rstd = list.f32("ln1_rstd", c, e.stats);
+  b.qkv = list.f32("qkv", c, e.qkv);
+  if (with_att) b.att = list.f32("att", c, e.att);
+  b.atty = list.f32("atty", c, e.atty);
+  b.res_attn = list.f32("res_attn", c, e.rows_c);
+  b.ln2 = list.f32("ln2", c, e.rows_c);
+  b.ln2_mean = list.f32("ln2_mean", c, e.stats);
+  b.ln2_rstd = list.f32("ln2_rstd", c, e.stats);
+  b.fch = list.f32("fch", c, e.fc);
+  b.fch_gelu = list.f32("fch_gelu", c, e.fc);
+  return b;
+}
+
+// What a slot keeps of a block: its output unless it is sent, and unless the block is recomputed
+// whole what its backward reads.
+BlockKept kept_block(const StageShape& s, const BlockExtents& e, bool output, bool internals,
+                     BufferList& list) {
+  constexpr MemCategory act = MemCategory::kActivations;
+  const Precision p = s.buffers.precision;
+  BlockKept k;
+  if (output) k.res_mlp = list.stored("res_mlp", act, e.rows_c, p);
+  if (!internals) return k;
+  k.ln1_mean = list.f32("ln1_mean", act, e.stats);
+  k.ln1_rstd = list.f32("ln1_rstd", act, e.stats);
+  k.ln2_mean = list.f32("ln2_mean", act, e.stats);
+  k.ln2_rstd = list.f32("ln2_rstd", act, e.stats);
+  k.ln1 = list.stored("ln1", act, e.rows_c, p);
+  k.qkv = list.stored("qkv", act, e.qkv, p);
+  if (!s.buffers.recompute.selective()) k.att = list.stored("att", act, e.att, p);
+  k.atty = list.stored("atty", act, e.atty, p);
+  k.res_attn = list.stored("res_attn", act, e.rows_c, p);
+  k.ln2 = list.stored("ln2", act, e.rows_c, p);
+  k.fch = list.stored("fch", act, e.fc, p);
+  k.fch_gelu = list.stored("fch_gelu", act, e.fc, p);
+  return k;
+}
+
+ActivationSlot activation_slot(const StageShape& s, BufferList& list) {
+  constexpr MemCategory act = MemCategory::kActivations;
+  const Precision p = s.buffers.precision;
+  const BlockExtents e = s.extents(s.max_batch, s.max_seq);
+  const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq;
+  ActivationSlot a;
+  a.tokens = list.int32("tokens", act, N);
+  a.targets = list.int32("targets", act, N);
+  a.input = list.stored("input", act, e.rows_c, p);
+  for (int i = 0; i < s.blocks(); ++i) {
+    // The last block's output of a stage without the head is sent, not kept.
+    const bool output = i + 1 < s.blocks() || s.layout.has_head;
+    a.blocks.push_back(kept_block(s, e, output, !s.buffers.recompute.full_block(i), list));
+  }
+  if (s.layout.has_head) {
+    a.lnf = list.stored("lnf", act, e.rows_c, p);
+    a.logits = list.stored("logits", act, N * s.V_tp(), p);
+    a.lnf_mean = list.f32("lnf_mean", act, e.stats);
+    a.lnf_rstd = list.f32("lnf_rstd", act, e.stats);
+    a.losses = list.f32("losses", act, N);
+    a.lse = list.f32("lse", act, N);
+  }
+  return a;
+}
+
+DeferredGrads deferred_grads(const StageShape& s, BufferList& list) {
+  const BlockExtents e = s.extents(s.max_batch, s.max_seq);
+  const auto kept = [&](const char* label, size_t n) {
+    return list.stored(label, MemCategory::kActivations, n, s.buffers.precision);
+  };
+  DeferredGrads d;
+  for (int i = 0; i < s.blocks(); ++i)
+    d.blocks.push_back({kept("deferred_out", e.rows_c), kept("deferred_mid", e.rows_c),
+                        kept("deferred_dln2", e.rows_c), kept("deferred_dln1", e.rows_c),
+                        kept("deferred_dfch", e.fc), kept("deferred_dqkv", e.qkv)});
+  if (s.layout.has_embedding) d.input = kept("deferred_input", e.rows_c);
+  if (s.layout.has_head) d.dlnf = kept("deferred_dlnf", e.rows_c);
+  return d;
+}
+
+void parameters_and_gradients(const StageShape& s, const LocalParamTable& local, BufferList& list,
+                              StageStorage& st) {
+  if (s.half() && s.buffers.full_params) {
+    // 16-bit parameters; each op reads its unit expanded to fp32. Under ZeRO-3 the parameter
+    // shards do the same and redirect the parameters.
+    st.params16 = list.f16("params16", MemCategory::kParams, local.total_numel());
+    st.expanded = std::make_unique<UnitBuffers>(local, s.model.n_layer, list,
+                                                MemCategory::kWorkspace, "expanded_params");
+  } else if (s.buffers.full_params) {
+    st.params = list.f32("params", MemCategory::kParams, local.total_numel());
+  }
+  if (s.buffers.full_grads) st.grads = list.f32("grads", MemCategory::kGrads, local.total_numel());
+}
+
+// The fp32 buffers blocks and slots share (StageStorage::shared and the 16-bit work tensors).
+void shared_working_tensors(const StageShape& s, BufferList& list, StageStorage& st) {
+  const BlockExtents e = s.extents(s.max_batch, s.max_seq);
+  constexpr MemCategory work = MemCategory::kWorkspace, act = MemCategory::kActivations;
+  if (s.half()) {  // one block's activations in fp32, its input, and the head's tensors
+    st.shared = block_internals(e, true, work, list);
+    st.shared.res_mlp = list.f32("work_res_mlp", work, e.rows_c);
+    st.work_x = list.f32("work_x", work, e.rows_c);
+    if (s.layout.has_head) {
+      st.work_lnf = list.f32("work_lnf", work, e.rows_c);
+      const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq;
+      st.work_logits = list.f32("work_logits", work, N * s.V_tp());
+    }
+  } else if (s.blocks() > 0 && s.buffers.recompute.full_block(0)) {
+    st.shared = block_internals(e, true, act, list);  // one block's recomputed internals
+  } else if (s.blocks() > 0 && s.buffers.recompute.selective()) {
+    st.shared.att = list.f32("att", act, e.att);  // recomputed probabilities
+  }
+}
+
+void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
+  const BlockExtents e = s.extents(s.max_batch, s.max_seq);
+  const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq, C = s.model.n_embd;
+  const auto work = [&](const char* label, size_t n) {
+    return list.f32(label, MemCategory::kWorkspace, n);
+  };
+  LayerWorkspace& ws = st.layers;
+  ws.partial = work("scratch_c", N * C);
+  if (s.sequence_parallel()) {
+    ws.gathered = work("gathered", N * C);
+    ws.scattered = work("scattered", e.rows_c);
+    ws.norm_grad = work("ln_grad", 2 * C);
+  }
+  ws.row_max = work("row_max", N);
+  ws.row_sums = work("row_sum", 2 * N);
+  st.dresidual = work("dresidual", e.rows_c);
+  ws.dinput = work("dln", N * C);
+  st.datty = work("datty", e.atty);
+  st.dqkv = work("dqkv", e.qkv);
+  st.dfch = work("dfch", e.fc);
+  ws.att_grad = work("datt_scratch", static_cast<size_t>(s.max_batch) * s.heads_tp() *
+                                         kernels::attention_block_rows(s.max_seq) * s.max_seq);
+}
+
+}  // namespace
+
+BufferList describe_kept_block(const StageShape& shape, bool internals) {
+  BufferList list;
+  kept_block(shape, shape.extents(shape.max_batch, shape.max_seq), true, internals, list);
+  return list;
+}
+
+StageStorage lay_out_stage(const StageShape& s, const LocalParamTable& local, BufferList& list) {
+  if (s.blocks() < 1 && !s.layout.has_head)
+    throw std::logic_error("a pipeline stage without the head needs a block to make its output");
+  StageStorage st;
+  parameters_and_gradients(s, local, list, st);
+  for (int k = 0; k < s.slots; ++k) st.slots.push_back(activation_slot(s, list));
+  for (int k = 0; k < s.buffers.deferred_sets; ++k) st.deferred.push_back(deferred_grads(s, list));
+  shared_working_tensors(s, list, st);
+  workspace(s, list, st);
+  return st;
+}
+
+}  // namespace trident

@@ -1,0 +1,86 @@
+// Every buffer a GPT stage allocates, described once: the stage's constructor allocates through
+// this description and the memory model sums it, for any layout, without allocating.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/buffer_list.hpp"
+#include "core/precision.hpp"
+#include "model/activations.hpp"
+#include "model/layers.hpp"
+#include "model/model_config.hpp"
+#include "model/params.hpp"
+#include "model/recompute.hpp"
+#include "model/unit_buffers.hpp"
+
+namespace trident {
+
+// How a stage holds its parameters, gradients and activations.
+struct StageBuffers {
+  int64_t unit_alignment = 1;  // pad every unit to a multiple of this (dp under ZeRO)
+  // Without full_grads (full_params) no gradient (parameter) buffer is allocated: the caller
+  // places every unit (GptStage::redirect_grads / redirect_params); ZeRO-2 and 3 keep only a few
+  // units whole at once.
+  bool full_params = true, full_grads = true;
+  Recompute recompute;
+  // bf16 / fp16: parameters and kept activations stored in 16 bits; every op computes in fp32 on
+  // expanded copies (a unit of parameters, one block's activations) and rounds its output to
+  // what 16-bit storage holds. Gradients stay fp32.
+  Precision precision = Precision::kFp32;
+  // Zero-bubble schedules: how many DeferredGrads sets to hold (weight-gradient passes pending at
+  // once, counting the one an input-gradient pass is writing).
+  int deferred_sets = 0;
+  // Sequence parallelism (Korthikanti et al. 2022): each tp rank keeps only its block of the
+  // B*T token rows of the tensors outside the tensor-parallel regions (LayerNorm inputs and
+  // outputs, residual stream, stage input and output); column-parallel layers all-gather their
+  // input, row-parallel outputs are reduce-scattered. Needs B*T divisible by tp.
+  bool sequence_parallel = false;
+};
+
+// A stage's extents: the model, its layers and tp slice, the largest micro-batch, how many
+// micro-batches are in flight at once (slots), and how it holds its tensors.
+struct StageShape {
+  ModelConfig model;
+  StageLayout layout;
+  int max_batch = 1, max_seq = 1, slots = 1;
+  StageBuffers buffers;
+
+  int blocks() const { return layout.last_layer - layout.first_layer; }
+  bool sequence_parallel() const { return buffers.sequence_parallel && layout.tp_size > 1; }
+  bool half() const { return buffers.precision != Precision::kFp32; }
+  int C_tp() const { return model.n_embd / layout.tp_size; }
+  int heads_tp() const { return model.n_head / layout.tp_size; }
+  int F_tp() const { return 4 * model.n_embd / layout.tp_size; }
+  int V_tp() const { return padded_vocab(model.vocab_size, layout.tp_size) / layout.tp_size; }
+  // The extents of one block's tensors for a micro-batch of B sequences of T tokens.
+  BlockExtents extents(int B, int T) const;
+};
+
+// The stage's buffers, made by lay_out_stage.
+struct StageStorage {
+  View1 params;                           // fp32 storage, full_params
+  HalfView1 params16;                     // 16-bit storage, full_params
+  std::unique_ptr<UnitBuffers> expanded;  // 16-bit, full_params: fp32 copies of the units in use
+  View1 grads;                            // full_grads
+  std::vector<ActivationSlot> slots;
+  std::vector<DeferredGrads> deferred;
+  // fp32 working tensors every block and slot shares: under 16-bit storage one block's whole
+  // set, under recomputation what is recomputed (a block's internals, or the probabilities).
+  BlockActivations shared;
+  View1 work_x, work_lnf, work_logits;  // 16-bit storage: a block's input, the head's tensors
+  LayerWorkspace layers;
+  // Backward: d/d(residual stream) [local rows, C], and the tensor-parallel regions' gradients.
+  View1 dresidual, datty, dqkv, dfch;  // [N,C], [N,C_tp], [N,3C_tp], [N,4C_tp]
+};
+
+// Describes (and, when `list` has a ledger, allocates) every buffer of a stage of `shape` whose
+// parameter table is `local`. The tensor-parallel group's 16-bit transfer buffers are its own
+// (TensorParallel), described to the same list.
+StageStorage lay_out_stage(const StageShape& shape, const LocalParamTable& local, BufferList& list);
+
+// What one activation slot keeps of a block of `shape` with its output: everything its backward
+// reads, or with `internals` false (recomputed whole) the output alone.
+BufferList describe_kept_block(const StageShape& shape, bool internals);
+
+}  // namespace trident
