@@ -51,7 +51,7 @@ int run_train(MPI_Comm world, const std::string& config_path,
   // Every rank must run the same config (an MPMD launch, or a file that differs between nodes,
   // would otherwise build mismatched grids or diverge silently).
   trident::require_same_config(config, trident::HostCollectives(world));
-  const trident::GridShape shape{config.parallel.pp, config.parallel.dp, config.parallel.tp};
+  const trident::GridShape shape{config.parallel.dp, config.parallel.tp, config.parallel.pp};
   trident::Grid grid(world, shape);
   if (!grid.tp_groups_node_local() && grid.rank() == 0)
     std::fprintf(stderr,
@@ -154,8 +154,8 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
       p.sequence_parallel && p.tp > 1 ? ", sequence parallel" : "", static_cast<int>(c.zero.stage),
       trident::name_of(c.precision.compute), trident::name_of(c.recompute.policy),
       c.train.micro_batch_size, c.train.batch_size / p.dp / c.train.micro_batch_size);
-  std::printf("trident's memory model, busiest rank (pp=%d tp=%d dp=%d), GB:", r.pp_rank, r.tp_rank,
-              r.dp_rank);
+  std::printf("trident's memory model, busiest rank (dp=%d tp=%d pp=%d), GB:", r.rank.dp, r.rank.tp,
+              r.rank.pp);
   for (int k = 0; k < trident::kMemCategories; ++k)
     std::printf(" %s %.2f", trident::mem_category_name(static_cast<trident::MemCategory>(k)),
                 r.prediction.bytes[k] / 1e9);

@@ -20,24 +20,23 @@ GridCoord grid_coord(const GridShape& s, int rank) {
 }
 
 Grid::Grid(MPI_Comm world, GridShape shape) : shape_(shape) {
-  // Cartesian dims in row-major order (pp, dp, tp): the last dimension varies fastest, which
-  // is exactly grid_rank's order. reorder = 0 keeps ranks where the launcher placed them.
+  // MPI's Cartesian dims vary the last fastest, so they are listed slowest first (pp, dp, tp):
+  // exactly grid_rank's numbering. reorder = 0 keeps ranks where the launcher placed them.
   int dims[3] = {shape.pp, shape.dp, shape.tp};
   int periods[3] = {0, 0, 0};
   TRIDENT_MPI(MPI_Cart_create(world, 3, dims, periods, 0, &cart_));
   TRIDENT_MPI(MPI_Comm_rank(cart_, &rank_));
-  int coords[3];
-  TRIDENT_MPI(MPI_Cart_coords(cart_, rank_, 3, coords));
-  coord_ = {coords[0], coords[1], coords[2]};
+  coord_ = grid_coord(shape, rank_);
   const int keep_pp[3] = {1, 0, 0}, keep_dp[3] = {0, 1, 0}, keep_tp[3] = {0, 0, 1};
   TRIDENT_MPI(MPI_Cart_sub(cart_, keep_pp, &pp_));
   TRIDENT_MPI(MPI_Cart_sub(cart_, keep_dp, &dp_));
   TRIDENT_MPI(MPI_Cart_sub(cart_, keep_tp, &tp_));
   const int keep_mp[3] = {1, 0, 1};
   TRIDENT_MPI(MPI_Cart_sub(cart_, keep_mp, &mp_));
-  const bool end_stage = coord_.pp == 0 || coord_.pp == shape.pp - 1;
-  TRIDENT_MPI(MPI_Comm_split(cart_, end_stage ? coord_.dp * shape.tp + coord_.tp : MPI_UNDEFINED,
-                             coord_.pp, &embedding_));
+  const bool end_rank = coord_.pp == 0 || coord_.pp == shape.pp - 1;
+  // One group per (dp, tp), named by its pp rank 0.
+  const int first = grid_rank(shape, {coord_.dp, coord_.tp, 0});
+  TRIDENT_MPI(MPI_Comm_split(cart_, end_rank ? first : MPI_UNDEFINED, coord_.pp, &embedding_));
   MPI_Comm node;
   TRIDENT_MPI(MPI_Comm_split_type(cart_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   TRIDENT_MPI(MPI_Comm_size(node, &ranks_on_node_));

@@ -1,4 +1,5 @@
-// The Cartesian process grid world = pp x dp x tp (tp fastest) and its per-axis communicators.
+// The Cartesian process grid world = dp x tp x pp and its per-axis communicators. Axes are named
+// in the order dp, tp, pp everywhere; ranks are numbered tp fastest, then dp, then pp.
 #pragma once
 
 #include <mpi.h>
@@ -9,12 +10,12 @@
 namespace trident {
 
 struct GridShape {
-  int pp = 1, dp = 1, tp = 1;
-  int size() const { return pp * dp * tp; }
+  int dp = 1, tp = 1, pp = 1;
+  int size() const { return dp * tp * pp; }
 };
 
 struct GridCoord {
-  int pp = 0, dp = 0, tp = 0;
+  int dp = 0, tp = 0, pp = 0;
 };
 
 // rank = tp + tp_size * (dp + dp_size * pp): a tensor-parallel group is contiguous in rank
@@ -41,8 +42,8 @@ class Grid {
   MPI_Comm pp_comm() const { return pp_; }
   // pp x tp: one model replica, over which the global gradient norm is reduced.
   MPI_Comm model_parallel_comm() const { return mp_; }
-  // The first and last pipeline stage at this (dp, tp): both hold the tied token embedding
-  // (a single rank when pp == 1; MPI_COMM_NULL on middle stages).
+  // pp ranks 0 and pp-1 at this (dp, tp): the first and last stage, both holding the tied token
+  // embedding (a single rank when pp == 1; MPI_COMM_NULL on the middle pp ranks).
   MPI_Comm embedding_comm() const { return embedding_; }
   // "dp=2 tp=1 pp=1"
   std::string describe() const;

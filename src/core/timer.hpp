@@ -57,7 +57,6 @@ class PhaseTimer {
   Clock::time_point last_change() const {
     return Clock::time_point(Clock::duration(last_change_.load(std::memory_order_relaxed)));
   }
-  double seconds(Phase p) const { return seconds_[static_cast<int>(p)]; }
   const std::array<double, kPhases>& all() const { return seconds_; }
 
  private:

@@ -36,7 +36,6 @@ using Vec = Kokkos::View<float*, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstVec = Kokkos::View<const float*, Kokkos::LayoutRight, Device, Unmanaged>;
 using Mat = Kokkos::View<float**, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstMat = Kokkos::View<const float**, Kokkos::LayoutRight, Device, Unmanaged>;
-using IntVec = Kokkos::View<int32_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstIntVec = Kokkos::View<const int32_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 using HalfVec = Kokkos::View<uint16_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 

@@ -10,9 +10,11 @@
 #include <sstream>
 #include <variant>
 
+#include "comm/host_comm.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/paths.hpp"
+#include "parallel/pipeline/schedule.hpp"
 
 namespace trident {
 namespace {
@@ -86,7 +88,8 @@ struct Field {
   std::string path() const { return section + "." + key; }
 };
 
-std::vector<Field> schema(Config& c) {
+// The run, model, data, batch and optimizer keys.
+std::vector<Field> run_fields(Config& c) {
   return {
       {"run", "name", &c.run.name, "run name: outputs go to <out_dir>/<name>/"},
       {"run", "out_dir", &c.run.out_dir, "directory for run outputs"},
@@ -134,9 +137,15 @@ std::vector<Field> schema(Config& c) {
        "scale lr with the global batch: none, linear, sqrt (relative to base_batch_tokens)"},
       {"optim", "base_batch_tokens", &c.optim.base_batch_tokens,
        "global batch in tokens at which optim.lr was tuned (for lr_scaling)"},
+  };
+}
+
+// The layout, sharding, offload, precision, data-parallel mode and recomputation keys.
+std::vector<Field> layout_fields(Config& c) {
+  return {
       {"parallel", "dp", &c.parallel.dp, "data-parallel replicas (0: world size / (tp*pp))"},
       {"parallel", "tp", &c.parallel.tp, "tensor-parallel ranks"},
-      {"parallel", "pp", &c.parallel.pp, "pipeline stages"},
+      {"parallel", "pp", &c.parallel.pp, "pipeline-parallel ranks"},
       {"parallel", "schedule", choice(&c.parallel.schedule),
        "pipeline schedule: gpipe, 1f1b, interleaved, zb_h1"},
       {"parallel", "virtual_stages", &c.parallel.virtual_stages,
@@ -185,8 +194,15 @@ std::vector<Field> schema(Config& c) {
        "activation recomputation: none, selective (attention probabilities), full (whole "
        "blocks from their input)"},
       {"recompute", "layers", &c.recompute.layers,
-       "full: recompute the first N blocks of each pipeline stage / model chunk (0: all)"},
+       "full: recompute the first N blocks of each stage (each model chunk under interleaving; "
+       "0: all)"},
   };
+}
+
+std::vector<Field> schema(Config& c) {
+  std::vector<Field> fields = run_fields(c);
+  for (Field& f : layout_fields(c)) fields.push_back(std::move(f));
+  return fields;
 }
 
 std::string valid_keys(const std::vector<Field>& fields, const std::string& section) {

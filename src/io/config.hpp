@@ -6,16 +6,17 @@
 #include <vector>
 
 #include "comm/collective_backend.hpp"
-#include "comm/host_comm.hpp"
 #include "core/precision.hpp"
 #include "core/stop_request.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/data/options.hpp"
-#include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/options.hpp"
 
 namespace trident {
+
+class HostCollectives;  // comm/host_comm.hpp
 
 struct RunSection {
   std::string name = "run";

@@ -29,7 +29,7 @@ void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t>
 TimingsWriter::TimingsWriter(const std::string& path, int ranks,
                              const std::map<std::string, std::string>& attributes,
                              TimingsSegment segment, const std::vector<double>& predicted_memory)
-    : path_(path), file_(h5::create_file(path)), ranks_(ranks) {
+    : path_(path), file_(h5::create_file(path)) {
   const h5::WritingFile writing(path_);
   for (const auto& [key, value] : attributes) h5::write_attr(file_, key, value);
   std::string phases;

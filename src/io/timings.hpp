@@ -45,7 +45,6 @@ class TimingsWriter {
   void append_row(const std::string& name, const void* row, hid_t type);
   std::string path_;
   h5::Handle file_;
-  int ranks_;
   hsize_t rows_ = 0;
 };
 

@@ -1,39 +1,22 @@
-// One rank's part of the GPT-2 model: a stage of layers (embedding, blocks, head) on a
-// tensor-parallel slice, with its parameters, gradients and activation slots, as a program over
-// the layer types of model/layers.hpp.
+// A stage of the GPT-2 model: the embedding, blocks and head one pipeline rank runs as one unit of
+// its schedule (one of its virtual stages under interleaving), on a tensor-parallel slice, with
+// their parameters, gradients and activation slots.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/comm.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
-#include "model/layers.hpp"
-#include "model/partition.hpp"
-#include "model/stage_storage.hpp"
+#include "model/output_head.hpp"
 #include "model/stage_tensors.hpp"
+#include "model/transformer_block.hpp"
 
 namespace trident {
-
-// A transformer block: a short program over these layers (GptStage::block_forward).
-struct TransformerBlock {
-  LayerNorm ln1;
-  ColumnParallelLinear qkv;
-  Attention attention;
-  RowParallelLinear proj;
-  Residual residual;
-  LayerNorm ln2;
-  ColumnParallelLinear fc;
-  Gelu gelu;
-  RowParallelLinear fcproj;
-};
-
-// Every buffer a stage of `shape` with parameter table `local` allocates, described without
-// allocating (the memory model).
-BufferList describe_stage(const StageShape& shape, const LocalParamTable& local);
 
 class GptStage {
  public:
@@ -54,26 +37,28 @@ class GptStage {
   // 16-bit storage: the parameters as bf16 / fp16, laid out like params().
   HalfView1 params16() const { return st_.params16; }
   // 16-bit storage: params16() changed (an optimizer step): expand units again before use.
-  void invalidate_expanded();
+  void invalidate_expanded() { hooks_.invalidate_expanded(); }
   View1 grads() const { return st_.grads; }
   int slots() const { return static_cast<int>(st_.slots.size()); }
   // Attributes tensor-parallel communication to Phase::kTpComm; null times nothing.
   void set_timer(PhaseTimer* timer);
   // Called during backward with an offset into grads(): every gradient at or above it has
   // received this backward's contribution (data parallelism starts reducing those).
-  void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_ = std::move(hook); }
+  void set_grad_ready_hook(std::function<void(int64_t)> f) { hooks_.on_grads_ready = std::move(f); }
   // Backward writes parameter p's gradient at where(p) instead of grads().
   void redirect_grads(const TensorLocator& where);
   // Forward and backward read parameter p at where(p) instead of params().
   void redirect_params(const TensorLocator& where);
   // Called before forward or backward reads a unit's parameters, with the unit the pass will
   // need next (-1: none), so the caller can gather it and start gathering the next (ZeRO-3).
-  void set_unit_needed_hook(std::function<void(int, int)> hook) { unit_needed_ = std::move(hook); }
+  void set_unit_needed_hook(std::function<void(int, int)> f) {
+    hooks_.on_unit_needed = std::move(f);
+  }
   // Index into local().units() of the unit holding parameter `name`.
-  int unit_index(const std::string& name) const { return local_.unit_of(local_.at(name)); }
+  int unit_index(const std::string& name) const { return hooks_.unit_index(name); }
   // Called during backward with a unit index (into local().units()) once this backward has
   // written that unit's whole contribution.
-  void set_unit_done_hook(std::function<void(int)> hook) { unit_done_ = std::move(hook); }
+  void set_unit_done_hook(std::function<void(int)> f) { hooks_.on_unit_done = std::move(f); }
 
   // Fills this rank's parameters from the counter-based initialiser (its slice only).
   void init_params(uint64_t seed);
@@ -111,72 +96,25 @@ class GptStage {
   ConstMat logits(int slot) const;
 
  private:
-  // The block program (model/block.cpp): block i's forward from x into b (b.res_mlp is the
-  // output; `complete` false stops after the GELU: what backward needs when recomputing); its
-  // backward from st_.dresidual, with the weight gradients now (kept null) or left in `kept`;
-  // and the deferred weight-gradient pass from `kept`.
-  void block_forward(int i, const BlockActivations& b, const View1& x, int B, int T, bool complete,
-                     const std::string& next);
-  void block_backward(const ActivationSlot& a, int i, const DeferredGrads::Block* kept,
-                      bool accumulate);
-  void block_backward_weight(const ActivationSlot& a, int i, const DeferredGrads::Block& kept,
-                             bool accumulate);
-  // The head: final LayerNorm, the tied output projection, the loss (last stage).
-  double head_forward(ActivationSlot& a, const View1& x, bool with_targets);
-  void head_backward(const ActivationSlot& a, float loss_scale, const DeferredGrads* defer,
-                     bool accumulate);
-  void head_backward_weight(const ActivationSlot& a, const DeferredGrads& d, bool accumulate);
+  // Every input gradient, and the weight gradients now (defer null) or later (backward_weight).
   void backward_pass(const ActivationSlot& a, float loss_scale, const ConstVec& grad_output,
                      const DeferredGrads* defer);
-  void copy_tokens(ActivationSlot& a, const int32_t* tokens, const int32_t* targets, int N);
-
-  // The fp32 views block i's ops use in slot a (the last block's output in `sent` if given).
-  BlockActivations working(const ActivationSlot& a, int i, const StoredTensor& sent = {}) const;
-  // Keeps what backward reads of b in a (no copy where the working view is the kept tensor).
-  void keep_block(const ActivationSlot& a, int i, const BlockActivations& b,
-                  const StoredTensor& sent);
-  // Block i's input [local rows, C] for backward (i = number of blocks: the last block's output).
-  View1 block_input(const ActivationSlot& a, int i);
-  // The activations block i's backward reads: restored from slot a, or recomputed into the
-  // shared buffers (then `next` is the unit needed after the recomputation). Without `attention`
-  // the probabilities are neither restored nor recomputed (the weight gradients do not read them).
-  BlockActivations activations_for_backward(const ActivationSlot& a, int i, const View1& x,
-                                            const std::string& next, bool attention = true);
-  void keep(const StoredTensor& dst, const View1& src, size_t n);
-  // A kept tensor's values in fp32: itself, or expanded into `work`.
-  View1 kept_values(const StoredTensor& src, const View1& work, size_t n);
-
-  // ZeRO and 16-bit hooks around the layers: the parameters of `name`'s unit are about to be read
-  // (and `next`'s after them); a unit's gradients are final; gradients from `offset` up are.
-  void need(const std::string& name, const std::string& next);
-  void unit_done(const std::string& first_param);
-  void grads_ready_from(int64_t offset);
-  // First parameter of unit `part` of local block i ("" if there is no block i).
-  std::string unit_param(int i, int part) const;
-  std::string block_param(int i) const { return unit_param(i, 0); }
-  // The first unit backward needs of local block i: recomputation starts with the first, the
-  // backward itself with the last.
-  std::string first_backward_unit(int i) const;
-  bool overwritten_by_backward(const LocalParam& p) const;
+  // The end of a backward's weight gradients: the embeddings' and the last hooks.
+  void finish_weight_grads(const ActivationSlot& a, const View1& dinput);
   void bind(const StageTensors& t, bool grads);
 
   StageShape shape_;
   ParamTable table_;
   LocalParamTable local_;
   Exec exec_;
-  PhaseTimer* timer_ = nullptr;
-  std::function<void(int64_t)> grad_ready_;
-  std::function<void(int)> unit_done_;
-  std::function<void(int, int)> unit_needed_;
   std::unique_ptr<TensorParallel> tp_;
   StageStorage st_;
-  LayerContext ctx_;
+  LayerContext layer_context_;
+  UnitHooks hooks_;
+  StageContext context_;
   VocabParallelEmbedding embedding_;
   std::vector<TransformerBlock> blocks_;
-  LayerNorm lnf_;
-  ColumnParallelLinear head_;  // the tied output projection (wte)
-  VocabParallelCrossEntropy loss_;
-  std::vector<int> expanded_unit_;  // 16-bit: per expanded buffer, the unit it holds, or -1
+  OutputHead head_;
   // zero_grads() was called and no backward has written since: GEMMs overwrite weight gradients.
   bool grads_fresh_ = false;
   std::vector<Segment> cleared_grads_;  // the ranges of grads zero_grads clears

@@ -91,7 +91,7 @@ int padded_vocab(int vocab_size, int tp_size) {
 
 LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
                                  const StageLayout& layout, int64_t unit_alignment)
-    : layout_(layout), vocab_size_(m.vocab_size) {
+    : layout_(layout) {
   // Unit of a held parameter: 0 for wte, 1 for wpe, 2 + 4l + part for block l, 2 + 4 n_layer
   // for ln_f. wte is a unit of its own so the first and the last stage, which both hold it, shard
   // it alike.

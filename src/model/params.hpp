@@ -104,7 +104,6 @@ class LocalParamTable {
 
  private:
   StageLayout layout_;
-  int vocab_size_;
   std::vector<LocalParam> params_;
   std::vector<ParamUnit> units_;
   int64_t total_ = 0;  // the flat buffer, unit padding included

@@ -1,8 +1,11 @@
 // The one description of a stage's buffers (see stage_storage.hpp).
 #include "model/stage_storage.hpp"
 
+#include <cstring>
 #include <stdexcept>
 
+#include "core/error.hpp"
+#include "core/half.hpp"
 #include "kernels/attention_blocking.hpp"
 
 namespace trident {
@@ -156,7 +159,49 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
                                          kernels::attention_block_rows(s.max_seq) * s.max_seq);
 }
 
+// The next backward writes these gradients with its GEMMs (beta 0) instead of adding to zeros.
+bool overwritten_by_backward(const StageShape& s, const LocalParam& p) {
+  const std::string& name = p.spec->name;
+  if (name == "wte") return s.layout.has_head;  // the head's GEMM precedes any scatter-add
+  if (p.spec->layer < 0 || p.spec->layer >= s.model.n_layer) return false;
+  for (const char* suffix :
+       {".attn.qkv.weight", ".attn.proj.weight", ".mlp.fc.weight", ".mlp.proj.weight"})
+    if (name.size() > std::strlen(suffix) &&
+        name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+      return true;
+  return false;
+}
+
 }  // namespace
+
+std::vector<Segment> grads_to_clear(const StageShape& s, const LocalParamTable& local) {
+  std::vector<Segment> ranges;
+  for (const LocalParam& p : local.params()) {
+    if (overwritten_by_backward(s, p)) continue;
+    if (ranges.empty() || ranges.back().end != p.offset) ranges.push_back({p.offset, p.offset});
+    ranges.back().end = p.offset + p.numel;
+  }
+  return ranges;
+}
+
+void init_stage_params(const StageShape& s, const LocalParamTable& local, const StageStorage& st,
+                       uint64_t seed) {
+  const auto value = [&](const LocalParam& p, int64_t i) {
+    const int64_t g = local.global_index(p, i);
+    return g < 0 ? 0.0f : initial_value(seed, *p.spec, g);
+  };
+  const auto fill = [&](const auto& view, auto&& convert) {
+    if (view.extent(0) == 0) return;  // sharded parameters are initialised by their owner
+    auto host = Kokkos::create_mirror_view(view);
+    for (const LocalParam& p : local.params())
+      for (int64_t i = 0; i < p.numel; ++i) host(p.offset + i) = convert(value(p, i));
+    Kokkos::deep_copy(view, host);
+  };
+  if (s.half())
+    fill(st.params16, [&](float v) { return to_half(v, s.buffers.precision); });
+  else
+    fill(st.params, [](float v) { return v; });
+}
 
 BufferList describe_kept_block(const StageShape& shape, bool internals) {
   BufferList list;
@@ -174,6 +219,42 @@ StageStorage lay_out_stage(const StageShape& s, const LocalParamTable& local, Bu
   shared_working_tensors(s, list, st);
   workspace(s, list, st);
   return st;
+}
+
+StageStorage build_stage(const StageShape& s, const LocalParamTable& local, Communicator* comm,
+                         BufferList& list, std::unique_ptr<TensorParallel>& tp) {
+  const size_t rows = static_cast<size_t>(s.max_batch) * s.max_seq;
+  tp = std::make_unique<TensorParallel>(comm, s.layout.tp_size, s.layout.tp_rank,
+                                        s.buffers.sequence_parallel, s.buffers.precision, rows,
+                                        s.model.n_embd, list);
+  return lay_out_stage(s, local, list);
+}
+
+BufferList describe_stage(const StageShape& shape, const LocalParamTable& local) {
+  BufferList list;
+  std::unique_ptr<TensorParallel> tp;
+  build_stage(shape, local, nullptr, list, tp);
+  return list;
+}
+
+const StageShape& checked_shape(const StageShape& s) {
+  if (s.sequence_parallel() && s.max_seq % s.layout.tp_size != 0)
+    throw InputError(
+        "sequence parallelism splits the tokens over tp = " + std::to_string(s.layout.tp_size) +
+        ": the sequence length " + std::to_string(s.max_seq) + " must be divisible by it");
+  return s;
+}
+
+void stage_tokens(const Exec& exec, ActivationSlot& a, const IntView1::HostMirror& tokens_host,
+                  const IntView1::HostMirror& targets_host, const int32_t* tokens,
+                  const int32_t* targets, int N) {
+  for (int n = 0; n < N; ++n) {
+    tokens_host(n) = tokens ? tokens[n] : 0;
+    targets_host(n) = targets ? targets[n] : -1;
+  }
+  const auto first = std::make_pair(0, N);
+  Kokkos::deep_copy(exec, Kokkos::subview(a.tokens, first), Kokkos::subview(tokens_host, first));
+  Kokkos::deep_copy(exec, Kokkos::subview(a.targets, first), Kokkos::subview(targets_host, first));
 }
 
 }  // namespace trident

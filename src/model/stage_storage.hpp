@@ -11,6 +11,7 @@
 #include "model/layers.hpp"
 #include "model/model_config.hpp"
 #include "model/params.hpp"
+#include "model/partition.hpp"
 #include "model/recompute.hpp"
 #include "model/unit_buffers.hpp"
 
@@ -78,6 +79,29 @@ struct StageStorage {
 // parameter table is `local`. The tensor-parallel group's 16-bit transfer buffers are its own
 // (TensorParallel), described to the same list.
 StageStorage lay_out_stage(const StageShape& shape, const LocalParamTable& local, BufferList& list);
+
+// The stage's tensor-parallel group (into `tp`) and its buffers, described to (and, given a
+// ledger, allocated through) `list`: GptStage's constructor and describe_stage share this.
+StageStorage build_stage(const StageShape& shape, const LocalParamTable& local, Communicator* comm,
+                         BufferList& list, std::unique_ptr<TensorParallel>& tp);
+// Every buffer a stage of `shape` with parameter table `local` allocates, described without
+// allocating (the memory model).
+BufferList describe_stage(const StageShape& shape, const LocalParamTable& local);
+// `shape`, after checking what a stage needs of it.
+const StageShape& checked_shape(const StageShape& shape);
+
+// Copies a micro-batch's N tokens and targets (null: none, -1) into slot a through host mirrors.
+void stage_tokens(const Exec& exec, ActivationSlot& a, const IntView1::HostMirror& tokens_host,
+                  const IntView1::HostMirror& targets_host, const int32_t* tokens,
+                  const int32_t* targets, int N);
+
+// The ranges of the gradient buffer GptStage::zero_grads clears: every parameter's gradient but
+// the weight matrices' (the next backward's GEMMs overwrite those), merged where contiguous.
+std::vector<Segment> grads_to_clear(const StageShape& shape, const LocalParamTable& local);
+
+// Fills st's parameters (fp32 or 16-bit) from the counter-based initialiser: this rank's slice.
+void init_stage_params(const StageShape& shape, const LocalParamTable& local,
+                       const StageStorage& st, uint64_t seed);
 
 // What one activation slot keeps of a block of `shape` with its output: everything its backward
 // reads, or with `internals` false (recomputed whole) the output alone.

@@ -56,7 +56,6 @@ class AdamW {
   // streamed, on each block of the files read into the streaming buffers and written back after
   // (local SGD averages them over dp this way, with no copy in flat layout).
   void transform_moments(const std::function<void(const Vec& m, const Vec& v)>& f);
-  int64_t moment_count() const { return count_; }
   bool streamed() const { return m_file_ != nullptr; }
   int steps_taken() const { return step_; }
   void set_steps_taken(int s) { step_ = s; }

@@ -6,9 +6,9 @@
 #include <algorithm>
 
 #include "io/config.hpp"
-#include "model/gpt.hpp"
 #include "model/params.hpp"
 #include "model/partition.hpp"
+#include "model/stage_storage.hpp"
 #include "model/unit_buffers.hpp"
 #include "parallel/data/strategy.hpp"
 #include "parallel/pipeline/schedule.hpp"
@@ -106,15 +106,15 @@ double layer_activation_bytes(const MemoryQuery& q, bool recomputed_whole) {
   return describe_kept_block(s, !recomputed_whole).bytes(MemCategory::kActivations);
 }
 
-MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank) {
+MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank) {
   const ModelConfig& m = q.model;
   const ParamTable table(m);
   const auto actions =
-      pipeline::make_schedule(q.schedule, q.pp, pp_rank, q.micro_batches, q.virtual_stages);
+      pipeline::make_schedule(q.schedule, q.pp, rank.pp, q.micro_batches, q.virtual_stages);
   MemoryPrediction p;
   for (int chunk = 0; chunk < q.virtual_stages; ++chunk) {
     const StageLayout layout =
-        stage_layout(m, q.pp, q.virtual_stages, pp_rank, chunk, q.tp, tp_rank);
+        stage_layout(m, q.pp, q.virtual_stages, rank.pp, chunk, q.tp, rank.tp);
     const StageShape shape =
         stage_shape(q, layout, std::max(1, pipeline::max_in_flight(actions, chunk)),
                     pipeline::max_deferred_weight_grads(actions, chunk));
@@ -125,10 +125,11 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_r
     pipeline::lay_out_transfers(layout.has_embedding, layout.has_head, activation_elements,
                                 q.precision, transfers);
     add(p, transfers);
-    add_strategy(q, local, dp_rank, p);
+    add_strategy(q, local, rank.dp, p);
   }
   return p;
 }
+
 double zero_paper_model_states(double psi, int nd, int stage, double k) {
   switch (stage) {
     case 0:
@@ -172,13 +173,14 @@ BusiestRank predict_busiest_rank(const MemoryQuery& q) {
   double most = -1;
   // Ranks differ by pipeline stage (embedding, head), by tp slice (vocabulary padding) and by
   // ZeRO shard (unit padding falls on the last dp ranks).
-  for (int pp = 0; pp < q.pp; ++pp)
+  for (int pp = 0; pp < q.pp; ++pp)  // ties go to the lowest pp, then tp, then dp
     for (int tp = 0; tp < q.tp; ++tp)
       for (int dp = 0; dp < q.dp; ++dp) {
-        const MemoryPrediction p = predict_rank_memory(q, pp, tp, dp);
+        const GridCoord rank{dp, tp, pp};
+        const MemoryPrediction p = predict_rank_memory(q, rank);
         if (p.total() > most) {
           most = p.total();
-          busiest = {pp, tp, dp, p};
+          busiest = {rank, p};
         }
       }
   return busiest;

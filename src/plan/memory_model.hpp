@@ -6,12 +6,13 @@
 #include <cstdint>
 #include <string>
 
+#include "comm/grid.hpp"
 #include "core/half.hpp"
 #include "core/memory.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
 #include "parallel/data/options.hpp"
-#include "parallel/pipeline/schedule.hpp"
+#include "parallel/pipeline/options.hpp"
 
 namespace trident {
 
@@ -37,8 +38,8 @@ struct MemoryPrediction {
   double model_states() const;  // parameters, gradients, master weights, optimizer states
 };
 
-// Bytes rank (pp_rank, tp_rank, dp_rank) allocates, by category, for trident as built.
-// Model states: every chunk's tp slice of the parameter table (vocabulary padded to tp, each
+// Bytes the rank at `rank` (its dp, tp, pp coordinates) allocates, by category, for trident as
+// built. Model states: every chunk's tp slice of the parameter table (vocabulary padded to tp, each
 // unit padded to dp under ZeRO) as parameters; gradients likewise, or under ZeRO-2 the rank's
 // shard plus working buffers for wte, wpe, ln_f and two blocks; AdamW's two moments over the
 // rank's ZeRO shard (or only the streaming buffers with nvme offload). Activations per in-flight
@@ -56,16 +57,16 @@ struct MemoryPrediction {
 // fp32 master weights cover the rank's shard, and the fp32 working copies (parameter units, one
 // block's activations, the head) are workspace. Megatron's published reference
 // for one layer in fp16 with dropout is s*b*h*(34 + 5*a*s/h) bytes.
-MemoryPrediction predict_rank_memory(const MemoryQuery& q, int pp_rank, int tp_rank, int dp_rank);
+MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank);
 
 struct Config;
 // The query for a validated run config (layout, micro-batching, precision, recompute, offload as
 // the trainer will run it).
 MemoryQuery memory_query(const Config& c);
 
-// The rank with the largest predicted total over every (pp, tp, dp) coordinate of q's layout.
+// The rank with the largest predicted total over every (dp, tp, pp) coordinate of q's layout.
 struct BusiestRank {
-  int pp_rank = 0, tp_rank = 0, dp_rank = 0;
+  GridCoord rank;
   MemoryPrediction prediction;
 };
 BusiestRank predict_busiest_rank(const MemoryQuery& q);

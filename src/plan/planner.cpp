@@ -159,9 +159,9 @@ void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basi
   const double per_layer = layer_activation_bytes(m, b, tp, sp, recompute);
   const double working = recompute == "full" ? layer_activation_bytes(m, b, tp, sp, "none") : 0;
   const double logits = 4 * s * b * V / tp;
-  const double first_stage = per_layer * layers * std::min(pp, micro_batches) + working;
-  const double last_stage = per_layer * layers + working + logits;
-  k.activations_gb = (pp == 1 ? last_stage : std::max(first_stage, last_stage)) / kGB;
+  const double first_rank = per_layer * layers * std::min(pp, micro_batches) + working;
+  const double last_rank = per_layer * layers + working + logits;
+  k.activations_gb = (pp == 1 ? last_rank : std::max(first_rank, last_rank)) / kGB;
   k.other_gb = kPlanRuntimeGB;
 }
 
@@ -320,18 +320,39 @@ const PlanCandidate& recommend(const Evaluated& e, double fastest, const PlanPol
 
 // The reasons for the recommendation `best`, one line per decision: memory, time, model
 // parallelism, ZeRO stage, offload, recomputation.
-std::string explain(const Evaluated& e, const PlanBasis& basis, const PlanCluster& c,
-                    const PlanPolicy& policy, const PlanCandidate& best,
-                    const PlanCandidate& fastest_layout, int level, double level_best) {
-  const double fastest = fastest_layout.step_seconds;
-  const double usable_gb = basis.usable_gb;
-  const double psi_blocks = basis.psi_blocks, psi_embedding = basis.psi_embedding;
-  const long long sequences = basis.sequences;
-  std::vector<std::string> why;
-  const double over = best.step_seconds / fastest - 1;
+class Explanation {
+ public:
+  Explanation(const Evaluated& e, const PlanBasis& basis, const PlanCluster& c,
+              const PlanPolicy& policy, const PlanCandidate& best,
+              const PlanCandidate& fastest_layout, int level, double level_best)
+      : e_(e),
+        basis_(basis),
+        c_(c),
+        policy_(policy),
+        best_(best),
+        fastest_(fastest_layout),
+        level_(level),
+        level_best_(level_best) {}
+
+  std::string text() const {
+    std::vector<std::string> why = {memory(), time()};
+    if (best_.gpus() < c_.gpus)
+      why.push_back(fmt::format(
+          "uses {} of the {} GPUs: dp = {} is the largest count that divides the {} sequences "
+          "of the batch",
+          best_.gpus(), c_.gpus, best_.dp, basis_.sequences));
+    model_parallelism(why);
+    why.push_back(zero());
+    memory_savers(why);
+    std::string out = why.front();
+    for (size_t i = 1; i < why.size(); ++i) out += "\n  " + why[i];
+    return out;
+  }
+
+ private:
   // How a family of alternatives fares against `reference` seconds: its fastest layout and how
   // much slower it is, or, when none fits, what the smallest needs.
-  auto alternative = [&](const Best& alt, double reference, const std::string& than) {
+  static std::string alternative(const Best& alt, double reference, const std::string& than) {
     if (alt.fastest)
       return fmt::format("the best layout ({}) is {} slower than {}", alt.fastest->describe(),
                          percent(alt.fastest->step_seconds / reference - 1), than);
@@ -339,123 +360,142 @@ std::string explain(const Evaluated& e, const PlanBasis& basis, const PlanCluste
       return fmt::format("nothing fits (the smallest, {}, needs {:.1f} GB)",
                          alt.smallest->describe(), alt.smallest->memory_gb());
     return std::string("no such layout");
-  };
-  auto than_this = [&](const Best& alt) { return alternative(alt, best.step_seconds, "this one"); };
-  auto than_fastest = [&](const Best& alt) { return alternative(alt, fastest, "the fastest"); };
-  why.push_back(fmt::format(
-      "memory: {:.1f} of {:.1f} GB usable per GPU ({:.0f}% of {} GB, the rest is headroom for "
-      "fragmentation): model states {:.1f} GB, ZeRO buffers {:.1f} GB, activations {:.1f} GB "
-      "(micro-batch {}, recompute {}), runtime {:.1f} GB",
-      best.memory_gb(), usable_gb, 100 * kPlanUsableMemoryFraction, c.gpu_mem_gb,
-      best.model_states_gb(), best.buffers_gb, best.activations_gb, best.micro_batch,
-      best.recompute, best.other_gb));
-  why.push_back(fmt::format(
-      "time: {:.2f} s per step: compute {:.2f} (of which recompute {:.2f}), pipeline {:.2f}, "
-      "tensor-parallel {:.2f}, data-parallel {:.2f} exposed of {:.2f} transferred, offload "
-      "{:.2f}{}",
-      best.step_seconds, best.compute_seconds, best.recompute_seconds, best.bubble_seconds,
-      best.tp_seconds, best.dp_seconds, best.dp_traffic_seconds, best.offload_seconds,
-      over > 1e-9
-          ? fmt::format("; {} slower than the fastest layout, preferred as simpler", percent(over))
-          : std::string("; the fastest layout")));
-  if (best.gpus() < c.gpus)
-    why.push_back(fmt::format(
-        "uses {} of the {} GPUs: dp = {} is the largest count that divides the {} sequences of "
-        "the batch",
-        best.gpus(), c.gpus, best.dp, sequences));
+  }
+  std::string than_this(const Best& alt) const {
+    return alternative(alt, best_.step_seconds, "this one");
+  }
+  std::string than_fastest(const Best& alt) const {
+    return alternative(alt, fastest_.step_seconds, "the fastest");
+  }
+  Best at_level(int level) const {
+    return best_of(e_, [&](const PlanCandidate& k) { return model_parallel_level(k) == level; });
+  }
+  // The best of the layouts at the chosen model-parallel layout that satisfy `pred`.
+  Best at_chosen_layout(const std::function<bool(const PlanCandidate&)>& pred) const {
+    return best_of(e_, [&](const PlanCandidate& k) {
+      return model_parallel_level(k) == level_ && k.tp == best_.tp && k.pp == best_.pp && pred(k);
+    });
+  }
 
-  // Model parallelism.
-  const std::string tolerance = percent(policy.model_parallel_tolerance);
-  if (level == 0) {
-    if (model_parallel_level(fastest_layout) == 0)
-      why.push_back(c.gpus == 1 ? "no tensor or pipeline parallelism: one GPU"
-                                : "no tensor or pipeline parallelism: no model-parallel layout "
-                                  "is faster");
-    else
-      why.push_back(fmt::format(
-          "no tensor or pipeline parallelism: the fastest layout ({}) is only {} faster, within "
-          "the {} a model-parallel layout must gain to be worth its model surgery",
-          fastest_layout.describe(), percent(best.step_seconds / fastest - 1), tolerance));
-  } else {
-    const Best pure =
-        best_of(e, [](const PlanCandidate& k) { return model_parallel_level(k) == 0; });
-    const Best tp_only =
-        best_of(e, [](const PlanCandidate& k) { return model_parallel_level(k) == 1; });
-    if (level == 1)
+  std::string memory() const {
+    return fmt::format(
+        "memory: {:.1f} of {:.1f} GB usable per GPU ({:.0f}% of {} GB, the rest is headroom for "
+        "fragmentation): model states {:.1f} GB, ZeRO buffers {:.1f} GB, activations {:.1f} GB "
+        "(micro-batch {}, recompute {}), runtime {:.1f} GB",
+        best_.memory_gb(), basis_.usable_gb, 100 * kPlanUsableMemoryFraction, c_.gpu_mem_gb,
+        best_.model_states_gb(), best_.buffers_gb, best_.activations_gb, best_.micro_batch,
+        best_.recompute, best_.other_gb);
+  }
+
+  std::string time() const {
+    const double over = best_.step_seconds / fastest_.step_seconds - 1;
+    return fmt::format(
+        "time: {:.2f} s per step: compute {:.2f} (of which recompute {:.2f}), pipeline {:.2f}, "
+        "tensor-parallel {:.2f}, data-parallel {:.2f} exposed of {:.2f} transferred, offload "
+        "{:.2f}{}",
+        best_.step_seconds, best_.compute_seconds, best_.recompute_seconds, best_.bubble_seconds,
+        best_.tp_seconds, best_.dp_seconds, best_.dp_traffic_seconds, best_.offload_seconds,
+        over > 1e-9 ? fmt::format("; {} slower than the fastest layout, preferred as simpler",
+                                  percent(over))
+                    : std::string("; the fastest layout"));
+  }
+
+  void model_parallelism(std::vector<std::string>& why) const {
+    const std::string tolerance = percent(policy_.model_parallel_tolerance);
+    if (level_ == 0) {
+      if (model_parallel_level(fastest_) == 0)
+        why.push_back(c_.gpus == 1 ? "no tensor or pipeline parallelism: one GPU"
+                                   : "no tensor or pipeline parallelism: no model-parallel layout "
+                                     "is faster");
+      else
+        why.push_back(fmt::format(
+            "no tensor or pipeline parallelism: the fastest layout ({}) is only {} faster, "
+            "within the {} a model-parallel layout must gain to be worth its model surgery",
+            fastest_.describe(), percent(best_.step_seconds / fastest_.step_seconds - 1),
+            tolerance));
+      return;
+    }
+    if (level_ == 1)
       why.push_back(fmt::format(
           "tensor parallelism (tp={}) inside a node, on NVLink: without model parallelism {}; "
           "model parallelism is taken when it gains more than {}",
-          best.tp, than_fastest(pure), tolerance));
+          best_.tp, than_fastest(at_level(0)), tolerance));
     else
       why.push_back(
           fmt::format("pipeline parallelism (pp={}{}): without model parallelism {}; with tensor "
                       "parallelism only {}; each is taken when it gains more than {}",
-                      best.pp, best.tp > 1 ? fmt::format(", tp={} inside a node", best.tp) : "",
-                      than_fastest(pure), than_fastest(tp_only), tolerance));
-    if (level == 1) {
-      const Best piped =
-          best_of(e, [](const PlanCandidate& k) { return model_parallel_level(k) == 2; });
-      if (piped.fastest && piped.fastest->step_seconds < level_best)
-        why.push_back(fmt::format(
-            "no pipeline parallelism: the best pipelined layout ({}) is only {} faster than the "
-            "best without it, within the {} tolerated",
-            piped.fastest->describe(), percent(level_best / piped.fastest->step_seconds - 1),
-            tolerance));
-    }
+                      best_.pp, best_.tp > 1 ? fmt::format(", tp={} inside a node", best_.tp) : "",
+                      than_fastest(at_level(0)), than_fastest(at_level(1)), tolerance));
+    const Best piped = at_level(2);
+    if (level_ == 1 && piped.fastest && piped.fastest->step_seconds < level_best_)
+      why.push_back(fmt::format(
+          "no pipeline parallelism: the best pipelined layout ({}) is only {} faster than the "
+          "best without it, within the {} tolerated",
+          piped.fastest->describe(), percent(level_best_ / piped.fastest->step_seconds - 1),
+          tolerance));
   }
 
-  // ZeRO stage, at the chosen model-parallel level.
-  auto at_chosen_level = [&](const std::function<bool(const PlanCandidate&)>& pred) {
-    return best_of(e, [&](const PlanCandidate& k) {
-      return model_parallel_level(k) == level && k.tp == best.tp && k.pp == best.pp && pred(k);
-    });
-  };
-  const double replicated_gb = 16 * (psi_blocks / best.pp + psi_embedding) / best.tp / kGB;
-  std::string zero_line;
-  if (best.zero == 0)
-    zero_line = best.dp == 1 ? std::string("no ZeRO: a single data-parallel replica")
-                             : fmt::format("no ZeRO: the replicated model states ({:.1f} GB) fit",
-                                           replicated_gb);
-  else
-    zero_line = fmt::format(
-        "ZeRO-{}: replicated, the model states would need {:.1f} GB per GPU; with a lower stage "
-        "{}",
-        best.zero, replicated_gb,
-        than_this(at_chosen_level([&](const PlanCandidate& k) { return k.zero < best.zero; })));
-  if (best.zero < 3 && best.dp > 1) {
-    const Best higher = at_chosen_level([&](const PlanCandidate& k) { return k.zero > best.zero; });
-    if (higher.fastest && higher.fastest->step_seconds < best.step_seconds)
-      zero_line += fmt::format("; a higher stage would gain only {}, within the {} tolerated",
-                               percent(best.step_seconds / higher.fastest->step_seconds - 1),
-                               percent(policy.time_tolerance));
-    else if (higher.fastest)
-      zero_line += "; with a higher stage " + than_this(higher);
+  std::string zero() const {
+    const double replicated_gb =
+        16 * (basis_.psi_blocks / best_.pp + basis_.psi_embedding) / best_.tp / kGB;
+    std::string line;
+    if (best_.zero == 0)
+      line = best_.dp == 1 ? std::string("no ZeRO: a single data-parallel replica")
+                           : fmt::format("no ZeRO: the replicated model states ({:.1f} GB) fit",
+                                         replicated_gb);
+    else
+      line = fmt::format(
+          "ZeRO-{}: replicated, the model states would need {:.1f} GB per GPU; with a lower "
+          "stage {}",
+          best_.zero, replicated_gb,
+          than_this(at_chosen_layout([&](const PlanCandidate& k) { return k.zero < best_.zero; })));
+    if (best_.zero < 3 && best_.dp > 1) {
+      const Best higher =
+          at_chosen_layout([&](const PlanCandidate& k) { return k.zero > best_.zero; });
+      if (higher.fastest && higher.fastest->step_seconds < best_.step_seconds)
+        line += fmt::format("; a higher stage would gain only {}, within the {} tolerated",
+                            percent(best_.step_seconds / higher.fastest->step_seconds - 1),
+                            percent(policy_.time_tolerance));
+      else if (higher.fastest)
+        line += "; with a higher stage " + than_this(higher);
+    }
+    return line;
   }
-  why.push_back(zero_line);
-  if (best.offload == "host")
-    why.push_back(fmt::format(
-        "optimizer states offloaded to host memory (ZeRO-Offload): without offload {}",
-        than_this(at_chosen_level([](const PlanCandidate& k) { return k.offload == "none"; }))));
-  if (best.recompute != "none")
-    why.push_back(fmt::format(
-        "{} recomputation ({:.2f} s per step): {} at micro-batch {}; with less recomputation {}",
-        best.recompute, best.recompute_seconds,
-        best.recompute == "full" ? "keeps only each layer's input" : "drops the attention scores",
-        best.micro_batch, than_this(at_chosen_level([&](const PlanCandidate& k) {
-          return k.zero == best.zero && k.offload == best.offload &&
-                 recompute_rank(k.recompute) < recompute_rank(best.recompute);
-        }))));
-  if (best.sequence_parallel)
-    why.push_back(fmt::format(
-        "sequence parallelism: LayerNorm and residual activations split over tp = {} ({:.1f} GB "
-        "of activations); without it {}",
-        best.tp, best.activations_gb, than_this(at_chosen_level([&](const PlanCandidate& k) {
-          return !k.sequence_parallel && k.zero == best.zero && k.offload == best.offload;
-        }))));
-  std::string out = why.front();
-  for (size_t i = 1; i < why.size(); ++i) out += "\n  " + why[i];
-  return out;
-}
+
+  // Offload, recomputation and sequence parallelism, where the recommendation uses them.
+  void memory_savers(std::vector<std::string>& why) const {
+    if (best_.offload == "host")
+      why.push_back(fmt::format(
+          "optimizer states offloaded to host memory (ZeRO-Offload): without offload {}",
+          than_this(at_chosen_layout([](const PlanCandidate& k) { return k.offload == "none"; }))));
+    if (best_.recompute != "none")
+      why.push_back(fmt::format(
+          "{} recomputation ({:.2f} s per step): {} at micro-batch {}; with less recomputation {}",
+          best_.recompute, best_.recompute_seconds,
+          best_.recompute == "full" ? "keeps only each layer's input"
+                                    : "drops the attention scores",
+          best_.micro_batch, than_this(at_chosen_layout([&](const PlanCandidate& k) {
+            return k.zero == best_.zero && k.offload == best_.offload &&
+                   recompute_rank(k.recompute) < recompute_rank(best_.recompute);
+          }))));
+    if (best_.sequence_parallel)
+      why.push_back(fmt::format(
+          "sequence parallelism: LayerNorm and residual activations split over tp = {} ({:.1f} "
+          "GB of activations); without it {}",
+          best_.tp, best_.activations_gb, than_this(at_chosen_layout([&](const PlanCandidate& k) {
+            return !k.sequence_parallel && k.zero == best_.zero && k.offload == best_.offload;
+          }))));
+  }
+
+  const Evaluated& e_;
+  const PlanBasis& basis_;
+  const PlanCluster& c_;
+  const PlanPolicy& policy_;
+  const PlanCandidate& best_;
+  const PlanCandidate& fastest_;
+  int level_;
+  double level_best_;
+};
 
 }  // namespace
 
@@ -524,7 +564,8 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
   auto same = [&](const PlanCandidate& k) { return k.describe() == best.describe(); };
   std::stable_partition(result.feasible.begin(), result.feasible.end(), same);
   result.recommendation = best.describe();
-  result.reasons = explain(e, basis, c, policy, best, *overall.fastest, level, level_best);
+  result.reasons =
+      Explanation(e, basis, c, policy, best, *overall.fastest, level, level_best).text();
   return result;
 }
 

@@ -95,7 +95,7 @@ inline constexpr double kPlanScoreBytes = 8;
 inline constexpr double kPlanNetworkEfficiency = 0.65;
 inline constexpr double kPlanOverlapEfficiency = 0.8;
 //
-// The world is pp x dp x tp with tp <= GPUs per node and a power of two dividing the heads, pp
+// The world is dp x tp x pp with tp <= GPUs per node and a power of two dividing the heads, pp
 // dividing the layers, and dp the largest count <= gpus / (tp pp) that divides the global batch
 // of sequences (so a layout may leave a few GPUs idle). The global batch is fixed in tokens, as
 // practitioners fix it for convergence.

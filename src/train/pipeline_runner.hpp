@@ -38,7 +38,7 @@ struct PipelinePlace {
 
 class PipelineRunner {
  public:
-  // `embedding` joins the first and the last stage at this (dp, tp) (null on middle stages):
+  // `embedding` joins the first and the last stage at this (dp, tp) (null on the middle pp ranks):
   // both hold the tied embedding and sum its gradient.
   // `deferred_sets[c]`: the DeferredGrads sets chunk c's stage holds (0 without split backwards);
   // input-gradient passes of micro-batch mb use set mb % deferred_sets[c].

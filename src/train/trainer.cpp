@@ -499,7 +499,7 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
   // The memory model's prediction for this rank, checked now and recorded next to what the
   // ranks allocate.
   const GridCoord& me = grid_.coord();
-  const MemoryPrediction mine = predict_rank_memory(memory_query(config_), me.pp, me.tp, me.dp);
+  const MemoryPrediction mine = predict_rank_memory(memory_query(config_), me);
   check_memory_fits(mine, world_);
   own_run_directory();
   build_chunks(ledger_);

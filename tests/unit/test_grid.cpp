@@ -1,4 +1,5 @@
-// Rank <-> (pp, dp, tp) coordinates: tp fastest, a pure function tested for several shapes.
+// Rank <-> (dp, tp, pp) coordinates: tp fastest, pp slowest, a pure function tested for several
+// shapes.
 #include <gtest/gtest.h>
 
 #include "comm/grid.hpp"
@@ -6,16 +7,16 @@
 using namespace trident;
 
 TEST(GridMapping, TensorParallelVariesFastest) {
-  const GridShape s{2, 2, 2};  // pp, dp, tp
-  EXPECT_EQ(grid_rank(s, {0, 0, 1}), 1);
-  EXPECT_EQ(grid_rank(s, {0, 1, 0}), 2);
-  EXPECT_EQ(grid_rank(s, {1, 0, 0}), 4);
+  const GridShape s{2, 2, 2};  // dp, tp, pp
+  EXPECT_EQ(grid_rank(s, {0, 1, 0}), 1);
+  EXPECT_EQ(grid_rank(s, {1, 0, 0}), 2);
+  EXPECT_EQ(grid_rank(s, {0, 0, 1}), 4);
   EXPECT_EQ(grid_rank(s, {1, 1, 1}), 7);
 }
 
 TEST(GridMapping, RoundTripsForSeveralShapes) {
-  for (const GridShape s : {GridShape{1, 1, 1}, GridShape{1, 8, 1}, GridShape{2, 2, 2},
-                            GridShape{4, 1, 2}, GridShape{3, 5, 4}, GridShape{1, 3, 8}}) {
+  for (const GridShape s : {GridShape{1, 1, 1}, GridShape{8, 1, 1}, GridShape{2, 2, 2},
+                            GridShape{1, 2, 4}, GridShape{5, 4, 3}, GridShape{3, 8, 1}}) {
     for (int r = 0; r < s.size(); ++r) {
       const GridCoord c = grid_coord(s, r);
       EXPECT_GE(c.tp, 0);

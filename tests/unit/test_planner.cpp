@@ -161,7 +161,7 @@ TEST(Planner, RecipeOneHundredSeventyFiveBillionOnSixtyFourNodesIsZeroThreeWithT
   EXPECT_NE(r.reasons.find("tensor parallelism (tp="), std::string::npos) << r.reasons;
 }
 
-// 400B+: tp x pp x dp is the fastest. Without sequence parallelism ZeRO-3 with tensor parallelism
+// 400B+: dp x tp x pp is the fastest. Without sequence parallelism ZeRO-3 with tensor parallelism
 // fits only micro-batches of 1-2 sequences, whose compute cannot hide the parameter gathers; with
 // it (activations / tp) ZeRO-3 + tp (4, inside a node) fits micro-batch 8 and comes within the
 // model-parallel tolerance of the 3D layout, so the preference for fewer model-parallel axes
@@ -221,7 +221,7 @@ TEST(Planner, SequenceParallelismIsNeverSlowerAlwaysSmallerAndUsedWithTensorPara
 // At 530B on 512 GPUs ZeRO-3 alone fits (its working buffers hold two block quarters, not two
 // blocks), but, as Narayanan et al. 2021 found in their Table 2, it falls far behind: every
 // micro-batch gathers the whole model over the inter-node links. ZeRO-3 + tp still comes within
-// the model-parallel tolerance of tp x pp x dp, so the simpler layout wins; the 3D layout is the
+// the model-parallel tolerance of dp x tp x pp, so the simpler layout wins; the 3D layout is the
 // fastest.
 TEST(Planner, FiveHundredThirtyBillionOnSixtyFourNodesIsFarSlowerWithZeroThreeAloneThanInThreeD) {
   const PlanResult r = plan_layouts(model(105, 20480, 128), nodes_of_eight(64), 4 * kMillion);

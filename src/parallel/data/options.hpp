@@ -7,7 +7,8 @@
 
 namespace trident {
 
-// What is sharded over the dp replicas; each stage shards what the one below does and more.
+// What is sharded over the dp replicas (DeepSpeed's ZeRO stages, `[zero] stage`); each shards what
+// the one below does and more.
 enum class ZeroStage : int {
   kNone = 0,        // everything replicated
   kOptimizer = 1,   // AdamW moments (and fp32 master weights)

@@ -6,11 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/names.hpp"
+#include "parallel/pipeline/options.hpp"
 
 namespace trident::pipeline {
-
-enum class ScheduleKind { kGpipe, kOneFOneB, kInterleaved, kZeroBubbleH1 };
 
 // kBackward computes a micro-batch's input and weight gradients together. Zero-bubble schedules
 // split it: kBackwardInput (B) computes the input gradient, which the previous stage waits for,
@@ -74,14 +72,3 @@ int max_deferred_weight_grads(const std::vector<Action>& actions, int chunk);
 inline constexpr int kSendBuffers = 2;
 
 }  // namespace trident::pipeline
-
-namespace trident {
-
-template <>
-inline constexpr std::array<Named<pipeline::ScheduleKind>, 4> kNames<pipeline::ScheduleKind>{
-    {{pipeline::ScheduleKind::kGpipe, "gpipe"},
-     {pipeline::ScheduleKind::kOneFOneB, "1f1b"},
-     {pipeline::ScheduleKind::kInterleaved, "interleaved"},
-     {pipeline::ScheduleKind::kZeroBubbleH1, "zb_h1"}}};
-
-}  // namespace trident

@@ -1,0 +1,80 @@
+// A transformer block as a short program over the layer types, and what a stage's blocks and head
+// run with besides their layers (StageContext). ZeRO's unit gathers (need) and recomputation stay
+// visible in the programs, between the layers.
+#pragma once
+
+#include <string>
+
+#include "core/stored.hpp"
+#include "core/timer.hpp"
+#include "model/activations.hpp"
+#include "model/layers.hpp"
+#include "model/stage_storage.hpp"
+#include "model/unit_hooks.hpp"
+
+namespace trident {
+
+// The stage's shape, buffers, hooks and layer context, shared by its blocks and head.
+struct StageContext {
+  const StageShape* shape = nullptr;
+  const StageStorage* storage = nullptr;
+  const LayerContext* layers = nullptr;
+  UnitHooks* hooks = nullptr;
+  PhaseTimer* timer = nullptr;
+
+  int local_rows(int n) const { return layers->tp->local_rows(n); }
+  // Keeps src[0, n) in dst (nothing where src is dst's own fp32 view).
+  void keep(const StoredTensor& dst, const View1& src, size_t n) const;
+  // A kept tensor's values in fp32: itself, or expanded into `work`.
+  View1 kept_values(const StoredTensor& src, const View1& work, size_t n) const;
+  // Block i's input for backward (i = number of blocks: the last block's output).
+  View1 block_input(const ActivationSlot& a, int i) const;
+};
+
+// The fp32 view of a kept tensor: itself when kept in fp32, else the shared working buffer.
+inline View1 working_view(const StoredTensor& kept, const View1& shared) {
+  return kept.format == Precision::kFp32 && !kept.empty() ? kept.f32 : shared;
+}
+
+class TransformerBlock {
+ public:
+  // Local block `index` of the stage `sc` describes.
+  TransformerBlock(const StageContext* sc, int index);
+
+  LayerNorm ln1;
+  ColumnParallelLinear qkv;
+  Attention attention;
+  RowParallelLinear proj;
+  Residual residual;
+  LayerNorm ln2;
+  ColumnParallelLinear fc;
+  Gelu gelu;
+  RowParallelLinear fcproj;
+
+  // From x into b (b.res_mlp is the output); `complete` false stops after the GELU (what
+  // backward needs when recomputing). `next` is the unit needed after this block's.
+  void forward(const BlockActivations& b, const View1& x, int B, int T, bool complete,
+               const std::string& next) const;
+  // The fp32 views forward computes in for slot a (the output in `sent` if given).
+  BlockActivations working(const ActivationSlot& a, const StoredTensor& sent = {}) const;
+  // Keeps what backward reads of b in slot a.
+  void keep(const ActivationSlot& a, const BlockActivations& b, const StoredTensor& sent) const;
+  // From d/d(output) in storage.dresidual to d/d(input) there, with the weight gradients now
+  // (`kept` null) or their output gradients left in `kept` for backward_weight.
+  void backward(const ActivationSlot& a, const DeferredGrads::Block* kept, bool accumulate) const;
+  void backward_weight(const ActivationSlot& a, const DeferredGrads::Block& kept,
+                       bool accumulate) const;
+
+ private:
+  // The activations backward reads: restored from slot a, or recomputed into the shared buffers
+  // (`next`: the unit needed after the recomputation). Without `with_attention` the probabilities
+  // are neither restored nor recomputed (the weight gradients do not read them).
+  BlockActivations activations_for_backward(const ActivationSlot& a, const View1& x,
+                                            const std::string& next, bool with_attention) const;
+  std::string unit(int part) const { return sc_->hooks->unit_param(index_, part); }
+
+  const StageContext* sc_;
+  int index_;
+};
+
+}  // namespace trident
