@@ -4,7 +4,10 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "core/half.hpp"
 #include "core/runtime.hpp"
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
@@ -207,6 +210,72 @@ void BM_Gemm(benchmark::State& state) {
 // Causal attention FLOPs: T(T+1)/2 (query, key) pairs per head, HS multiply-adds per product.
 constexpr double kAttentionPairs = static_cast<double>(kB) * kNH * kT * (kT + 1) / 2.0;
 
+// The bf16 bit patterns of v's values.
+HalfView1 bf16_copy(const View1& v) {
+  HalfView1 h("bf16", v.extent(0));
+  auto src = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  auto dst = Kokkos::create_mirror_view(h);
+  for (size_t i = 0; i < v.extent(0); ++i) dst(i) = to_bf16(src(i));
+  Kokkos::deep_copy(h, dst);
+  return h;
+}
+
+// BM_Gemm's products (fp32 outputs) on the other engines, at the same shapes: kernels::gemm16 with
+// bf16 operands (oneDNN on CPUs, cuBLAS on GPUs), and on CPUs oneDNN's fp32 matmul, the candidate
+// for fp32 GEMMs where it measures faster than OpenBLAS (bench/gemm16_vs_fp32.sh compares them).
+enum GemmEngine { kBf16Gemm16 = 1, kFp32OneDnn = 2 };
+
+void BM_GemmEngine(benchmark::State& state) {
+  const Exec exec;
+  const int op = static_cast<int>(state.range(0));
+  const int OC = static_cast<int>(state.range(1)), IC = static_cast<int>(state.range(2));
+  const auto engine = static_cast<GemmEngine>(state.range(3));
+  const View1 x = random_view("x", static_cast<size_t>(kN) * IC, -1, 1, 11);
+  const View1 dy = random_view("dy", static_cast<size_t>(kN) * OC, -1, 1, 14);
+  const View1 w = random_view("w", static_cast<size_t>(OC) * IC, -0.05f, 0.05f, 12);
+  const HalfView1 x16 = bf16_copy(x), dy16 = bf16_copy(dy), w16 = bf16_copy(w);
+  View1 y("y", static_cast<size_t>(kN) * OC), dx("dx", static_cast<size_t>(kN) * IC);
+  View1 dw("dw", static_cast<size_t>(OC) * IC);
+  // op 0: y = x W^T; op 1: dx = dy W; op 2: dW += dy^T x.
+  const char ta = op == 2 ? 'T' : 'N', tb = op == 0 ? 'T' : 'N';
+  const float beta = op == 2 ? 1.0f : 0.0f;
+  const Mat out = op == 0   ? window(y, 0, kN, OC)
+                  : op == 1 ? window(dx, 0, kN, IC)
+                            : window(dw, 0, OC, IC);
+  [[maybe_unused]] const View1& a = op == 0 ? x : dy;  // the fp32 oneDNN side (CPUs)
+  [[maybe_unused]] const View1& b = op == 2 ? x : w;
+  const HalfView1& a16 = op == 0 ? x16 : dy16;
+  const HalfView1& b16 = op == 2 ? x16 : w16;
+  const int a_cols = op == 0 ? IC : OC, b_rows = op == 2 ? kN : OC;
+  for (auto _ : state) {
+    if (engine == kBf16Gemm16) {
+      kernels::gemm16(exec, ta, tb, 1.0f, window(a16, 0, kN, a_cols), window(b16, 0, b_rows, IC),
+                      Precision::kBf16, beta, out);
+    } else {
+#if !defined(KOKKOS_ENABLE_CUDA)
+      const int m = static_cast<int>(out.extent(0)), n = static_cast<int>(out.extent(1));
+      kernels::onednn::gemm(ta, tb, m, n, op == 2 ? kN : a_cols, 1.0f, a.data(), a_cols, b.data(),
+                            IC, beta, out.data(), n, Precision::kFp32);
+#endif
+    }
+    exec.fence();
+  }
+  set_flops(state, 2.0 * kN * OC * IC);
+}
+
+void engine_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"op", "OC", "IC", "engine"});
+  std::vector<int> engines = {kBf16Gemm16};
+#if !defined(KOKKOS_ENABLE_CUDA)
+  engines.push_back(kFp32OneDnn);
+#endif
+  for (int engine : engines)
+    for (int op = 0; op < 3; ++op)
+      for (const auto& [oc, ic] :
+           {std::pair{3 * kC, kC}, {kC, kC}, {4 * kC, kC}, {kC, 4 * kC}, {kV, kC}})
+        b->Args({op, oc, ic, engine});
+}
+
 void BM_AttentionForward(benchmark::State& state) {
   const Exec exec;
   const View1 qkv = random_view("qkv", static_cast<size_t>(kN) * 3 * kC, -1, 1, 15);
@@ -346,6 +415,7 @@ TRIDENT_BENCH(BM_ResidualForward);
 TRIDENT_BENCH(BM_LinearForward)->Apply(linear_shapes);
 TRIDENT_BENCH(BM_LinearBackward)->Apply(linear_shapes);
 TRIDENT_BENCH(BM_Gemm)->Apply(gemm_shapes);
+TRIDENT_BENCH(BM_GemmEngine)->Apply(engine_shapes);
 TRIDENT_BENCH(BM_AttentionForward);
 TRIDENT_BENCH(BM_AttentionBackward);
 TRIDENT_BENCH(BM_GeluForward);

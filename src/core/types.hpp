@@ -38,6 +38,8 @@ using Mat = Kokkos::View<float**, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstMat = Kokkos::View<const float**, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstIntVec = Kokkos::View<const int32_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 using HalfVec = Kokkos::View<uint16_t*, Kokkos::LayoutRight, Device, Unmanaged>;
+using HalfMat = Kokkos::View<uint16_t**, Kokkos::LayoutRight, Device, Unmanaged>;
+using ConstHalfMat = Kokkos::View<const uint16_t**, Kokkos::LayoutRight, Device, Unmanaged>;
 
 inline Vec window(const View1& flat, size_t offset, size_t n) {
   return Vec(flat.data() + offset, n);
@@ -47,6 +49,9 @@ inline HalfVec window(const HalfView1& flat, size_t offset, size_t n) {
 }
 inline Mat window(const View1& flat, size_t offset, size_t rows, size_t cols) {
   return Mat(flat.data() + offset, rows, cols);
+}
+inline HalfMat window(const HalfView1& flat, size_t offset, size_t rows, size_t cols) {
+  return HalfMat(flat.data() + offset, rows, cols);
 }
 
 }  // namespace trident

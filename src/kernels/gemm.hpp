@@ -1,9 +1,10 @@
-// The one GEMM dispatch: cuBLAS on Kokkos' stream in GPU builds, CBLAS sgemm (Debian's OpenBLAS
-// by default) on host execution spaces.
+// The one GEMM dispatch: cuBLAS on Kokkos' stream in GPU builds; on host execution spaces CBLAS
+// sgemm (Debian's OpenBLAS by default) for fp32 operands and oneDNN for 16-bit ones.
 #pragma once
 
 #include <algorithm>
 
+#include "core/precision.hpp"
 #include "core/types.hpp"
 #include "kernels/region.hpp"
 
@@ -11,6 +12,8 @@
 #include "kernels/cublas.hpp"
 #else
 #include <cblas.h>
+
+#include "kernels/onednn.hpp"
 #endif
 
 namespace trident::kernels {
@@ -88,6 +91,28 @@ inline void gemm(const Exec& exec, char trans_a, char trans_b, float alpha, cons
   cblas_sgemm(CblasRowMajor, trans_a == 'T' ? CblasTrans : CblasNoTrans,
               trans_b == 'T' ? CblasTrans : CblasNoTrans, m, n, k, alpha, A.data(), leading(A),
               B.data(), leading(B), beta, C.data(), leading(C));
+#endif
+}
+
+// C (fp32) = alpha * op(A) * op(B) + beta * C with A and B 16-bit bit patterns in `format` (bf16
+// or fp16): the products are exact in fp32 and summed in fp32 (cuBLAS on tensor cores; oneDNN on
+// CPUs, see kernels/onednn.hpp). beta = 1 accumulates into C, as weight gradients do.
+inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, const ConstHalfMat& A,
+                   const ConstHalfMat& B, Precision format, float beta, const Mat& C) {
+  Region region("trident::gemm16");
+  const auto leading = [](auto view) { return std::max<int>(1, static_cast<int>(view.stride(0))); };
+  const int m = static_cast<int>(C.extent(0)), n = static_cast<int>(C.extent(1));
+  const int k = static_cast<int>(trans_a == 'T' ? A.extent(0) : A.extent(1));
+#if defined(KOKKOS_ENABLE_CUDA)
+  const cudaDataType_t type = format == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  TRIDENT_CUBLAS(cublas_api().gemm_ex(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m,
+                                      k, &alpha, B.data(), type, leading(B), A.data(), type,
+                                      leading(A), &beta, C.data(), CUDA_R_32F, leading(C),
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+#else
+  exec.fence();  // oneDNN runs outside Kokkos, like BLAS
+  onednn::gemm(trans_a, trans_b, m, n, k, alpha, A.data(), leading(A), B.data(), leading(B), beta,
+               C.data(), leading(C), format);
 #endif
 }
 

@@ -20,17 +20,12 @@
 #include "kernels/linear.hpp"
 #include "kernels/residual.hpp"
 #include "kernels/streaming.hpp"
+#include "test_space.hpp"
 
 using namespace trident;
 using namespace trident::kernels;
 
 namespace {
-
-#if defined(KOKKOS_ENABLE_CUDA)
-using TestSpace = Kokkos::CudaUVMSpace;
-#else
-using TestSpace = MemSpace;
-#endif
 
 // A buffer the host indexes and the kernels take as a window (Vec, Mat, IntVec).
 template <class T, class Window, class ConstWindow>

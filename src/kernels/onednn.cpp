@@ -1,0 +1,174 @@
+// oneDNN matmul primitives for 16-bit GEMMs on CPUs, one per shape, made on first use and kept.
+#include "kernels/onednn.hpp"
+
+#include <cblas.h>
+
+#include <Kokkos_Core.hpp>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+namespace trident::kernels::onednn {
+
+namespace {
+
+using dnnl::memory;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& cpu_stream() {
+  static dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+// Everything that selects a primitive. alpha and beta are baked into it (output scale, sum
+// post-op), as the few values trident uses (1 and 0 or 1) make few primitives.
+using ShapeKey = std::tuple<char, char, int, int, int, int, int, int, float, float, Precision>;
+
+// The logical [rows, cols] operand stored row-major with leading dimension `ld`, transposed when
+// `trans` is 'T' (then the stored matrix is [cols, ld]).
+memory::desc operand(int rows, int cols, int ld, char trans, memory::data_type type) {
+  const memory::dims strides = trans == 'T' ? memory::dims{1, ld} : memory::dims{ld, 1};
+  return memory::desc({rows, cols}, type, strides);
+}
+
+// A matmul primitive with its operands' memory objects (pointed at each call's data) and its own
+// scratchpad, so an execution allocates nothing.
+struct Matmul {
+  dnnl::matmul primitive;
+  memory a, b, c, scratchpad;
+};
+
+std::unique_ptr<Matmul> make_matmul(const ShapeKey& key, memory::data_type type) {
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, format] = key;
+  (void)format;
+  const memory::desc a = operand(m, k, lda, ta, type), b = operand(k, n, ldb, tb, type);
+  const memory::desc c({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops sum;
+    sum.append_sum(beta);
+    attr.set_post_ops(sum);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  auto mm = std::make_unique<Matmul>();
+  mm->primitive = dnnl::matmul(pd);
+  mm->a = memory(a, cpu_engine(), DNNL_MEMORY_NONE);
+  mm->b = memory(b, cpu_engine(), DNNL_MEMORY_NONE);
+  mm->c = memory(c, cpu_engine(), DNNL_MEMORY_NONE);
+  mm->scratchpad = memory(pd.scratchpad_desc(), cpu_engine());
+  return mm;
+}
+
+// fp16 where oneDNN has no fp16 matmul: both operands widened into fp32 copies kept per shape.
+struct Widened {
+  std::vector<float> a, b;
+};
+
+void widen(const uint16_t* src, std::vector<float>& dst, Precision format) {
+  float* out = dst.data();
+  Kokkos::parallel_for(
+      "trident::widen_fp16",
+      Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, static_cast<int64_t>(dst.size())),
+      [=](int64_t i) { out[i] = from_half(src[i], format); });
+  Kokkos::DefaultHostExecutionSpace().fence();
+}
+
+bool fp16_matmul_available() {
+  static const bool available = [] {
+    try {
+      make_matmul({'N', 'N', 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, Precision::kFp16},
+                  memory::data_type::f16);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+memory::data_type data_type(Precision format) {
+  switch (format) {
+    case Precision::kBf16:
+      return memory::data_type::bf16;
+    case Precision::kFp16:
+      return memory::data_type::f16;
+    case Precision::kFp32:
+      break;
+  }
+  return memory::data_type::f32;
+}
+
+}  // namespace
+
+void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A, int lda,
+          const void* B, int ldb, float beta, float* C, int ldc, Precision format) {
+  const ShapeKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, format};
+  if (format == Precision::kFp16 && !fp16_matmul_available()) {
+    static std::map<ShapeKey, Widened> widened;
+    Widened& w = widened[key];
+    w.a.resize(static_cast<size_t>(trans_a == 'T' ? k : m) * lda);
+    w.b.resize(static_cast<size_t>(trans_b == 'T' ? n : k) * ldb);
+    widen(static_cast<const uint16_t*>(A), w.a, format);
+    widen(static_cast<const uint16_t*>(B), w.b, format);
+    cblas_sgemm(CblasRowMajor, trans_a == 'T' ? CblasTrans : CblasNoTrans,
+                trans_b == 'T' ? CblasTrans : CblasNoTrans, m, n, k, alpha, w.a.data(), lda,
+                w.b.data(), ldb, beta, C, ldc);
+    return;
+  }
+  static std::map<ShapeKey, std::unique_ptr<Matmul>> matmuls;
+  std::unique_ptr<Matmul>& mm = matmuls[key];
+  if (!mm) mm = make_matmul(key, data_type(format));
+  mm->a.set_data_handle(const_cast<void*>(A));
+  mm->b.set_data_handle(const_cast<void*>(B));
+  mm->c.set_data_handle(C);
+  mm->primitive.execute(cpu_stream(), {{DNNL_ARG_SRC, mm->a},
+                                       {DNNL_ARG_WEIGHTS, mm->b},
+                                       {DNNL_ARG_DST, mm->c},
+                                       {DNNL_ARG_SCRATCHPAD, mm->scratchpad}});
+  cpu_stream().wait();
+}
+
+std::string cpu_isa() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    default:
+      return "other";
+  }
+}
+
+bool native_bf16() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+bool fp16_widened() {
+  return !fp16_matmul_available();
+}
+
+}  // namespace trident::kernels::onednn

@@ -1,0 +1,30 @@
+// GEMMs on CPUs through oneDNN (Debian's libdnnl): bf16 x bf16 -> fp32 matmul primitives for 16-bit
+// compute (and fp32 ones, measured against OpenBLAS by bench/gemm16_vs_fp32.sh), made once per
+// shape and kept, and what oneDNN dispatches to on this CPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/precision.hpp"
+
+namespace trident::kernels::onednn {
+
+// Row-major C[m,n] (fp32) = alpha * op(A) * op(B) + beta * C, with A and B in `format` (fp32
+// values, or bf16 / fp16 bit patterns), op = transpose when trans_* is 'T', and leading dimensions
+// as BLAS takes them. 16-bit products are exact in fp32 and summed in fp32. The primitive for a
+// shape is made on its first call (with its scratchpad) and reused: later calls allocate nothing.
+// fp16 where oneDNN has no fp16 matmul (fp16_widened()) is widened to fp32 and multiplied by CBLAS.
+void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A, int lda,
+          const void* B, int ldb, float beta, float* C, int ldc, Precision format);
+
+// The instruction set oneDNN's kernels use on this CPU ("avx512_core_bf16", "avx512_core_amx",
+// ...): what decides whether bf16 GEMMs beat fp32 ones.
+std::string cpu_isa();
+// Whether bf16 matmuls run on native bf16 instructions here (AVX512-BF16 or AMX); without them
+// oneDNN emulates bf16 and a bf16 GEMM is slower than an fp32 one.
+bool native_bf16();
+// Whether fp16 GEMMs widen their operands to fp32 here (no AVX512-FP16).
+bool fp16_widened();
+
+}  // namespace trident::kernels::onednn
