@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check: run from an unpacked bundle (tools/device_bundle.sh), it measures trident on the GPU against PyTorch in at most 8 minutes.
 #
-# usage: ./gpu_check.sh [RESULTS_FILE]   (default: gpu_check_results.txt beside this script)
+# usage: ./gpu_check.sh [OUT_DIR]   (default: gpu_check_out beside this script)
 #   env: PYTHON=python3 (one with torch and CUDA), GPU_CHECK_BUDGET_S=480
 #
-# Stages, each under its own time limit inside the budget; every figure goes to RESULTS_FILE as
-# key=value lines, and a table is printed at the end:
+# Everything it writes goes under OUT_DIR, which a borrowed machine's caller brings back: every
+# figure, as soon as it is measured, to OUT_DIR/results.txt as key=value lines, and each stage's
+# log and run directory beside it. Stages, each under its own time limit inside the budget (a
+# table is printed at the end):
 #   1. kernels  the kernel unit tests on the device against host references (Kernels.*);
 #   2. train    GPT-2 124M, bf16, one rank, B = 16, T = 1024 (inputs/gpu_check.toml): tokens/s,
 #               MFU against the bf16 peak, and the first losses against the CPU run of the same
@@ -19,7 +21,7 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-results=${1:-$here/gpu_check_results.txt}
+out=${1:-$here/gpu_check_out}
 python=${PYTHON:-python3}
 budget=${GPU_CHECK_BUDGET_S:-480}
 start=$(date +%s)
@@ -36,8 +38,9 @@ if [[ ! -x $here/run.sh || ! -x $here/bin/trident ]]; then
     "copy OUT to the GPU machine, then OUT/gpu_check.sh" >&2
   exit 2
 fi
+mkdir -p "$out" && work=$(cd "$out" && pwd) || exit 2
 cd "$here" || exit 2
-work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
+results=$work/results.txt
 : >"$results"
 failed=0
 
@@ -77,6 +80,14 @@ grep '^PERFORMANCE' "$work/train.log" >"$perf"
 for key in ms_per_step tokens_per_s mfu_percent peak_mem_mib; do
   record "trident_$key" "$(value "$key" "$perf")"
 done
+if [[ ! -s $perf ]]; then  # cut short (its time limit): the figures of its last step line
+  last=$(grep -E '^step +[0-9]+/' "$work/train.log" | tail -n 1)
+  if [[ -n $last ]]; then
+    record trident_tokens_per_s "$(sed -n 's/.*| \([0-9.]*\) tok\/s |.*/\1/p' <<<"$last")"
+    record trident_mfu_percent "$(sed -n 's/.*| MFU \([0-9.]*\)% |.*/\1/p' <<<"$last")"
+    record trident_figures_from "\"$(cut -d'|' -f1 <<<"$last" | xargs), no PERFORMANCE line\""
+  fi
+fi
 # The first losses against the CPU run of the same config (steps 1.. in the reference file). bf16
 # keeps 8 significant bits (0.4 %); the GPU sums in other orders, so 1 % relative is allowed.
 reference=reference/gpu_check_cpu_losses.txt

@@ -110,10 +110,11 @@ fi
 cat >"$out/run.sh" <<'RUN'
 #!/bin/sh
 # Runs a command with the bundle's programs and libraries: ./run.sh trident ..., ./run.sh mpirun ...
-# cuBLAS and NCCL come from PyTorch's nvidia-* wheels (or TRIDENT_CUDA_LIBS, a directory list).
+# cuBLAS and NCCL come from PyTorch's nvidia-* wheels (or TRIDENT_CUDA_LIBS, a directory list),
+# found by the Python in PYTHON (default python3): the one with PyTorch, which gpu_check.sh uses too.
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -z "${TRIDENT_CUDA_LIBS:-}" ]; then
-  TRIDENT_CUDA_LIBS=$(python3 - <<'PY' 2>/dev/null
+  TRIDENT_CUDA_LIBS=$("${PYTHON:-python3}" - <<'PY' 2>/dev/null
 import glob, os
 roots = []
 try:
@@ -139,6 +140,12 @@ export OPAL_PREFIX="$here"
 export PMIX_MCA_mca_base_component_path="$here/lib/pmix"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# One node and no remote shell (an image with PyTorch usually has no ssh): OpenMPI starts its local
+# daemon and ranks itself (plm "isolated"; its default, rsh, aborts even one process without ssh).
+# Shared memory copies through a buffer: single-copy (CMA) needs ptrace rights a container may
+# not grant. A value already in the environment is kept.
+export OMPI_MCA_plm="${OMPI_MCA_plm:-isolated}"
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
 exec "$@"
 RUN
 chmod +x "$out/run.sh"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU bundle (tools/device_bundle.sh) travels as an archive of at most 64 MiB and, unpacked
-# elsewhere, runs with none of this machine's MPI, HDF5, Kokkos, OpenMPI plugins or CUDA
-# toolkit: they are hidden in a private mount namespace (root only), NCCL is offered where PyTorch's wheel would put it, and mpirun
-# starts two ranks of the bundle's unit tests, which reach MPI_Init and refuse for want of a GPU;
-# trident itself refuses with exit 2, and so does the bundle's GPU check, before it runs anything.
+# elsewhere, runs with none of this machine's MPI, HDF5, Kokkos, OpenMPI plugins, CUDA toolkit,
+# ssh or rsh: they are hidden in a private mount namespace (root only), NCCL is offered where
+# PyTorch's wheel would put it, and mpirun starts two ranks of the bundle's unit tests, which
+# reach MPI_Init and refuse for want of a GPU; trident itself refuses with exit 2, and so does
+# the bundle's GPU check, before it runs anything.
 # (The check's CPU reference losses are left out here: BUNDLE_REFERENCE_STEPS=0.)
 # usage: tests/cuda/bundle.sh REPO BUILD_CUDA WORK_DIR
 set -euo pipefail
@@ -39,6 +40,11 @@ mount --bind "$(dirname "$(readlink -f "$nccl")")" "$work/site/nvidia/nccl/lib"
 while read -r _ source; do
   mount --bind /dev/null "\$source" && echo "\$source" >>"$work/hidden"
 done <"$work/moved/SOURCES"
+# No remote shell, as in a container with PyTorch: OpenMPI must start its ranks without one.
+for shell in ssh rsh; do
+  path=\$(command -v \$shell || true)
+  if [[ -n \$path ]]; then mount --bind /dev/null "\$path" && echo "\$path" >>"$work/hidden"; fi
+done
 for dir in /usr/lib/$(gcc -print-multiarch)/openmpi /usr/lib/$(gcc -print-multiarch)/pmix2 \\
     /usr/share/openmpi /usr/local/cuda "$(readlink -f /usr/local/cuda)" "$build"; do
   [[ -d \$dir ]] && mount --bind "$work/empty" "\$dir" && echo "\$dir" >>"$work/hidden"
@@ -51,12 +57,15 @@ echo \$? >"$work/mpirun.rc"
 env -u LD_LIBRARY_PATH TRIDENT_CUDA_LIBS="$work/site/nvidia/nccl/lib" \\
   "$work/moved/run.sh" trident plan --help >"$work/single.out" 2>&1
 echo \$? >"$work/single.rc"
-"$work/moved/gpu_check.sh" "$work/gpu_check_results.txt" >"$work/gpu_check.out" 2>&1
+"$work/moved/gpu_check.sh" "$work/gpu_check_out" >"$work/gpu_check.out" 2>&1
 echo \$? >"$work/gpu_check.rc"
 INSIDE
 unshare -m --propagation private bash "$work/inside.sh" || fail "mount namespace setup failed"
 echo "hidden: $(wc -l <"$work/hidden") libraries and trees"
 grep -q "libmpi.so" "$work/hidden" || fail "libmpi was not hidden: $(cat "$work/hidden")"
+if command -v ssh >/dev/null; then
+  grep -q "/ssh$" "$work/hidden" || fail "ssh was not hidden: $(cat "$work/hidden")"
+fi
 refusal="CUDA build and no GPU is usable here"
 # The test programs report on every rank, after MPI_Init and before MPI_Finalize, so both ranks
 # print before either exits.
@@ -69,7 +78,7 @@ grep -q "$refusal" "$work/single.out" && [[ $(cat "$work/single.rc") -eq 2 ]] ||
   fail "trident from the bundle (rc $(cat "$work/single.rc")): $(cat "$work/single.out")"
 grep -q "no NVIDIA GPU here" "$work/gpu_check.out" && [[ $(cat "$work/gpu_check.rc") -eq 2 ]] ||
   fail "gpu_check.sh from the bundle (rc $(cat "$work/gpu_check.rc")): $(cat "$work/gpu_check.out")"
-[[ ! -e $work/gpu_check_results.txt ]] || fail "gpu_check.sh wrote results without a GPU"
+[[ ! -e $work/gpu_check_out ]] || fail "gpu_check.sh wrote results without a GPU"
 echo "mpirun -np 2 from the relocated bundle: both ranks through MPI_Init, refusing (no GPU):"
 grep "$refusal" "$work/mpirun.out"
 echo "trident alone (exit 2): $(cat "$work/single.out")"
