@@ -3,6 +3,9 @@
 
 #include <Kokkos_Macros.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>
@@ -27,6 +30,23 @@ bool report_missing_device(const char* program, bool print) {
   const std::string why = missing_device();
   if (!why.empty() && print) std::fprintf(stderr, "%s: error: %s\n", program, why.c_str());
   return !why.empty();
+}
+
+void choose_device(MPI_Comm world, int argc, char** argv) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  bool chosen = std::getenv("KOKKOS_DEVICE_ID") != nullptr;
+  for (int i = 1; i < argc; ++i)
+    chosen = chosen || std::strncmp(argv[i], "--kokkos-device", 15) == 0;
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_rank = 0, devices = 0;
+  MPI_Comm_rank(node, &node_rank);
+  MPI_Comm_free(&node);
+  if (chosen || cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) return;
+  setenv("KOKKOS_DEVICE_ID", std::to_string(device_for_node_rank(node_rank, devices)).c_str(), 1);
+#else
+  (void)world, (void)argc, (void)argv;
+#endif
 }
 
 }  // namespace trident

@@ -42,6 +42,7 @@ int with_mpi_and_kokkos(int& argc, char**& argv, NoDeviceExit no_device, Body&& 
     MPI_Finalize();
     return no_device.status;
   }
+  choose_device(MPI_COMM_WORLD, argc, argv);
   int status = 0;
   {
     settle_omp_proc_bind();

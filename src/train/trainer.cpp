@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "comm/backend.hpp"
@@ -628,6 +629,44 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
   return timings;
 }
 
+#if defined(KOKKOS_ENABLE_CUDA)
+// The banner's lines on the ranks' GPUs, on rank 0 (collective over `world`): each rank's device
+// ordinal and PCI address (the first 16 ranks), and a warning for every GPU that several ranks of
+// one host share.
+std::vector<std::string> device_lines(const HostCollectives& world) {
+  cudaDeviceProp p{};
+  const int ordinal = Exec().cuda_device();
+  cudaGetDeviceProperties(&p, ordinal);
+  const std::vector<double> all =
+      world.gather({static_cast<double>(ordinal), static_cast<double>(p.pciDomainID),
+                    static_cast<double>(p.pciBusID), static_cast<double>(p.pciDeviceID)});
+  std::istringstream hosts(world.processor_names());
+  if (world.rank() != 0) return {};
+  std::map<std::string, std::string> sharing;  // "host, PCI address" -> its ranks
+  std::string list;
+  for (int r = 0; r < world.size(); ++r) {
+    const double* d = &all[4 * static_cast<size_t>(r)];
+    const std::string pci = fmt::format("{:04x}:{:02x}:{:02x}", static_cast<int>(d[1]),
+                                        static_cast<int>(d[2]), static_cast<int>(d[3]));
+    std::string host;
+    std::getline(hosts, host, ',');
+    std::string& ranks = sharing[host + ", PCI " + pci];
+    ranks += (ranks.empty() ? "" : " ") + std::to_string(r);
+    if (r < 16)
+      list +=
+          fmt::format("{}rank {} -> GPU {} ({})", r ? ", " : "", r, static_cast<int>(d[0]), pci);
+  }
+  std::vector<std::string> lines = {"devices: " + list + (world.size() > 16 ? ", ..." : "")};
+  for (const auto& [where, ranks] : sharing)
+    if (ranks.find(' ') != std::string::npos)
+      lines.push_back(fmt::format(
+          "warning: ranks {} share one GPU ({}): they take turns on it; run one rank per GPU "
+          "(fewer ranks per node, or CUDA_VISIBLE_DEVICES)",
+          ranks, where));
+  return lines;
+}
+#endif
+
 void Trainer::print_banner(int start_step) const {
   const Config& c = config_;
   const int T = c.train.seq_len;
@@ -669,6 +708,7 @@ void Trainer::print_banner(int start_step) const {
                             kernels::cublas_summary(Exec()),
                             kernels::describe(kernels::gemm_math()), Exec().cuda_device(),
                             device.name, device.major, device.minor));
+  for (const std::string& line : device_lines(world_)) console_.line(line);
 #else
   const BlasInfo blas = blas_info();
   console_.line(

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/grid.hpp"
+#include "core/device.hpp"
 
 using namespace trident;
 
@@ -34,4 +35,12 @@ TEST(GridLive, SingleRankGridMatchesThePureMapping) {
   EXPECT_EQ(grid.coord().dp, 0);
   EXPECT_TRUE(grid.tp_groups_node_local());
   EXPECT_EQ(grid.describe(), "dp=1 tp=1 pp=1");
+}
+
+TEST(DeviceChoice, RanksOfANodeSpreadOverItsGpusRoundRobin) {
+  EXPECT_EQ(device_for_node_rank(0, 4), 0);
+  EXPECT_EQ(device_for_node_rank(3, 4), 3);
+  EXPECT_EQ(device_for_node_rank(5, 4), 1);  // more ranks than GPUs: they share, in turn
+  EXPECT_EQ(device_for_node_rank(1, 1), 0);  // CUDA_VISIBLE_DEVICES naming one GPU
+  EXPECT_EQ(device_for_node_rank(2, 0), 0);
 }
