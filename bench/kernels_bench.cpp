@@ -279,33 +279,33 @@ void engine_shapes(benchmark::internal::Benchmark* b) {
 void BM_AttentionForward(benchmark::State& state) {
   const Exec exec;
   const View1 qkv = random_view("qkv", static_cast<size_t>(kN) * 3 * kC, -1, 1, 15);
-  View1 out("out", kN * kC), att("att", static_cast<size_t>(kN) * kNH * kT);
+  View1 out("out", kN * kC), lse("lse", static_cast<size_t>(kN) * kNH);
+  View1 scratch("scratch", kernels::attention_scratch_elements(kB, kNH, kT));
   const kernels::AttentionShape s{kB, kT, kNH, kHS};
   for (auto _ : state) {
-    kernels::attention_forward(exec, window(out, 0, kN, kC), window(att, 0, kN * kNH, kT),
+    kernels::attention_forward(exec, window(out, 0, kN, kC), lse, scratch,
                                window(qkv, 0, kN, 3 * kC), s);
     exec.fence();
   }
-  set_flops(state, 2 * 2.0 * kAttentionPairs * kHS);  // q.k and att.v
+  set_flops(state, 2 * 2.0 * kAttentionPairs * kHS);  // q.k and p.v
 }
 
 void BM_AttentionBackward(benchmark::State& state) {
   const Exec exec;
   const View1 qkv = random_view("qkv", static_cast<size_t>(kN) * 3 * kC, -1, 1, 15);
   const View1 dout = random_view("dout", kN * kC, -1, 1, 16);
-  View1 out("out", kN * kC), att("att", static_cast<size_t>(kN) * kNH * kT);
-  const int scratch_rows = kB * kNH * kernels::attention_block_rows(kT);
-  View1 dqkv("dqkv", static_cast<size_t>(kN) * 3 * kC), scratch("scratch", scratch_rows * kT);
+  View1 out("out", kN * kC), lse("lse", static_cast<size_t>(kN) * kNH);
+  View1 scratch("scratch", kernels::attention_scratch_elements(kB, kNH, kT));
+  View1 dqkv("dqkv", static_cast<size_t>(kN) * 3 * kC);
   const kernels::AttentionShape s{kB, kT, kNH, kHS};
-  kernels::attention_forward(exec, window(out, 0, kN, kC), window(att, 0, kN * kNH, kT),
-                             window(qkv, 0, kN, 3 * kC), s);
+  kernels::attention_forward(exec, window(out, 0, kN, kC), lse, scratch, window(qkv, 0, kN, 3 * kC),
+                             s);
   for (auto _ : state) {
-    kernels::attention_backward(exec, window(dqkv, 0, kN, 3 * kC),
-                                window(scratch, 0, scratch_rows, kT), window(dout, 0, kN, kC),
-                                window(qkv, 0, kN, 3 * kC), window(att, 0, kN * kNH, kT), s);
+    kernels::attention_backward(exec, window(dqkv, 0, kN, 3 * kC), scratch, window(dout, 0, kN, kC),
+                                window(qkv, 0, kN, 3 * kC), window(out, 0, kN, kC), lse, s);
     exec.fence();
   }
-  set_flops(state, 4 * 2.0 * kAttentionPairs * kHS);  // datt, dv, dq, dk
+  set_flops(state, 5 * 2.0 * kAttentionPairs * kHS);  // q.k again, dp, dq, dk, dv
 }
 
 void BM_GeluForward(benchmark::State& state) {

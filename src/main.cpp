@@ -124,7 +124,8 @@ void print_layer_activations(const trident::Config& c) {
   };
   std::printf(
       "activations of one layer and micro-batch (b=%d s=%d h=%d a=%d t=%d), MB: trident (%s "
-      "storage, no dropout, fp32 LayerNorm statistics) | Korthikanti et al. 2022 Table 2 (16-bit, "
+      "storage, no dropout, fp32 LayerNorm and softmax statistics) | Korthikanti et al. 2022 Table "
+      "2 (16-bit, "
       "dropout masks)\n",
       b, s, m.n_embd, m.n_head, t, trident::name_of(c.precision.compute));
   std::printf("  %-10s %-18s %10s %10s %8s\n", "recompute", "sequence_parallel", "trident", "paper",

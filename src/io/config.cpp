@@ -191,8 +191,8 @@ std::vector<Field> layout_fields(Config& c) {
       {"dp", "local_steps", &c.dp.local_steps,
        "local_sgd: steps per averaging round; the round's last step is synchronous"},
       {"recompute", "policy", choice(&c.recompute.policy),
-       "activation recomputation: none, selective (attention probabilities), full (whole "
-       "blocks from their input)"},
+       "activation recomputation: none, selective (the same as none: the tiled attention keeps "
+       "no probabilities), full (whole blocks from their input)"},
       {"recompute", "layers", &c.recompute.layers,
        "full: recompute the first N blocks of each stage (each model chunk under interleaving; "
        "0: all)"},

@@ -1,9 +1,10 @@
-// Causal multi-head self-attention on a packed qkv tensor, forward and backward.
+// Causal multi-head self-attention on a packed qkv tensor, tiled with an online softmax: forward
+// and backward, in the host's per-(sequence, head) shape and the GPU's batched shape.
 #pragma once
 
 #include "core/math.hpp"
 #include "core/types.hpp"
-#include "kernels/attention_blocking.hpp"
+#include "kernels/attention_tiles.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/region.hpp"
 #include "kernels/shapes.hpp"
@@ -15,177 +16,120 @@ struct AttentionShape {
   int B, T, NH, HS;  // C = NH * HS
 };
 
-// Batched (the GPU's attention; host builds compile it too, and a test holds it to the blocked
-// one): per sequence, the products of all its heads are one strided-batched GEMM (a head's q, k
-// and v are HS columns apart in qkv, its scores T rows apart in att), and a kernel per row does
-// the causal softmax. The full T x T scores are computed; the causal mask is the softmax's.
+// The layout both shapes share. qkv[B*T, 3C] holds q | k | v, head h at columns h*HS..h*HS+HS of
+// each third; out[B*T, C] is per head softmax(q k^T / sqrt(HS), causal) v; lse[B*NH*T], at
+// (b*NH + h)*T + t, is each query row's log sum_j exp(q.k_j / sqrt(HS)): all that backward needs
+// besides q, k, v and out (the probabilities of a tile are exp(score - lse)). The scratch is
+// attention_tiled_scratch (host shape) or attention_batched_scratch (GPU shape) floats.
 
-// The causal softmax of each row of att[B*NH*T, T] in place, a team per row: row r is query
-// t = r % T.
-inline void causal_softmax_rows(const Exec& exec, const Mat& att, int T, float scale) {
-  Kokkos::parallel_for(
-      "attention_softmax", row_teams(exec, static_cast<int>(att.extent(0))),
-      KOKKOS_LAMBDA(const TeamMember& team) {
-        const int r = team.league_rank(), keys = r % T + 1;
-        const float m = team_max(
-            team, keys, [&](int j) { return att(r, j) * scale; }, -3.0e38f);
-        const float sum =
-            team_sum(team, keys, [&](int j) { return kmath::exp_vec(att(r, j) * scale - m); });
-        const float inv = 1.0f / sum;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](int j) {
-          att(r, j) = j < keys ? kmath::exp_vec(att(r, j) * scale - m) * inv : 0.0f;
-        });
-      });
-}
+// Below every score: the running maximum of a row before its first key.
+constexpr float kNoScore = -3.0e38f;
 
-inline void attention_forward_batched(const Exec& exec, const Mat& out, const Mat& att,
-                                      const ConstMat& qkv, AttentionShape s) {
-  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
-  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_att = static_cast<int>(att.stride(0));
-  const int ld_out = static_cast<int>(out.stride(0));
-  const long long head_scores = static_cast<long long>(T) * ld_att;
-  for (int b = 0; b < s.B; ++b) {  // scores = q k^T, scaled in the softmax
-    const float* q = qkv.data() + static_cast<size_t>(b) * T * ld_qkv;
-    float* p = att.data() + static_cast<size_t>(b) * NH * head_scores;
-    gemm_strided_batched(exec, 'N', 'T', T, T, HS, 1.0f, q, ld_qkv, HS, q + C, ld_qkv, HS, 0.0f, p,
-                         ld_att, head_scores, NH);
-  }
-  causal_softmax_rows(exec, att, T, 1.0f / kmath::sqrt(static_cast<float>(HS)));
-  for (int b = 0; b < s.B; ++b) {  // out = p v
-    const float* v = qkv.data() + static_cast<size_t>(b) * T * ld_qkv + 2 * C;
-    const float* p = att.data() + static_cast<size_t>(b) * NH * head_scores;
-    gemm_strided_batched(exec, 'N', 'N', T, HS, T, 1.0f, p, ld_att, head_scores, v, ld_qkv, HS,
-                         0.0f, out.data() + static_cast<size_t>(b) * T * ld_out, ld_out, HS, NH);
-  }
-}
-
-// dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten). datt_scratch: [B*NH*T, T], the score
-// gradients.
-inline void attention_backward_batched(const Exec& exec, const Mat& dqkv, const Mat& datt_scratch,
-                                       const ConstMat& dout, const ConstMat& qkv,
-                                       const ConstMat& att, AttentionShape s) {
-  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
-  const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
-  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_att = static_cast<int>(att.stride(0));
-  const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
-  const int ld_ds = static_cast<int>(datt_scratch.stride(0));
-  const long long head_scores = static_cast<long long>(T) * ld_att;
-  const long long head_ds = static_cast<long long>(T) * ld_ds;
-  for (int b = 0; b < s.B; ++b) {  // d(probabilities) = dout v^T
-    const float* v = qkv.data() + static_cast<size_t>(b) * T * ld_qkv + 2 * C;
-    gemm_strided_batched(exec, 'N', 'T', T, T, HS, 1.0f,
-                         dout.data() + static_cast<size_t>(b) * T * ld_dout, ld_dout, HS, v, ld_qkv,
-                         HS, 0.0f, datt_scratch.data() + static_cast<size_t>(b) * NH * head_ds,
-                         ld_ds, head_ds, NH);
-  }
-  // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - sum_j p dp) / sqrt(HS).
-  const Mat ds = datt_scratch;
-  Kokkos::parallel_for(
-      "attention_softmax_backward", row_teams(exec, static_cast<int>(att.extent(0))),
-      KOKKOS_LAMBDA(const TeamMember& team) {
-        const int r = team.league_rank(), keys = r % T + 1;
-        const float dot = team_sum(team, keys, [&](int j) { return att(r, j) * ds(r, j); });
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, T), [&](int j) {
-          ds(r, j) = j < keys ? att(r, j) * (ds(r, j) - dot) * scale : 0.0f;
-        });
-      });
-  for (int b = 0; b < s.B; ++b) {
-    const float* q = qkv.data() + static_cast<size_t>(b) * T * ld_qkv;
-    const float* p = att.data() + static_cast<size_t>(b) * NH * head_scores;
-    const float* g = dout.data() + static_cast<size_t>(b) * T * ld_dout;
-    const float* d = datt_scratch.data() + static_cast<size_t>(b) * NH * head_ds;
-    float* dq = dqkv.data() + static_cast<size_t>(b) * T * ld_dqkv;
-    gemm_strided_batched(exec, 'N', 'N', T, HS, T, 1.0f, d, ld_ds, head_ds, q + C, ld_qkv, HS, 0.0f,
-                         dq, ld_dqkv, HS, NH);  // dq = ds k
-    gemm_strided_batched(exec, 'T', 'N', T, HS, T, 1.0f, d, ld_ds, head_ds, q, ld_qkv, HS, 0.0f,
-                         dq + C, ld_dqkv, HS, NH);  // dk = ds^T q
-    gemm_strided_batched(exec, 'T', 'N', T, HS, T, 1.0f, p, ld_att, head_scores, g, ld_dout, HS,
-                         0.0f, dq + 2 * C, ld_dqkv, HS, NH);  // dv = p^T dout
-  }
+// The keys of tile [c0, c0 + cols) that query t may attend to (causal), 0 to cols.
+KOKKOS_INLINE_FUNCTION int causal_keys(int t, int c0, int cols) {
+  const int n = t - c0 + 1;
+  return n < 0 ? 0 : (n > cols ? cols : n);
 }
 
 #if !defined(KOKKOS_ENABLE_CUDA)
-// Blocked (host builds): one work item per (batch, head), whose products are GEMMs on blocks of
-// kAttentionRowBlock query rows (gemm_block): as fast as the BLAS where one dot product per (query,
-// key) pair ran at a few GFLOP/s, and each (batch, head) is summed in a fixed order by one thread.
+// Per (sequence, head) (host builds): one work item each, its tiles multiplied by the BLAS on the
+// calling thread (gemm_block), so each item is summed in one fixed order whatever the number of
+// threads.
 
-// qkv[B*T, 3C] holds q | k | v, each head h at columns h*HS..h*HS+HS of its third.
-// out[B*T, C]: per head softmax(q k^T / sqrt(HS), causal) v.  att[B*NH*T, T]: the
-// probabilities (zero above the diagonal), kept for backward.
-inline void attention_forward_blocked(const Exec& exec, const Mat& out, const Mat& att,
-                                      const ConstMat& qkv, AttentionShape s) {
+inline void attention_forward_tiled(const Exec& exec, const Mat& out, const Vec& lse,
+                                    const Vec& scratch, const ConstMat& qkv, AttentionShape s,
+                                    AttentionTiles tiles) {
   exec.fence();  // BLAS reads what earlier kernels wrote
-  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
-  const int R = attention_block_rows(T);
+  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
-  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_att = static_cast<int>(att.stride(0));
-  const int ld_out = static_cast<int>(out.stride(0));
+  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
+  const size_t per_item = attention_tiled_scratch(1, 1, tiles);
   Kokkos::parallel_for(
       "attention_forward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), [=](int bh) {
         const int h = bh % NH, b = bh / NH;
         const float* q = &qkv(b * T, h * HS);
         const float* k = q + C;
         const float* v = q + 2 * C;
-        float* p = &att(bh * T, 0);
         float* o = &out(b * T, h * HS);
+        float* p = scratch.data() + bh * per_item;  // [R, K] scores, then probabilities
+        float* row_max = p + 2 * static_cast<size_t>(R) * K;
+        float* row_sum = row_max + R;
+        float* row_lse = lse.data() + static_cast<size_t>(bh) * T;
         for (int r0 = 0; r0 < T; r0 += R) {
-          const int rows = T - r0 < R ? T - r0 : R, keys = r0 + rows;
-          float* p_block = p + static_cast<size_t>(r0) * ld_att;
-          gemm_block('N', 'T', rows, keys, HS, scale, q + static_cast<size_t>(r0) * ld_qkv, ld_qkv,
-                     k, ld_qkv, 0.0f, p_block, ld_att);
-          for (int i = 0; i < rows; ++i) {
-            const int t = r0 + i;
-            float* row = p_block + static_cast<size_t>(i) * ld_att;
-            const float m = kmath::lane_max(
-                t + 1, [&](int j) { return row[j]; }, -3.0e38f);
-            const float sum = kmath::lane_sum(t + 1, [&](int j) {
-              const float e = kmath::exp_vec(row[j] - m);
-              row[j] = e;
-              return e;
-            });
-            const float inv = 1.0f / sum;
-            for (int j = 0; j <= t; ++j) row[j] *= inv;
-            for (int j = t + 1; j < T; ++j) row[j] = 0.0f;
+          const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
+          const float* q_block = q + static_cast<size_t>(r0) * ld_qkv;
+          float* o_block = o + static_cast<size_t>(r0) * ld_out;
+          for (int c0 = 0; c0 < keys_end; c0 += K) {
+            const int cols = keys_end - c0 < K ? keys_end - c0 : K;
+            gemm_block('N', 'T', rows, cols, HS, scale, q_block, ld_qkv,
+                       k + static_cast<size_t>(c0) * ld_qkv, ld_qkv, 0.0f, p, K);
+            for (int i = 0; i < rows; ++i) {
+              float* row = p + static_cast<size_t>(i) * K;
+              const int valid = causal_keys(r0 + i, c0, cols);
+              const float old_max = c0 == 0 ? kNoScore : row_max[i];
+              const float tile_max = kmath::lane_max(
+                  valid, [&](int j) { return row[j]; }, kNoScore);
+              const float new_max = tile_max > old_max ? tile_max : old_max;
+              const float sum = kmath::lane_sum(valid, [&](int j) {
+                const float e = kmath::exp_vec(row[j] - new_max);
+                row[j] = e;
+                return e;
+              });
+              for (int j = valid; j < cols; ++j) row[j] = 0.0f;
+              const float rescale = kmath::exp_vec(old_max - new_max);
+              row_sum[i] = c0 == 0 ? sum : row_sum[i] * rescale + sum;
+              row_max[i] = new_max;
+              if (c0 > 0)
+                for (int d = 0; d < HS; ++d)
+                  o_block[static_cast<size_t>(i) * ld_out + d] *= rescale;
+            }
+            gemm_block('N', 'N', rows, HS, cols, 1.0f, p, K, v + static_cast<size_t>(c0) * ld_qkv,
+                       ld_qkv, c0 == 0 ? 0.0f : 1.0f, o_block, ld_out);
           }
-          gemm_block('N', 'N', rows, HS, keys, 1.0f, p_block, ld_att, v, ld_qkv, 0.0f,
-                     o + static_cast<size_t>(r0) * ld_out, ld_out);
+          for (int i = 0; i < rows; ++i) {
+            const float inv = 1.0f / row_sum[i];
+            for (int d = 0; d < HS; ++d) o_block[static_cast<size_t>(i) * ld_out + d] *= inv;
+            row_lse[r0 + i] = row_max[i] + kmath::log(row_sum[i]);
+          }
         }
       });
 }
 
-// dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten). datt_scratch: [B*NH*attention_block_rows(T),
-// T], one block of score gradients per (batch, head).
-inline void attention_backward_blocked(const Exec& exec, const Mat& dqkv, const Mat& datt_scratch,
-                                       const ConstMat& dout, const ConstMat& qkv,
-                                       const ConstMat& att, AttentionShape s) {
+// dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten), from dout[B*T, C] and forward's out and lse.
+inline void attention_backward_tiled(const Exec& exec, const Mat& dqkv, const Vec& scratch,
+                                     const ConstMat& dout, const ConstMat& qkv, const ConstMat& out,
+                                     const ConstVec& lse, AttentionShape s, AttentionTiles tiles) {
   exec.fence();  // BLAS reads what earlier kernels wrote
-  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS;
-  const int R = attention_block_rows(T);
+  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
-  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_att = static_cast<int>(att.stride(0));
+  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
-  const int ld_scratch = static_cast<int>(datt_scratch.stride(0));
+  const size_t per_item = attention_tiled_scratch(1, 1, tiles);
   Kokkos::parallel_for(
       "attention_backward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), [=](int bh) {
         const int h = bh % NH, b = bh / NH;
         const float* q = &qkv(b * T, h * HS);
         const float* k = q + C;
         const float* v = q + 2 * C;
-        const float* p = &att(bh * T, 0);
+        const float* o = &out(b * T, h * HS);
         const float* g = &dout(b * T, h * HS);
         float* dq = &dqkv(b * T, h * HS);
         float* dk = dq + C;
         float* dv = dq + 2 * C;
-        float* ds = &datt_scratch(bh * R, 0);
+        float* p = scratch.data() + bh * per_item;   // [R, K] probabilities
+        float* ds = p + static_cast<size_t>(R) * K;  // [R, K] their gradients, then the scores'
+        float* row_dot = ds + static_cast<size_t>(R) * K;  // [R] dout . out
+        const float* row_lse = lse.data() + static_cast<size_t>(bh) * T;
         if (bh + 1 < s.B * NH) {  // the next item's inputs, cold by now (kernels/streaming.hpp)
           const int h_next = (bh + 1) % NH, b_next = (bh + 1) / NH;
           const float* q_next = &qkv(b_next * T, h_next * HS);
           const float* g_next = &dout(b_next * T, h_next * HS);
+          const float* o_next = &out(b_next * T, h_next * HS);
           for (int t = 0; t < T; ++t) {
             const float* qkv_row = q_next + static_cast<size_t>(t) * ld_qkv;
             for (int part = 0; part < 3; ++part) prefetch_span(0, HS, qkv_row + part * C);
             prefetch_span(0, HS, g_next + static_cast<size_t>(t) * ld_dout);
-            prefetch_span(0, t + 1, &att((bh + 1) * T + t, 0));
+            prefetch_span(0, HS, o_next + static_cast<size_t>(t) * ld_out);
           }
         }
         for (int t = 0; t < T; ++t)
@@ -194,52 +138,206 @@ inline void attention_backward_blocked(const Exec& exec, const Mat& dqkv, const 
             dv[static_cast<size_t>(t) * ld_dqkv + i] = 0.0f;
           }
         for (int r0 = 0; r0 < T; r0 += R) {
-          const int rows = T - r0 < R ? T - r0 : R, keys = r0 + rows;
-          const float* p_block = p + static_cast<size_t>(r0) * ld_att;
+          const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
+          const float* q_block = q + static_cast<size_t>(r0) * ld_qkv;
           const float* g_block = g + static_cast<size_t>(r0) * ld_dout;
-          // d(probabilities) = dout v^T, then through the softmax and the 1/sqrt(HS) scale.
-          gemm_block('N', 'T', rows, keys, HS, 1.0f, g_block, ld_dout, v, ld_qkv, 0.0f, ds,
-                     ld_scratch);
+          float* dq_block = dq + static_cast<size_t>(r0) * ld_dqkv;
           for (int i = 0; i < rows; ++i) {
-            const int t = r0 + i;
-            const float* prow = p_block + static_cast<size_t>(i) * ld_att;
-            float* drow = ds + static_cast<size_t>(i) * ld_scratch;
-            const float dot = kmath::lane_sum(t + 1, [&](int j) { return prow[j] * drow[j]; });
-            for (int j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot) * scale;
-            for (int j = t + 1; j < keys; ++j) drow[j] = 0.0f;
+            const float* g_row = g_block + static_cast<size_t>(i) * ld_dout;
+            const float* o_row = o + static_cast<size_t>(r0 + i) * ld_out;
+            row_dot[i] = kmath::lane_sum(HS, [&](int d) { return g_row[d] * o_row[d]; });
           }
-          gemm_block('N', 'N', rows, HS, keys, 1.0f, ds, ld_scratch, k, ld_qkv, 0.0f,
-                     dq + static_cast<size_t>(r0) * ld_dqkv, ld_dqkv);
-          gemm_block('T', 'N', keys, HS, rows, 1.0f, ds, ld_scratch,
-                     q + static_cast<size_t>(r0) * ld_qkv, ld_qkv, 1.0f, dk, ld_dqkv);
-          gemm_block('T', 'N', keys, HS, rows, 1.0f, p_block, ld_att, g_block, ld_dout, 1.0f, dv,
-                     ld_dqkv);
+          for (int c0 = 0; c0 < keys_end; c0 += K) {
+            const int cols = keys_end - c0 < K ? keys_end - c0 : K;
+            const float* k_tile = k + static_cast<size_t>(c0) * ld_qkv;
+            const float* v_tile = v + static_cast<size_t>(c0) * ld_qkv;
+            gemm_block('N', 'T', rows, cols, HS, scale, q_block, ld_qkv, k_tile, ld_qkv, 0.0f, p,
+                       K);
+            gemm_block('N', 'T', rows, cols, HS, 1.0f, g_block, ld_dout, v_tile, ld_qkv, 0.0f, ds,
+                       K);
+            // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
+            for (int i = 0; i < rows; ++i) {
+              float* prow = p + static_cast<size_t>(i) * K;
+              float* drow = ds + static_cast<size_t>(i) * K;
+              const int valid = causal_keys(r0 + i, c0, cols);
+              const float row_l = row_lse[r0 + i], dot = row_dot[i];
+              for (int j = 0; j < valid; ++j) {
+                const float pj = kmath::exp_vec(prow[j] - row_l);
+                prow[j] = pj;
+                drow[j] = pj * (drow[j] - dot) * scale;
+              }
+              for (int j = valid; j < cols; ++j) prow[j] = drow[j] = 0.0f;
+            }
+            gemm_block('N', 'N', rows, HS, cols, 1.0f, ds, K, k_tile, ld_qkv, c0 == 0 ? 0.0f : 1.0f,
+                       dq_block, ld_dqkv);
+            gemm_block('T', 'N', cols, HS, rows, 1.0f, ds, K, q_block, ld_qkv, 1.0f,
+                       dk + static_cast<size_t>(c0) * ld_dqkv, ld_dqkv);
+            gemm_block('T', 'N', cols, HS, rows, 1.0f, p, K, g_block, ld_dout, 1.0f,
+                       dv + static_cast<size_t>(c0) * ld_dqkv, ld_dqkv);
+          }
         }
       });
 }
-
 #endif
 
-// The attention of this build: batched on GPUs, blocked on host spaces. datt_scratch has
-// B*NH*attention_block_rows(T) rows.
-inline void attention_forward(const Exec& exec, const Mat& out, const Mat& att, const ConstMat& qkv,
-                              AttentionShape s) {
+// Batched (GPU builds; host builds compile it too, and a test holds it to the tiled shape): one
+// (sequence, query block, key tile) at a time, its products one strided-batched GEMM over the
+// heads (a head's q, k and v are HS columns apart in qkv, its tile rows*keys floats apart in the
+// scratch), and a kernel per tile with a team per (head, row) for the softmax.
+
+inline void attention_forward_batched(const Exec& exec, const Mat& out, const Vec& lse,
+                                      const Vec& scratch, const ConstMat& qkv, AttentionShape s,
+                                      AttentionTiles tiles) {
+  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
+  const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
+  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
+  const long long tile = static_cast<long long>(R) * K;
+  float* const scores = scratch.data();           // [NH, R, K]
+  float* const row_sum = scores + 2 * NH * tile;  // [NH, R]
+  for (int b = 0; b < s.B; ++b)
+    for (int r0 = 0; r0 < T; r0 += R) {
+      const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
+      const float* q_block = qkv.data() + static_cast<size_t>(b * T + r0) * ld_qkv;
+      float* o_block = out.data() + static_cast<size_t>(b * T + r0) * ld_out;
+      for (int c0 = 0; c0 < keys_end; c0 += K) {
+        const int cols = keys_end - c0 < K ? keys_end - c0 : K;
+        const float* k_tile = qkv.data() + static_cast<size_t>(b * T + c0) * ld_qkv + C;
+        gemm_strided_batched(exec, 'N', 'T', rows, cols, HS, scale, q_block, ld_qkv, HS, k_tile,
+                             ld_qkv, HS, 0.0f, scores, K, tile, NH);
+        Kokkos::parallel_for(
+            "attention_softmax", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
+              const int h = team.league_rank() / rows, i = team.league_rank() % rows;
+              float* row = scores + h * tile + static_cast<long long>(i) * K;
+              float* row_max = lse.data() + static_cast<size_t>(b * NH + h) * T + r0 + i;
+              float* o_row = o_block + static_cast<size_t>(i) * ld_out + h * HS;
+              const int valid = causal_keys(r0 + i, c0, cols);
+              const float old_max = c0 == 0 ? kNoScore : *row_max;
+              const float tile_max = team_max(
+                  team, valid, [&](int j) { return row[j]; }, kNoScore);
+              const float new_max = tile_max > old_max ? tile_max : old_max;
+              const float sum = team_sum(team, valid, [&](int j) {
+                const float e = kmath::exp_vec(row[j] - new_max);
+                row[j] = e;
+                return e;
+              });
+              const float rescale = kmath::exp_vec(old_max - new_max);
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, valid, cols),
+                                   [&](int j) { row[j] = 0.0f; });
+              if (c0 > 0)
+                Kokkos::parallel_for(Kokkos::TeamThreadRange(team, HS),
+                                     [&](int d) { o_row[d] *= rescale; });
+              team.team_barrier();
+              Kokkos::single(Kokkos::PerTeam(team), [&] {
+                float& l = row_sum[h * R + i];
+                l = c0 == 0 ? sum : l * rescale + sum;
+                *row_max = new_max;
+              });
+            });
+        gemm_strided_batched(exec, 'N', 'N', rows, HS, cols, 1.0f, scores, K, tile, k_tile + C,
+                             ld_qkv, HS, c0 == 0 ? 0.0f : 1.0f, o_block, ld_out, HS, NH);
+      }
+      Kokkos::parallel_for(
+          "attention_normalise", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
+            const int h = team.league_rank() / rows, i = team.league_rank() % rows;
+            const float l = row_sum[h * R + i];
+            float* o_row = o_block + static_cast<size_t>(i) * ld_out + h * HS;
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, HS), [&](int d) { o_row[d] /= l; });
+            team.team_barrier();
+            Kokkos::single(Kokkos::PerTeam(team), [&] {
+              float& row_lse = lse(static_cast<size_t>(b * NH + h) * T + r0 + i);
+              row_lse += kmath::log(l);
+            });
+          });
+    }
+}
+
+inline void attention_backward_batched(const Exec& exec, const Mat& dqkv, const Vec& scratch,
+                                       const ConstMat& dout, const ConstMat& qkv,
+                                       const ConstMat& out, const ConstVec& lse, AttentionShape s,
+                                       AttentionTiles tiles) {
+  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
+  const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
+  const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
+  const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
+  const long long tile = static_cast<long long>(R) * K;
+  float* const probs = scratch.data();       // [NH, R, K]
+  float* const grads = probs + NH * tile;    // [NH, R, K]
+  float* const row_dot = grads + NH * tile;  // [NH, R] dout . out
+  const Mat d = dqkv;
+  Kokkos::parallel_for(  // dk and dv are sums over query blocks
+      "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, s.B * T * 2 * C),
+      KOKKOS_LAMBDA(int e) { d(e / (2 * C), C + e % (2 * C)) = 0.0f; });
+  for (int b = 0; b < s.B; ++b)
+    for (int r0 = 0; r0 < T; r0 += R) {
+      const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
+      const size_t first = static_cast<size_t>(b) * T + r0;
+      const float* q_block = qkv.data() + first * ld_qkv;
+      const float* g_block = dout.data() + first * ld_dout;
+      const float* o_block = out.data() + first * ld_out;
+      float* dq_block = dqkv.data() + first * ld_dqkv;
+      Kokkos::parallel_for(
+          "attention_row_dot", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
+            const int h = team.league_rank() / rows, i = team.league_rank() % rows;
+            const float* g_row = g_block + static_cast<size_t>(i) * ld_dout + h * HS;
+            const float* o_row = o_block + static_cast<size_t>(i) * ld_out + h * HS;
+            const float dot = team_sum(team, HS, [&](int e) { return g_row[e] * o_row[e]; });
+            Kokkos::single(Kokkos::PerTeam(team), [&] { row_dot[h * R + i] = dot; });
+          });
+      for (int c0 = 0; c0 < keys_end; c0 += K) {
+        const int cols = keys_end - c0 < K ? keys_end - c0 : K;
+        const size_t key_row = static_cast<size_t>(b) * T + c0;
+        const float* k_tile = qkv.data() + key_row * ld_qkv + C;
+        const float* v_tile = k_tile + C;
+        gemm_strided_batched(exec, 'N', 'T', rows, cols, HS, scale, q_block, ld_qkv, HS, k_tile,
+                             ld_qkv, HS, 0.0f, probs, K, tile, NH);
+        gemm_strided_batched(exec, 'N', 'T', rows, cols, HS, 1.0f, g_block, ld_dout, HS, v_tile,
+                             ld_qkv, HS, 0.0f, grads, K, tile, NH);
+        // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
+        Kokkos::parallel_for(
+            "attention_softmax_backward", row_teams(exec, NH * rows),
+            KOKKOS_LAMBDA(const TeamMember& team) {
+              const int h = team.league_rank() / rows, i = team.league_rank() % rows;
+              float* prow = probs + h * tile + static_cast<long long>(i) * K;
+              float* drow = grads + h * tile + static_cast<long long>(i) * K;
+              const int valid = causal_keys(r0 + i, c0, cols);
+              const float row_l = lse(static_cast<size_t>(b * NH + h) * T + r0 + i);
+              const float dot = row_dot[h * R + i];
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
+                const float pj = j < valid ? kmath::exp_vec(prow[j] - row_l) : 0.0f;
+                prow[j] = pj;
+                drow[j] = pj * (drow[j] - dot) * scale;
+              });
+            });
+        gemm_strided_batched(exec, 'N', 'N', rows, HS, cols, 1.0f, grads, K, tile, k_tile, ld_qkv,
+                             HS, c0 == 0 ? 0.0f : 1.0f, dq_block, ld_dqkv, HS, NH);
+        gemm_strided_batched(exec, 'T', 'N', cols, HS, rows, 1.0f, grads, K, tile, q_block, ld_qkv,
+                             HS, 1.0f, dqkv.data() + key_row * ld_dqkv + C, ld_dqkv, HS, NH);
+        gemm_strided_batched(exec, 'T', 'N', cols, HS, rows, 1.0f, probs, K, tile, g_block, ld_dout,
+                             HS, 1.0f, dqkv.data() + key_row * ld_dqkv + 2 * C, ld_dqkv, HS, NH);
+      }
+    }
+}
+
+// The attention of this build: batched on GPUs, tiled per (sequence, head) on host spaces.
+// scratch: attention_scratch_elements(B, NH, T) floats.
+inline void attention_forward(const Exec& exec, const Mat& out, const Vec& lse, const Vec& scratch,
+                              const ConstMat& qkv, AttentionShape s) {
   Region region("trident::attention_forward");
 #if defined(KOKKOS_ENABLE_CUDA)
-  attention_forward_batched(exec, out, att, qkv, s);
+  attention_forward_batched(exec, out, lse, scratch, qkv, s, attention_tiles(s.T));
 #else
-  attention_forward_blocked(exec, out, att, qkv, s);
+  attention_forward_tiled(exec, out, lse, scratch, qkv, s, attention_tiles(s.T));
 #endif
 }
 
-inline void attention_backward(const Exec& exec, const Mat& dqkv, const Mat& datt_scratch,
-                               const ConstMat& dout, const ConstMat& qkv, const ConstMat& att,
-                               AttentionShape s) {
+inline void attention_backward(const Exec& exec, const Mat& dqkv, const Vec& scratch,
+                               const ConstMat& dout, const ConstMat& qkv, const ConstMat& out,
+                               const ConstVec& lse, AttentionShape s) {
   Region region("trident::attention_backward");
 #if defined(KOKKOS_ENABLE_CUDA)
-  attention_backward_batched(exec, dqkv, datt_scratch, dout, qkv, att, s);
+  attention_backward_batched(exec, dqkv, scratch, dout, qkv, out, lse, s, attention_tiles(s.T));
 #else
-  attention_backward_blocked(exec, dqkv, datt_scratch, dout, qkv, att, s);
+  attention_backward_tiled(exec, dqkv, scratch, dout, qkv, out, lse, s, attention_tiles(s.T));
 #endif
 }
 

@@ -19,7 +19,7 @@ namespace trident {
 struct BlockActivations {
   View1 ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
   View1 qkv;                      // [N,3C_tp]
-  View1 att;                      // [B,NH_tp,T,T] softmax probabilities
+  View1 att_lse;                  // [B,NH_tp,T] each query row's softmax log-sum-exp
   View1 atty;                     // [N,C_tp]
   View1 res_attn;                 // [N,C] residual stream after attention
   View1 ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
@@ -27,19 +27,19 @@ struct BlockActivations {
   View1 res_mlp;                  // [N,C] residual stream after the MLP (block output)
 };
 
-// What a slot keeps of one block for backward, in the storage format (the LayerNorm statistics in
-// fp32). A block recomputed whole keeps only res_mlp; under selective recomputation att is not
-// kept; the last block of a stage without the head keeps no res_mlp (it is sent).
+// What a slot keeps of one block for backward, in the storage format (the LayerNorm and softmax
+// statistics in fp32). A block recomputed whole keeps only res_mlp; the last block of a stage
+// without the head keeps no res_mlp (it is sent).
 struct BlockKept {
-  StoredTensor ln1, qkv, att, atty, res_attn, ln2, fch, fch_gelu, res_mlp;
-  View1 ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  StoredTensor ln1, qkv, atty, res_attn, ln2, fch, fch_gelu, res_mlp;
+  View1 ln1_mean, ln1_rstd, att_lse, ln2_mean, ln2_rstd;
 };
 
 // The extents of a block's tensors, in elements, for a micro-batch of N = B*T token rows.
 struct BlockExtents {
   size_t rows_c;  // [local rows, C]
   size_t qkv;     // [N, 3C_tp]
-  size_t att;     // [N*NH_tp, T]
+  size_t heads;   // [N*NH_tp] a value per (token row, head)
   size_t atty;    // [N, C_tp]
   size_t fc;      // [N, 4C_tp]
   size_t stats;   // [local rows]
@@ -51,7 +51,6 @@ template <class Kept, class Work, class F>
 void for_each_kept(Kept& k, Work& b, const BlockExtents& e, F&& f) {
   f(k.ln1, b.ln1, e.rows_c);
   f(k.qkv, b.qkv, e.qkv);
-  f(k.att, b.att, e.att);
   f(k.atty, b.atty, e.atty);
   f(k.res_attn, b.res_attn, e.rows_c);
   f(k.ln2, b.ln2, e.rows_c);

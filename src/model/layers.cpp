@@ -2,7 +2,6 @@
 // f and g operators.
 #include "model/layers.hpp"
 
-#include "kernels/attention_blocking.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
@@ -99,21 +98,19 @@ void RowParallelLinear::backward_weight(const View1& dout, const View1& x, int N
                          window(x, 0, N, in_), accumulate);
 }
 
-void Attention::forward(const View1& out, const View1& att, const View1& qkv, int B, int T) const {
+void Attention::forward(const View1& out, const View1& lse, const View1& qkv, int B, int T) const {
   const int N = B * T, C_tp = heads_ * head_size_;
-  attention_forward(ctx_->exec, window(out, 0, N, C_tp), window(att, 0, N * heads_, T),
+  attention_forward(ctx_->exec, window(out, 0, N, C_tp), lse, ctx_->ws->attention,
                     window(qkv, 0, N, 3 * C_tp), shape(B, T));
-  ctx_->round(att, static_cast<size_t>(N) * heads_ * T);
   ctx_->round(out, static_cast<size_t>(N) * C_tp);
 }
 
-void Attention::backward(const View1& dqkv, const View1& dout, const View1& qkv, const View1& att,
-                         int B, int T) const {
+void Attention::backward(const View1& dqkv, const View1& dout, const View1& qkv, const View1& out,
+                         const View1& lse, int B, int T) const {
   const int N = B * T, C_tp = heads_ * head_size_;
-  attention_backward(ctx_->exec, window(dqkv, 0, N, 3 * C_tp),
-                     window(ctx_->ws->att_grad, 0, B * heads_ * attention_block_rows(T), T),
-                     window(dout, 0, N, C_tp), window(qkv, 0, N, 3 * C_tp),
-                     window(att, 0, N * heads_, T), shape(B, T));
+  attention_backward(ctx_->exec, window(dqkv, 0, N, 3 * C_tp), ctx_->ws->attention,
+                     window(dout, 0, N, C_tp), window(qkv, 0, N, 3 * C_tp), window(out, 0, N, C_tp),
+                     lse, shape(B, T));
   ctx_->round(dqkv, static_cast<size_t>(N) * 3 * C_tp);
 }
 

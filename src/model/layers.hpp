@@ -22,7 +22,7 @@ struct LayerWorkspace {
   View1 gathered;   // sequence parallelism: all rows of a layer's input
   View1 scattered;  // sequence parallelism: [N/tp,C] this rank's rows of a tp sum
   View1 norm_grad;  // sequence parallelism: [2C] a LayerNorm's parameter gradients before their sum
-  View1 att_grad;   // [B*NH_tp*attention_block_rows(T), T] attention backward's scratch
+  View1 attention;  // [attention_scratch_elements(B, NH_tp, T)] the attention's tiles
   View1 row_max;    // [N] vocabulary-parallel cross-entropy: each row's maximum
   View1 row_sums;   // [2N] its exp sums, then the target logits: one all-reduce for both
 };
@@ -112,11 +112,11 @@ class Attention {
  public:
   Attention(const LayerContext* ctx, int heads_tp, int head_size)
       : ctx_(ctx), heads_(heads_tp), head_size_(head_size) {}
-  // out [N, C_tp] and the probabilities att [B*NH_tp*T, T] from qkv [N, 3C_tp].
-  void forward(const View1& out, const View1& att, const View1& qkv, int B, int T) const;
-  // dqkv [N, 3C_tp] from dout [N, C_tp].
-  void backward(const View1& dqkv, const View1& dout, const View1& qkv, const View1& att, int B,
-                int T) const;
+  // out [N, C_tp] and each query row's log-sum-exp lse [B*NH_tp*T] from qkv [N, 3C_tp].
+  void forward(const View1& out, const View1& lse, const View1& qkv, int B, int T) const;
+  // dqkv [N, 3C_tp] from dout [N, C_tp] and forward's out and lse.
+  void backward(const View1& dqkv, const View1& dout, const View1& qkv, const View1& out,
+                const View1& lse, int B, int T) const;
 
  private:
   kernels::AttentionShape shape(int B, int T) const { return {B, T, heads_, head_size_}; }

@@ -7,9 +7,12 @@
 namespace trident {
 
 enum class RecomputePolicy {
-  kNone,       // keep every activation backward reads
-  kSelective,  // drop the attention probabilities [B,NH,T,T]; recompute them from qkv
-  kFull,       // keep only each block's output; recompute the block from its input
+  kNone,  // keep every activation backward reads
+  // Megatron's selective recomputation drops the attention probabilities [B,NH,T,T]. trident's
+  // tiled attention never stores them (backward recomputes each tile from the row statistics),
+  // so this keeps what kNone keeps; the planner still models it for Megatron's runs.
+  kSelective,
+  kFull,  // keep only each block's output; recompute the block from its input
 };
 
 struct Recompute {
@@ -20,7 +23,6 @@ struct Recompute {
   bool full_block(int local_index) const {
     return policy == RecomputePolicy::kFull && (layers == 0 || local_index < layers);
   }
-  bool selective() const { return policy == RecomputePolicy::kSelective; }
 };
 
 template <>

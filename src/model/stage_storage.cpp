@@ -6,27 +6,26 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "kernels/attention_blocking.hpp"
+#include "kernels/attention_tiles.hpp"
 
 namespace trident {
 
 BlockExtents StageShape::extents(int B, int T) const {
   const size_t N = static_cast<size_t>(B) * T, C = model.n_embd;
   const size_t rows = sequence_parallel() ? N / layout.tp_size : N;
-  return {rows * C, N * 3 * C_tp(), N * heads_tp() * T, N * C_tp(), N * F_tp(), rows};
+  return {rows * C, N * 3 * C_tp(), N * heads_tp(), N * C_tp(), N * F_tp(), rows};
 }
 
 namespace {
 
-// A block's fp32 tensors other than its output (with the probabilities unless `with_att`).
-BlockActivations block_internals(const BlockExtents& e, bool with_att, MemCategory c,
-                                 BufferList& list) {
+// A block's fp32 tensors other than its output.
+BlockActivations block_internals(const BlockExtents& e, MemCategory c, BufferList& list) {
   BlockActivations b;
   b.ln1 = list.f32("ln1", c, e.rows_c);
   b.ln1_mean = list.f32("ln1_mean", c, e.stats);
   b.ln1_rstd = list.f32("ln1_rstd", c, e.stats);
   b.qkv = list.f32("qkv", c, e.qkv);
-  if (with_att) b.att = list.f32("att", c, e.att);
+  b.att_lse = list.f32("att_lse", c, e.heads);
   b.atty = list.f32("atty", c, e.atty);
   b.res_attn = list.f32("res_attn", c, e.rows_c);
   b.ln2 = list.f32("ln2", c, e.rows_c);
@@ -50,9 +49,9 @@ BlockKept kept_block(const StageShape& s, const BlockExtents& e, bool output, bo
   k.ln1_rstd = list.f32("ln1_rstd", act, e.stats);
   k.ln2_mean = list.f32("ln2_mean", act, e.stats);
   k.ln2_rstd = list.f32("ln2_rstd", act, e.stats);
+  k.att_lse = list.f32("att_lse", act, e.heads);
   k.ln1 = list.stored("ln1", act, e.rows_c, p);
   k.qkv = list.stored("qkv", act, e.qkv, p);
-  if (!s.buffers.recompute.selective()) k.att = list.stored("att", act, e.att, p);
   k.atty = list.stored("atty", act, e.atty, p);
   k.res_attn = list.stored("res_attn", act, e.rows_c, p);
   k.ln2 = list.stored("ln2", act, e.rows_c, p);
@@ -120,7 +119,7 @@ void shared_working_tensors(const StageShape& s, BufferList& list, StageStorage&
   const BlockExtents e = s.extents(s.max_batch, s.max_seq);
   constexpr MemCategory work = MemCategory::kWorkspace, act = MemCategory::kActivations;
   if (s.half()) {  // one block's activations in fp32, its input, and the head's tensors
-    st.shared = block_internals(e, true, work, list);
+    st.shared = block_internals(e, work, list);
     st.shared.res_mlp = list.f32("work_res_mlp", work, e.rows_c);
     st.work_x = list.f32("work_x", work, e.rows_c);
     if (s.layout.has_head) {
@@ -129,9 +128,7 @@ void shared_working_tensors(const StageShape& s, BufferList& list, StageStorage&
       st.work_logits = list.f32("work_logits", work, N * s.V_tp());
     }
   } else if (s.blocks() > 0 && s.buffers.recompute.full_block(0)) {
-    st.shared = block_internals(e, true, act, list);  // one block's recomputed internals
-  } else if (s.blocks() > 0 && s.buffers.recompute.selective()) {
-    st.shared.att = list.f32("att", act, e.att);  // recomputed probabilities
+    st.shared = block_internals(e, act, list);  // one block's recomputed internals
   }
 }
 
@@ -155,8 +152,8 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   st.datty = work("datty", e.atty);
   st.dqkv = work("dqkv", e.qkv);
   st.dfch = work("dfch", e.fc);
-  ws.att_grad = work("datt_scratch", static_cast<size_t>(s.max_batch) * s.heads_tp() *
-                                         kernels::attention_block_rows(s.max_seq) * s.max_seq);
+  ws.attention = work("attention_tiles",
+                      kernels::attention_scratch_elements(s.max_batch, s.heads_tp(), s.max_seq));
 }
 
 // The next backward writes these gradients with its GEMMs (beta 0) instead of adding to zeros.

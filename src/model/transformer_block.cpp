@@ -41,7 +41,7 @@ void TransformerBlock::forward(const BlockActivations& b, const View1& x, int B,
   hooks.need(unit(0), unit(1));
   ln1.forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, rows);
   qkv.forward(b.qkv, b.ln1, N);
-  attention.forward(b.atty, b.att, b.qkv, B, T);
+  attention.forward(b.atty, b.att_lse, b.qkv, B, T);
   hooks.need(unit(1), unit(2));
   residual.forward(b.res_attn, x, proj.forward(b.atty, N), rows_c);
   hooks.need(unit(2), complete ? unit(3) : next);
@@ -64,7 +64,7 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   const BlockExtents e = sc_->shape->extents(a.B, a.T);
   const View1& dres = st.dresidual;
   const View1 x = sc_->block_input(a, index_);
-  const BlockActivations b = activations_for_backward(a, x, unit(3), true);
+  const BlockActivations b = activations_for_backward(a, x, unit(3));
   hooks.need(unit(3), unit(2));
   // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
   const View1 dout = fcproj.gather_output_grad(dres, N);
@@ -89,7 +89,7 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   if (kept) sc_->keep(kept->mid, dres, e.rows_c);
   if (!kept) proj.backward_weight(dmid, b.atty, N, accumulate);
   if (!kept) hooks.unit_done(unit(1));
-  attention.backward(st.dqkv, st.datty, b.qkv, b.att, a.B, a.T);
+  attention.backward(st.dqkv, st.datty, b.qkv, b.atty, b.att_lse, a.B, a.T);
   hooks.need(unit(0), hooks.first_backward_unit(index_ - 1));
   const View1 dln1 = qkv.backward_input(st.dqkv, N);
   if (kept) sc_->keep(kept->dqkv, st.dqkv, e.qkv);
@@ -117,7 +117,7 @@ void TransformerBlock::backward_weight(const ActivationSlot& a, const DeferredGr
   const bool previous_recomputed =
       index_ > 0 && sc_->shape->buffers.recompute.full_block(index_ - 1);
   const std::string next = previous_recomputed ? hooks.unit_param(index_ - 1, 0) : "";
-  const BlockActivations b = activations_for_backward(a, x, next, false);
+  const BlockActivations b = activations_for_backward(a, x, next);
   const auto values = [&](const StoredTensor& k, const View1& work, size_t n) {
     return sc_->kept_values(k, work, n);
   };
@@ -146,6 +146,7 @@ BlockActivations TransformerBlock::working(const ActivationSlot& a,
   });
   if (k.ln1_mean.extent(0) > 0) {  // the statistics are kept in fp32 where they are written
     b.ln1_mean = k.ln1_mean, b.ln1_rstd = k.ln1_rstd;
+    b.att_lse = k.att_lse;
     b.ln2_mean = k.ln2_mean, b.ln2_rstd = k.ln2_rstd;
   }
   return b;
@@ -162,8 +163,7 @@ void TransformerBlock::keep(const ActivationSlot& a, const BlockActivations& b,
 }
 
 BlockActivations TransformerBlock::activations_for_backward(const ActivationSlot& a, const View1& x,
-                                                            const std::string& next,
-                                                            bool with_attention) const {
+                                                            const std::string& next) const {
   BlockActivations b = working(a);
   const Recompute& recompute = sc_->shape->buffers.recompute;
   if (recompute.full_block(index_)) {
@@ -172,18 +172,12 @@ BlockActivations TransformerBlock::activations_for_backward(const ActivationSlot
     return b;
   }
   const BlockKept& k = a.blocks[index_];
-  // Backward reads neither the block's output nor, without attention, the probabilities.
+  // Backward does not read the block's output.
   for_each_kept(k, b, sc_->shape->extents(a.B, a.T),
                 [&](const StoredTensor& kept, const View1& work, size_t n) {
-                  const bool read = &kept != &k.res_mlp && (with_attention || &kept != &k.att);
+                  const bool read = &kept != &k.res_mlp;
                   if (read && !kept.empty()) kernels::restore(sc_->layers->exec, work, kept, n);
                 });
-  if (with_attention && recompute.selective()) {
-    ScopedPhase phase(sc_->timer, Phase::kRecompute);
-    // The attention output is kept; its recomputed copy lands in datty, which the projection's
-    // backward overwrites next.
-    attention.forward(sc_->storage->datty, b.att, b.qkv, a.B, a.T);
-  }
   return b;
 }
 

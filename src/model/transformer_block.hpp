@@ -67,10 +67,9 @@ class TransformerBlock {
 
  private:
   // The activations backward reads: restored from slot a, or recomputed into the shared buffers
-  // (`next`: the unit needed after the recomputation). Without `with_attention` the probabilities
-  // are neither restored nor recomputed (the weight gradients do not read them).
+  // (`next`: the unit needed after the recomputation).
   BlockActivations activations_for_backward(const ActivationSlot& a, const View1& x,
-                                            const std::string& next, bool with_attention) const;
+                                            const std::string& next) const;
   std::string unit(int part) const { return sc_->hooks->unit_param(index_, part); }
 
   const StageContext* sc_;

@@ -317,106 +317,164 @@ TEST(Kernels, EmbeddingForwardAndBackward) {
 }
 
 // Shapes with one block of query rows, and with several and a partial last one (T = 70 against
-// kAttentionRowBlock = 32), so that the causal blocking is exercised.
-const AttentionShape kAttentionShapes[] = {{2, 5, 2, 3}, {1, 2 * kAttentionRowBlock + 6, 2, 4}};
+// 32 query rows per block on host builds).
+const AttentionShape kAttentionShapes[] = {{2, 5, 2, 3}, {1, 70, 2, 4}};
+
+// Which attention a test runs: this build's (its own tiles), or one shape with the given tiles,
+// small enough that a short sequence crosses several query blocks and key tiles, so that the online
+// softmax rescales earlier tiles' output.
+enum class AttentionKernel { kBuild, kTiled, kBatched };
+struct AttentionRun {
+  AttentionKernel kernel;
+  AttentionTiles tiles;
+};
+const AttentionRun kBuildAttention{AttentionKernel::kBuild, {0, 0}};
+
+size_t scratch_elements(const AttentionRun& run, const AttentionShape& s) {
+  if (run.kernel == AttentionKernel::kBuild) return attention_scratch_elements(s.B, s.NH, s.T);
+  return run.kernel == AttentionKernel::kTiled ? attention_tiled_scratch(s.B, s.NH, run.tiles)
+                                               : attention_batched_scratch(s.NH, run.tiles);
+}
+
+void run_attention_forward(const AttentionRun& run, const AttentionShape& s, const TestBuf& out,
+                           const TestBuf& lse, const TestBuf& qkv) {
+  const int C = s.NH * s.HS, N = s.B * s.T;
+  TestBuf scratch("scratch", scratch_elements(run, s));
+  fill(scratch, 7.0f);  // stale values: nothing is read before it is written
+  const Mat o = window(out, 0, N, C), q = window(qkv, 0, N, 3 * C);
+  if (run.kernel == AttentionKernel::kBuild) attention_forward(exec(), o, lse, scratch, q, s);
+#if !defined(KOKKOS_ENABLE_CUDA)
+  if (run.kernel == AttentionKernel::kTiled)
+    attention_forward_tiled(exec(), o, lse, scratch, q, s, run.tiles);
+#endif
+  if (run.kernel == AttentionKernel::kBatched)
+    attention_forward_batched(exec(), o, lse, scratch, q, s, run.tiles);
+  exec().fence();
+}
+
+void run_attention_backward(const AttentionRun& run, const AttentionShape& s, const TestBuf& dqkv,
+                            const TestBuf& dout, const TestBuf& qkv, const TestBuf& out,
+                            const TestBuf& lse) {
+  const int C = s.NH * s.HS, N = s.B * s.T;
+  TestBuf scratch("scratch", scratch_elements(run, s));
+  fill(scratch, 7.0f);
+  const Mat d = window(dqkv, 0, N, 3 * C), g = window(dout, 0, N, C);
+  const Mat q = window(qkv, 0, N, 3 * C), o = window(out, 0, N, C);
+  if (run.kernel == AttentionKernel::kBuild)
+    attention_backward(exec(), d, scratch, g, q, o, lse, s);
+#if !defined(KOKKOS_ENABLE_CUDA)
+  if (run.kernel == AttentionKernel::kTiled)
+    attention_backward_tiled(exec(), d, scratch, g, q, o, lse, s, run.tiles);
+#endif
+  if (run.kernel == AttentionKernel::kBatched)
+    attention_backward_batched(exec(), d, scratch, g, q, o, lse, s, run.tiles);
+  exec().fence();
+}
+
+// This build's attention, and each shape with tiles smaller than the sequence (rows above, below
+// and equal to the keys per tile, neither dividing T).
+std::vector<AttentionRun> attention_runs() {
+  std::vector<AttentionRun> runs{kBuildAttention};
+  for (const AttentionTiles tiles :
+       {AttentionTiles{4, 8}, AttentionTiles{8, 4}, AttentionTiles{5, 5}}) {
+#if !defined(KOKKOS_ENABLE_CUDA)
+    runs.push_back({AttentionKernel::kTiled, tiles});
+#endif
+    runs.push_back({AttentionKernel::kBatched, tiles});
+  }
+  return runs;
+}
+
+std::string describe(const AttentionRun& run, const AttentionShape& s) {
+  const char* names[] = {"build", "tiled", "batched"};
+  return std::string(names[static_cast<int>(run.kernel)]) + " tiles " +
+         std::to_string(run.tiles.rows) + "x" + std::to_string(run.tiles.keys) +
+         " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH);
+}
 
 TEST(Kernels, AttentionForwardMatchesNaiveLoop) {
-  for (const AttentionShape& s : kAttentionShapes) {
-    const int C = s.NH * s.HS, N = s.B * s.T;
-    TestBuf qkv = random_view(N * 3 * C, 25), out("o", N * C), att("a", N * s.NH * s.T);
-    fill(att, 7.0f);  // stale values: every probability must be written
-    attention_forward(exec(), window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
-                      window(qkv, 0, N, 3 * C), s);
-    exec().fence();
-    auto q = [&](int b, int t, int h, int i) { return qkv((b * s.T + t) * 3 * C + h * s.HS + i); };
-    auto k = [&](int b, int t, int h, int i) {
-      return qkv((b * s.T + t) * 3 * C + C + h * s.HS + i);
-    };
-    auto v = [&](int b, int t, int h, int i) {
-      return qkv((b * s.T + t) * 3 * C + 2 * C + h * s.HS + i);
-    };
-    for (int b = 0; b < s.B; ++b)
-      for (int h = 0; h < s.NH; ++h)
-        for (int t = 0; t < s.T; ++t) {
-          std::vector<double> w(t + 1);
-          double mx = -1e30, sum = 0;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            double d = 0;
-            for (int i = 0; i < s.HS; ++i) d += q(b, t, h, i) * k(b, t2, h, i);
-            w[t2] = d / std::sqrt(s.HS);
-            mx = std::max(mx, w[t2]);
+  for (const AttentionRun& run : attention_runs())
+    for (const AttentionShape& s :
+         {kAttentionShapes[0], kAttentionShapes[1], AttentionShape{2, 23, 3, 4}}) {
+      const int C = s.NH * s.HS, N = s.B * s.T;
+      TestBuf qkv = random_view(N * 3 * C, 25), out("o", N * C), lse("lse", N * s.NH);
+      fill(out, 7.0f);  // stale values: every output is written
+      fill(lse, 7.0f);
+      run_attention_forward(run, s, out, lse, qkv);
+      auto q = [&](int b, int t, int h, int i) {
+        return qkv((b * s.T + t) * 3 * C + h * s.HS + i);
+      };
+      auto k = [&](int b, int t, int h, int i) {
+        return qkv((b * s.T + t) * 3 * C + C + h * s.HS + i);
+      };
+      auto v = [&](int b, int t, int h, int i) {
+        return qkv((b * s.T + t) * 3 * C + 2 * C + h * s.HS + i);
+      };
+      for (int b = 0; b < s.B; ++b)
+        for (int h = 0; h < s.NH; ++h)
+          for (int t = 0; t < s.T; ++t) {
+            std::vector<double> w(t + 1);
+            double mx = -1e30, sum = 0;
+            for (int t2 = 0; t2 <= t; ++t2) {
+              double d = 0;
+              for (int i = 0; i < s.HS; ++i) d += q(b, t, h, i) * k(b, t2, h, i);
+              w[t2] = d / std::sqrt(s.HS);
+              mx = std::max(mx, w[t2]);
+            }
+            for (auto& x : w) sum += (x = std::exp(x - mx));
+            ASSERT_NEAR(lse((b * s.NH + h) * s.T + t), mx + std::log(sum),
+                        2e-6 * (1 + std::fabs(mx)))
+                << describe(run, s) << " t=" << t;
+            for (int i = 0; i < s.HS; ++i) {
+              double ref = 0;
+              for (int t2 = 0; t2 <= t; ++t2) ref += w[t2] / sum * v(b, t2, h, i);
+              ASSERT_NEAR(out((b * s.T + t) * C + h * s.HS + i), ref, 1e-5)
+                  << describe(run, s) << " t=" << t;
+            }
           }
-          for (auto& x : w) sum += (x = std::exp(x - mx));
-          const size_t att_row = static_cast<size_t>((b * s.NH + h) * s.T + t) * s.T;
-          for (int t2 = 0; t2 < s.T; ++t2)
-            EXPECT_NEAR(att(att_row + t2), t2 <= t ? w[t2] / sum : 0.0, 1e-6)
-                << "T=" << s.T << " t=" << t << " t2=" << t2;
-          for (int i = 0; i < s.HS; ++i) {
-            double ref = 0;
-            for (int t2 = 0; t2 <= t; ++t2) ref += w[t2] / sum * v(b, t2, h, i);
-            EXPECT_NEAR(out((b * s.T + t) * C + h * s.HS + i), ref, 1e-5) << "T=" << s.T;
-          }
-        }
-  }
+    }
 }
 
 TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
-  for (const AttentionShape& s : kAttentionShapes) {
-    const int C = s.NH * s.HS, N = s.B * s.T;
-    TestBuf qkv = random_view(N * 3 * C, 26), out("o", N * C), att("a", N * s.NH * s.T);
-    TestBuf r = random_view(N * C, 27);
-    auto f = [&] {
-      attention_forward(exec(), window(out, 0, N, C), window(att, 0, N * s.NH, s.T),
-                        window(qkv, 0, N, 3 * C), s);
-      exec().fence();
-      return dot(out, r);
-    };
-    f();
-    const int scratch_rows = s.B * s.NH * attention_block_rows(s.T);
-    TestBuf dqkv("dqkv", N * 3 * C), scratch("s", scratch_rows * s.T);
-    fill(dqkv, 7.0f);  // stale values: the gradient is overwritten, not added to
-    attention_backward(exec(), window(dqkv, 0, N, 3 * C), window(scratch, 0, scratch_rows, s.T),
-                       window(r, 0, N, C), window(qkv, 0, N, 3 * C), window(att, 0, N * s.NH, s.T),
-                       s);
-    exec().fence();
-    expect_matches_finite_differences(qkv, dqkv, f);
-  }
+  for (const AttentionRun& run : attention_runs())
+    for (const AttentionShape& s : {kAttentionShapes[0], AttentionShape{1, 19, 2, 3}}) {
+      const int C = s.NH * s.HS, N = s.B * s.T;
+      TestBuf qkv = random_view(N * 3 * C, 26), out("o", N * C), lse("lse", N * s.NH);
+      TestBuf r = random_view(N * C, 27);
+      auto f = [&] {
+        run_attention_forward(run, s, out, lse, qkv);
+        return dot(out, r);
+      };
+      f();
+      TestBuf dqkv("dqkv", N * 3 * C);
+      fill(dqkv, 7.0f);  // stale values: the gradient is overwritten, not added to
+      run_attention_backward(run, s, dqkv, r, qkv, out, lse);
+      SCOPED_TRACE(describe(run, s));
+      expect_matches_finite_differences(qkv, dqkv, f);
+    }
 }
 
-#if !defined(KOKKOS_ENABLE_CUDA)
-// The GPU's attention (strided-batched GEMMs over the heads, full T x T scores; here on CBLAS with
-// the column-major calls cuBLAS gets) computes what the host's blocked attention does.
-TEST(Kernels, AttentionBatchedMatchesBlocked) {
-  for (const AttentionShape& s :
-       {kAttentionShapes[0], kAttentionShapes[1], AttentionShape{3, 37, 3, 4}}) {
-    const int C = s.NH * s.HS, N = s.B * s.T, rows = N * s.NH;
-    TestBuf qkv = random_view(N * 3 * C, 30), dout = random_view(N * C, 31);
-    TestBuf out("o", N * C), att("a", rows * s.T), out_b("ob", N * C), att_b("ab", rows * s.T);
-    TestBuf dqkv("d", N * 3 * C), dqkv_b("db", N * 3 * C);
-    TestBuf scratch("s", s.B * s.NH * attention_block_rows(s.T) * s.T), scratch_b("sb", rows * s.T);
-    for (const TestBuf& v : {out_b, att_b, dqkv_b, scratch_b}) fill(v, 7.0f);  // stale
-    attention_forward_blocked(exec(), window(out, 0, N, C), window(att, 0, rows, s.T),
-                              window(qkv, 0, N, 3 * C), s);
-    attention_forward_batched(exec(), window(out_b, 0, N, C), window(att_b, 0, rows, s.T),
-                              window(qkv, 0, N, 3 * C), s);
-    attention_backward_blocked(exec(), window(dqkv, 0, N, 3 * C),
-                               window(scratch, 0, s.B * s.NH * attention_block_rows(s.T), s.T),
-                               window(dout, 0, N, C), window(qkv, 0, N, 3 * C),
-                               window(att, 0, rows, s.T), s);
-    attention_backward_batched(exec(), window(dqkv_b, 0, N, 3 * C), window(scratch_b, 0, rows, s.T),
-                               window(dout, 0, N, C), window(qkv, 0, N, 3 * C),
-                               window(att_b, 0, rows, s.T), s);
-    exec().fence();
-    for (int i = 0; i < rows * s.T; ++i)
-      ASSERT_NEAR(att_b(i), att(i), 1e-6) << "T=" << s.T << " i=" << i;
-    for (int i = 0; i < N * C; ++i)
-      ASSERT_NEAR(out_b(i), out(i), 1e-5) << "T=" << s.T << " i=" << i;
+// The GPU's shape (strided-batched GEMMs over the heads; here on CBLAS with the column-major calls
+// cuBLAS gets) computes what the host's per-(sequence, head) shape does, whatever the tiles of
+// either: tiling changes only the order of the sums.
+TEST(Kernels, AttentionShapesAgree) {
+  const AttentionShape s{3, 37, 3, 4};
+  const int C = s.NH * s.HS, N = s.B * s.T;
+  const TestBuf qkv = random_view(N * 3 * C, 30), dout = random_view(N * C, 31);
+  TestBuf out("o", N * C), lse("lse", N * s.NH), dqkv("d", N * 3 * C);
+  run_attention_forward(kBuildAttention, s, out, lse, qkv);
+  run_attention_backward(kBuildAttention, s, dqkv, dout, qkv, out, lse);
+  for (const AttentionRun& run : attention_runs()) {
+    TestBuf out_b("ob", N * C), lse_b("lb", N * s.NH), dqkv_b("db", N * 3 * C);
+    for (const TestBuf& v : {out_b, lse_b, dqkv_b}) fill(v, 7.0f);  // stale
+    run_attention_forward(run, s, out_b, lse_b, qkv);
+    run_attention_backward(run, s, dqkv_b, dout, qkv, out_b, lse_b);
+    for (int i = 0; i < N * s.NH; ++i) ASSERT_NEAR(lse_b(i), lse(i), 1e-5) << describe(run, s);
+    for (int i = 0; i < N * C; ++i) ASSERT_NEAR(out_b(i), out(i), 1e-5) << describe(run, s);
     for (int i = 0; i < N * 3 * C; ++i)
-      ASSERT_NEAR(dqkv_b(i), dqkv(i), 1e-5 * (1.0 + std::fabs(dqkv(i))))
-          << "T=" << s.T << " i=" << i;
+      ASSERT_NEAR(dqkv_b(i), dqkv(i), 1e-5 * (1.0 + std::fabs(dqkv(i)))) << describe(run, s);
   }
 }
-#endif
 
 TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {
   const int N = 4, V = 7;

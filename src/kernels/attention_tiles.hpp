@@ -1,0 +1,59 @@
+// How tiled causal attention cuts its (query, key) plane: shared by the kernels and the memory
+// model.
+#pragma once
+
+#include <cstddef>
+
+namespace trident::kernels {
+
+// Attention is computed tile by tile: a block of query rows against a tile of keys at a time, with
+// an online softmax (each row's running maximum and sum; earlier tiles' output rescaled when the
+// maximum grows). Forward keeps only each row's log-sum-exp; backward recomputes each tile's
+// probabilities from it. Nothing [T, T] is ever stored, and a block of rows [r0, r0 + rows) visits
+// only the key tiles below r0 + rows: the causal half is skipped but for the diagonal's tiles.
+struct AttentionTiles {
+  int rows;  // query rows per block
+  int keys;  // keys per tile
+};
+
+#if defined(KOKKOS_ENABLE_CUDA)
+// GPU builds run one (sequence, query block) at a time, as GEMMs batched over the heads: tiles
+// large enough that each launch has work for the whole device.
+constexpr int kAttentionQueryRows = 256;
+constexpr int kAttentionKeys = 256;
+#else
+// Host builds run one (sequence, head) per thread: 32 rows keep a tile of scores in L2 beside the
+// head's keys; 256 keys per tile make a short sequence (T <= 256) a single tile.
+constexpr int kAttentionQueryRows = 32;
+constexpr int kAttentionKeys = 256;
+#endif
+
+constexpr AttentionTiles attention_tiles(int T) {
+  return {T < kAttentionQueryRows ? T : kAttentionQueryRows,
+          T < kAttentionKeys ? T : kAttentionKeys};
+}
+
+// Scratch of the per-(sequence, head) shape (host builds), in floats: per work item a tile of
+// probabilities and one of their gradients, and two values per query row (the running maximum
+// and sum in forward, the row's dout . out in backward).
+constexpr size_t attention_tiled_scratch(int B, int NH, AttentionTiles t) {
+  return static_cast<size_t>(B) * NH * (2 * static_cast<size_t>(t.rows) * t.keys + 2 * t.rows);
+}
+
+// Scratch of the batched shape (GPU builds), in floats: the same tiles for every head of one
+// (sequence, query block), and one value per row (the running sum, then dout . out).
+constexpr size_t attention_batched_scratch(int NH, AttentionTiles t) {
+  return static_cast<size_t>(NH) * t.rows * (2 * static_cast<size_t>(t.keys) + 1);
+}
+
+// The scratch this build's attention takes for B sequences of T tokens and NH heads.
+constexpr size_t attention_scratch_elements(int B, int NH, int T) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  (void)B;
+  return attention_batched_scratch(NH, attention_tiles(T));
+#else
+  return attention_tiled_scratch(B, NH, attention_tiles(T));
+#endif
+}
+
+}  // namespace trident::kernels
