@@ -1,5 +1,6 @@
 // Writes what torch_gpt.py checks: the tiny model's parameters, one batch, its loss, logits and
-// gradients, and the losses and final parameters of 10 AdamW steps, computed by trident.
+// gradients, and the losses and final parameters of 10 AdamW steps, computed by trident; and the
+// same batch's loss and gradients under bf16 compute.
 #include <hdf5.h>
 
 #include <Kokkos_Core.hpp>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "core/hash.hpp"
 #include "core/memory.hpp"
 #include "core/runtime.hpp"
@@ -104,6 +106,47 @@ std::vector<float> copy_logits(const trident::GptStage& model) {
   return std::vector<float>(host.data(), host.data() + host.size());
 }
 
+// The same batch through a bf16 stage (parameters and activations in bf16, fp32 gradients) from
+// `fp32_model`'s parameters rounded to bf16: group "bf16" holds those rounded parameters (as
+// float32), the loss and the gradients. torch_gpt.py runs the same parameters under
+// torch.autocast(bf16).
+void write_bf16(hid_t file, const trident::GptStage& fp32_model, trident::MemoryLedger& ledger,
+                const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets, int B,
+                int T) {
+  constexpr trident::Precision kBf16 = trident::Precision::kBf16;
+  const trident::ModelConfig& m = fp32_model.config();
+  trident::StageBuffers buffers;
+  buffers.precision = kBf16;
+  trident::GptStage model(m, trident::whole_model(m), nullptr, ledger, B + 1, m.block_size, 1,
+                          buffers);
+  const auto params32 =
+      Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), fp32_model.params());
+  const auto params16 = Kokkos::create_mirror_view(model.params16());
+  trident::View1 rounded("bf16_params", params32.extent(0));
+  const auto rounded_host = Kokkos::create_mirror_view(rounded);
+  for (size_t i = 0; i < params32.extent(0); ++i) {
+    params16(i) = trident::to_half(params32(i), kBf16);
+    rounded_host(i) = trident::from_half(params16(i), kBf16);
+  }
+  Kokkos::deep_copy(model.params16(), params16);
+  Kokkos::deep_copy(rounded, rounded_host);
+  model.invalidate_expanded();
+
+  const int N = B * T;
+  model.zero_grads();
+  const double loss = model.forward(0, inputs.data(), targets.data(), B, T) / N;
+  model.backward(0, 1.0f / static_cast<float>(N), trident::ConstVec());
+  trident::h5::Handle group = trident::h5::create_group(file, "bf16");
+  write_doubles(group, "loss", {}, &loss);
+  {
+    trident::h5::Handle params = trident::h5::create_group(group, "params");
+    write_tensors(params, model.table(), rounded);
+    trident::h5::Handle grads = trident::h5::create_group(group, "grads");
+    write_tensors(grads, model.table(), model.grads());
+  }
+  std::printf("dump_reference: bf16 loss %.6f\n", loss);
+}
+
 int run(const std::string& out_path, const std::string& config_path) {
   trident::ModelConfig m;  // the tiny model, unless a config names another
   m.name = "tiny";
@@ -169,6 +212,8 @@ int run(const std::string& out_path, const std::string& config_path) {
     trident::h5::Handle grads = trident::h5::create_group(file, "grads");
     write_tensors(grads, model.table(), model.grads());
   }
+
+  write_bf16(file, model, ledger, inputs, targets, B, T);
 
   trident::AdamW optimizer(model.local(), ledger, adam);
   std::vector<double> losses;
