@@ -38,6 +38,7 @@ using Mat = Kokkos::View<float**, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstMat = Kokkos::View<const float**, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstIntVec = Kokkos::View<const int32_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 using HalfVec = Kokkos::View<uint16_t*, Kokkos::LayoutRight, Device, Unmanaged>;
+using ConstHalfVec = Kokkos::View<const uint16_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 using HalfMat = Kokkos::View<uint16_t**, Kokkos::LayoutRight, Device, Unmanaged>;
 using ConstHalfMat = Kokkos::View<const uint16_t**, Kokkos::LayoutRight, Device, Unmanaged>;
 

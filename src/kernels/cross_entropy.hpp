@@ -5,6 +5,7 @@
 
 #include "core/math.hpp"
 #include "core/types.hpp"
+#include "kernels/elements.hpp"
 #include "kernels/region.hpp"
 #include "kernels/shapes.hpp"
 #include "kernels/streaming.hpp"
@@ -12,16 +13,19 @@
 namespace trident::kernels {
 
 // Columns [0, valid) of logits[N, V_slice] are real vocabulary entries vocab_start + v; the
-// rest are padding and ignored. A negative target marks a position without a loss.
+// rest are padding and ignored. A negative target marks a position without a loss. Logits and
+// their gradient are stored as E (kernels/elements.hpp); the row statistics and losses are fp32.
 
 // The lane loops' prefetch along a row: the line kPrefetchAhead columns on, while still in the row.
-KOKKOS_INLINE_FUNCTION void prefetch_in_row(const float* row, int v, int valid) {
+template <class T>
+KOKKOS_INLINE_FUNCTION void prefetch_in_row(const T* row, int v, int valid) {
   const size_t ahead = static_cast<size_t>(v) + kPrefetchAhead;
   if (ahead < static_cast<size_t>(valid)) kmath::prefetch(row + ahead);
 }
 
 // row_max[n] = max over the slice's valid columns (-inf-ish when the slice has none).
-inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const ConstMat& logits,
+template <class E = Fp32Elements>
+inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const ConstMatOf<E>& logits,
                                   int valid, Shape shape = kBuildShape) {
   Region region("trident::cross_entropy_row_max");
   if (shape == Shape::kGpu) {
@@ -30,7 +34,7 @@ inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const Co
         KOKKOS_LAMBDA(const TeamMember& team) {
           const int n = team.league_rank();
           const float m = team_max(
-              team, valid, [&](int v) { return logits(n, v); }, -3.0e38f);
+              team, valid, [&](int v) { return E::load(logits(n, v)); }, -3.0e38f);
           Kokkos::single(Kokkos::PerTeam(team), [&] { row_max(n) = m; });
         });
     return;
@@ -38,9 +42,9 @@ inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const Co
   Kokkos::parallel_for(
       "cross_entropy_row_max", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
-        const float* row = &logits(n, 0);
+        const auto* row = &logits(n, 0);
         row_max(n) = kmath::lane_max(
-            valid, [&](int v) { return row[v]; }, -3.0e38f,
+            valid, [&](int v) { return E::load(row[v]); }, -3.0e38f,
             [&](int v) { prefetch_in_row(row, v, valid); });
       });
 }
@@ -48,8 +52,9 @@ inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const Co
 // row_sum[n] = sum over valid columns of exp(logit - row_max[n]) (row_max: the global max).
 // target_logit[n] = the target's logit if this slice holds it, else 0 (so a sum over slices
 // gives the target's logit).
+template <class E = Fp32Elements>
 inline void cross_entropy_row_sums(const Exec& exec, const Vec& row_sum, const Vec& target_logit,
-                                   const ConstMat& logits, const ConstVec& row_max,
+                                   const ConstMatOf<E>& logits, const ConstVec& row_max,
                                    const ConstIntVec& targets, int vocab_start, int valid,
                                    Shape shape = kBuildShape) {
   Region region("trident::cross_entropy_row_sums");
@@ -59,12 +64,12 @@ inline void cross_entropy_row_sums(const Exec& exec, const Vec& row_sum, const V
         KOKKOS_LAMBDA(const TeamMember& team) {
           const int n = team.league_rank();
           const float m = row_max(n);
-          const float sum =
-              team_sum(team, valid, [&](int v) { return kmath::exp_vec(logits(n, v) - m); });
+          const float sum = team_sum(
+              team, valid, [&](int v) { return kmath::exp_vec(E::load(logits(n, v)) - m); });
           Kokkos::single(Kokkos::PerTeam(team), [&] {
             row_sum(n) = sum;
             const int local = targets(n) - vocab_start;
-            target_logit(n) = local >= 0 && local < valid ? logits(n, local) : 0.0f;
+            target_logit(n) = local >= 0 && local < valid ? E::load(logits(n, local)) : 0.0f;
           });
         });
     return;
@@ -73,12 +78,12 @@ inline void cross_entropy_row_sums(const Exec& exec, const Vec& row_sum, const V
       "cross_entropy_row_sums", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
       KOKKOS_LAMBDA(int n) {
         const float m = row_max(n);
-        const float* row = &logits(n, 0);
+        const auto* row = &logits(n, 0);
         row_sum(n) = kmath::lane_sum(
-            valid, [&](int v) { return kmath::exp_vec(row[v] - m); },
+            valid, [&](int v) { return kmath::exp_vec(E::load(row[v]) - m); },
             [&](int v) { prefetch_in_row(row, v, valid); });
         const int local = targets(n) - vocab_start;
-        target_logit(n) = local >= 0 && local < valid ? logits(n, local) : 0.0f;
+        target_logit(n) = local >= 0 && local < valid ? E::load(logits(n, local)) : 0.0f;
       });
 }
 
@@ -98,9 +103,11 @@ inline void cross_entropy_losses(const Exec& exec, const Vec& losses, const Vec&
 
 // dlogits[n,v] = scale * (softmax[n,v] - [vocab_start + v == target]); padding columns get 0.
 // dlogits may alias logits. `scale` is d(loss)/d(per-token loss): 1 / global token count.
-inline void cross_entropy_backward(const Exec& exec, const Mat& dlogits, const ConstMat& logits,
-                                   const ConstVec& lse, const ConstIntVec& targets, int vocab_start,
-                                   int valid, float scale, Shape shape = kBuildShape) {
+template <class E = Fp32Elements>
+inline void cross_entropy_backward(const Exec& exec, const MatOf<E>& dlogits,
+                                   const ConstMatOf<E>& logits, const ConstVec& lse,
+                                   const ConstIntVec& targets, int vocab_start, int valid,
+                                   float scale, Shape shape = kBuildShape) {
   Region region("trident::cross_entropy_backward");
   const int width = static_cast<int>(logits.extent(1));
   if (shape == Shape::kGpu) {
@@ -112,9 +119,9 @@ inline void cross_entropy_backward(const Exec& exec, const Mat& dlogits, const C
           const float l = lse(n);
           const float s = targets(n) >= 0 ? scale : 0.0f;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width), [&](int v) {
-            dlogits(n, v) =
-                v < valid ? s * (kmath::exp_vec(logits(n, v) - l) - (v == local ? 1.0f : 0.0f))
-                          : 0.0f;
+            dlogits(n, v) = E::store(v < valid ? s * (kmath::exp_vec(E::load(logits(n, v)) - l) -
+                                                      (v == local ? 1.0f : 0.0f))
+                                               : 0.0f);
           });
         });
     return;
@@ -126,10 +133,10 @@ inline void cross_entropy_backward(const Exec& exec, const Mat& dlogits, const C
         const float l = lse(n);
         const float s = targets(n) >= 0 ? scale : 0.0f;
         for (int v = 0; v < valid; ++v) {
-          const float p = kmath::exp_vec(logits(n, v) - l);
-          dlogits(n, v) = s * (p - (v == local ? 1.0f : 0.0f));
+          const float p = kmath::exp_vec(E::load(logits(n, v)) - l);
+          dlogits(n, v) = E::store(s * (p - (v == local ? 1.0f : 0.0f)));
         }
-        for (int v = valid; v < width; ++v) dlogits(n, v) = 0.0f;
+        for (int v = valid; v < width; ++v) dlogits(n, v) = E::store(0.0f);
       });
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/types.hpp"
+#include "kernels/elements.hpp"
 #include "kernels/region.hpp"
 #include "kernels/shapes.hpp"
 
@@ -11,9 +12,11 @@ namespace trident::kernels {
 // out[N,C] = wte[tokens[n] - vocab_start, :] (0 when this slice does not hold the token)
 //          + wpe[n % T, :] (skipped when wpe is empty: a tp rank other than 0 adds no position
 //          term, so the sum over the tp group counts it once).
-inline void embedding_forward(const Exec& exec, const Mat& out, const ConstIntVec& tokens,
-                              const ConstMat& wte, const ConstMat& wpe, int T, int vocab_start,
-                              Shape shape = kBuildShape) {
+// Tables and output stored as E (kernels/elements.hpp); the sum in fp32, rounded once.
+template <class E = Fp32Elements>
+inline void embedding_forward(const Exec& exec, const MatOf<E>& out, const ConstIntVec& tokens,
+                              const ConstMatOf<E>& wte, const ConstMatOf<E>& wpe, int T,
+                              int vocab_start, Shape shape = kBuildShape) {
   Region region("trident::embedding_forward");
   const int C = static_cast<int>(out.extent(1));
   const int rows = static_cast<int>(wte.extent(0));
@@ -25,7 +28,8 @@ inline void embedding_forward(const Exec& exec, const Mat& out, const ConstIntVe
           const int n = static_cast<int>(i / C), c = static_cast<int>(i % C);
           const int row = tokens(n) - vocab_start;
           const bool held = row >= 0 && row < rows;
-          out(n, c) = (held ? wte(row, c) : 0.0f) + (with_positions ? wpe(n % T, c) : 0.0f);
+          out(n, c) = E::store((held ? E::load(wte(row, c)) : 0.0f) +
+                               (with_positions ? E::load(wpe(n % T, c)) : 0.0f));
         });
     return;
   }
@@ -34,7 +38,8 @@ inline void embedding_forward(const Exec& exec, const Mat& out, const ConstIntVe
         const int row = tokens(n) - vocab_start, t = n % T;
         const bool held = row >= 0 && row < rows;
         for (int c = 0; c < C; ++c)
-          out(n, c) = (held ? wte(row, c) : 0.0f) + (with_positions ? wpe(t, c) : 0.0f);
+          out(n, c) = E::store((held ? E::load(wte(row, c)) : 0.0f) +
+                               (with_positions ? E::load(wpe(t, c)) : 0.0f));
       });
 }
 
@@ -45,8 +50,10 @@ inline void embedding_forward(const Exec& exec, const Mat& out, const ConstIntVe
 // block (C alone is too few threads), and a work item per element of dwpe.
 constexpr int kEmbeddingGpuRowBlocks = 64;
 
+// dout stored as E; the table gradients fp32.
+template <class E = Fp32Elements>
 inline void embedding_backward(const Exec& exec, const Mat& dwte, const Mat& dwpe,
-                               const ConstMat& dout, const ConstIntVec& tokens, int T,
+                               const ConstMatOf<E>& dout, const ConstIntVec& tokens, int T,
                                int vocab_start, Shape shape = kBuildShape) {
   Region region("trident::embedding_backward");
   const int N = static_cast<int>(dout.extent(0));
@@ -62,14 +69,15 @@ inline void embedding_backward(const Exec& exec, const Mat& dwte, const Mat& dwp
           const int first = static_cast<int>(i / C) * block_rows;
           for (int n = 0; n < N; ++n) {
             const int row = tokens(n) - vocab_start;
-            if (row >= first && row < first + block_rows && row < rows) dwte(row, c) += dout(n, c);
+            if (row >= first && row < first + block_rows && row < rows)
+              dwte(row, c) += E::load(dout(n, c));
           }
         });
     Kokkos::parallel_for(
         "embedding_backward_positions",
         Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * C), KOKKOS_LAMBDA(size_t i) {
           const int t = static_cast<int>(i / C), c = static_cast<int>(i % C);
-          for (int n = t; n < N; n += T) dwpe(t, c) += dout(n, c);
+          for (int n = t; n < N; n += T) dwpe(t, c) += E::load(dout(n, c));
         });
     return;
   }
@@ -77,7 +85,7 @@ inline void embedding_backward(const Exec& exec, const Mat& dwte, const Mat& dwp
       "embedding_backward", Kokkos::RangePolicy<Exec>(exec, 0, dout.extent(1)),
       KOKKOS_LAMBDA(int c) {
         for (int n = 0; n < N; ++n) {
-          const float g = dout(n, c);
+          const float g = E::load(dout(n, c));
           const int row = tokens(n) - vocab_start;
           if (row >= 0 && row < rows) dwte(row, c) += g;
           dwpe(n % T, c) += g;

@@ -116,6 +116,37 @@ inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, co
 #endif
 }
 
+// C (16-bit, in `format`) = alpha * op(A) * op(B) + bias + beta * C, summed in fp32 and rounded
+// once into C: a 16-bit layer's output. bias: [n] in `format` added to every row, or empty (only
+// with beta 0). oneDNN adds it in the matmul's epilogue; cuBLAS adds the product to C filled with
+// it (exact: the bias already holds 16-bit values).
+inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, const ConstHalfMat& A,
+                   const ConstHalfMat& B, Precision format, float beta, const HalfMat& C,
+                   const ConstHalfVec& bias = ConstHalfVec()) {
+  Region region("trident::gemm16");
+  const auto leading = [](auto view) { return std::max<int>(1, static_cast<int>(view.stride(0))); };
+  const int m = static_cast<int>(C.extent(0)), n = static_cast<int>(C.extent(1));
+  const int k = static_cast<int>(trans_a == 'T' ? A.extent(0) : A.extent(1));
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (bias.extent(0) > 0) {
+    Kokkos::parallel_for(
+        "gemm16_bias", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(m) * n),
+        KOKKOS_LAMBDA(size_t e) { C(e / n, e % n) = bias(e % n); });
+    beta = 1.0f;
+  }
+  const cudaDataType_t type = format == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  TRIDENT_CUBLAS(cublas_api().gemm_ex(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m,
+                                      k, &alpha, B.data(), type, leading(B), A.data(), type,
+                                      leading(A), &beta, C.data(), type, leading(C),
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+#else
+  exec.fence();
+  onednn::gemm_to_half(trans_a, trans_b, m, n, k, alpha, A.data(), leading(A), B.data(), leading(B),
+                       beta, C.data(), leading(C), bias.extent(0) > 0 ? bias.data() : nullptr,
+                       format);
+#endif
+}
+
 // `batch` row-major GEMMs C_i = alpha op(A_i) op(B_i) + beta C_i, where X_i = X + i * stride_x: one
 // cuBLAS launch for all heads of a sequence (attention on GPUs). Host builds run the same
 // column-major calls one by one through CBLAS, so that the GPU's algorithm is tested here.

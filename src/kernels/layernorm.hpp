@@ -3,6 +3,7 @@
 
 #include "core/math.hpp"
 #include "core/types.hpp"
+#include "kernels/elements.hpp"
 #include "kernels/region.hpp"
 #include "kernels/shapes.hpp"
 
@@ -10,9 +11,14 @@ namespace trident::kernels {
 
 constexpr float kLayerNormEps = 1e-5f;
 
+// Activations and parameters (inp, out, dout, dinp, weight, bias) are stored as E
+// (kernels/elements.hpp); the statistics and the parameter gradients are fp32.
+
 // out[N,C] = (inp - mean) * rstd * weight + bias; mean[N], rstd[N] kept for backward.
-inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean, const Vec& rstd,
-                              const ConstMat& inp, const ConstVec& weight, const ConstVec& bias,
+template <class E = Fp32Elements>
+inline void layernorm_forward(const Exec& exec, const MatOf<E>& out, const Vec& mean,
+                              const Vec& rstd, const ConstMatOf<E>& inp,
+                              const ConstVecOf<E>& weight, const ConstVecOf<E>& bias,
                               Shape shape = kBuildShape) {
   Region region("trident::layernorm_forward");
   const int C = static_cast<int>(inp.extent(1));
@@ -21,14 +27,15 @@ inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean,
         "layernorm_forward", row_teams(exec, static_cast<int>(inp.extent(0))),
         KOKKOS_LAMBDA(const TeamMember& team) {
           const int n = team.league_rank();
-          const float m = team_sum(team, C, [&](int c) { return inp(n, c); }) / C;
+          const float m = team_sum(team, C, [&](int c) { return E::load(inp(n, c)); }) / C;
           const float var = team_sum(team, C, [&](int c) {
-            const float d = inp(n, c) - m;
+            const float d = E::load(inp(n, c)) - m;
             return d * d;
           });
           const float s = 1.0f / kmath::sqrt(var / C + kLayerNormEps);
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
-            out(n, c) = (inp(n, c) - m) * s * weight(c) + bias(c);
+            out(n, c) =
+                E::store((E::load(inp(n, c)) - m) * s * E::load(weight(c)) + E::load(bias(c)));
           });
           Kokkos::single(Kokkos::PerTeam(team), [&] {
             mean(n) = m;
@@ -39,23 +46,26 @@ inline void layernorm_forward(const Exec& exec, const Mat& out, const Vec& mean,
   }
   Kokkos::parallel_for(
       "layernorm_forward", Kokkos::RangePolicy<Exec>(exec, 0, inp.extent(0)), KOKKOS_LAMBDA(int n) {
-        const float m = kmath::lane_sum(C, [&](int c) { return inp(n, c); }) / C;
+        const float m = kmath::lane_sum(C, [&](int c) { return E::load(inp(n, c)); }) / C;
         const float var = kmath::lane_sum(C, [&](int c) {
-          const float d = inp(n, c) - m;
+          const float d = E::load(inp(n, c)) - m;
           return d * d;
         });
         const float s = 1.0f / kmath::sqrt(var / C + kLayerNormEps);
-        for (int c = 0; c < C; ++c) out(n, c) = (inp(n, c) - m) * s * weight(c) + bias(c);
+        for (int c = 0; c < C; ++c)
+          out(n, c) =
+              E::store((E::load(inp(n, c)) - m) * s * E::load(weight(c)) + E::load(bias(c)));
         mean(n) = m;
         rstd(n) = s;
       });
 }
 
 // dinp[N,C] += d/dinp: the input-gradient half of a LayerNorm's backward.
-inline void layernorm_backward_input(const Exec& exec, const Mat& dinp, const ConstMat& dout,
-                                     const ConstMat& inp, const ConstVec& weight,
-                                     const ConstVec& mean, const ConstVec& rstd,
-                                     Shape shape = kBuildShape) {
+template <class E = Fp32Elements>
+inline void layernorm_backward_input(const Exec& exec, const MatOf<E>& dinp,
+                                     const ConstMatOf<E>& dout, const ConstMatOf<E>& inp,
+                                     const ConstVecOf<E>& weight, const ConstVec& mean,
+                                     const ConstVec& rstd, Shape shape = kBuildShape) {
   Region region("trident::layernorm_backward_input");
   const int N = static_cast<int>(inp.extent(0));
   const int C = static_cast<int>(inp.extent(1));
@@ -65,15 +75,19 @@ inline void layernorm_backward_input(const Exec& exec, const Mat& dinp, const Co
           const int n = team.league_rank();
           const float m = mean(n), s = rstd(n);
           const float dnorm_mean =
-              team_sum(team, C, [&](int c) { return weight(c) * dout(n, c); }) / C;
-          const float dnorm_norm_mean =
-              team_sum(team, C,
-                       [&](int c) { return weight(c) * dout(n, c) * (inp(n, c) - m) * s; }) /
+              team_sum(team, C, [&](int c) { return E::load(weight(c)) * E::load(dout(n, c)); }) /
               C;
+          const float dnorm_norm_mean = team_sum(team, C,
+                                                 [&](int c) {
+                                                   return E::load(weight(c)) * E::load(dout(n, c)) *
+                                                          (E::load(inp(n, c)) - m) * s;
+                                                 }) /
+                                        C;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
-            const float xhat = (inp(n, c) - m) * s;
-            const float dnorm = weight(c) * dout(n, c);
-            dinp(n, c) += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
+            const float xhat = (E::load(inp(n, c)) - m) * s;
+            const float dnorm = E::load(weight(c)) * E::load(dout(n, c));
+            dinp(n, c) =
+                E::store(E::load(dinp(n, c)) + (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s);
           });
         });
     return;
@@ -82,22 +96,27 @@ inline void layernorm_backward_input(const Exec& exec, const Mat& dinp, const Co
       "layernorm_backward_input", Kokkos::RangePolicy<Exec>(exec, 0, N), KOKKOS_LAMBDA(int n) {
         const float m = mean(n), s = rstd(n);
         const float dnorm_mean =
-            kmath::lane_sum(C, [&](int c) { return weight(c) * dout(n, c); }) / C;
-        const float dnorm_norm_mean =
-            kmath::lane_sum(C,
-                            [&](int c) { return weight(c) * dout(n, c) * (inp(n, c) - m) * s; }) /
-            C;
+            kmath::lane_sum(C, [&](int c) { return E::load(weight(c)) * E::load(dout(n, c)); }) / C;
+        const float dnorm_norm_mean = kmath::lane_sum(C,
+                                                      [&](int c) {
+                                                        return E::load(weight(c)) *
+                                                               E::load(dout(n, c)) *
+                                                               (E::load(inp(n, c)) - m) * s;
+                                                      }) /
+                                      C;
         for (int c = 0; c < C; ++c) {
-          const float xhat = (inp(n, c) - m) * s;
-          const float dnorm = weight(c) * dout(n, c);
-          dinp(n, c) += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
+          const float xhat = (E::load(inp(n, c)) - m) * s;
+          const float dnorm = E::load(weight(c)) * E::load(dout(n, c));
+          dinp(n, c) =
+              E::store(E::load(dinp(n, c)) + (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s);
         }
       });
 }
 
 // dweight[C] += sum_n dout*xhat; dbias[C] += sum_n dout: the weight-gradient half.
+template <class E = Fp32Elements>
 inline void layernorm_backward_params(const Exec& exec, const Vec& dweight, const Vec& dbias,
-                                      const ConstMat& dout, const ConstMat& inp,
+                                      const ConstMatOf<E>& dout, const ConstMatOf<E>& inp,
                                       const ConstVec& mean, const ConstVec& rstd,
                                       Shape shape = kBuildShape) {
   Region region("trident::layernorm_backward_params");
@@ -107,8 +126,8 @@ inline void layernorm_backward_params(const Exec& exec, const Vec& dweight, cons
     column_sums_teams<2>(
         exec, "layernorm_backward_params", {dweight, dbias}, N, C,
         KOKKOS_LAMBDA(int n, int c, float* t) {
-          const float g = dout(n, c);
-          t[0] = g * (inp(n, c) - mean(n)) * rstd(n);
+          const float g = E::load(dout(n, c));
+          t[0] = g * (E::load(inp(n, c)) - mean(n)) * rstd(n);
           t[1] = g;
         });
     return;
@@ -125,8 +144,8 @@ inline void layernorm_backward_params(const Exec& exec, const Vec& dweight, cons
           for (int n = 0; n < N; ++n) {
             const float m = mean(n), s = rstd(n);
             for (int j = 0; j < w; ++j) {
-              const float g = dout(n, c0 + j);
-              dw[j] += g * (inp(n, c0 + j) - m) * s;
+              const float g = E::load(dout(n, c0 + j));
+              dw[j] += g * (E::load(inp(n, c0 + j)) - m) * s;
               db[j] += g;
             }
           }
@@ -139,12 +158,14 @@ inline void layernorm_backward_params(const Exec& exec, const Vec& dweight, cons
 }
 
 // Both halves.
-inline void layernorm_backward(const Exec& exec, const Mat& dinp, const Vec& dweight,
-                               const Vec& dbias, const ConstMat& dout, const ConstMat& inp,
-                               const ConstVec& weight, const ConstVec& mean, const ConstVec& rstd,
+template <class E = Fp32Elements>
+inline void layernorm_backward(const Exec& exec, const MatOf<E>& dinp, const Vec& dweight,
+                               const Vec& dbias, const ConstMatOf<E>& dout,
+                               const ConstMatOf<E>& inp, const ConstVecOf<E>& weight,
+                               const ConstVec& mean, const ConstVec& rstd,
                                Shape shape = kBuildShape) {
-  layernorm_backward_input(exec, dinp, dout, inp, weight, mean, rstd, shape);
-  layernorm_backward_params(exec, dweight, dbias, dout, inp, mean, rstd, shape);
+  layernorm_backward_input<E>(exec, dinp, dout, inp, weight, mean, rstd, shape);
+  layernorm_backward_params<E>(exec, dweight, dbias, dout, inp, mean, rstd, shape);
 }
 
 }  // namespace trident::kernels

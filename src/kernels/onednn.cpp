@@ -8,6 +8,7 @@
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.hpp"
@@ -30,8 +31,10 @@ dnnl::stream& cpu_stream() {
 }
 
 // Everything that selects a primitive. alpha and beta are baked into it (output scale, sum
-// post-op), as the few values trident uses (1 and 0 or 1) make few primitives.
-using ShapeKey = std::tuple<char, char, int, int, int, int, int, int, float, float, Precision>;
+// post-op), as the few values trident uses (1 and 0 or 1) make few primitives. The last two: the
+// format of C (fp32 or the operands') and whether a bias is added.
+using ShapeKey =
+    std::tuple<char, char, int, int, int, int, int, int, float, float, Precision, Precision, bool>;
 
 // The logical [rows, cols] operand stored row-major with leading dimension `ld`, transposed when
 // `trans` is 'T' (then the stored matrix is [cols, ld]).
@@ -44,14 +47,28 @@ memory::desc operand(int rows, int cols, int ld, char trans, memory::data_type t
 // scratchpad, so an execution allocates nothing.
 struct Matmul {
   dnnl::matmul primitive;
-  memory a, b, c, scratchpad;
+  memory a, b, c, bias, scratchpad;
 };
 
-std::unique_ptr<Matmul> make_matmul(const ShapeKey& key, memory::data_type type) {
-  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, format] = key;
-  (void)format;
+memory::data_type data_type(Precision format) {
+  switch (format) {
+    case Precision::kBf16:
+      return memory::data_type::bf16;
+    case Precision::kFp16:
+      return memory::data_type::f16;
+    case Precision::kFp32:
+      break;
+  }
+  return memory::data_type::f32;
+}
+
+std::unique_ptr<Matmul> make_matmul(const ShapeKey& key) {
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, format, c_format, with_bias] = key;
+  const memory::data_type type = data_type(format);
   const memory::desc a = operand(m, k, lda, ta, type), b = operand(k, n, ldb, tb, type);
-  const memory::desc c({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  const memory::desc c({m, n}, data_type(c_format), memory::dims{ldc, 1});
+  const memory::desc bias =
+      with_bias ? memory::desc({1, n}, type, memory::dims{n, 1}) : memory::desc();
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -60,19 +77,22 @@ std::unique_ptr<Matmul> make_matmul(const ShapeKey& key, memory::data_type type)
     sum.append_sum(beta);
     attr.set_post_ops(sum);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  const dnnl::matmul::desc desc =
+      with_bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c);
+  const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
   auto mm = std::make_unique<Matmul>();
   mm->primitive = dnnl::matmul(pd);
   mm->a = memory(a, cpu_engine(), DNNL_MEMORY_NONE);
   mm->b = memory(b, cpu_engine(), DNNL_MEMORY_NONE);
   mm->c = memory(c, cpu_engine(), DNNL_MEMORY_NONE);
+  if (with_bias) mm->bias = memory(bias, cpu_engine(), DNNL_MEMORY_NONE);
   mm->scratchpad = memory(pd.scratchpad_desc(), cpu_engine());
   return mm;
 }
 
 // fp16 where oneDNN has no fp16 matmul: both operands widened into fp32 copies kept per shape.
 struct Widened {
-  std::vector<float> a, b;
+  std::vector<float> a, b, c;
 };
 
 void widen(const uint16_t* src, std::vector<float>& dst, Precision format) {
@@ -87,8 +107,8 @@ void widen(const uint16_t* src, std::vector<float>& dst, Precision format) {
 bool fp16_matmul_available() {
   static const bool available = [] {
     try {
-      make_matmul({'N', 'N', 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, Precision::kFp16},
-                  memory::data_type::f16);
+      make_matmul(
+          {'N', 'N', 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, Precision::kFp16, Precision::kFp16, true});
       return true;
     } catch (const dnnl::error&) {
       return false;
@@ -97,46 +117,82 @@ bool fp16_matmul_available() {
   return available;
 }
 
-memory::data_type data_type(Precision format) {
-  switch (format) {
-    case Precision::kBf16:
-      return memory::data_type::bf16;
-    case Precision::kFp16:
-      return memory::data_type::f16;
-    case Precision::kFp32:
-      break;
+// The matmul for `key` (made on first use), run on A, B, C and the bias.
+void run_matmul(const ShapeKey& key, const void* A, const void* B, void* C, const void* bias) {
+  static std::map<ShapeKey, std::unique_ptr<Matmul>> matmuls;
+  std::unique_ptr<Matmul>& mm = matmuls[key];
+  if (!mm) mm = make_matmul(key);
+  mm->a.set_data_handle(const_cast<void*>(A));
+  mm->b.set_data_handle(const_cast<void*>(B));
+  mm->c.set_data_handle(C);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, mm->a},
+                                       {DNNL_ARG_WEIGHTS, mm->b},
+                                       {DNNL_ARG_DST, mm->c},
+                                       {DNNL_ARG_SCRATCHPAD, mm->scratchpad}};
+  if (bias) {
+    mm->bias.set_data_handle(const_cast<void*>(bias));
+    args.emplace(DNNL_ARG_BIAS, mm->bias);
   }
-  return memory::data_type::f32;
+  mm->primitive.execute(cpu_stream(), args);
+  cpu_stream().wait();
+}
+
+// fp16 without oneDNN's fp16 matmul: A and B widened into fp32 copies kept per shape, and
+// C (fp32, ldc) = alpha op(A) op(B) + beta C by CBLAS.
+void widened_gemm(const ShapeKey& key, const void* A, const void* B, float beta, float* C, int ldc,
+                  Widened& w) {
+  const auto [ta, tb, m, n, k, lda, ldb, ldc_key, alpha, beta_key, format, c_format, with_bias] =
+      key;
+  (void)ldc_key, (void)beta_key, (void)c_format, (void)with_bias;
+  w.a.resize(static_cast<size_t>(ta == 'T' ? k : m) * lda);
+  w.b.resize(static_cast<size_t>(tb == 'T' ? n : k) * ldb);
+  widen(static_cast<const uint16_t*>(A), w.a, format);
+  widen(static_cast<const uint16_t*>(B), w.b, format);
+  cblas_sgemm(CblasRowMajor, ta == 'T' ? CblasTrans : CblasNoTrans,
+              tb == 'T' ? CblasTrans : CblasNoTrans, m, n, k, alpha, w.a.data(), lda, w.b.data(),
+              ldb, beta, C, ldc);
 }
 
 }  // namespace
 
 void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A, int lda,
           const void* B, int ldb, float beta, float* C, int ldc, Precision format) {
-  const ShapeKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, format};
+  const ShapeKey key{trans_a, trans_b,          m,    n, k, lda, ldb, ldc, alpha, beta,
+                     format,  Precision::kFp32, false};
+  if (format == Precision::kFp16 && !fp16_matmul_available()) {
+    static std::map<ShapeKey, Widened> widened;
+    widened_gemm(key, A, B, beta, C, ldc, widened[key]);
+    return;
+  }
+  run_matmul(key, A, B, C, nullptr);
+}
+
+void gemm_to_half(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A,
+                  int lda, const void* B, int ldb, float beta, uint16_t* C, int ldc,
+                  const uint16_t* bias, Precision format) {
+  const ShapeKey key{trans_a, trans_b,        m, n, k, lda, ldb, ldc, alpha, beta, format,
+                     format,  bias != nullptr};
   if (format == Precision::kFp16 && !fp16_matmul_available()) {
     static std::map<ShapeKey, Widened> widened;
     Widened& w = widened[key];
-    w.a.resize(static_cast<size_t>(trans_a == 'T' ? k : m) * lda);
-    w.b.resize(static_cast<size_t>(trans_b == 'T' ? n : k) * ldb);
-    widen(static_cast<const uint16_t*>(A), w.a, format);
-    widen(static_cast<const uint16_t*>(B), w.b, format);
-    cblas_sgemm(CblasRowMajor, trans_a == 'T' ? CblasTrans : CblasNoTrans,
-                trans_b == 'T' ? CblasTrans : CblasNoTrans, m, n, k, alpha, w.a.data(), lda,
-                w.b.data(), ldb, beta, C, ldc);
+    w.c.resize(static_cast<size_t>(m) * n);
+    // The fp32 product, then + bias + beta C, rounded once.
+    widened_gemm(key, A, B, 0.0f, w.c.data(), n, w);
+    const float* product = w.c.data();
+    Kokkos::parallel_for(
+        "trident::widened_gemm_epilogue",
+        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, static_cast<int64_t>(m) * n),
+        [=](int64_t e) {
+          const int64_t i = e / n, j = e % n;
+          uint16_t& c = C[i * ldc + j];
+          float sum = product[e] + (bias ? from_half(bias[j], format) : 0.0f);
+          if (beta != 0.0f) sum += beta * from_half(c, format);
+          c = to_half(sum, format);
+        });
+    Kokkos::DefaultHostExecutionSpace().fence();
     return;
   }
-  static std::map<ShapeKey, std::unique_ptr<Matmul>> matmuls;
-  std::unique_ptr<Matmul>& mm = matmuls[key];
-  if (!mm) mm = make_matmul(key, data_type(format));
-  mm->a.set_data_handle(const_cast<void*>(A));
-  mm->b.set_data_handle(const_cast<void*>(B));
-  mm->c.set_data_handle(C);
-  mm->primitive.execute(cpu_stream(), {{DNNL_ARG_SRC, mm->a},
-                                       {DNNL_ARG_WEIGHTS, mm->b},
-                                       {DNNL_ARG_DST, mm->c},
-                                       {DNNL_ARG_SCRATCHPAD, mm->scratchpad}});
-  cpu_stream().wait();
+  run_matmul(key, A, B, C, bias);
 }
 
 std::string cpu_isa() {

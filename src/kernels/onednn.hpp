@@ -18,6 +18,14 @@ namespace trident::kernels::onednn {
 void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A, int lda,
           const void* B, int ldb, float beta, float* C, int ldc, Precision format);
 
+// The same with C in `format` too (bf16 / fp16 bit patterns), plus `bias` ([n] in `format`, or
+// null; only with beta 0) added to every row: the fp32 sum alpha op(A) op(B) + bias + beta C is
+// rounded once into C. oneDNN adds the bias in the matmul's epilogue; where fp16 is widened, the
+// fp32 product goes through a buffer kept per shape.
+void gemm_to_half(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A,
+                  int lda, const void* B, int ldb, float beta, uint16_t* C, int ldc,
+                  const uint16_t* bias, Precision format);
+
 // The instruction set oneDNN's kernels use on this CPU ("avx512_core_bf16", "avx512_core_amx",
 // ...): what decides whether bf16 GEMMs beat fp32 ones.
 std::string cpu_isa();

@@ -18,16 +18,17 @@ namespace trident::kernels {
 // hint made the norm slower. A work item is kStreamChunk elements; before its arithmetic it
 // prefetches, one per cache line, the span kPrefetchAhead elements on (where there is one).
 constexpr size_t kStreamChunk = 256;     // elements per work item: 1 KiB of floats
-constexpr size_t kPrefetchAhead = 2048;  // elements: two 4 KiB pages ahead
-constexpr size_t kFloatsPerLine = 16;    // 64-byte cache lines
+constexpr size_t kPrefetchAhead = 2048;  // elements: two 4 KiB pages of floats ahead
+constexpr size_t kLineBytes = 64;        // cache lines
 
-KOKKOS_INLINE_FUNCTION void prefetch_span(size_t begin, size_t end, const float* x) {
-  for (size_t i = begin; i < end; i += kFloatsPerLine) kmath::prefetch(x + i);
+template <class T>
+KOKKOS_INLINE_FUNCTION void prefetch_span(size_t begin, size_t end, const T* x) {
+  for (size_t i = begin; i < end; i += kLineBytes / sizeof(T)) kmath::prefetch(x + i);
 }
 
 // body(i) for i in [0, n), each i once, in any order across threads. `inputs`: pointers to the
-// arrays (n floats each) that body reads and that may be cold; they are prefetched on host spaces.
-// GPUs run one element per thread (their loads coalesce without help).
+// arrays (n elements each) that body reads and that may be cold; they are prefetched on host
+// spaces. GPUs run one element per thread (their loads coalesce without help).
 template <class Body, class... Inputs>
 inline void for_each_streamed(const char* label, const Exec& exec, size_t n, const Body& body,
                               const Inputs*... inputs) {

@@ -4,8 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
+
+#if !defined(KOKKOS_ENABLE_CUDA)
+#include <omp.h>
+#endif
 
 #include "core/half.hpp"
 #include "kernels/gemm.hpp"
@@ -97,3 +103,52 @@ TEST(Gemm16, Fp16MatchesTheExactProducts) {
       check(ta, tb, Precision::kFp16, 2.0f, 1.0f);
     }
 }
+
+#if !defined(KOKKOS_ENABLE_CUDA)
+// oneDNN's bf16 matmuls at 1 and 2 OpenMP threads, at the tiny model's shapes (forward, input and
+// weight gradients: the last sums over the N = 256 token rows, where a library may split the sum
+// across threads): the same bits where oneDNN keeps the order of each sum, else within the
+// bound of fp32 summation, and the test says which shapes differ (as the BLAS probe of
+// tests/e2e/threads_determinism.sh does for OpenBLAS).
+TEST(Gemm16, ThreadCountsGiveTheSameBitsOrSayWhichShapesDiffer) {
+  struct Case {
+    char ta, tb;
+    int m, n, k;
+  };
+  const Case cases[] = {{'N', 'T', 256, 96, 32},  {'N', 'N', 256, 32, 96},
+                        {'T', 'N', 96, 32, 256},  {'N', 'T', 256, 128, 32},
+                        {'T', 'N', 32, 128, 256}, {'N', 'T', 256, 256, 32}};
+  const int saved = omp_get_max_threads();
+  int differing = 0;
+  for (const Case& c : cases) {
+    const Matrix<uint16_t> A =
+        random_half(c.ta == 'T' ? c.k : c.m, c.ta == 'T' ? c.m : c.k, 3, Precision::kBf16);
+    const Matrix<uint16_t> B =
+        random_half(c.tb == 'T' ? c.n : c.k, c.tb == 'T' ? c.k : c.n, 4, Precision::kBf16);
+    Matrix<float> one(c.m, c.n), two(c.m, c.n);
+    omp_set_num_threads(1);
+    kernels::gemm16(Exec(), c.ta, c.tb, 1.0f, as_mat(A), as_mat(B), Precision::kBf16, 0.0f,
+                    Mat(one.data.data(), c.m, c.n));
+    omp_set_num_threads(2);
+    kernels::gemm16(Exec(), c.ta, c.tb, 1.0f, as_mat(A), as_mat(B), Precision::kBf16, 0.0f,
+                    Mat(two.data.data(), c.m, c.n));
+    omp_set_num_threads(saved);
+    const size_t bytes = static_cast<size_t>(c.m) * c.n * sizeof(float);
+    if (std::memcmp(one.data.data(), two.data.data(), bytes) == 0) continue;
+    ++differing;
+    std::printf("oneDNN bf16 %c%c %dx%dx%d: other bits at 2 threads than at 1\n", c.ta, c.tb, c.m,
+                c.n, c.k);
+    for (int i = 0; i < c.m; ++i)
+      for (int j = 0; j < c.n; ++j) {
+        double magnitude = 0;
+        for (int p = 0; p < c.k; ++p)
+          magnitude += std::fabs(op_at(A, c.ta, i, p, Precision::kBf16) *
+                                 op_at(B, c.tb, p, j, Precision::kBf16));
+        ASSERT_NEAR(two.at(i, j), one.at(i, j), 2 * (c.k + 2) * 6e-8 * magnitude)
+            << c.ta << c.tb << " " << c.m << "x" << c.n << "x" << c.k;
+      }
+  }
+  std::printf("oneDNN bf16 matmuls: %d of %zu shapes give other bits at 2 threads than at 1\n",
+              differing, sizeof(cases) / sizeof(cases[0]));
+}
+#endif

@@ -1,0 +1,57 @@
+// How kernels read and write a tensor in its storage format: fp32 elements as they are, bf16 and
+// fp16 bit patterns widened to fp32 on load and rounded on store. One kernel body then serves every
+// precision, its arithmetic in fp32 registers, and a 16-bit kernel's result is exactly the fp32
+// kernel's on the widened inputs, rounded.
+#pragma once
+
+#include "core/half.hpp"
+#include "core/types.hpp"
+
+namespace trident::kernels {
+
+struct Fp32Elements {
+  using Stored = float;
+  static constexpr Precision format = Precision::kFp32;
+  KOKKOS_INLINE_FUNCTION static float load(float v) { return v; }
+  KOKKOS_INLINE_FUNCTION static float store(float v) { return v; }
+};
+
+struct Bf16Elements {
+  using Stored = uint16_t;
+  static constexpr Precision format = Precision::kBf16;
+  KOKKOS_INLINE_FUNCTION static float load(uint16_t v) { return from_bf16(v); }
+  KOKKOS_INLINE_FUNCTION static uint16_t store(float v) { return to_bf16(v); }
+};
+
+struct Fp16Elements {
+  using Stored = uint16_t;
+  static constexpr Precision format = Precision::kFp16;
+  KOKKOS_INLINE_FUNCTION static float load(uint16_t v) { return from_fp16(v); }
+  KOKKOS_INLINE_FUNCTION static uint16_t store(float v) { return to_fp16(v); }
+};
+
+// Windows over tensors stored as E: for Fp32Elements these are Vec, ConstVec, Mat and ConstMat.
+template <class E>
+using VecOf = Kokkos::View<typename E::Stored*, Kokkos::LayoutRight, Device, Unmanaged>;
+template <class E>
+using ConstVecOf = Kokkos::View<const typename E::Stored*, Kokkos::LayoutRight, Device, Unmanaged>;
+template <class E>
+using MatOf = Kokkos::View<typename E::Stored**, Kokkos::LayoutRight, Device, Unmanaged>;
+template <class E>
+using ConstMatOf = Kokkos::View<const typename E::Stored**, Kokkos::LayoutRight, Device, Unmanaged>;
+
+// f(E{}) with the element type that stores `format`.
+template <class F>
+decltype(auto) with_elements(Precision format, F&& f) {
+  switch (format) {
+    case Precision::kBf16:
+      return f(Bf16Elements{});
+    case Precision::kFp16:
+      return f(Fp16Elements{});
+    case Precision::kFp32:
+      break;
+  }
+  return f(Fp32Elements{});
+}
+
+}  // namespace trident::kernels
