@@ -280,7 +280,7 @@ void BM_AttentionForward(benchmark::State& state) {
   const Exec exec;
   const View1 qkv = random_view("qkv", static_cast<size_t>(kN) * 3 * kC, -1, 1, 15);
   View1 out("out", kN * kC), lse("lse", static_cast<size_t>(kN) * kNH);
-  View1 scratch("scratch", kernels::attention_scratch_elements(kB, kNH, kT));
+  View1 scratch("scratch", kernels::attention_scratch_elements(kB, kNH, kHS, kT, Precision::kFp32));
   const kernels::AttentionShape s{kB, kT, kNH, kHS};
   for (auto _ : state) {
     kernels::attention_forward(exec, window(out, 0, kN, kC), lse, scratch,
@@ -295,7 +295,7 @@ void BM_AttentionBackward(benchmark::State& state) {
   const View1 qkv = random_view("qkv", static_cast<size_t>(kN) * 3 * kC, -1, 1, 15);
   const View1 dout = random_view("dout", kN * kC, -1, 1, 16);
   View1 out("out", kN * kC), lse("lse", static_cast<size_t>(kN) * kNH);
-  View1 scratch("scratch", kernels::attention_scratch_elements(kB, kNH, kT));
+  View1 scratch("scratch", kernels::attention_scratch_elements(kB, kNH, kHS, kT, Precision::kFp32));
   View1 dqkv("dqkv", static_cast<size_t>(kN) * 3 * kC);
   const kernels::AttentionShape s{kB, kT, kNH, kHS};
   kernels::attention_forward(exec, window(out, 0, kN, kC), lse, scratch, window(qkv, 0, kN, 3 * kC),

@@ -2,9 +2,12 @@
 // and backward, in the host's per-(sequence, head) shape and the GPU's batched shape.
 #pragma once
 
+#include <type_traits>
+
 #include "core/math.hpp"
 #include "core/types.hpp"
 #include "kernels/attention_tiles.hpp"
+#include "kernels/elements.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/region.hpp"
 #include "kernels/shapes.hpp"
@@ -36,33 +39,101 @@ KOKKOS_INLINE_FUNCTION int causal_keys(int t, int c0, int cols) {
 // calling thread (gemm_block), so each item is summed in one fixed order whatever the number of
 // threads.
 
-inline void attention_forward_tiled(const Exec& exec, const Mat& out, const Vec& lse,
-                                    const Vec& scratch, const ConstMat& qkv, AttentionShape s,
+// Rows of a head's HS columns (leading dimension ld) as fp32 for the BLAS: fp32 rows are read
+// where they are; 16-bit ones are widened into `buffer` (leading dimension HS).
+template <class E>
+struct HostRows {
+  const float* data;
+  int ld;
+};
+template <class E>
+inline HostRows<E> rows_as_fp32(const typename E::Stored* rows, int ld, int n, int HS,
+                                float* buffer) {
+  if constexpr (std::is_same_v<E, Fp32Elements>) {
+    (void)n, (void)HS, (void)buffer;
+    return {rows, ld};
+  } else {
+    for (int i = 0; i < n; ++i)
+      for (int d = 0; d < HS; ++d)
+        buffer[static_cast<size_t>(i) * HS + d] = E::load(rows[static_cast<size_t>(i) * ld + d]);
+    return {buffer, HS};
+  }
+}
+
+// Where an fp32 sum over tiles is kept: in the output itself for fp32 (leading dimension ld),
+// in `buffer` (leading dimension HS) for 16-bit outputs, which get it rounded once at the end.
+template <class E>
+struct HostAccumulator {
+  float* data;
+  int ld;
+};
+template <class E>
+inline HostAccumulator<E> accumulator(typename E::Stored* out, int ld, int HS, float* buffer) {
+  if constexpr (std::is_same_v<E, Fp32Elements>) {
+    (void)HS, (void)buffer;
+    return {out, ld};
+  } else {
+    (void)out, (void)ld;
+    return {buffer, HS};
+  }
+}
+
+// out rows = the accumulator's rows scaled by scale[i] (fp32: in place; 16-bit: rounded into out).
+template <class E>
+inline void finish_rows(const HostAccumulator<E>& acc, typename E::Stored* out, int ld, int rows,
+                        int HS, const float* scale) {
+  for (int i = 0; i < rows; ++i)
+    for (int d = 0; d < HS; ++d) {
+      const float value = acc.data[static_cast<size_t>(i) * acc.ld + d] * (scale ? scale[i] : 1.0f);
+      out[static_cast<size_t>(i) * ld + d] = E::store(value);
+    }
+}
+
+inline void check_attention_scratch(size_t have, size_t need) {
+  if (have < need) Kokkos::abort("attention: scratch smaller than attention_tiled_scratch");
+}
+
+// q, k, v and out stored as E (kernels/elements.hpp); lse fp32.
+template <class E = Fp32Elements>
+inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const Vec& lse,
+                                    const Vec& scratch, const ConstMatOf<E>& qkv, AttentionShape s,
                                     AttentionTiles tiles) {
   exec.fence();  // BLAS reads what earlier kernels wrote
+  using Stored = typename E::Stored;
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
-  const size_t per_item = attention_tiled_scratch(1, 1, tiles);
+  const size_t per_item = attention_tiled_scratch(1, 1, HS, T, tiles, E::format);
+  check_attention_scratch(scratch.extent(0), per_item * s.B * NH);
   Kokkos::parallel_for(
       "attention_forward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), [=](int bh) {
         const int h = bh % NH, b = bh / NH;
-        const float* q = &qkv(b * T, h * HS);
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        float* o = &out(b * T, h * HS);
+        const Stored* q = &qkv(b * T, h * HS);
+        const Stored* k = q + C;
+        const Stored* v = q + 2 * C;
+        Stored* o = &out(b * T, h * HS);
         float* p = scratch.data() + bh * per_item;  // [R, K] scores, then probabilities
         float* row_max = p + 2 * static_cast<size_t>(R) * K;
         float* row_sum = row_max + R;
+        float* widened = row_sum + R;  // 16-bit: q [R, HS], k and v [K, HS], out [R, HS]
+        float* q_buffer = widened;
+        float* k_buffer = q_buffer + static_cast<size_t>(R) * HS;
+        float* v_buffer = k_buffer + static_cast<size_t>(K) * HS;
+        float* o_buffer = v_buffer + static_cast<size_t>(K) * HS;
         float* row_lse = lse.data() + static_cast<size_t>(bh) * T;
         for (int r0 = 0; r0 < T; r0 += R) {
           const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
-          const float* q_block = q + static_cast<size_t>(r0) * ld_qkv;
-          float* o_block = o + static_cast<size_t>(r0) * ld_out;
+          const HostRows<E> q_block =
+              rows_as_fp32<E>(q + static_cast<size_t>(r0) * ld_qkv, ld_qkv, rows, HS, q_buffer);
+          Stored* o_block = o + static_cast<size_t>(r0) * ld_out;
+          const HostAccumulator<E> o_acc = accumulator<E>(o_block, ld_out, HS, o_buffer);
           for (int c0 = 0; c0 < keys_end; c0 += K) {
             const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-            gemm_block('N', 'T', rows, cols, HS, scale, q_block, ld_qkv,
-                       k + static_cast<size_t>(c0) * ld_qkv, ld_qkv, 0.0f, p, K);
+            const size_t key = static_cast<size_t>(c0) * ld_qkv;
+            const HostRows<E> k_tile = rows_as_fp32<E>(k + key, ld_qkv, cols, HS, k_buffer);
+            const HostRows<E> v_tile = rows_as_fp32<E>(v + key, ld_qkv, cols, HS, v_buffer);
+            gemm_block('N', 'T', rows, cols, HS, scale, q_block.data, q_block.ld, k_tile.data,
+                       k_tile.ld, 0.0f, p, K);
             for (int i = 0; i < rows; ++i) {
               float* row = p + static_cast<size_t>(i) * K;
               const int valid = causal_keys(r0 + i, c0, cols);
@@ -81,80 +152,99 @@ inline void attention_forward_tiled(const Exec& exec, const Mat& out, const Vec&
               row_max[i] = new_max;
               if (c0 > 0)
                 for (int d = 0; d < HS; ++d)
-                  o_block[static_cast<size_t>(i) * ld_out + d] *= rescale;
+                  o_acc.data[static_cast<size_t>(i) * o_acc.ld + d] *= rescale;
             }
-            gemm_block('N', 'N', rows, HS, cols, 1.0f, p, K, v + static_cast<size_t>(c0) * ld_qkv,
-                       ld_qkv, c0 == 0 ? 0.0f : 1.0f, o_block, ld_out);
+            gemm_block('N', 'N', rows, HS, cols, 1.0f, p, K, v_tile.data, v_tile.ld,
+                       c0 == 0 ? 0.0f : 1.0f, o_acc.data, o_acc.ld);
           }
           for (int i = 0; i < rows; ++i) {
-            const float inv = 1.0f / row_sum[i];
-            for (int d = 0; d < HS; ++d) o_block[static_cast<size_t>(i) * ld_out + d] *= inv;
             row_lse[r0 + i] = row_max[i] + kmath::log(row_sum[i]);
+            row_sum[i] = 1.0f / row_sum[i];
           }
+          finish_rows<E>(o_acc, o_block, ld_out, rows, HS, row_sum);
         }
       });
 }
 
-// dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten), from dout[B*T, C] and forward's out and lse.
-inline void attention_backward_tiled(const Exec& exec, const Mat& dqkv, const Vec& scratch,
-                                     const ConstMat& dout, const ConstMat& qkv, const ConstMat& out,
-                                     const ConstVec& lse, AttentionShape s, AttentionTiles tiles) {
+// dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten), from dout[B*T, C] and forward's out and lse;
+// every tensor but lse stored as E.
+template <class E = Fp32Elements>
+inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, const Vec& scratch,
+                                     const ConstMatOf<E>& dout, const ConstMatOf<E>& qkv,
+                                     const ConstMatOf<E>& out, const ConstVec& lse,
+                                     AttentionShape s, AttentionTiles tiles) {
   exec.fence();  // BLAS reads what earlier kernels wrote
+  using Stored = typename E::Stored;
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
-  const size_t per_item = attention_tiled_scratch(1, 1, tiles);
+  const size_t per_item = attention_tiled_scratch(1, 1, HS, T, tiles, E::format);
+  check_attention_scratch(scratch.extent(0), per_item * s.B * NH);
   Kokkos::parallel_for(
       "attention_backward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), [=](int bh) {
         const int h = bh % NH, b = bh / NH;
-        const float* q = &qkv(b * T, h * HS);
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        const float* o = &out(b * T, h * HS);
-        const float* g = &dout(b * T, h * HS);
-        float* dq = &dqkv(b * T, h * HS);
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
+        const Stored* q = &qkv(b * T, h * HS);
+        const Stored* k = q + C;
+        const Stored* v = q + 2 * C;
+        const Stored* o = &out(b * T, h * HS);
+        const Stored* g = &dout(b * T, h * HS);
+        Stored* dq = &dqkv(b * T, h * HS);
+        Stored* dk = dq + C;
+        Stored* dv = dq + 2 * C;
         float* p = scratch.data() + bh * per_item;   // [R, K] probabilities
         float* ds = p + static_cast<size_t>(R) * K;  // [R, K] their gradients, then the scores'
         float* row_dot = ds + static_cast<size_t>(R) * K;  // [R] dout . out
+        // 16-bit: q, dout and dq [R, HS]; k and v [K, HS]; dk and dv [T, HS] (sums over blocks)
+        float* q_buffer = row_dot + 2 * R;
+        float* g_buffer = q_buffer + static_cast<size_t>(R) * HS;
+        float* dq_buffer = g_buffer + static_cast<size_t>(R) * HS;
+        float* k_buffer = dq_buffer + static_cast<size_t>(R) * HS;
+        float* v_buffer = k_buffer + static_cast<size_t>(K) * HS;
+        float* dk_buffer = v_buffer + static_cast<size_t>(K) * HS;
+        float* dv_buffer = dk_buffer + static_cast<size_t>(T) * HS;
         const float* row_lse = lse.data() + static_cast<size_t>(bh) * T;
         if (bh + 1 < s.B * NH) {  // the next item's inputs, cold by now (kernels/streaming.hpp)
           const int h_next = (bh + 1) % NH, b_next = (bh + 1) / NH;
-          const float* q_next = &qkv(b_next * T, h_next * HS);
-          const float* g_next = &dout(b_next * T, h_next * HS);
-          const float* o_next = &out(b_next * T, h_next * HS);
+          const Stored* q_next = &qkv(b_next * T, h_next * HS);
+          const Stored* g_next = &dout(b_next * T, h_next * HS);
+          const Stored* o_next = &out(b_next * T, h_next * HS);
           for (int t = 0; t < T; ++t) {
-            const float* qkv_row = q_next + static_cast<size_t>(t) * ld_qkv;
+            const Stored* qkv_row = q_next + static_cast<size_t>(t) * ld_qkv;
             for (int part = 0; part < 3; ++part) prefetch_span(0, HS, qkv_row + part * C);
             prefetch_span(0, HS, g_next + static_cast<size_t>(t) * ld_dout);
             prefetch_span(0, HS, o_next + static_cast<size_t>(t) * ld_out);
           }
         }
+        const HostAccumulator<E> dk_acc = accumulator<E>(dk, ld_dqkv, HS, dk_buffer);
+        const HostAccumulator<E> dv_acc = accumulator<E>(dv, ld_dqkv, HS, dv_buffer);
         for (int t = 0; t < T; ++t)
           for (int i = 0; i < HS; ++i) {
-            dk[static_cast<size_t>(t) * ld_dqkv + i] = 0.0f;
-            dv[static_cast<size_t>(t) * ld_dqkv + i] = 0.0f;
+            dk_acc.data[static_cast<size_t>(t) * dk_acc.ld + i] = 0.0f;
+            dv_acc.data[static_cast<size_t>(t) * dv_acc.ld + i] = 0.0f;
           }
         for (int r0 = 0; r0 < T; r0 += R) {
           const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
-          const float* q_block = q + static_cast<size_t>(r0) * ld_qkv;
-          const float* g_block = g + static_cast<size_t>(r0) * ld_dout;
-          float* dq_block = dq + static_cast<size_t>(r0) * ld_dqkv;
+          const HostRows<E> q_block =
+              rows_as_fp32<E>(q + static_cast<size_t>(r0) * ld_qkv, ld_qkv, rows, HS, q_buffer);
+          const HostRows<E> g_block =
+              rows_as_fp32<E>(g + static_cast<size_t>(r0) * ld_dout, ld_dout, rows, HS, g_buffer);
+          Stored* dq_block = dq + static_cast<size_t>(r0) * ld_dqkv;
+          const HostAccumulator<E> dq_acc = accumulator<E>(dq_block, ld_dqkv, HS, dq_buffer);
           for (int i = 0; i < rows; ++i) {
-            const float* g_row = g_block + static_cast<size_t>(i) * ld_dout;
-            const float* o_row = o + static_cast<size_t>(r0 + i) * ld_out;
-            row_dot[i] = kmath::lane_sum(HS, [&](int d) { return g_row[d] * o_row[d]; });
+            const float* g_row = g_block.data + static_cast<size_t>(i) * g_block.ld;
+            const Stored* o_row = o + static_cast<size_t>(r0 + i) * ld_out;
+            row_dot[i] = kmath::lane_sum(HS, [&](int d) { return g_row[d] * E::load(o_row[d]); });
           }
           for (int c0 = 0; c0 < keys_end; c0 += K) {
             const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-            const float* k_tile = k + static_cast<size_t>(c0) * ld_qkv;
-            const float* v_tile = v + static_cast<size_t>(c0) * ld_qkv;
-            gemm_block('N', 'T', rows, cols, HS, scale, q_block, ld_qkv, k_tile, ld_qkv, 0.0f, p,
-                       K);
-            gemm_block('N', 'T', rows, cols, HS, 1.0f, g_block, ld_dout, v_tile, ld_qkv, 0.0f, ds,
-                       K);
+            const size_t key = static_cast<size_t>(c0) * ld_qkv;
+            const HostRows<E> k_tile = rows_as_fp32<E>(k + key, ld_qkv, cols, HS, k_buffer);
+            const HostRows<E> v_tile = rows_as_fp32<E>(v + key, ld_qkv, cols, HS, v_buffer);
+            gemm_block('N', 'T', rows, cols, HS, scale, q_block.data, q_block.ld, k_tile.data,
+                       k_tile.ld, 0.0f, p, K);
+            gemm_block('N', 'T', rows, cols, HS, 1.0f, g_block.data, g_block.ld, v_tile.data,
+                       v_tile.ld, 0.0f, ds, K);
             // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
             for (int i = 0; i < rows; ++i) {
               float* prow = p + static_cast<size_t>(i) * K;
@@ -168,13 +258,19 @@ inline void attention_backward_tiled(const Exec& exec, const Mat& dqkv, const Ve
               }
               for (int j = valid; j < cols; ++j) prow[j] = drow[j] = 0.0f;
             }
-            gemm_block('N', 'N', rows, HS, cols, 1.0f, ds, K, k_tile, ld_qkv, c0 == 0 ? 0.0f : 1.0f,
-                       dq_block, ld_dqkv);
-            gemm_block('T', 'N', cols, HS, rows, 1.0f, ds, K, q_block, ld_qkv, 1.0f,
-                       dk + static_cast<size_t>(c0) * ld_dqkv, ld_dqkv);
-            gemm_block('T', 'N', cols, HS, rows, 1.0f, p, K, g_block, ld_dout, 1.0f,
-                       dv + static_cast<size_t>(c0) * ld_dqkv, ld_dqkv);
+            gemm_block('N', 'N', rows, HS, cols, 1.0f, ds, K, k_tile.data, k_tile.ld,
+                       c0 == 0 ? 0.0f : 1.0f, dq_acc.data, dq_acc.ld);
+            gemm_block('T', 'N', cols, HS, rows, 1.0f, ds, K, q_block.data, q_block.ld, 1.0f,
+                       dk_acc.data + static_cast<size_t>(c0) * dk_acc.ld, dk_acc.ld);
+            gemm_block('T', 'N', cols, HS, rows, 1.0f, p, K, g_block.data, g_block.ld, 1.0f,
+                       dv_acc.data + static_cast<size_t>(c0) * dv_acc.ld, dv_acc.ld);
           }
+          if constexpr (!std::is_same_v<E, Fp32Elements>)
+            finish_rows<E>(dq_acc, dq_block, ld_dqkv, rows, HS, nullptr);
+        }
+        if constexpr (!std::is_same_v<E, Fp32Elements>) {
+          finish_rows<E>(dk_acc, dk, ld_dqkv, T, HS, nullptr);
+          finish_rows<E>(dv_acc, dv, ld_dqkv, T, HS, nullptr);
         }
       });
 }
@@ -319,7 +415,8 @@ inline void attention_backward_batched(const Exec& exec, const Mat& dqkv, const 
 }
 
 // The attention of this build: batched on GPUs, tiled per (sequence, head) on host spaces.
-// scratch: attention_scratch_elements(B, NH, T) floats.
+// scratch: attention_scratch_elements(B, NH, HS, T, fp32) floats. (16-bit tensors: the host
+// shape so far, attention_forward_tiled<E>.)
 inline void attention_forward(const Exec& exec, const Mat& out, const Vec& lse, const Vec& scratch,
                               const ConstMat& qkv, AttentionShape s) {
   Region region("trident::attention_forward");

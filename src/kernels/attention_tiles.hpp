@@ -4,6 +4,8 @@
 
 #include <cstddef>
 
+#include "core/precision.hpp"
+
 namespace trident::kernels {
 
 // Attention is computed tile by tile: a block of query rows against a tile of keys at a time, with
@@ -35,9 +37,15 @@ constexpr AttentionTiles attention_tiles(int T) {
 
 // Scratch of the per-(sequence, head) shape (host builds), in floats: per work item a tile of
 // probabilities and one of their gradients, and two values per query row (the running maximum
-// and sum in forward, the row's dout . out in backward).
-constexpr size_t attention_tiled_scratch(int B, int NH, AttentionTiles t) {
-  return static_cast<size_t>(B) * NH * (2 * static_cast<size_t>(t.rows) * t.keys + 2 * t.rows);
+// and sum in forward, the row's dout . out in backward). On 16-bit tensors also the rows the BLAS
+// reads widened to fp32 (a block of q and of dout, a tile of k and of v) and the fp32 sums of a
+// block's output or dq and of the head's dk and dv, rounded once into their 16-bit tensors.
+constexpr size_t attention_tiled_scratch(int B, int NH, int HS, int T, AttentionTiles t,
+                                         Precision format) {
+  const size_t R = static_cast<size_t>(t.rows), K = static_cast<size_t>(t.keys);
+  const size_t widened =
+      format == Precision::kFp32 ? 0 : (3 * R + 2 * K + 2 * static_cast<size_t>(T)) * HS;
+  return static_cast<size_t>(B) * NH * (2 * R * K + 2 * R + widened);
 }
 
 // Scratch of the batched shape (GPU builds), in floats: the same tiles for every head of one
@@ -46,13 +54,14 @@ constexpr size_t attention_batched_scratch(int NH, AttentionTiles t) {
   return static_cast<size_t>(NH) * t.rows * (2 * static_cast<size_t>(t.keys) + 1);
 }
 
-// The scratch this build's attention takes for B sequences of T tokens and NH heads.
-constexpr size_t attention_scratch_elements(int B, int NH, int T) {
+// The scratch this build's attention takes for B sequences of T tokens, NH heads of HS channels,
+// tensors stored in `format`.
+constexpr size_t attention_scratch_elements(int B, int NH, int HS, int T, Precision format) {
 #if defined(KOKKOS_ENABLE_CUDA)
-  (void)B;
+  (void)B, (void)HS, (void)format;
   return attention_batched_scratch(NH, attention_tiles(T));
 #else
-  return attention_tiled_scratch(B, NH, attention_tiles(T));
+  return attention_tiled_scratch(B, NH, HS, T, attention_tiles(T), format);
 #endif
 }
 

@@ -22,7 +22,7 @@ struct LayerWorkspace {
   View1 gathered;   // sequence parallelism: all rows of a layer's input
   View1 scattered;  // sequence parallelism: [N/tp,C] this rank's rows of a tp sum
   View1 norm_grad;  // sequence parallelism: [2C] a LayerNorm's parameter gradients before their sum
-  View1 attention;  // [attention_scratch_elements(B, NH_tp, T)] the attention's tiles
+  View1 attention;  // [attention_scratch_elements(B, NH_tp, HS, T, fp32)] its tiles
   View1 row_max;    // [N] vocabulary-parallel cross-entropy: each row's maximum
   View1 row_sums;   // [2N] its exp sums, then the target logits: one all-reduce for both
 };

@@ -152,8 +152,10 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   st.datty = work("datty", e.atty);
   st.dqkv = work("dqkv", e.qkv);
   st.dfch = work("dfch", e.fc);
-  ws.attention = work("attention_tiles",
-                      kernels::attention_scratch_elements(s.max_batch, s.heads_tp(), s.max_seq));
+  ws.attention = work(
+      "attention_tiles",
+      kernels::attention_scratch_elements(s.max_batch, s.heads_tp(), s.model.head_size(), s.max_seq,
+                                          Precision::kFp32));  // fp32 blocks
 }
 
 // The next backward writes these gradients with its GEMMs (beta 0) instead of adding to zeros.

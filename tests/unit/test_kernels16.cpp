@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elements.hpp"
 #include "kernels/embedding.hpp"
@@ -210,6 +211,45 @@ TYPED_TEST(Kernels16, CrossEntropyForwardAndBackward) {
     expect_rounded(dlogits, dlogits32, "logit gradients");
   }
 }
+
+#if !defined(KOKKOS_ENABLE_CUDA)
+// The host's tiled attention on 16-bit q|k|v: the fp32 algorithm on the rows widened tile by
+// tile, its output and gradients (sums kept in fp32 over the tiles) rounded once.
+TYPED_TEST(Kernels16, TiledAttentionForwardAndBackward) {
+  using E = TypeParam;
+  const AttentionShape s{2, 19, 2, 4};
+  const int C = s.NH * s.HS, N = s.B * s.T;
+  const size_t n_qkv = static_cast<size_t>(N) * 3 * C, n_out = static_cast<size_t>(N) * C;
+  const Stored<E> qkv = random_stored<E>(n_qkv, 20), dout = random_stored<E>(n_out, 21);
+  for (const AttentionTiles tiles :
+       {AttentionTiles{4, 8}, AttentionTiles{8, 4}, attention_tiles(s.T)}) {
+    Buffer<float> scratch("scratch",
+                          attention_tiled_scratch(s.B, s.NH, s.HS, s.T, tiles, E::format));
+    Buffer<float> scratch32("scratch32",
+                            attention_tiled_scratch(s.B, s.NH, s.HS, s.T, tiles, Precision::kFp32));
+    Kokkos::deep_copy(scratch, 7.0f);  // stale values: nothing is read before it is written
+    Stored<E> out(n_out), dqkv(n_qkv);
+    Buffer<float> out32("out32", n_out), dqkv32("dqkv32", n_qkv);
+    Buffer<float> lse("lse", static_cast<size_t>(N) * s.NH), lse32("lse32", lse.extent(0));
+    const Vec sv(scratch.data(), scratch.extent(0)), sv32(scratch32.data(), scratch32.extent(0));
+    attention_forward_tiled<E>(exec(), out.mat(N, C), Vec(lse.data(), lse.extent(0)), sv,
+                               qkv.mat(N, 3 * C), s, tiles);
+    attention_forward_tiled(exec(), Mat(out32.data(), N, C), Vec(lse32.data(), lse.extent(0)), sv32,
+                            qkv.fmat(N, 3 * C), s, tiles);
+    expect_rounded(out, out32, "attention output");
+    expect_close(lse, lse32, kUlps, "log-sum-exp");
+    // Both backwards read the 16-bit output (the fp32 one widened), as a 16-bit run keeps it.
+    Stored<E> out_kept(n_out);
+    for (size_t i = 0; i < n_out; ++i) out_kept.set(i, E::load(out.bits(i)));
+    attention_backward_tiled<E>(exec(), dqkv.mat(N, 3 * C), sv, dout.mat(N, C), qkv.mat(N, 3 * C),
+                                out.mat(N, C), Vec(lse.data(), lse.extent(0)), s, tiles);
+    attention_backward_tiled(exec(), Mat(dqkv32.data(), N, 3 * C), sv32, dout.fmat(N, C),
+                             qkv.fmat(N, 3 * C), out_kept.fmat(N, C),
+                             Vec(lse.data(), lse.extent(0)), s, tiles);
+    expect_rounded(dqkv, dqkv32, "attention input gradient");
+  }
+}
+#endif
 
 // Half an ulp of E's format, relative: the most rounding a value to E moves it.
 template <class E>
