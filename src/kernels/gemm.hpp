@@ -168,6 +168,29 @@ inline void gemm_strided_batched(const Exec& exec, char trans_a, char trans_b, i
 #endif
 }
 
+// The same on 16-bit A_i and B_i (bit patterns in `format`) with fp32 C_i: the batched products
+// of 16-bit attention (a head's q k^T scores, and the probabilities rounded to 16 bits times v).
+// Host builds run oneDNN's matmul per item.
+inline void gemm16_strided_batched(const Exec& exec, char trans_a, char trans_b, int m, int n,
+                                   int k, float alpha, const uint16_t* A, int lda,
+                                   long long stride_a, const uint16_t* B, int ldb,
+                                   long long stride_b, Precision format, float beta, float* C,
+                                   int ldc, long long stride_c, int batch) {
+  Region region("trident::gemm16_strided_batched");
+#if defined(KOKKOS_ENABLE_CUDA)
+  const cudaDataType_t type = format == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  TRIDENT_CUBLAS(cublas_api().gemm_strided_batched_ex(
+      cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m, k, &alpha, B, type, ldb,
+      stride_b, A, type, lda, stride_a, &beta, C, CUDA_R_32F, ldc, stride_c, batch,
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+#else
+  exec.fence();
+  for (int i = 0; i < batch; ++i)
+    onednn::gemm(trans_a, trans_b, m, n, k, alpha, A + i * stride_a, lda, B + i * stride_b, ldb,
+                 beta, C + i * stride_c, ldc, format);
+#endif
+}
+
 #if !defined(KOKKOS_ENABLE_CUDA)
 // The same on raw row-major blocks, for a kernel's work item on a host space: no fence and no
 // profiling region, as it runs inside a parallel loop. Called from inside an OpenMP parallel

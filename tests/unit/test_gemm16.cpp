@@ -104,6 +104,38 @@ TEST(Gemm16, Fp16MatchesTheExactProducts) {
     }
 }
 
+// Batched over three items (as attention batches its heads): each item's result is its own
+// gemm16's, bit for bit, and the beta term reads each item's C.
+TEST(Gemm16, StridedBatchedIsEachItemsGemm) {
+  const int m = 6, n = 5, k = 8, batch = 3;
+  for (const Precision format : {Precision::kBf16, Precision::kFp16}) {
+    const Matrix<uint16_t> A = random_half(batch * m, k, 5, format);  // item b: rows b*m..
+    const Matrix<uint16_t> B = random_half(batch * k, n, 6, format);
+    Matrix<float> C(batch * m, n), each(m, n);
+    for (int i = 0; i < batch * m; ++i)
+      for (int j = 0; j < n; ++j) C.at(i, j) = 0.5f * static_cast<float>(i - j);
+    Matrix<float> start(batch * m, n);
+    Kokkos::deep_copy(start.data, C.data);
+    kernels::gemm16_strided_batched(Exec(), 'N', 'N', m, n, k, 1.0f, A.data.data(), k,
+                                    static_cast<long long>(m) * k, B.data.data(), n,
+                                    static_cast<long long>(k) * n, format, 1.0f, C.data.data(), n,
+                                    static_cast<long long>(m) * n, batch);
+    Exec().fence();
+    for (int b = 0; b < batch; ++b) {
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) each.at(i, j) = start.at(b * m + i, j);
+      kernels::gemm16(Exec(), 'N', 'N', 1.0f,
+                      ConstHalfMat(A.data.data() + static_cast<size_t>(b) * m * k, m, k),
+                      ConstHalfMat(B.data.data() + static_cast<size_t>(b) * k * n, k, n), format,
+                      1.0f, Mat(each.data.data(), m, n));
+      Exec().fence();
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j)
+          ASSERT_EQ(C.at(b * m + i, j), each.at(i, j)) << "item " << b << " at " << i << "," << j;
+    }
+  }
+}
+
 #if !defined(KOKKOS_ENABLE_CUDA)
 // oneDNN's bf16 matmuls at 1 and 2 OpenMP threads, at the tiny model's shapes (forward, input and
 // weight gradients: the last sums over the N = 256 token rows, where a library may split the sum
