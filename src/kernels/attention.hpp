@@ -89,6 +89,24 @@ inline void finish_rows(const HostAccumulator<E>& acc, typename E::Stored* out, 
     }
 }
 
+// Both passes' start on key tile [c0, c0 + cols) of a head: its k and v rows as fp32, and the
+// query block's scores against it, scale q k^T, into p [rows, K].
+template <class E>
+struct KeyTile {
+  HostRows<E> k, v;
+};
+template <class E>
+inline KeyTile<E> score_key_tile(const HostRows<E>& q_block, int rows, const typename E::Stored* k,
+                                 const typename E::Stored* v, int ld_qkv, int c0, int cols, int HS,
+                                 float scale, float* k_buffer, float* v_buffer, float* p, int K) {
+  const size_t first = static_cast<size_t>(c0) * ld_qkv;
+  const KeyTile<E> tile{rows_as_fp32<E>(k + first, ld_qkv, cols, HS, k_buffer),
+                        rows_as_fp32<E>(v + first, ld_qkv, cols, HS, v_buffer)};
+  gemm_block('N', 'T', rows, cols, HS, scale, q_block.data, q_block.ld, tile.k.data, tile.k.ld,
+             0.0f, p, K);
+  return tile;
+}
+
 inline void check_attention_scratch(size_t have, size_t need) {
   if (have < need) Kokkos::abort("attention: scratch smaller than attention_tiled_scratch");
 }
@@ -129,11 +147,8 @@ inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const
           const HostAccumulator<E> o_acc = accumulator<E>(o_block, ld_out, HS, o_buffer);
           for (int c0 = 0; c0 < keys_end; c0 += K) {
             const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-            const size_t key = static_cast<size_t>(c0) * ld_qkv;
-            const HostRows<E> k_tile = rows_as_fp32<E>(k + key, ld_qkv, cols, HS, k_buffer);
-            const HostRows<E> v_tile = rows_as_fp32<E>(v + key, ld_qkv, cols, HS, v_buffer);
-            gemm_block('N', 'T', rows, cols, HS, scale, q_block.data, q_block.ld, k_tile.data,
-                       k_tile.ld, 0.0f, p, K);
+            const KeyTile<E> tile = score_key_tile<E>(q_block, rows, k, v, ld_qkv, c0, cols, HS,
+                                                      scale, k_buffer, v_buffer, p, K);
             for (int i = 0; i < rows; ++i) {
               float* row = p + static_cast<size_t>(i) * K;
               const int valid = causal_keys(r0 + i, c0, cols);
@@ -154,7 +169,7 @@ inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const
                 for (int d = 0; d < HS; ++d)
                   o_acc.data[static_cast<size_t>(i) * o_acc.ld + d] *= rescale;
             }
-            gemm_block('N', 'N', rows, HS, cols, 1.0f, p, K, v_tile.data, v_tile.ld,
+            gemm_block('N', 'N', rows, HS, cols, 1.0f, p, K, tile.v.data, tile.v.ld,
                        c0 == 0 ? 0.0f : 1.0f, o_acc.data, o_acc.ld);
           }
           for (int i = 0; i < rows; ++i) {
@@ -238,13 +253,10 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
           }
           for (int c0 = 0; c0 < keys_end; c0 += K) {
             const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-            const size_t key = static_cast<size_t>(c0) * ld_qkv;
-            const HostRows<E> k_tile = rows_as_fp32<E>(k + key, ld_qkv, cols, HS, k_buffer);
-            const HostRows<E> v_tile = rows_as_fp32<E>(v + key, ld_qkv, cols, HS, v_buffer);
-            gemm_block('N', 'T', rows, cols, HS, scale, q_block.data, q_block.ld, k_tile.data,
-                       k_tile.ld, 0.0f, p, K);
-            gemm_block('N', 'T', rows, cols, HS, 1.0f, g_block.data, g_block.ld, v_tile.data,
-                       v_tile.ld, 0.0f, ds, K);
+            const KeyTile<E> tile = score_key_tile<E>(q_block, rows, k, v, ld_qkv, c0, cols, HS,
+                                                      scale, k_buffer, v_buffer, p, K);
+            gemm_block('N', 'T', rows, cols, HS, 1.0f, g_block.data, g_block.ld, tile.v.data,
+                       tile.v.ld, 0.0f, ds, K);
             // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
             for (int i = 0; i < rows; ++i) {
               float* prow = p + static_cast<size_t>(i) * K;
@@ -258,7 +270,7 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
               }
               for (int j = valid; j < cols; ++j) prow[j] = drow[j] = 0.0f;
             }
-            gemm_block('N', 'N', rows, HS, cols, 1.0f, ds, K, k_tile.data, k_tile.ld,
+            gemm_block('N', 'N', rows, HS, cols, 1.0f, ds, K, tile.k.data, tile.k.ld,
                        c0 == 0 ? 0.0f : 1.0f, dq_acc.data, dq_acc.ld);
             gemm_block('T', 'N', cols, HS, rows, 1.0f, ds, K, q_block.data, q_block.ld, 1.0f,
                        dk_acc.data + static_cast<size_t>(c0) * dk_acc.ld, dk_acc.ld);
