@@ -291,33 +291,68 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
 // Batched (GPU builds; host builds compile it too, and a test holds it to the tiled shape): one
 // (sequence, query block, key tile) at a time, its products one strided-batched GEMM over the
 // heads (a head's q, k and v are HS columns apart in qkv, its tile rows*keys floats apart in the
-// scratch), and a kernel per tile with a team per (head, row) for the softmax.
+// scratch), and a kernel per tile with a team per (head, row) for the softmax. On 16-bit tensors
+// the products take 16-bit operands (gemm16_strided_batched, fp32 sums): the scores and their
+// gradients come out in fp32, the probabilities and score gradients are rounded to 16 bits for
+// the products that read them (as FlashAttention does), and o, dq, dk and dv are summed in fp32
+// in the scratch and rounded once into their tensors.
 
-inline void attention_forward_batched(const Exec& exec, const Mat& out, const Vec& lse,
-                                      const Vec& scratch, const ConstMat& qkv, AttentionShape s,
-                                      AttentionTiles tiles) {
+// C_i = alpha op(A_i) op(B_i) + beta C_i over the heads, A and B stored as E, C fp32.
+template <class E>
+inline void gemm_heads(const Exec& exec, char trans_a, char trans_b, int m, int n, int k,
+                       float alpha, const typename E::Stored* A, int lda, long long stride_a,
+                       const typename E::Stored* B, int ldb, long long stride_b, float beta,
+                       float* C, int ldc, long long stride_c, int batch) {
+  if constexpr (std::is_same_v<E, Fp32Elements>)
+    gemm_strided_batched(exec, trans_a, trans_b, m, n, k, alpha, A, lda, stride_a, B, ldb, stride_b,
+                         beta, C, ldc, stride_c, batch);
+  else
+    gemm16_strided_batched(exec, trans_a, trans_b, m, n, k, alpha, A, lda, stride_a, B, ldb,
+                           stride_b, E::format, beta, C, ldc, stride_c, batch);
+}
+
+template <class E = Fp32Elements>
+inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, const Vec& lse,
+                                      const Vec& scratch, const ConstMatOf<E>& qkv,
+                                      AttentionShape s, AttentionTiles tiles) {
+  using Stored = typename E::Stored;
+  constexpr bool kHalf = !std::is_same_v<E, Fp32Elements>;
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const long long tile = static_cast<long long>(R) * K;
   float* const scores = scratch.data();           // [NH, R, K]
   float* const row_sum = scores + 2 * NH * tile;  // [NH, R]
+  // 16-bit: the probabilities rounded for P v [NH, R, K], and o's fp32 sums [NH, R, HS].
+  float* const extra = row_sum + NH * R;
+  Stored* const probs16 = reinterpret_cast<Stored*>(extra);
+  float* const o_sums = extra + NH * tile;
+  const MatOf<E> o = out;
   for (int b = 0; b < s.B; ++b)
     for (int r0 = 0; r0 < T; r0 += R) {
       const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
-      const float* q_block = qkv.data() + static_cast<size_t>(b * T + r0) * ld_qkv;
-      float* o_block = out.data() + static_cast<size_t>(b * T + r0) * ld_out;
+      const Stored* q_block = qkv.data() + static_cast<size_t>(b * T + r0) * ld_qkv;
+      // Where o's rows sum: in out itself (fp32), or per head in o_sums (16-bit).
+      float* o_base = o_sums;
+      int o_ld = HS;
+      long long o_head = static_cast<long long>(R) * HS;
+      if constexpr (!kHalf) {
+        o_base = out.data() + static_cast<size_t>(b * T + r0) * ld_out;
+        o_ld = ld_out;
+        o_head = HS;
+      }
       for (int c0 = 0; c0 < keys_end; c0 += K) {
         const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-        const float* k_tile = qkv.data() + static_cast<size_t>(b * T + c0) * ld_qkv + C;
-        gemm_strided_batched(exec, 'N', 'T', rows, cols, HS, scale, q_block, ld_qkv, HS, k_tile,
-                             ld_qkv, HS, 0.0f, scores, K, tile, NH);
+        const Stored* k_tile = qkv.data() + static_cast<size_t>(b * T + c0) * ld_qkv + C;
+        gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, scale, q_block, ld_qkv, HS, k_tile, ld_qkv,
+                      HS, 0.0f, scores, K, tile, NH);
         Kokkos::parallel_for(
             "attention_softmax", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
               const int h = team.league_rank() / rows, i = team.league_rank() % rows;
-              float* row = scores + h * tile + static_cast<long long>(i) * K;
+              const long long at = h * tile + static_cast<long long>(i) * K;
+              float* row = scores + at;
               float* row_max = lse.data() + static_cast<size_t>(b * NH + h) * T + r0 + i;
-              float* o_row = o_block + static_cast<size_t>(i) * ld_out + h * HS;
+              float* o_row = o_base + static_cast<long long>(i) * o_ld + h * o_head;
               const int valid = causal_keys(r0 + i, c0, cols);
               const float old_max = c0 == 0 ? kNoScore : *row_max;
               const float tile_max = team_max(
@@ -326,11 +361,14 @@ inline void attention_forward_batched(const Exec& exec, const Mat& out, const Ve
               const float sum = team_sum(team, valid, [&](int j) {
                 const float e = kmath::exp_vec(row[j] - new_max);
                 row[j] = e;
+                if (kHalf) probs16[at + j] = E::store(e);
                 return e;
               });
               const float rescale = kmath::exp_vec(old_max - new_max);
-              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, valid, cols),
-                                   [&](int j) { row[j] = 0.0f; });
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, valid, cols), [&](int j) {
+                row[j] = 0.0f;
+                if (kHalf) probs16[at + j] = E::store(0.0f);
+              });
               if (c0 > 0)
                 Kokkos::parallel_for(Kokkos::TeamThreadRange(team, HS),
                                      [&](int d) { o_row[d] *= rescale; });
@@ -341,15 +379,25 @@ inline void attention_forward_batched(const Exec& exec, const Mat& out, const Ve
                 *row_max = new_max;
               });
             });
-        gemm_strided_batched(exec, 'N', 'N', rows, HS, cols, 1.0f, scores, K, tile, k_tile + C,
-                             ld_qkv, HS, c0 == 0 ? 0.0f : 1.0f, o_block, ld_out, HS, NH);
+        const float beta = c0 == 0 ? 0.0f : 1.0f;
+        if constexpr (kHalf)
+          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, probs16, K, tile, k_tile + C, ld_qkv,
+                        HS, beta, o_sums, HS, static_cast<long long>(R) * HS, NH);
+        else
+          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, scores, K, tile, k_tile + C, ld_qkv,
+                        HS, beta, o_base, ld_out, HS, NH);
       }
       Kokkos::parallel_for(
           "attention_normalise", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
             const int h = team.league_rank() / rows, i = team.league_rank() % rows;
             const float l = row_sum[h * R + i];
-            float* o_row = o_block + static_cast<size_t>(i) * ld_out + h * HS;
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, HS), [&](int d) { o_row[d] /= l; });
+            float* o_row = o_base + static_cast<long long>(i) * o_ld + h * o_head;
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, HS), [&](int d) {
+              if (kHalf)
+                o(b * T + r0 + i, h * HS + d) = E::store(o_row[d] / l);
+              else
+                o_row[d] /= l;
+            });
             team.team_barrier();
             Kokkos::single(Kokkos::PerTeam(team), [&] {
               float& row_lse = lse(static_cast<size_t>(b * NH + h) * T + r0 + i);
@@ -359,10 +407,13 @@ inline void attention_forward_batched(const Exec& exec, const Mat& out, const Ve
     }
 }
 
-inline void attention_backward_batched(const Exec& exec, const Mat& dqkv, const Vec& scratch,
-                                       const ConstMat& dout, const ConstMat& qkv,
-                                       const ConstMat& out, const ConstVec& lse, AttentionShape s,
-                                       AttentionTiles tiles) {
+template <class E = Fp32Elements>
+inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, const Vec& scratch,
+                                       const ConstMatOf<E>& dout, const ConstMatOf<E>& qkv,
+                                       const ConstMatOf<E>& out, const ConstVec& lse,
+                                       AttentionShape s, AttentionTiles tiles) {
+  using Stored = typename E::Stored;
+  constexpr bool kHalf = !std::is_same_v<E, Fp32Elements>;
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
@@ -371,82 +422,132 @@ inline void attention_backward_batched(const Exec& exec, const Mat& dqkv, const 
   float* const probs = scratch.data();       // [NH, R, K]
   float* const grads = probs + NH * tile;    // [NH, R, K]
   float* const row_dot = grads + NH * tile;  // [NH, R] dout . out
-  const Mat d = dqkv;
-  Kokkos::parallel_for(  // dk and dv are sums over query blocks
-      "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, s.B * T * 2 * C),
-      KOKKOS_LAMBDA(int e) { d(e / (2 * C), C + e % (2 * C)) = 0.0f; });
-  for (int b = 0; b < s.B; ++b)
+  // 16-bit: the probabilities and score gradients rounded for the products [NH, R, K] each, and
+  // the fp32 sums of a block's dq [NH, R, HS] and of the sequence's dk | dv [T, 2C].
+  float* const extra = row_dot + NH * R;
+  Stored* const probs16 = reinterpret_cast<Stored*>(extra);
+  Stored* const grads16 = probs16 + NH * tile;
+  float* const dq_sums = extra + NH * tile;
+  float* const dkv_sums = dq_sums + static_cast<size_t>(NH) * R * HS;
+  const long long head_sums = static_cast<long long>(R) * HS;
+  const MatOf<E> d = dqkv;
+  if (!kHalf)
+    Kokkos::parallel_for(  // dk and dv are sums over query blocks
+        "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, s.B * T * 2 * C),
+        KOKKOS_LAMBDA(int e) { d(e / (2 * C), C + e % (2 * C)) = E::store(0.0f); });
+  for (int b = 0; b < s.B; ++b) {
+    if (kHalf)
+      Kokkos::parallel_for(
+          "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * 2 * C),
+          KOKKOS_LAMBDA(size_t e) { dkv_sums[e] = 0.0f; });
     for (int r0 = 0; r0 < T; r0 += R) {
       const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
       const size_t first = static_cast<size_t>(b) * T + r0;
-      const float* q_block = qkv.data() + first * ld_qkv;
-      const float* g_block = dout.data() + first * ld_dout;
-      const float* o_block = out.data() + first * ld_out;
-      float* dq_block = dqkv.data() + first * ld_dqkv;
+      const Stored* q_block = qkv.data() + first * ld_qkv;
+      const Stored* g_block = dout.data() + first * ld_dout;
+      const Stored* o_block = out.data() + first * ld_out;
+      Stored* dq_block = dqkv.data() + first * ld_dqkv;
       Kokkos::parallel_for(
           "attention_row_dot", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
             const int h = team.league_rank() / rows, i = team.league_rank() % rows;
-            const float* g_row = g_block + static_cast<size_t>(i) * ld_dout + h * HS;
-            const float* o_row = o_block + static_cast<size_t>(i) * ld_out + h * HS;
-            const float dot = team_sum(team, HS, [&](int e) { return g_row[e] * o_row[e]; });
+            const Stored* g_row = g_block + static_cast<size_t>(i) * ld_dout + h * HS;
+            const Stored* o_row = o_block + static_cast<size_t>(i) * ld_out + h * HS;
+            const float dot =
+                team_sum(team, HS, [&](int e) { return E::load(g_row[e]) * E::load(o_row[e]); });
             Kokkos::single(Kokkos::PerTeam(team), [&] { row_dot[h * R + i] = dot; });
           });
       for (int c0 = 0; c0 < keys_end; c0 += K) {
         const int cols = keys_end - c0 < K ? keys_end - c0 : K;
         const size_t key_row = static_cast<size_t>(b) * T + c0;
-        const float* k_tile = qkv.data() + key_row * ld_qkv + C;
-        const float* v_tile = k_tile + C;
-        gemm_strided_batched(exec, 'N', 'T', rows, cols, HS, scale, q_block, ld_qkv, HS, k_tile,
-                             ld_qkv, HS, 0.0f, probs, K, tile, NH);
-        gemm_strided_batched(exec, 'N', 'T', rows, cols, HS, 1.0f, g_block, ld_dout, HS, v_tile,
-                             ld_qkv, HS, 0.0f, grads, K, tile, NH);
+        const Stored* k_tile = qkv.data() + key_row * ld_qkv + C;
+        const Stored* v_tile = k_tile + C;
+        gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, scale, q_block, ld_qkv, HS, k_tile, ld_qkv,
+                      HS, 0.0f, probs, K, tile, NH);
+        gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, 1.0f, g_block, ld_dout, HS, v_tile, ld_qkv,
+                      HS, 0.0f, grads, K, tile, NH);
         // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
         Kokkos::parallel_for(
             "attention_softmax_backward", row_teams(exec, NH * rows),
             KOKKOS_LAMBDA(const TeamMember& team) {
               const int h = team.league_rank() / rows, i = team.league_rank() % rows;
-              float* prow = probs + h * tile + static_cast<long long>(i) * K;
-              float* drow = grads + h * tile + static_cast<long long>(i) * K;
+              const long long at = h * tile + static_cast<long long>(i) * K;
+              float* prow = probs + at;
+              float* drow = grads + at;
               const int valid = causal_keys(r0 + i, c0, cols);
               const float row_l = lse(static_cast<size_t>(b * NH + h) * T + r0 + i);
               const float dot = row_dot[h * R + i];
               Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
                 const float pj = j < valid ? kmath::exp_vec(prow[j] - row_l) : 0.0f;
-                prow[j] = pj;
-                drow[j] = pj * (drow[j] - dot) * scale;
+                const float ds = pj * (drow[j] - dot) * scale;
+                if (kHalf) {
+                  probs16[at + j] = E::store(pj);
+                  grads16[at + j] = E::store(ds);
+                } else {
+                  prow[j] = pj;
+                  drow[j] = ds;
+                }
               });
             });
-        gemm_strided_batched(exec, 'N', 'N', rows, HS, cols, 1.0f, grads, K, tile, k_tile, ld_qkv,
-                             HS, c0 == 0 ? 0.0f : 1.0f, dq_block, ld_dqkv, HS, NH);
-        gemm_strided_batched(exec, 'T', 'N', cols, HS, rows, 1.0f, grads, K, tile, q_block, ld_qkv,
-                             HS, 1.0f, dqkv.data() + key_row * ld_dqkv + C, ld_dqkv, HS, NH);
-        gemm_strided_batched(exec, 'T', 'N', cols, HS, rows, 1.0f, probs, K, tile, g_block, ld_dout,
-                             HS, 1.0f, dqkv.data() + key_row * ld_dqkv + 2 * C, ld_dqkv, HS, NH);
+        const float beta = c0 == 0 ? 0.0f : 1.0f;
+        if constexpr (kHalf) {
+          float* dk_sums = dkv_sums + static_cast<size_t>(c0) * 2 * C;
+          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads16, K, tile, k_tile, ld_qkv, HS,
+                        beta, dq_sums, HS, head_sums, NH);
+          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads16, K, tile, q_block, ld_qkv, HS,
+                        1.0f, dk_sums, 2 * C, HS, NH);
+          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs16, K, tile, g_block, ld_dout,
+                        HS, 1.0f, dk_sums + C, 2 * C, HS, NH);
+        } else {
+          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads, K, tile, k_tile, ld_qkv, HS,
+                        beta, dq_block, ld_dqkv, HS, NH);
+          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads, K, tile, q_block, ld_qkv, HS,
+                        1.0f, dqkv.data() + key_row * ld_dqkv + C, ld_dqkv, HS, NH);
+          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs, K, tile, g_block, ld_dout, HS,
+                        1.0f, dqkv.data() + key_row * ld_dqkv + 2 * C, ld_dqkv, HS, NH);
+        }
       }
+      if (kHalf)
+        Kokkos::parallel_for(
+            "attention_store_dq", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(rows) * C),
+            KOKKOS_LAMBDA(size_t e) {
+              const int i = static_cast<int>(e / C), c = static_cast<int>(e % C);
+              const int h = c / HS, x = c % HS;
+              d(first + i, c) =
+                  E::store(dq_sums[h * head_sums + static_cast<long long>(i) * HS + x]);
+            });
     }
+    if (kHalf)
+      Kokkos::parallel_for(
+          "attention_store_dkv", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * 2 * C),
+          KOKKOS_LAMBDA(size_t e) {
+            const size_t t = e / (2 * C), c = e % (2 * C);
+            d(static_cast<size_t>(b) * T + t, C + c) = E::store(dkv_sums[e]);
+          });
+  }
 }
 
-// The attention of this build: batched on GPUs, tiled per (sequence, head) on host spaces.
-// scratch: attention_scratch_elements(B, NH, HS, T, fp32) floats. (16-bit tensors: the host
-// shape so far, attention_forward_tiled<E>.)
-inline void attention_forward(const Exec& exec, const Mat& out, const Vec& lse, const Vec& scratch,
-                              const ConstMat& qkv, AttentionShape s) {
+// The attention of this build on tensors stored as E: batched on GPUs, tiled per (sequence, head)
+// on host spaces. scratch: attention_scratch_elements(B, NH, HS, T, E::format) floats.
+template <class E = Fp32Elements>
+inline void attention_forward(const Exec& exec, const MatOf<E>& out, const Vec& lse,
+                              const Vec& scratch, const ConstMatOf<E>& qkv, AttentionShape s) {
   Region region("trident::attention_forward");
 #if defined(KOKKOS_ENABLE_CUDA)
-  attention_forward_batched(exec, out, lse, scratch, qkv, s, attention_tiles(s.T));
+  attention_forward_batched<E>(exec, out, lse, scratch, qkv, s, attention_tiles(s.T));
 #else
-  attention_forward_tiled(exec, out, lse, scratch, qkv, s, attention_tiles(s.T));
+  attention_forward_tiled<E>(exec, out, lse, scratch, qkv, s, attention_tiles(s.T));
 #endif
 }
 
-inline void attention_backward(const Exec& exec, const Mat& dqkv, const Vec& scratch,
-                               const ConstMat& dout, const ConstMat& qkv, const ConstMat& out,
-                               const ConstVec& lse, AttentionShape s) {
+template <class E = Fp32Elements>
+inline void attention_backward(const Exec& exec, const MatOf<E>& dqkv, const Vec& scratch,
+                               const ConstMatOf<E>& dout, const ConstMatOf<E>& qkv,
+                               const ConstMatOf<E>& out, const ConstVec& lse, AttentionShape s) {
   Region region("trident::attention_backward");
 #if defined(KOKKOS_ENABLE_CUDA)
-  attention_backward_batched(exec, dqkv, scratch, dout, qkv, out, lse, s, attention_tiles(s.T));
+  attention_backward_batched<E>(exec, dqkv, scratch, dout, qkv, out, lse, s, attention_tiles(s.T));
 #else
-  attention_backward_tiled(exec, dqkv, scratch, dout, qkv, out, lse, s, attention_tiles(s.T));
+  attention_backward_tiled<E>(exec, dqkv, scratch, dout, qkv, out, lse, s, attention_tiles(s.T));
 #endif
 }
 

@@ -49,17 +49,22 @@ constexpr size_t attention_tiled_scratch(int B, int NH, int HS, int T, Attention
 }
 
 // Scratch of the batched shape (GPU builds), in floats: the same tiles for every head of one
-// (sequence, query block), and one value per row (the running sum, then dout . out).
-constexpr size_t attention_batched_scratch(int NH, AttentionTiles t) {
-  return static_cast<size_t>(NH) * t.rows * (2 * static_cast<size_t>(t.keys) + 1);
+// (sequence, query block), and one value per row (the running sum, then dout . out). On 16-bit
+// tensors also the tiles rounded to 16 bits (two per head), the fp32 sums of a block's o or dq,
+// and those of one sequence's dk and dv.
+constexpr size_t attention_batched_scratch(int NH, int HS, int T, AttentionTiles t,
+                                           Precision format) {
+  const size_t R = static_cast<size_t>(t.rows), K = static_cast<size_t>(t.keys);
+  const size_t rounded = format == Precision::kFp32 ? 0 : R * K + R * HS + 2 * size_t(T) * HS;
+  return static_cast<size_t>(NH) * (R * (2 * K + 1) + rounded);
 }
 
 // The scratch this build's attention takes for B sequences of T tokens, NH heads of HS channels,
 // tensors stored in `format`.
 constexpr size_t attention_scratch_elements(int B, int NH, int HS, int T, Precision format) {
 #if defined(KOKKOS_ENABLE_CUDA)
-  (void)B, (void)HS, (void)format;
-  return attention_batched_scratch(NH, attention_tiles(T));
+  (void)B;
+  return attention_batched_scratch(NH, HS, T, attention_tiles(T), format);
 #else
   return attention_tiled_scratch(B, NH, HS, T, attention_tiles(T), format);
 #endif

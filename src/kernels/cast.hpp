@@ -1,6 +1,8 @@
-// Conversions between fp32 working buffers and 16-bit (bf16 / fp16) storage, and rounding fp32
-// values in place to what 16-bit storage would hold.
+// Conversions between fp32 buffers and 16-bit (bf16 / fp16) storage, and copies of stored tensors.
 #pragma once
+
+#include <stdexcept>
+#include <string>
 
 #include "core/half.hpp"
 #include "core/stored.hpp"
@@ -27,29 +29,26 @@ inline void load_half(const Exec& exec, const Vec& out, const HalfView1& in, siz
       KOKKOS_LAMBDA(size_t i) { out(i) = from_half(in(in_offset + i), p); });
 }
 
-// Keeps src[0, n) in dst, in dst's format (nothing to do when dst is src itself).
-inline void keep(const Exec& exec, const StoredTensor& dst, const ConstVec& src, size_t n) {
-  if (dst.format != Precision::kFp32)
-    store_half(exec, dst.f16, 0, ConstVec(src.data(), n), n, dst.format);
-  else if (dst.f32.data() != src.data())
-    Kokkos::deep_copy(exec, window(dst.f32, 0, n), ConstVec(src.data(), n));
+// dst[0, n) = src[0, n), both in the same format (nothing to do when they are one tensor).
+inline void copy_stored(const Exec& exec, const StoredTensor& dst, const StoredTensor& src,
+                        size_t n) {
+  if (dst.format != src.format)
+    throw std::logic_error("copy_stored: a " + std::string(name_of(src.format)) +
+                           " tensor copied into a " + name_of(dst.format) + " one");
+  if (dst.format == Precision::kFp32) {
+    if (dst.f32.data() != src.f32.data())
+      Kokkos::deep_copy(exec, window(dst.f32, 0, n), window(src.f32, 0, n));
+  } else if (dst.f16.data() != src.f16.data()) {
+    Kokkos::deep_copy(exec, window(dst.f16, 0, n), window(src.f16, 0, n));
+  }
 }
 
-// dst[0, n) = the values src keeps (nothing to do when src is dst itself).
-inline void restore(const Exec& exec, const Vec& dst, const StoredTensor& src, size_t n) {
-  if (src.format != Precision::kFp32)
-    load_half(exec, Vec(dst.data(), n), src.f16, 0, n, src.format);
-  else if (src.f32.data() != dst.data())
-    Kokkos::deep_copy(exec, Vec(dst.data(), n), window(src.f32, 0, n));
-}
-
-// x[i] = round_to(x[i], p) for i < n: the value a 16-bit tensor would hold.
-inline void round_in_place(const Exec& exec, const Vec& x, size_t n, Precision p) {
-  if (p == Precision::kFp32) return;
-  Region region("trident::round_in_place");
-  Kokkos::parallel_for(
-      "round_in_place", Kokkos::RangePolicy<Exec>(exec, 0, n),
-      KOKKOS_LAMBDA(size_t i) { x(i) = round_to(x(i), p); });
+// dst[0, n) = 0 in dst's format (zero is all bits clear in each).
+inline void zero_stored(const Exec& exec, const StoredTensor& dst, size_t n) {
+  if (dst.format == Precision::kFp32)
+    Kokkos::deep_copy(exec, window(dst.f32, 0, n), 0.0f);
+  else
+    Kokkos::deep_copy(exec, window(dst.f16, 0, n), uint16_t{0});
 }
 
 // Whether any of x[0, n) is infinite or NaN.

@@ -4,7 +4,11 @@
 // kernel's on the widened inputs, rounded.
 #pragma once
 
+#include <stdexcept>
+#include <type_traits>
+
 #include "core/half.hpp"
+#include "core/stored.hpp"
 #include "core/types.hpp"
 
 namespace trident::kernels {
@@ -39,6 +43,28 @@ template <class E>
 using MatOf = Kokkos::View<typename E::Stored**, Kokkos::LayoutRight, Device, Unmanaged>;
 template <class E>
 using ConstMatOf = Kokkos::View<const typename E::Stored**, Kokkos::LayoutRight, Device, Unmanaged>;
+
+// A stored tensor's elements as E (null when it is empty): what the typed windows below wrap.
+template <class E>
+typename E::Stored* elements_of(const StoredTensor& t) {
+  if (t.empty()) return nullptr;
+  if (t.format != E::format)
+    throw std::logic_error(std::string("a ") + name_of(t.format) + " tensor read as " +
+                           name_of(E::format));
+  if constexpr (std::is_same_v<E, Fp32Elements>)
+    return t.f32.data();
+  else
+    return t.f16.data();
+}
+// t's first n elements (none when t is empty), or its first rows x cols, as a window of E.
+template <class E>
+VecOf<E> vec_of(const StoredTensor& t, size_t n) {
+  return VecOf<E>(elements_of<E>(t), t.empty() ? 0 : n);
+}
+template <class E>
+MatOf<E> mat_of(const StoredTensor& t, size_t rows, size_t cols) {
+  return MatOf<E>(elements_of<E>(t), t.empty() ? 0 : rows, cols);
+}
 
 // f(E{}) with the element type that stores `format`.
 template <class F>

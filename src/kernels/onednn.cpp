@@ -227,4 +227,24 @@ bool fp16_widened() {
   return !fp16_matmul_available();
 }
 
+std::string describe(Precision format) {
+  const dnnl_version_t* v = dnnl_version();
+  const std::string library = "oneDNN " + std::to_string(v->major) + "." +
+                              std::to_string(v->minor) + "." + std::to_string(v->patch);
+  if (format == Precision::kFp16 && fp16_widened())
+    return library + " has no fp16 matmul on this CPU: fp16 operands widened to fp32, CBLAS sgemm";
+  return library + " matmul, " + name_of(format) + " x " + name_of(format) + " -> fp32 sums, on " +
+         cpu_isa();
+}
+
+std::string slower_than_fp32(Precision format) {
+  if (format == Precision::kBf16 && !native_bf16())
+    return "this CPU has neither AVX512-BF16 nor AMX (oneDNN runs " + cpu_isa() +
+           "): bf16 matmuls are emulated and a bf16 run is slower than fp32 here";
+  if (format == Precision::kFp16 && fp16_widened())
+    return "fp16 GEMMs widen their operands to fp32 on this CPU: an fp16 run is slower than fp32 "
+           "here";
+  return "";
+}
+
 }  // namespace trident::kernels::onednn

@@ -34,5 +34,10 @@ std::string cpu_isa();
 bool native_bf16();
 // Whether fp16 GEMMs widen their operands to fp32 here (no AVX512-FP16).
 bool fp16_widened();
+// What a run computing in `format` multiplies with on this CPU, for the start-up banner:
+// "oneDNN 2.6.3 matmul, bf16 x bf16 -> fp32 sums, on avx512_core_bf16".
+std::string describe(Precision format);
+// Why 16-bit GEMMs in `format` will be slower than fp32 ones on this CPU ("": they will not).
+std::string slower_than_fp32(Precision format);
 
 }  // namespace trident::kernels::onednn

@@ -1,6 +1,6 @@
 // What a stage keeps between passes: per in-flight micro-batch (an activation slot) the tensors
 // backward reads, in the storage format; per pending weight-gradient pass the output gradients it
-// multiplies with them. And the fp32 views the ops of one block compute on.
+// multiplies with them.
 #pragma once
 
 #include <cstddef>
@@ -11,28 +11,23 @@
 
 namespace trident {
 
-// The fp32 tensors one block's ops read and write. Each is the slot's own where the slot keeps it
-// in fp32, else a buffer the stage shares between blocks and slots (16-bit storage computes there
-// and keeps a rounded copy; recomputation rebuilds what was not kept). Under sequence parallelism
-// the tensors outside the tensor-parallel regions (ln1, res_attn, ln2, res_mlp and the LayerNorm
-// statistics) hold local_rows(N) rows.
+// One block's tensors, in the storage format (the LayerNorm and softmax statistics in fp32): what
+// its ops write and its backward reads. A slot keeps them per block (ActivationSlot::blocks), and
+// the ops compute there; where a slot does not keep a tensor (a block recomputed whole keeps only
+// its output; the last block of a stage without the head sends its output) the ops use buffers the
+// stage shares. Under sequence parallelism the tensors outside the tensor-parallel regions (ln1,
+// res_attn, ln2, res_mlp and the LayerNorm statistics) hold local_rows(N) rows.
 struct BlockActivations {
-  View1 ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
-  View1 qkv;                      // [N,3C_tp]
-  View1 att_lse;                  // [B,NH_tp,T] each query row's softmax log-sum-exp
-  View1 atty;                     // [N,C_tp]
-  View1 res_attn;                 // [N,C] residual stream after attention
-  View1 ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
-  View1 fch, fch_gelu;            // [N,4C_tp]
-  View1 res_mlp;                  // [N,C] residual stream after the MLP (block output)
-};
-
-// What a slot keeps of one block for backward, in the storage format (the LayerNorm and softmax
-// statistics in fp32). A block recomputed whole keeps only res_mlp; the last block of a stage
-// without the head keeps no res_mlp (it is sent).
-struct BlockKept {
-  StoredTensor ln1, qkv, atty, res_attn, ln2, fch, fch_gelu, res_mlp;
-  View1 ln1_mean, ln1_rstd, att_lse, ln2_mean, ln2_rstd;
+  StoredTensor ln1;            // [N,C]
+  View1 ln1_mean, ln1_rstd;    // [N], [N]
+  StoredTensor qkv;            // [N,3C_tp]
+  View1 att_lse;               // [B,NH_tp,T] each query row's softmax log-sum-exp
+  StoredTensor atty;           // [N,C_tp]
+  StoredTensor res_attn;       // [N,C] residual stream after attention
+  StoredTensor ln2;            // [N,C]
+  View1 ln2_mean, ln2_rstd;    // [N], [N]
+  StoredTensor fch, fch_gelu;  // [N,4C_tp]
+  StoredTensor res_mlp;        // [N,C] residual stream after the MLP (block output)
 };
 
 // The extents of a block's tensors, in elements, for a micro-batch of N = B*T token rows.
@@ -45,30 +40,16 @@ struct BlockExtents {
   size_t stats;   // [local rows]
 };
 
-// Calls f(kept, working, extent) for every tensor a block keeps, beside the working view it is
-// kept from and its extent: keeping, restoring and choosing working views are loops over this.
-template <class Kept, class Work, class F>
-void for_each_kept(Kept& k, Work& b, const BlockExtents& e, F&& f) {
-  f(k.ln1, b.ln1, e.rows_c);
-  f(k.qkv, b.qkv, e.qkv);
-  f(k.atty, b.atty, e.atty);
-  f(k.res_attn, b.res_attn, e.rows_c);
-  f(k.ln2, b.ln2, e.rows_c);
-  f(k.fch, b.fch, e.fc);
-  f(k.fch_gelu, b.fch_gelu, e.fc);
-  f(k.res_mlp, b.res_mlp, e.rows_c);
-}
-
 // One in-flight micro-batch's activations. Under sequence parallelism input and lnf hold
 // local_rows(N) rows.
 struct ActivationSlot {
-  IntView1 tokens, targets;       // [N]
-  StoredTensor input;             // [N,C] embeddings (first stage) or received input
-  std::vector<BlockKept> blocks;  // per local layer
-  StoredTensor lnf;               // [N,C]      (last stage)
-  View1 lnf_mean, lnf_rstd;       // [N], [N]
-  StoredTensor logits;            // [N,V_tp]; overwritten by its gradient in backward
-  View1 losses, lse;              // [N]
+  IntView1 tokens, targets;              // [N]
+  StoredTensor input;                    // [N,C] embeddings (first stage) or received input
+  std::vector<BlockActivations> blocks;  // per local layer
+  StoredTensor lnf;                      // [N,C]      (last stage)
+  View1 lnf_mean, lnf_rstd;              // [N], [N]
+  StoredTensor logits;                   // [N,V_tp]; overwritten by its gradient in backward
+  View1 losses, lse;                     // [N]
   int B = 0, T = 0;
 };
 

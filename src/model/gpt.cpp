@@ -20,18 +20,15 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
         return build_stage(shape_, local_, tp, list, tp_);
       }()),
       layer_context_{exec_, buffers.precision, tp_.get(), &st_.layers},
-      hooks_(shape_, local_, st_, exec_),
+      hooks_(shape_, local_),
       context_{&shape_, &st_, &layer_context_, &hooks_, nullptr},
       embedding_(&layer_context_, m.n_embd, layout.tp_rank * shape_.V_tp()),
       head_(&context_) {
   for (int i = 0; i < shape_.blocks(); ++i) blocks_.emplace_back(&context_, i);
-  if (st_.expanded)
-    redirect_params([this](const LocalParam& p) { return st_.expanded->locate(p); });
-  else if (buffers.full_params)
-    bind(stage_tensors(local_, layout, st_.params), false);
+  if (buffers.full_params) bind(stage_tensors(local_, layout, st_.params), false);
   if (buffers.full_grads) {
     cleared_grads_ = grads_to_clear(shape_, local_);
-    bind(stage_tensors(local_, layout, st_.grads), true);
+    bind(stage_tensors(local_, layout, stored_f32(st_.grads.data(), st_.grads.extent(0))), true);
   }
   // create_mirror, not create_mirror_view: on host spaces the latter would alias slot 0's
   // tokens, and staging a later micro-batch would overwrite them before slot 0's backward.
@@ -70,7 +67,6 @@ void GptStage::set_timer(PhaseTimer* timer) {
 
 void GptStage::init_params(uint64_t seed) {
   init_stage_params(shape_, local_, st_, seed);
-  hooks_.invalidate_expanded();
 }
 
 // The next backward's GEMMs overwrite the weight matrices' gradients (beta 0): not clearing them
@@ -95,50 +91,43 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
   if (sends && (output.size() < rows_c || output.format != precision()))
     throw std::logic_error("GptStage::forward: a stage without the head needs an output tensor");
   if (tokens || targets) stage_tokens(exec_, a, tokens_host_, targets_host_, tokens, targets, N);
-  const View1 input = working_view(a.input, st_.work_x);
   if (shape_.layout.has_embedding) {
     hooks_.need("wte", "");
     hooks_.need("wpe", hooks_.unit_param(0, 0));
-    embedding_.forward(input, a.tokens, B, T);
-    context_.keep(a.input, input, rows_c);
-  } else {
-    kernels::restore(exec_, input, a.input, rows_c);
-  }
-  View1 x = input;
+    embedding_.forward(a.input, a.tokens, B, T);
+  }  // else the caller received the input there
+  const StoredTensor* x = &a.input;
   for (int i = 0; i < n_blocks; ++i) {
     const StoredTensor& sent = sends && i + 1 == n_blocks ? output : StoredTensor();
     const BlockActivations b = blocks_[i].working(a, sent);
     const std::string next = i + 1 < n_blocks ? hooks_.unit_param(i + 1, 0) : "";
-    blocks_[i].forward(b, x, B, T, true, next.empty() && !sends ? "ln_f.weight" : next);
-    blocks_[i].keep(a, b, sent);
-    x = b.res_mlp;
-    if (x.data() == st_.shared.res_mlp.data()) {  // the next block overwrites the shared output
-      Kokkos::deep_copy(exec_, window(st_.work_x, 0, rows_c), window(x, 0, rows_c));
-      x = st_.work_x;
-    }
+    blocks_[i].forward(b, *x, B, T, true, next.empty() && !sends ? "ln_f.weight" : next);
+    x = sends && i + 1 == n_blocks ? &output : &a.blocks[i].res_mlp;
   }
-  return sends ? 0.0 : head_.forward(a, x, targets != nullptr);  // else the output is sent
+  return sends ? 0.0 : head_.forward(a, *x, targets != nullptr);  // else the output is sent
 }
 
-void GptStage::backward(int slot, float loss_scale, const ConstVec& grad_output) {
+void GptStage::backward(int slot, float loss_scale, const StoredTensor& grad_output) {
   backward_pass(st_.slots[slot], loss_scale, grad_output, nullptr);
 }
 
-void GptStage::backward_input(int slot, float loss_scale, const ConstVec& grad_output, int set) {
+void GptStage::backward_input(int slot, float loss_scale, const StoredTensor& grad_output,
+                              int set) {
   backward_pass(st_.slots[slot], loss_scale, grad_output, &st_.deferred.at(set));
 }
 
-// Under 16-bit storage activation gradients are rounded like activations, so an fp16 overflow
-// shows as infinity, as on a device.
-void GptStage::backward_pass(const ActivationSlot& a, float loss_scale, const ConstVec& grad_output,
-                             const DeferredGrads* defer) {
+// Under 16-bit storage activation gradients are 16-bit tensors, so an fp16 overflow shows as
+// infinity, as on a device.
+void GptStage::backward_pass(const ActivationSlot& a, float loss_scale,
+                             const StoredTensor& grad_output, const DeferredGrads* defer) {
   const bool accumulate = !grads_fresh_;  // weight matrices: the step's first write overwrites
   const size_t rows_c = static_cast<size_t>(local_rows(a.B * a.T)) * shape_.model.n_embd;
   if (shape_.layout.has_head) {
     head_.backward(a, loss_scale, defer, accumulate);
-  } else {  // rounding keeps a received gradient exact in the deferred copy
-    Kokkos::deep_copy(exec_, window(st_.dresidual, 0, rows_c), grad_output);
-    layer_context_.round(st_.dresidual, rows_c);
+  } else {
+    if (grad_output.size() < rows_c)
+      throw std::logic_error("GptStage::backward: a stage without the head needs grad_output");
+    kernels::copy_stored(exec_, st_.dresidual, grad_output, rows_c);
   }
   for (int i = shape_.blocks() - 1; i >= 0; --i)
     blocks_[i].backward(a, defer ? &defer->blocks[i] : nullptr, accumulate);
@@ -150,26 +139,18 @@ void GptStage::backward_weight(int slot, int set) {
   const ActivationSlot& a = st_.slots[slot];
   const DeferredGrads& d = st_.deferred.at(set);
   const bool accumulate = !grads_fresh_;
-  const size_t rows_c = static_cast<size_t>(local_rows(a.B * a.T)) * shape_.model.n_embd;
   if (shape_.layout.has_head) head_.backward_weight(a, d, accumulate);
   for (int i = shape_.blocks() - 1; i >= 0; --i)
     blocks_[i].backward_weight(a, d.blocks[i], accumulate);
-  const bool embeds = shape_.layout.has_embedding;
-  finish_weight_grads(a, embeds ? context_.kept_values(d.input, st_.dresidual, rows_c) : View1());
+  finish_weight_grads(a, d.input);
 }
 
-void GptStage::finish_weight_grads(const ActivationSlot& a, const View1& dinput) {
+void GptStage::finish_weight_grads(const ActivationSlot& a, const StoredTensor& dinput) {
   if (shape_.layout.has_embedding) embedding_.backward_weight(dinput, a.tokens, a.B, a.T);
   grads_fresh_ = false;
   hooks_.grads_ready_from("");
   if (shape_.layout.has_embedding) hooks_.unit_done("wpe");
   if (local_.holds("wte")) hooks_.unit_done("wte");
-}
-
-ConstMat GptStage::logits(int slot) const {
-  const ActivationSlot& a = st_.slots[slot];
-  return window(working_view(a.logits, st_.work_logits), 0, static_cast<size_t>(a.B) * a.T,
-                shape_.V_tp());
 }
 
 }  // namespace trident

@@ -32,12 +32,10 @@ class GptStage {
   const StageLayout& layout() const { return shape_.layout; }
   const ParamTable& table() const { return table_; }
   const LocalParamTable& local() const { return local_; }
-  View1 params() const { return st_.params; }  // fp32 storage
+  View1 params() const { return st_.params.f32; }  // fp32 storage
   Precision precision() const { return shape_.buffers.precision; }
   // 16-bit storage: the parameters as bf16 / fp16, laid out like params().
-  HalfView1 params16() const { return st_.params16; }
-  // 16-bit storage: params16() changed (an optimizer step): expand units again before use.
-  void invalidate_expanded() { hooks_.invalidate_expanded(); }
+  HalfView1 params16() const { return st_.params.f16; }
   View1 grads() const { return st_.grads; }
   int slots() const { return static_cast<int>(st_.slots.size()); }
   // Attributes tensor-parallel communication to Phase::kTpComm; null times nothing.
@@ -79,28 +77,29 @@ class GptStage {
   // format (activations are rounded to it as they are made, so the transfer is exact).
   CommBuffer input_buffer(int slot) const { return CommBuffer(st_.slots[slot].input); }
   // Backward of `slot`, accumulating into grads(). The last stage starts from
-  // loss_scale * (sum of per-token losses); others from grad_output [local_rows(B*T), C].
-  void backward(int slot, float loss_scale, const ConstVec& grad_output);
+  // loss_scale * (sum of per-token losses); others from grad_output [local_rows(B*T), C] in the
+  // storage format.
+  void backward(int slot, float loss_scale, const StoredTensor& grad_output = {});
   // backward(slot) split in two for zero-bubble schedules: backward_input computes input_grad()
   // and keeps what the weight gradients need in deferred set `set` (0..deferred_sets-1); the
   // later backward_weight(slot, set), before the slot's next forward, accumulates the weight
   // gradients into grads() and fires the gradient hooks. Together they give backward()'s
   // gradients bit for bit.
-  void backward_input(int slot, float loss_scale, const ConstVec& grad_output, int set);
+  void backward_input(int slot, float loss_scale, const StoredTensor& grad_output, int set);
   void backward_weight(int slot, int set);
-  // d(loss)/d(input) [local_rows(B*T), C] after backward on a non-first stage (valid until the
-  // next one).
-  Vec input_grad() const { return window(st_.dresidual, 0, st_.dresidual.extent(0)); }
-  // Logits [B*T, V_tp] of the last forward on `slot` (last stage; this rank's vocab slice).
-  // Under 16-bit storage: of the last forward on any slot.
-  ConstMat logits(int slot) const;
+  // d(loss)/d(input) [local_rows(B*T), C] in the storage format after backward on a non-first
+  // stage (valid until the next one).
+  const StoredTensor& input_grad() const { return st_.dresidual; }
+  // Logits [B*T, V_tp] of the last forward on `slot` in the storage format (last stage; this
+  // rank's vocabulary slice); backward overwrites them with their gradient.
+  const StoredTensor& logits(int slot) const { return st_.slots[slot].logits; }
 
  private:
   // Every input gradient, and the weight gradients now (defer null) or later (backward_weight).
-  void backward_pass(const ActivationSlot& a, float loss_scale, const ConstVec& grad_output,
+  void backward_pass(const ActivationSlot& a, float loss_scale, const StoredTensor& grad_output,
                      const DeferredGrads* defer);
   // The end of a backward's weight gradients: the embeddings' and the last hooks.
-  void finish_weight_grads(const ActivationSlot& a, const View1& dinput);
+  void finish_weight_grads(const ActivationSlot& a, const StoredTensor& dinput);
   void bind(const StageTensors& t, bool grads);
 
   StageShape shape_;

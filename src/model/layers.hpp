@@ -2,27 +2,31 @@
 // gradients, and has a forward, a backward-input and a backward-weight half (zero-bubble
 // schedules run the weight halves later); tensor parallelism is a property of the type
 // (column-parallel, row-parallel, vocabulary-parallel) and sequence parallelism of the group it
-// runs on. Under 16-bit storage every output is rounded as it is made, so the next op reads what
-// a 16-bit tensor would hold.
+// runs on. Activations, their gradients and parameters are tensors in the storage format (fp32,
+// or bf16 / fp16 computed in fp32 registers and by 16-bit GEMMs with fp32 sums); parameter
+// gradients and statistics are fp32.
 #pragma once
 
 #include <cstddef>
 
 #include "core/precision.hpp"
+#include "core/stored.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/elements.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace trident {
 
-// The buffers a stage's layers share, each reused by every layer in turn ([N,C] unless said).
+// The buffers a stage's layers share, each reused by every layer in turn ([N,C] unless said; the
+// stored ones in the storage format).
 struct LayerWorkspace {
-  View1 partial;    // a row-parallel layer's output before its tp sum; gathered output gradients
-  View1 dinput;     // a column-parallel layer's input gradient before its tp sum
-  View1 gathered;   // sequence parallelism: all rows of a layer's input
-  View1 scattered;  // sequence parallelism: [N/tp,C] this rank's rows of a tp sum
+  StoredTensor partial;    // a row-parallel output before its tp sum; gathered output gradients
+  StoredTensor dinput;     // a column-parallel layer's input gradient before its tp sum
+  StoredTensor gathered;   // sequence parallelism: all rows of a layer's input
+  StoredTensor scattered;  // sequence parallelism: [N/tp,C] this rank's rows of a tp sum
   View1 norm_grad;  // sequence parallelism: [2C] a LayerNorm's parameter gradients before their sum
-  View1 attention;  // [attention_scratch_elements(B, NH_tp, HS, T, fp32)] its tiles
+  View1 attention;  // [attention_scratch_elements(B, NH_tp, HS, T, storage)] its tiles
   View1 row_max;    // [N] vocabulary-parallel cross-entropy: each row's maximum
   View1 row_sums;   // [2N] its exp sums, then the target logits: one all-reduce for both
 };
@@ -30,19 +34,23 @@ struct LayerWorkspace {
 // What every layer of a stage runs with.
 struct LayerContext {
   Exec exec;
-  Precision storage = Precision::kFp32;  // outputs are rounded to it
+  Precision storage = Precision::kFp32;  // of activations, their gradients and parameters
   TensorParallel* tp = nullptr;
   LayerWorkspace* ws = nullptr;
-  // v[0, n) rounded to the storage format (nothing under fp32).
-  void round(const View1& v, size_t n) const;
+  // f(E{}) with the kernels' element type for the storage format.
+  template <class F>
+  void dispatch(F&& f) const {
+    kernels::with_elements(storage, f);
+  }
 };
 
+// A layer's parameters (in the storage format) or their gradients (fp32), flat.
 struct NormParams {
-  Vec weight, bias;  // [C]
+  StoredTensor weight, bias;  // [C]
 };
 struct LinearParams {
-  Mat weight;  // [out, in] (this rank's slice)
-  Vec bias;    // [out], or empty
+  StoredTensor weight;  // [out, in] (this rank's slice)
+  StoredTensor bias;    // [out], or empty
 };
 
 // LayerNorm over this rank's token rows, its parameters replicated over tp (under sequence
@@ -52,13 +60,13 @@ class LayerNorm {
   explicit LayerNorm(const LayerContext* ctx, int C) : ctx_(ctx), C_(C) {}
   NormParams weights, grads;
   // out, mean, rstd [rows, C], [rows], [rows] of x [rows, C].
-  void forward(const View1& out, const View1& mean, const View1& rstd, const View1& x,
+  void forward(const StoredTensor& out, const View1& mean, const View1& rstd, const StoredTensor& x,
                int rows) const;
   // dx += d/dx from dout.
-  void backward_input(const View1& dx, const View1& dout, const View1& x, const View1& mean,
-                      const View1& rstd, int rows) const;
-  void backward_weight(const View1& dout, const View1& x, const View1& mean, const View1& rstd,
-                       int rows) const;
+  void backward_input(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x,
+                      const View1& mean, const View1& rstd, int rows) const;
+  void backward_weight(const StoredTensor& dout, const StoredTensor& x, const View1& mean,
+                       const View1& rstd, int rows) const;
 
  private:
   const LayerContext* ctx_;
@@ -74,12 +82,13 @@ class ColumnParallelLinear {
       : ctx_(ctx), in_(in), out_(out_tp) {}
   LinearParams weights, grads;
   // out [N, out_tp] from this rank's rows of x [local_rows(N), in].
-  void forward(const View1& out, const View1& x_rows, int N) const;
+  void forward(const StoredTensor& out, const StoredTensor& x_rows, int N) const;
   // This rank's rows of d/dx (the tp sum of dout W): returns the buffer that holds them.
-  View1 backward_input(const View1& dout, int N) const;
+  StoredTensor backward_input(const StoredTensor& dout, int N) const;
   // Weight and bias gradients (+)= from dout [N, out_tp] and x's rows; `accumulate` false
   // overwrites the weight gradient (the step's first write).
-  void backward_weight(const View1& dout, const View1& x_rows, int N, bool accumulate) const;
+  void backward_weight(const StoredTensor& dout, const StoredTensor& x_rows, int N,
+                       bool accumulate) const;
 
  private:
   const LayerContext* ctx_;
@@ -95,12 +104,13 @@ class RowParallelLinear {
       : ctx_(ctx), in_(in_tp), out_(out) {}
   LinearParams weights, grads;
   // This rank's rows of the output [local_rows(N), out] from x [N, in_tp]: returns their buffer.
-  View1 forward(const View1& x, int N) const;
+  StoredTensor forward(const StoredTensor& x, int N) const;
   // All N rows of an output gradient held as this rank's rows (gathered under SP).
-  View1 gather_output_grad(const View1& dout_rows, int N) const;
+  StoredTensor gather_output_grad(const StoredTensor& dout_rows, int N) const;
   // dx [N, in_tp] = dout W, from all rows of dout.
-  void backward_input(const View1& dx, const View1& dout, int N) const;
-  void backward_weight(const View1& dout, const View1& x, int N, bool accumulate) const;
+  void backward_input(const StoredTensor& dx, const StoredTensor& dout, int N) const;
+  void backward_weight(const StoredTensor& dout, const StoredTensor& x, int N,
+                       bool accumulate) const;
 
  private:
   const LayerContext* ctx_;
@@ -113,10 +123,11 @@ class Attention {
   Attention(const LayerContext* ctx, int heads_tp, int head_size)
       : ctx_(ctx), heads_(heads_tp), head_size_(head_size) {}
   // out [N, C_tp] and each query row's log-sum-exp lse [B*NH_tp*T] from qkv [N, 3C_tp].
-  void forward(const View1& out, const View1& lse, const View1& qkv, int B, int T) const;
+  void forward(const StoredTensor& out, const View1& lse, const StoredTensor& qkv, int B,
+               int T) const;
   // dqkv [N, 3C_tp] from dout [N, C_tp] and forward's out and lse.
-  void backward(const View1& dqkv, const View1& dout, const View1& qkv, const View1& out,
-                const View1& lse, int B, int T) const;
+  void backward(const StoredTensor& dqkv, const StoredTensor& dout, const StoredTensor& qkv,
+                const StoredTensor& out, const View1& lse, int B, int T) const;
 
  private:
   kernels::AttentionShape shape(int B, int T) const { return {B, T, heads_, head_size_}; }
@@ -128,9 +139,9 @@ class Attention {
 class Gelu {
  public:
   explicit Gelu(const LayerContext* ctx) : ctx_(ctx) {}
-  void forward(const View1& out, const View1& x, size_t n) const;
+  void forward(const StoredTensor& out, const StoredTensor& x, size_t n) const;
   // d (in place) = d * gelu'(x).
-  void backward(const View1& d, const View1& x, size_t n) const;
+  void backward(const StoredTensor& d, const StoredTensor& x, size_t n) const;
 
  private:
   const LayerContext* ctx_;
@@ -140,7 +151,8 @@ class Gelu {
 class Residual {
  public:
   explicit Residual(const LayerContext* ctx) : ctx_(ctx) {}
-  void forward(const View1& out, const View1& a, const View1& b, size_t n) const;
+  void forward(const StoredTensor& out, const StoredTensor& a, const StoredTensor& b,
+               size_t n) const;
 
  private:
   const LayerContext* ctx_;
@@ -153,14 +165,14 @@ class VocabParallelEmbedding {
   VocabParallelEmbedding(const LayerContext* ctx, int C, int vocab_start)
       : ctx_(ctx), C_(C), vocab_start_(vocab_start) {}
   struct Tables {
-    Mat wte;  // [V_tp, C]
-    Mat wpe;  // [block_size, C]
+    StoredTensor wte;  // [V_tp, C]
+    StoredTensor wpe;  // [block_size, C]
   };
   Tables weights, grads;
   // This rank's rows of the embeddings [local_rows(B*T), C] into `out`.
-  void forward(const View1& out, const IntView1& tokens, int B, int T) const;
+  void forward(const StoredTensor& out, const IntView1& tokens, int B, int T) const;
   // Scatter-adds the rows of dout (this rank's; all of them gathered under SP).
-  void backward_weight(const View1& dout_rows, const IntView1& tokens, int B, int T) const;
+  void backward_weight(const StoredTensor& dout_rows, const IntView1& tokens, int B, int T) const;
 
  private:
   const LayerContext* ctx_;
@@ -174,10 +186,10 @@ class VocabParallelCrossEntropy {
   VocabParallelCrossEntropy(const LayerContext* ctx, int V_tp, int vocab_start, int vocab_valid)
       : ctx_(ctx), V_(V_tp), vocab_start_(vocab_start), vocab_valid_(vocab_valid) {}
   // Per-token losses and log-sum-exps [N] of logits [N, V_tp]; returns the losses' sum.
-  double forward(const View1& losses, const View1& lse, const View1& logits,
+  double forward(const View1& losses, const View1& lse, const StoredTensor& logits,
                  const IntView1& targets, int N) const;
   // logits (in place) = scale * d(loss)/d(logits).
-  void backward(const View1& logits, const View1& lse, const IntView1& targets, int N,
+  void backward(const StoredTensor& logits, const View1& lse, const IntView1& targets, int N,
                 float scale) const;
 
  private:

@@ -16,7 +16,7 @@ class OutputHead {
 
   // Logits of the last block's output x into slot a; with targets, returns the sum of the
   // per-token losses.
-  double forward(ActivationSlot& a, const View1& x, bool with_targets) const;
+  double forward(ActivationSlot& a, const StoredTensor& x, bool with_targets) const;
   // d/d(x) into storage.dresidual, with the weight gradients now (`defer` null) or their output
   // gradients kept in `defer` (and the logits slot) for backward_weight.
   void backward(const ActivationSlot& a, float loss_scale, const DeferredGrads* defer,

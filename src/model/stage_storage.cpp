@@ -18,45 +18,33 @@ BlockExtents StageShape::extents(int B, int T) const {
 
 namespace {
 
-// A block's fp32 tensors other than its output.
-BlockActivations block_internals(const BlockExtents& e, MemCategory c, BufferList& list) {
+// A block's tensors other than its output, in the storage format (the statistics in fp32).
+BlockActivations block_internals(const StageShape& s, const BlockExtents& e, MemCategory c,
+                                 BufferList& list) {
+  const Precision p = s.buffers.precision;
   BlockActivations b;
-  b.ln1 = list.f32("ln1", c, e.rows_c);
+  b.ln1 = list.stored("ln1", c, e.rows_c, p);
   b.ln1_mean = list.f32("ln1_mean", c, e.stats);
   b.ln1_rstd = list.f32("ln1_rstd", c, e.stats);
-  b.qkv = list.f32("qkv", c, e.qkv);
+  b.qkv = list.stored("qkv", c, e.qkv, p);
   b.att_lse = list.f32("att_lse", c, e.heads);
-  b.atty = list.f32("atty", c, e.atty);
-  b.res_attn = list.f32("res_attn", c, e.rows_c);
-  b.ln2 = list.f32("ln2", c, e.rows_c);
+  b.atty = list.stored("atty", c, e.atty, p);
+  b.res_attn = list.stored("res_attn", c, e.rows_c, p);
+  b.ln2 = list.stored("ln2", c, e.rows_c, p);
   b.ln2_mean = list.f32("ln2_mean", c, e.stats);
   b.ln2_rstd = list.f32("ln2_rstd", c, e.stats);
-  b.fch = list.f32("fch", c, e.fc);
-  b.fch_gelu = list.f32("fch_gelu", c, e.fc);
+  b.fch = list.stored("fch", c, e.fc, p);
+  b.fch_gelu = list.stored("fch_gelu", c, e.fc, p);
   return b;
 }
 
 // What a slot keeps of a block: its output unless it is sent, and unless the block is recomputed
 // whole what its backward reads.
-BlockKept kept_block(const StageShape& s, const BlockExtents& e, bool output, bool internals,
-                     BufferList& list) {
+BlockActivations kept_block(const StageShape& s, const BlockExtents& e, bool output, bool internals,
+                            BufferList& list) {
   constexpr MemCategory act = MemCategory::kActivations;
-  const Precision p = s.buffers.precision;
-  BlockKept k;
-  if (output) k.res_mlp = list.stored("res_mlp", act, e.rows_c, p);
-  if (!internals) return k;
-  k.ln1_mean = list.f32("ln1_mean", act, e.stats);
-  k.ln1_rstd = list.f32("ln1_rstd", act, e.stats);
-  k.ln2_mean = list.f32("ln2_mean", act, e.stats);
-  k.ln2_rstd = list.f32("ln2_rstd", act, e.stats);
-  k.att_lse = list.f32("att_lse", act, e.heads);
-  k.ln1 = list.stored("ln1", act, e.rows_c, p);
-  k.qkv = list.stored("qkv", act, e.qkv, p);
-  k.atty = list.stored("atty", act, e.atty, p);
-  k.res_attn = list.stored("res_attn", act, e.rows_c, p);
-  k.ln2 = list.stored("ln2", act, e.rows_c, p);
-  k.fch = list.stored("fch", act, e.fc, p);
-  k.fch_gelu = list.stored("fch_gelu", act, e.fc, p);
+  BlockActivations k = internals ? block_internals(s, e, act, list) : BlockActivations{};
+  if (output) k.res_mlp = list.stored("res_mlp", act, e.rows_c, s.buffers.precision);
   return k;
 }
 
@@ -102,60 +90,40 @@ DeferredGrads deferred_grads(const StageShape& s, BufferList& list) {
 
 void parameters_and_gradients(const StageShape& s, const LocalParamTable& local, BufferList& list,
                               StageStorage& st) {
-  if (s.half() && s.buffers.full_params) {
-    // 16-bit parameters; each op reads its unit expanded to fp32. Under ZeRO-3 the parameter
-    // shards do the same and redirect the parameters.
-    st.params16 = list.f16("params16", MemCategory::kParams, local.total_numel());
-    st.expanded = std::make_unique<UnitBuffers>(local, s.model.n_layer, list,
-                                                MemCategory::kWorkspace, "expanded_params");
-  } else if (s.buffers.full_params) {
-    st.params = list.f32("params", MemCategory::kParams, local.total_numel());
-  }
+  // Under ZeRO-3 the parameter shards hold the gathered units and redirect the parameters.
+  if (s.buffers.full_params)
+    st.params =
+        list.stored("params", MemCategory::kParams, local.total_numel(), s.buffers.precision);
   if (s.buffers.full_grads) st.grads = list.f32("grads", MemCategory::kGrads, local.total_numel());
-}
-
-// The fp32 buffers blocks and slots share (StageStorage::shared and the 16-bit work tensors).
-void shared_working_tensors(const StageShape& s, BufferList& list, StageStorage& st) {
-  const BlockExtents e = s.extents(s.max_batch, s.max_seq);
-  constexpr MemCategory work = MemCategory::kWorkspace, act = MemCategory::kActivations;
-  if (s.half()) {  // one block's activations in fp32, its input, and the head's tensors
-    st.shared = block_internals(e, work, list);
-    st.shared.res_mlp = list.f32("work_res_mlp", work, e.rows_c);
-    st.work_x = list.f32("work_x", work, e.rows_c);
-    if (s.layout.has_head) {
-      st.work_lnf = list.f32("work_lnf", work, e.rows_c);
-      const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq;
-      st.work_logits = list.f32("work_logits", work, N * s.V_tp());
-    }
-  } else if (s.blocks() > 0 && s.buffers.recompute.full_block(0)) {
-    st.shared = block_internals(e, act, list);  // one block's recomputed internals
-  }
 }
 
 void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   const BlockExtents e = s.extents(s.max_batch, s.max_seq);
   const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq, C = s.model.n_embd;
-  const auto work = [&](const char* label, size_t n) {
-    return list.f32(label, MemCategory::kWorkspace, n);
-  };
+  const Precision p = s.buffers.precision;
+  constexpr MemCategory work = MemCategory::kWorkspace;
+  const auto f32 = [&](const char* label, size_t n) { return list.f32(label, work, n); };
+  const auto stored = [&](const char* label, size_t n) { return list.stored(label, work, n, p); };
+  // One block's recomputed tensors, shared by every recomputed block.
+  if (s.blocks() > 0 && s.buffers.recompute.full_block(0))
+    st.shared = block_internals(s, e, MemCategory::kActivations, list);
   LayerWorkspace& ws = st.layers;
-  ws.partial = work("scratch_c", N * C);
+  ws.partial = stored("scratch_c", N * C);
   if (s.sequence_parallel()) {
-    ws.gathered = work("gathered", N * C);
-    ws.scattered = work("scattered", e.rows_c);
-    ws.norm_grad = work("ln_grad", 2 * C);
+    ws.gathered = stored("gathered", N * C);
+    ws.scattered = stored("scattered", e.rows_c);
+    ws.norm_grad = f32("ln_grad", 2 * C);
   }
-  ws.row_max = work("row_max", N);
-  ws.row_sums = work("row_sum", 2 * N);
-  st.dresidual = work("dresidual", e.rows_c);
-  ws.dinput = work("dln", N * C);
-  st.datty = work("datty", e.atty);
-  st.dqkv = work("dqkv", e.qkv);
-  st.dfch = work("dfch", e.fc);
-  ws.attention = work(
-      "attention_tiles",
-      kernels::attention_scratch_elements(s.max_batch, s.heads_tp(), s.model.head_size(), s.max_seq,
-                                          Precision::kFp32));  // fp32 blocks
+  ws.row_max = f32("row_max", N);
+  ws.row_sums = f32("row_sum", 2 * N);
+  st.dresidual = stored("dresidual", e.rows_c);
+  ws.dinput = stored("dln", N * C);
+  st.datty = stored("datty", e.atty);
+  st.dqkv = stored("dqkv", e.qkv);
+  st.dfch = stored("dfch", e.fc);
+  ws.attention =
+      f32("attention_tiles", kernels::attention_scratch_elements(
+                                 s.max_batch, s.heads_tp(), s.model.head_size(), s.max_seq, p));
 }
 
 // The next backward writes these gradients with its GEMMs (beta 0) instead of adding to zeros.
@@ -197,9 +165,9 @@ void init_stage_params(const StageShape& s, const LocalParamTable& local, const 
     Kokkos::deep_copy(view, host);
   };
   if (s.half())
-    fill(st.params16, [&](float v) { return to_half(v, s.buffers.precision); });
+    fill(st.params.f16, [&](float v) { return to_half(v, s.buffers.precision); });
   else
-    fill(st.params, [](float v) { return v; });
+    fill(st.params.f32, [](float v) { return v; });
 }
 
 BufferList describe_kept_block(const StageShape& shape, bool internals) {
@@ -215,17 +183,14 @@ StageStorage lay_out_stage(const StageShape& s, const LocalParamTable& local, Bu
   parameters_and_gradients(s, local, list, st);
   for (int k = 0; k < s.slots; ++k) st.slots.push_back(activation_slot(s, list));
   for (int k = 0; k < s.buffers.deferred_sets; ++k) st.deferred.push_back(deferred_grads(s, list));
-  shared_working_tensors(s, list, st);
   workspace(s, list, st);
   return st;
 }
 
 StageStorage build_stage(const StageShape& s, const LocalParamTable& local, Communicator* comm,
                          BufferList& list, std::unique_ptr<TensorParallel>& tp) {
-  const size_t rows = static_cast<size_t>(s.max_batch) * s.max_seq;
   tp = std::make_unique<TensorParallel>(comm, s.layout.tp_size, s.layout.tp_rank,
-                                        s.buffers.sequence_parallel, s.buffers.precision, rows,
-                                        s.model.n_embd, list);
+                                        s.buffers.sequence_parallel, s.model.n_embd);
   return lay_out_stage(s, local, list);
 }
 

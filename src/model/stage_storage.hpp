@@ -13,7 +13,6 @@
 #include "model/params.hpp"
 #include "model/partition.hpp"
 #include "model/recompute.hpp"
-#include "model/unit_buffers.hpp"
 
 namespace trident {
 
@@ -25,9 +24,9 @@ struct StageBuffers {
   // units whole at once.
   bool full_params = true, full_grads = true;
   Recompute recompute;
-  // bf16 / fp16: parameters and kept activations stored in 16 bits; every op computes in fp32 on
-  // expanded copies (a unit of parameters, one block's activations) and rounds its output to
-  // what 16-bit storage holds. Gradients stay fp32.
+  // bf16 / fp16: parameters (the compute copy), activations and their gradients stored and read
+  // in 16 bits; GEMMs take 16-bit operands and sum in fp32, element-wise kernels compute in fp32
+  // registers. Parameter gradients and statistics stay fp32.
   Precision precision = Precision::kFp32;
   // Zero-bubble schedules: how many DeferredGrads sets to hold (weight-gradient passes pending at
   // once, counting the one an input-gradient pass is writing).
@@ -60,24 +59,20 @@ struct StageShape {
 
 // The stage's buffers, made by lay_out_stage.
 struct StageStorage {
-  View1 params;                           // fp32 storage, full_params
-  HalfView1 params16;                     // 16-bit storage, full_params
-  std::unique_ptr<UnitBuffers> expanded;  // 16-bit, full_params: fp32 copies of the units in use
-  View1 grads;                            // full_grads
+  StoredTensor params;  // full_params, in the storage format
+  View1 grads;          // full_grads
   std::vector<ActivationSlot> slots;
   std::vector<DeferredGrads> deferred;
-  // fp32 working tensors every block and slot shares: under 16-bit storage one block's whole
-  // set, under recomputation what is recomputed (a block's internals, or the probabilities).
+  // What a block recomputed whole rebuilds for its backward, shared by every block and slot.
   BlockActivations shared;
-  View1 work_x, work_lnf, work_logits;  // 16-bit storage: a block's input, the head's tensors
   LayerWorkspace layers;
-  // Backward: d/d(residual stream) [local rows, C], and the tensor-parallel regions' gradients.
-  View1 dresidual, datty, dqkv, dfch;  // [N,C], [N,C_tp], [N,3C_tp], [N,4C_tp]
+  // Backward: d/d(residual stream) [local rows, C], and the tensor-parallel regions' gradients,
+  // in the storage format.
+  StoredTensor dresidual, datty, dqkv, dfch;  // [N,C], [N,C_tp], [N,3C_tp], [N,4C_tp]
 };
 
 // Describes (and, when `list` has a ledger, allocates) every buffer of a stage of `shape` whose
-// parameter table is `local`. The tensor-parallel group's 16-bit transfer buffers are its own
-// (TensorParallel), described to the same list.
+// parameter table is `local`.
 StageStorage lay_out_stage(const StageShape& shape, const LocalParamTable& local, BufferList& list);
 
 // The stage's tensor-parallel group (into `tp`) and its buffers, described to (and, given a

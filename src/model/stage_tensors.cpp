@@ -6,29 +6,23 @@
 namespace trident {
 
 StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
-                           const View1& flat) {
-  return stage_tensors(local, layout, [&](const LocalParam& p) { return flat.data() + p.offset; });
+                           const StoredTensor& flat) {
+  return stage_tensors(local, layout,
+                       [&](const LocalParam& p) { return flat.window(p.offset, p.numel); });
 }
 
 StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
                            const TensorLocator& where) {
-  const auto vec = [&](const std::string& name) {
-    const LocalParam& p = local.at(name);
-    return Vec(where(p), p.numel);
-  };
-  const auto mat = [&](const std::string& name) {
-    const LocalParam& p = local.at(name);
-    return Mat(where(p), p.shape[0], p.shape[1]);
-  };
+  const auto tensor = [&](const std::string& name) { return where(local.at(name)); };
   const auto norm = [&](const std::string& name) {
-    return NormParams{vec(name + ".weight"), vec(name + ".bias")};
+    return NormParams{tensor(name + ".weight"), tensor(name + ".bias")};
   };
   const auto linear = [&](const std::string& name) {
-    return LinearParams{mat(name + ".weight"), vec(name + ".bias")};
+    return LinearParams{tensor(name + ".weight"), tensor(name + ".bias")};
   };
   StageTensors t;
-  if (local.holds("wte")) t.wte = mat("wte");
-  if (layout.has_embedding) t.wpe = mat("wpe");
+  if (local.holds("wte")) t.wte = tensor("wte");
+  if (layout.has_embedding) t.wpe = tensor("wpe");
   for (int l = layout.first_layer; l < layout.last_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     t.blocks.push_back({norm(h + "ln_1"), linear(h + "attn.qkv"), linear(h + "attn.proj"),

@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/stored.hpp"
 #include "core/types.hpp"
 #include "model/layers.hpp"
 #include "model/params.hpp"
@@ -21,19 +22,19 @@ struct BlockTensors {
 };
 
 struct StageTensors {
-  Mat wte;                           // [V_tp, C] vocabulary slice; also the tied output projection
-  Mat wpe;                           // [block_size, C]
+  StoredTensor wte;                  // [V_tp, C] vocabulary slice; also the tied output projection
+  StoredTensor wpe;                  // [block_size, C]
   std::vector<BlockTensors> blocks;  // this stage's layers, in order
   NormParams lnf;                    // [C]
 };
 
 // The stage's tensors (its layers, embedding and head as the layout says), each parameter's
-// data at where(param).
-using TensorLocator = std::function<float*(const LocalParam&)>;
+// numel elements at where(param), in any one format.
+using TensorLocator = std::function<StoredTensor(const LocalParam&)>;
 StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
                            const TensorLocator& where);
-// The same, every parameter at its offset in one flat buffer.
+// The same, every parameter at its offset in one flat tensor.
 StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layout,
-                           const View1& flat);
+                           const StoredTensor& flat);
 
 }  // namespace trident

@@ -5,7 +5,6 @@
 #include <cstddef>
 
 #include "comm/comm.hpp"
-#include "core/buffer_list.hpp"
 #include "core/stored.hpp"
 #include "core/timer.hpp"
 #include "core/types.hpp"
@@ -16,9 +15,8 @@ class TensorParallel {
  public:
   // `comm` may be null when size is 1. Under sequence parallelism (Korthikanti et al. 2022)
   // each tp rank keeps only its block of the token rows of the tensors outside the
-  // tensor-parallel regions; `rows` is the most rows a micro-batch has (B*T), `width` C.
-  TensorParallel(Communicator* comm, int size, int rank, bool sequence_parallel, Precision storage,
-                 size_t rows, size_t width, BufferList& buffers);
+  // tensor-parallel regions; `width` is C.
+  TensorParallel(Communicator* comm, int size, int rank, bool sequence_parallel, size_t width);
 
   int rank() const { return rank_; }
   bool sequence_parallel() const { return sp_; }
@@ -29,12 +27,13 @@ class TensorParallel {
   void set_timer(PhaseTimer* timer) { timer_ = timer; }
 
   // All N rows of `rows` [local_rows(N), C]: itself, or under sequence parallelism every rank's
-  // block gathered into `gathered` [N, C]. Returns the buffer with all rows.
-  View1 gather_rows(const View1& rows, int N, const View1& gathered);
+  // block gathered into `gathered` [N, C]. Returns the buffer with all rows. Tensors cross tp in
+  // their storage format: 16-bit activations in 16 bits, as Megatron's bf16 collectives do.
+  StoredTensor gather_rows(const StoredTensor& rows, int N, const StoredTensor& gathered);
   // The sum over tp of `partial` [N, C] (a row-parallel output or a column-parallel input
   // gradient): in place, or under sequence parallelism this rank's rows of it in `scattered`.
-  // Returns the buffer with the sum.
-  View1 sum_rows(const View1& partial, int N, const View1& scattered);
+  // Returns the buffer with the sum (made in fp32 and rounded to the storage format).
+  StoredTensor sum_rows(const StoredTensor& partial, int N, const StoredTensor& scattered);
   void allreduce_sum(const View1& buf, size_t n);
   void allreduce_max(const View1& buf, size_t n);
 
@@ -42,12 +41,8 @@ class TensorParallel {
   Communicator* comm_;
   int size_, rank_;
   bool sp_;
-  Precision storage_;
   size_t width_;
   PhaseTimer* timer_ = nullptr;
-  Exec exec_;
-  // 16-bit storage with tp > 1: what sum_rows and gather_rows send, [N,C] and [N/tp,C] (SP).
-  HalfView1 tp16_, tp16_rows_;
 };
 
 }  // namespace trident

@@ -5,19 +5,12 @@
 
 namespace trident {
 
-void StageContext::keep(const StoredTensor& dst, const View1& src, size_t n) const {
-  kernels::keep(layers->exec, dst, src, n);
+void StageContext::keep(const StoredTensor& dst, const StoredTensor& src, size_t n) const {
+  kernels::copy_stored(layers->exec, dst, src, n);
 }
 
-View1 StageContext::kept_values(const StoredTensor& src, const View1& work, size_t n) const {
-  const View1 values = working_view(src, work);
-  kernels::restore(layers->exec, values, src, n);
-  return values;
-}
-
-View1 StageContext::block_input(const ActivationSlot& a, int i) const {
-  const size_t rows_c = static_cast<size_t>(local_rows(a.B * a.T)) * shape->model.n_embd;
-  return kept_values(i == 0 ? a.input : a.blocks[i - 1].res_mlp, storage->work_x, rows_c);
+const StoredTensor& StageContext::block_input(const ActivationSlot& a, int i) const {
+  return i == 0 ? a.input : a.blocks[i - 1].res_mlp;
 }
 
 TransformerBlock::TransformerBlock(const StageContext* sc, int index)
@@ -33,7 +26,7 @@ TransformerBlock::TransformerBlock(const StageContext* sc, int index)
       sc_(sc),
       index_(index) {}
 
-void TransformerBlock::forward(const BlockActivations& b, const View1& x, int B, int T,
+void TransformerBlock::forward(const BlockActivations& b, const StoredTensor& x, int B, int T,
                                bool complete, const std::string& next) const {
   UnitHooks& hooks = *sc_->hooks;
   const int N = B * T, rows = sc_->local_rows(N);
@@ -62,28 +55,27 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   const StageStorage& st = *sc_->storage;
   const int N = a.B * a.T, rows = sc_->local_rows(N);
   const BlockExtents e = sc_->shape->extents(a.B, a.T);
-  const View1& dres = st.dresidual;
-  const View1 x = sc_->block_input(a, index_);
+  const StoredTensor& dres = st.dresidual;
+  const StoredTensor& x = sc_->block_input(a, index_);
   const BlockActivations b = activations_for_backward(a, x, unit(3));
   hooks.need(unit(3), unit(2));
   // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
-  const View1 dout = fcproj.gather_output_grad(dres, N);
+  const StoredTensor dout = fcproj.gather_output_grad(dres, N);
   fcproj.backward_input(st.dfch, dout, N);
   if (kept) sc_->keep(kept->out, dres, e.rows_c);
   if (!kept) fcproj.backward_weight(dout, b.fch_gelu, N, accumulate);
   if (!kept) hooks.unit_done(unit(3));
   hooks.need(unit(2), unit(1));
   gelu.backward(st.dfch, b.fch, e.fc);
-  const View1 dln2 = fc.backward_input(st.dfch, N);
+  const StoredTensor dln2 = fc.backward_input(st.dfch, N);
   if (kept) sc_->keep(kept->dfch, st.dfch, e.fc);
   if (!kept) fc.backward_weight(st.dfch, b.ln2, N, accumulate);
   ln2.backward_input(dres, dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
   if (kept) sc_->keep(kept->dln2, dln2, e.rows_c);
   if (!kept) ln2.backward_weight(dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
   if (!kept) hooks.unit_done(unit(2));
-  sc_->layers->round(dres, e.rows_c);
   // Attention: dres now holds d/d(res_attn) = d/d(block input) through the residual path.
-  const View1 dmid = proj.gather_output_grad(dres, N);
+  const StoredTensor dmid = proj.gather_output_grad(dres, N);
   hooks.need(unit(1), unit(0));
   proj.backward_input(st.datty, dmid, N);
   if (kept) sc_->keep(kept->mid, dres, e.rows_c);
@@ -91,7 +83,7 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   if (!kept) hooks.unit_done(unit(1));
   attention.backward(st.dqkv, st.datty, b.qkv, b.atty, b.att_lse, a.B, a.T);
   hooks.need(unit(0), hooks.first_backward_unit(index_ - 1));
-  const View1 dln1 = qkv.backward_input(st.dqkv, N);
+  const StoredTensor dln1 = qkv.backward_input(st.dqkv, N);
   if (kept) sc_->keep(kept->dqkv, st.dqkv, e.qkv);
   if (!kept) qkv.backward_weight(st.dqkv, b.ln1, N, accumulate);
   ln1.backward_input(dres, dln1, x, b.ln1_mean, b.ln1_rstd, rows);
@@ -99,7 +91,6 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   if (!kept) ln1.backward_weight(dln1, x, b.ln1_mean, b.ln1_rstd, rows);
   if (!kept) hooks.grads_ready_from(unit(0));
   if (!kept) hooks.unit_done(unit(0));
-  sc_->layers->round(dres, e.rows_c);
 }
 
 // The weight gradients backward left in `kept`, in its order, from the same operands (so the
@@ -108,76 +99,58 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
 void TransformerBlock::backward_weight(const ActivationSlot& a, const DeferredGrads::Block& kept,
                                        bool accumulate) const {
   const UnitHooks& hooks = *sc_->hooks;
-  const StageStorage& st = *sc_->storage;
   const int N = a.B * a.T, rows = sc_->local_rows(N);
-  const BlockExtents e = sc_->shape->extents(a.B, a.T);
-  const View1& dln = st.layers.dinput;
-  const View1 x = sc_->block_input(a, index_);
+  const StoredTensor& x = sc_->block_input(a, index_);
   // After a recomputation the next parameters read are the previous block's, if recomputed.
   const bool previous_recomputed =
       index_ > 0 && sc_->shape->buffers.recompute.full_block(index_ - 1);
   const std::string next = previous_recomputed ? hooks.unit_param(index_ - 1, 0) : "";
   const BlockActivations b = activations_for_backward(a, x, next);
-  const auto values = [&](const StoredTensor& k, const View1& work, size_t n) {
-    return sc_->kept_values(k, work, n);
-  };
-  fcproj.backward_weight(fcproj.gather_output_grad(values(kept.out, st.dresidual, e.rows_c), N),
-                         b.fch_gelu, N, accumulate);
+  fcproj.backward_weight(fcproj.gather_output_grad(kept.out, N), b.fch_gelu, N, accumulate);
   hooks.unit_done(unit(3));
-  fc.backward_weight(values(kept.dfch, st.dfch, e.fc), b.ln2, N, accumulate);
-  ln2.backward_weight(values(kept.dln2, dln, e.rows_c), b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
+  fc.backward_weight(kept.dfch, b.ln2, N, accumulate);
+  ln2.backward_weight(kept.dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
   hooks.unit_done(unit(2));
-  proj.backward_weight(proj.gather_output_grad(values(kept.mid, st.dresidual, e.rows_c), N), b.atty,
-                       N, accumulate);
+  proj.backward_weight(proj.gather_output_grad(kept.mid, N), b.atty, N, accumulate);
   hooks.unit_done(unit(1));
-  qkv.backward_weight(values(kept.dqkv, st.dqkv, e.qkv), b.ln1, N, accumulate);
-  ln1.backward_weight(values(kept.dln1, dln, e.rows_c), x, b.ln1_mean, b.ln1_rstd, rows);
+  qkv.backward_weight(kept.dqkv, b.ln1, N, accumulate);
+  ln1.backward_weight(kept.dln1, x, b.ln1_mean, b.ln1_rstd, rows);
   hooks.grads_ready_from(unit(0));
   hooks.unit_done(unit(0));
 }
 
+namespace {
+
+void or_shared(StoredTensor& t, const StoredTensor& shared) {
+  if (t.empty()) t = shared;
+}
+void or_shared(View1& t, const View1& shared) {
+  if (t.extent(0) == 0) t = shared;
+}
+
+}  // namespace
+
 BlockActivations TransformerBlock::working(const ActivationSlot& a,
                                            const StoredTensor& sent) const {
-  BlockKept k = a.blocks[index_];
-  if (!sent.empty()) k.res_mlp = sent;
-  BlockActivations b = sc_->storage->shared;
-  for_each_kept(k, b, BlockExtents{}, [](const StoredTensor& kept, View1& work, size_t) {
-    work = working_view(kept, work);
-  });
-  if (k.ln1_mean.extent(0) > 0) {  // the statistics are kept in fp32 where they are written
-    b.ln1_mean = k.ln1_mean, b.ln1_rstd = k.ln1_rstd;
-    b.att_lse = k.att_lse;
-    b.ln2_mean = k.ln2_mean, b.ln2_rstd = k.ln2_rstd;
-  }
+  BlockActivations b = a.blocks[index_];
+  if (!sent.empty()) b.res_mlp = sent;
+  const BlockActivations& s = sc_->storage->shared;
+  or_shared(b.ln1, s.ln1), or_shared(b.ln1_mean, s.ln1_mean), or_shared(b.ln1_rstd, s.ln1_rstd);
+  or_shared(b.qkv, s.qkv), or_shared(b.att_lse, s.att_lse), or_shared(b.atty, s.atty);
+  or_shared(b.res_attn, s.res_attn);
+  or_shared(b.ln2, s.ln2), or_shared(b.ln2_mean, s.ln2_mean), or_shared(b.ln2_rstd, s.ln2_rstd);
+  or_shared(b.fch, s.fch), or_shared(b.fch_gelu, s.fch_gelu);
   return b;
 }
 
-void TransformerBlock::keep(const ActivationSlot& a, const BlockActivations& b,
-                            const StoredTensor& sent) const {
-  BlockKept k = a.blocks[index_];
-  if (!sent.empty()) k.res_mlp = sent;
-  for_each_kept(k, b, sc_->shape->extents(a.B, a.T),
-                [&](const StoredTensor& kept, const View1& work, size_t n) {
-                  if (!kept.empty()) sc_->keep(kept, work, n);
-                });
-}
-
-BlockActivations TransformerBlock::activations_for_backward(const ActivationSlot& a, const View1& x,
+BlockActivations TransformerBlock::activations_for_backward(const ActivationSlot& a,
+                                                            const StoredTensor& x,
                                                             const std::string& next) const {
-  BlockActivations b = working(a);
-  const Recompute& recompute = sc_->shape->buffers.recompute;
-  if (recompute.full_block(index_)) {
+  const BlockActivations b = working(a);
+  if (sc_->shape->buffers.recompute.full_block(index_)) {
     ScopedPhase phase(sc_->timer, Phase::kRecompute);
     forward(b, x, a.B, a.T, false, next);
-    return b;
   }
-  const BlockKept& k = a.blocks[index_];
-  // Backward does not read the block's output.
-  for_each_kept(k, b, sc_->shape->extents(a.B, a.T),
-                [&](const StoredTensor& kept, const View1& work, size_t n) {
-                  const bool read = &kept != &k.res_mlp;
-                  if (read && !kept.empty()) kernels::restore(sc_->layers->exec, work, kept, n);
-                });
   return b;
 }
 

@@ -23,18 +23,11 @@ struct StageContext {
   PhaseTimer* timer = nullptr;
 
   int local_rows(int n) const { return layers->tp->local_rows(n); }
-  // Keeps src[0, n) in dst (nothing where src is dst's own fp32 view).
-  void keep(const StoredTensor& dst, const View1& src, size_t n) const;
-  // A kept tensor's values in fp32: itself, or expanded into `work`.
-  View1 kept_values(const StoredTensor& src, const View1& work, size_t n) const;
+  // Copies src[0, n) into dst (the same format): what a deferred weight pass will read.
+  void keep(const StoredTensor& dst, const StoredTensor& src, size_t n) const;
   // Block i's input for backward (i = number of blocks: the last block's output).
-  View1 block_input(const ActivationSlot& a, int i) const;
+  const StoredTensor& block_input(const ActivationSlot& a, int i) const;
 };
-
-// The fp32 view of a kept tensor: itself when kept in fp32, else the shared working buffer.
-inline View1 working_view(const StoredTensor& kept, const View1& shared) {
-  return kept.format == Precision::kFp32 && !kept.empty() ? kept.f32 : shared;
-}
 
 class TransformerBlock {
  public:
@@ -53,12 +46,11 @@ class TransformerBlock {
 
   // From x into b (b.res_mlp is the output); `complete` false stops after the GELU (what
   // backward needs when recomputing). `next` is the unit needed after this block's.
-  void forward(const BlockActivations& b, const View1& x, int B, int T, bool complete,
+  void forward(const BlockActivations& b, const StoredTensor& x, int B, int T, bool complete,
                const std::string& next) const;
-  // The fp32 views forward computes in for slot a (the output in `sent` if given).
+  // The tensors forward writes for slot a: the slot's own, the shared ones where the slot keeps
+  // none, and the output in `sent` if given.
   BlockActivations working(const ActivationSlot& a, const StoredTensor& sent = {}) const;
-  // Keeps what backward reads of b in slot a.
-  void keep(const ActivationSlot& a, const BlockActivations& b, const StoredTensor& sent) const;
   // From d/d(output) in storage.dresidual to d/d(input) there, with the weight gradients now
   // (`kept` null) or their output gradients left in `kept` for backward_weight.
   void backward(const ActivationSlot& a, const DeferredGrads::Block* kept, bool accumulate) const;
@@ -66,9 +58,9 @@ class TransformerBlock {
                        bool accumulate) const;
 
  private:
-  // The activations backward reads: restored from slot a, or recomputed into the shared buffers
-  // (`next`: the unit needed after the recomputation).
-  BlockActivations activations_for_backward(const ActivationSlot& a, const View1& x,
+  // The activations backward reads: slot a's, or recomputed into the shared buffers (`next`: the
+  // unit needed after the recomputation).
+  BlockActivations activations_for_backward(const ActivationSlot& a, const StoredTensor& x,
                                             const std::string& next) const;
   std::string unit(int part) const { return sc_->hooks->unit_param(index_, part); }
 

@@ -44,22 +44,17 @@ std::vector<int64_t> unit_shard_offsets(const LocalParamTable& local, int dp) {
   return out;
 }
 
-UnitBuffers::UnitBuffers(const LocalParamTable& local, int n_layer, BufferList& list,
-                         MemCategory category, const char* label)
-    : local_(local), plan_(plan_unit_buffers(local, n_layer)) {
-  for (int64_t size : plan_.buffer_sizes) buffers_.push_back(list.f32(label, category, size));
-}
-
 UnitBuffers::UnitBuffers(const LocalParamTable& local, int n_layer, MemoryLedger& ledger,
-                         MemCategory category, const char* label)
+                         MemCategory category, const char* label, Precision format)
     : local_(local), plan_(plan_unit_buffers(local, n_layer)) {
   BufferList list(ledger);
-  for (int64_t size : plan_.buffer_sizes) buffers_.push_back(list.f32(label, category, size));
+  for (int64_t size : plan_.buffer_sizes)
+    buffers_.push_back(list.stored(label, category, size, format));
 }
 
-float* UnitBuffers::locate(const LocalParam& p) const {
+StoredTensor UnitBuffers::locate(const LocalParam& p) const {
   const int u = local_.unit_of(p);
-  return of_unit(u).data() + (p.offset - local_.units()[u].offset);
+  return of_unit(u).window(p.offset - local_.units()[u].offset, p.numel);
 }
 
 }  // namespace trident

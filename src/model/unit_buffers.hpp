@@ -1,6 +1,6 @@
-// Working buffers for a stage's units, used where the whole stage is not held in fp32 (ZeRO-2/3
-// gradients and parameters, 16-bit parameters expanded for compute): one for each unit that is
-// not a block (wte, wpe, ln_f) and two alternating ones shared by the blocks.
+// Working buffers for a stage's units, used where the whole stage is not held at once (ZeRO-2/3
+// gradients and parameters): one for each unit that is not a block (wte, wpe, ln_f) and two
+// alternating ones shared by the blocks.
 #pragma once
 
 #include <vector>
@@ -24,21 +24,19 @@ std::vector<int64_t> unit_shard_offsets(const LocalParamTable& local, int dp);
 
 class UnitBuffers {
  public:
+  // Buffers of elements stored in `format` (parameters in the storage format, gradients fp32).
   UnitBuffers(const LocalParamTable& local, int n_layer, MemoryLedger& ledger, MemCategory category,
-              const char* label);
-  // The same buffers described to `list` (allocated when the list has a ledger).
-  UnitBuffers(const LocalParamTable& local, int n_layer, BufferList& list, MemCategory category,
-              const char* label);
-  // Where parameter p's data lives in its unit's buffer.
-  float* locate(const LocalParam& p) const;
-  const View1& of_unit(int u) const { return buffers_[plan_.buffer_of_unit[u]]; }
+              const char* label, Precision format = Precision::kFp32);
+  // Parameter p's numel elements in its unit's buffer.
+  StoredTensor locate(const LocalParam& p) const;
+  const StoredTensor& of_unit(int u) const { return buffers_[plan_.buffer_of_unit[u]]; }
   int index_of_unit(int u) const { return plan_.buffer_of_unit[u]; }
-  const std::vector<View1>& all() const { return buffers_; }
+  const std::vector<StoredTensor>& all() const { return buffers_; }
 
  private:
   const LocalParamTable& local_;
   UnitBufferPlan plan_;
-  std::vector<View1> buffers_;
+  std::vector<StoredTensor> buffers_;
 };
 
 }  // namespace trident

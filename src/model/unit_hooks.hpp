@@ -1,12 +1,9 @@
-// The calls a stage's passes make between its layers: ZeRO's unit gathers and gradient hooks, and
-// under 16-bit storage the expansion of a unit's parameters into its fp32 working buffer.
+// The calls a stage's passes make between its layers: ZeRO's unit gathers and gradient hooks.
 #pragma once
 
 #include <functional>
 #include <string>
-#include <vector>
 
-#include "core/types.hpp"
 #include "model/params.hpp"
 #include "model/stage_storage.hpp"
 
@@ -14,8 +11,7 @@ namespace trident {
 
 class UnitHooks {
  public:
-  UnitHooks(const StageShape& shape, const LocalParamTable& local, const StageStorage& storage,
-            Exec exec);
+  UnitHooks(const StageShape& shape, const LocalParamTable& local) : shape_(shape), local_(local) {}
 
   // Set by the stage's owner (see GptStage's setters).
   std::function<void(int64_t)> on_grads_ready;
@@ -28,8 +24,6 @@ class UnitHooks {
   void unit_done(const std::string& first_param) const;
   // Every gradient from `param`'s offset up has its contribution ("": from the start).
   void grads_ready_from(const std::string& param) const;
-  // 16-bit storage: the parameters changed; expand units again before use.
-  void invalidate_expanded();
 
   int unit_index(const std::string& name) const { return local_.unit_of(local_.at(name)); }
   // First parameter of unit `part` of local block i ("" if there is no block i).
@@ -41,9 +35,6 @@ class UnitHooks {
  private:
   const StageShape& shape_;
   const LocalParamTable& local_;
-  const StageStorage& storage_;
-  Exec exec_;
-  std::vector<int> expanded_unit_;  // per expanded buffer, the unit it holds, or -1
 };
 
 }  // namespace trident

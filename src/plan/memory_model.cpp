@@ -89,8 +89,6 @@ void add_strategy(const MemoryQuery& q, const LocalParamTable& local, int dp_ran
   } else if (q.zero_stage >= 3) {  // the shard and the gathered units, in the storage width
     add_bytes(MemCategory::kParams, stored * (shard + working));
   }
-  if (q.zero_stage >= 3 && q.precision != Precision::kFp32)
-    add_bytes(MemCategory::kWorkspace, f * working);  // the gathered units expanded to fp32
   if (q.precision != Precision::kFp32) add_bytes(MemCategory::kMasterWeights, f * shard);
   add_bytes(MemCategory::kOptimizer,
             2 * f * (q.offload_nvme ? std::min<double>(shard, q.offload_buffer_elements) : shard));

@@ -42,9 +42,9 @@ std::string generate(const GenerateOptions& o) {
     const int T = std::min<int>(static_cast<int>(context.size()), m.block_size);
     const int32_t* window = context.data() + context.size() - T;
     model.forward(0, window, nullptr, 1, T);
-    auto logits = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), model.logits(0));
-    for (int v = 0; v < m.vocab_size; ++v)
-      probs[v] = static_cast<float>(logits(T - 1, v) / o.temperature);
+    const size_t V = model.logits(0).size() / m.block_size;  // the padded vocabulary
+    const std::vector<float> last = host_values(model.logits(0), (T - 1) * V, m.vocab_size);
+    for (int v = 0; v < m.vocab_size; ++v) probs[v] = static_cast<float>(last[v] / o.temperature);
     std::iota(order.begin(), order.end(), 0);
     const int k = o.top_k > 0 ? std::min(o.top_k, m.vocab_size) : m.vocab_size;
     std::partial_sort(order.begin(), order.begin() + k, order.end(),

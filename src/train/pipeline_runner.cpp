@@ -122,10 +122,8 @@ void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float lo
     ScopedPhase wait(timer_, Phase::kPpWait);
     pp_.recv(CommBuffer(t.grad_recv).window(0, n), peers.recv_from,
              tag(act.microbatch, ch.virtual_stage, 1));
-    if (storage_ != Precision::kFp32) kernels::restore(exec_, t.grad_expanded, t.grad_recv, n);
   }
-  const ConstVec grad_output =
-      window(storage_ == Precision::kFp32 ? t.grad_recv.f32 : t.grad_expanded, 0, n);
+  const StoredTensor grad_output = t.grad_recv.empty() ? StoredTensor() : t.grad_recv.window(0, n);
   const bool split = act.type == pipeline::ActionType::kBackwardInput;
   if (!split) ch.dp->before_backward(reduce);  // the weight gradients are written now
   {
@@ -142,7 +140,7 @@ void PipelineRunner::backward(const pipeline::Action& act, bool reduce, float lo
     t.next_grad_send = (out + 1) % pipeline::kSendBuffers;
     t.backward_sends[out].wait();
     const StoredTensor& send = t.grad_send[out];
-    kernels::keep(exec_, send, stage.input_grad(), n);
+    kernels::copy_stored(exec_, send, stage.input_grad(), n);
     t.backward_sends[out] = pp_.isend(CommBuffer(send).window(0, n), peers.send_to,
                                       tag(act.microbatch, ch.virtual_stage - 1, 1));
   }

@@ -35,6 +35,9 @@
 #include "kernels/cast.hpp"
 #include "kernels/cublas.hpp"
 #include "kernels/gemm.hpp"
+#if !defined(KOKKOS_ENABLE_CUDA)
+#include "kernels/onednn.hpp"
+#endif
 #include "model/gpt.hpp"
 #include "optim/loss_scaler.hpp"
 #include "optim/lr_schedule.hpp"
@@ -694,8 +697,8 @@ void Trainer::print_banner(int start_step) const {
         tokens_per_step_, c.optim.base_batch_tokens, c.optim.warmup_steps, floor));
   if (c.precision.compute != Precision::kFp32)
     console_.line(fmt::format(
-        "precision: {} parameters and activations, fp32 arithmetic, gradients and master "
-        "weights{}",
+        "precision: {0} parameters, activations and their gradients; {0} GEMMs with fp32 sums; "
+        "fp32 statistics, weight gradients and master weights{1}",
         name_of(c.precision.compute),
         scaler_.enabled() ? fmt::format("; dynamic loss scale from {:g}", scaler_.scale())
                           : std::string()));
@@ -715,6 +718,12 @@ void Trainer::print_banner(int start_step) const {
       fmt::format("GEMM: {} | host kernels: {} | threads per rank: {} {} (Kokkos), BLAS {}",
                   blas.describe(), host_simd(), Exec::name(), Exec().concurrency(), blas.threads));
   if (!blas.warning.empty()) console_.line("warning: " + blas.warning);
+  if (c.precision.compute != Precision::kFp32) {
+    console_.line(fmt::format("{} GEMM: {}", name_of(c.precision.compute),
+                              kernels::onednn::describe(c.precision.compute)));
+    const std::string slower = kernels::onednn::slower_than_fp32(c.precision.compute);
+    if (!slower.empty()) console_.line("warning: " + slower);
+  }
   const std::string pool_warning =
       blas_pool_warning(blas.threading, blas.threads, Exec::name(), Exec().concurrency());
   if (!pool_warning.empty()) console_.line("warning: " + pool_warning);

@@ -97,13 +97,9 @@ void spread_parameters(trident::GptStage& model) {
   Kokkos::deep_copy(model.params(), host);
 }
 
-// Row-major [B*T, V] copy of the last forward's logits (backward overwrites them in place).
-std::vector<float> copy_logits(const trident::GptStage& model) {
-  const trident::ConstMat logits = model.logits(0);
-  Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> host(
-      "logits_host", logits.extent(0), logits.extent(1));
-  Kokkos::deep_copy(host, logits);
-  return std::vector<float>(host.data(), host.data() + host.size());
+// Row-major [N, V] copy of the last forward's logits (backward overwrites them in place).
+std::vector<float> copy_logits(const trident::GptStage& model, int N, int V) {
+  return trident::host_values(model.logits(0), 0, static_cast<size_t>(N) * V);
 }
 
 // The same batch through a bf16 stage (parameters and activations in bf16, fp32 gradients) from
@@ -130,12 +126,11 @@ void write_bf16(hid_t file, const trident::GptStage& fp32_model, trident::Memory
   }
   Kokkos::deep_copy(model.params16(), params16);
   Kokkos::deep_copy(rounded, rounded_host);
-  model.invalidate_expanded();
 
   const int N = B * T;
   model.zero_grads();
   const double loss = model.forward(0, inputs.data(), targets.data(), B, T) / N;
-  model.backward(0, 1.0f / static_cast<float>(N), trident::ConstVec());
+  model.backward(0, 1.0f / static_cast<float>(N), {});
   trident::h5::Handle group = trident::h5::create_group(file, "bf16");
   write_doubles(group, "loss", {}, &loss);
   {
@@ -204,8 +199,8 @@ int run(const std::string& out_path, const std::string& config_path) {
   trident::h5::Handle out = trident::h5::create_group(file, "out");
   model.zero_grads();
   const double loss = model.forward(0, inputs.data(), targets.data(), B, T) / N;
-  const std::vector<float> logits = copy_logits(model);
-  model.backward(0, inv_tokens, trident::ConstVec());
+  const std::vector<float> logits = copy_logits(model, N, m.vocab_size);
+  model.backward(0, inv_tokens, {});
   write_doubles(out, "loss", {}, &loss);
   write_floats(out, "logits", {N, m.vocab_size}, logits.data());
   {
@@ -220,7 +215,7 @@ int run(const std::string& out_path, const std::string& config_path) {
   for (int step = 0; step < kAdamSteps; ++step) {
     model.zero_grads();
     losses.push_back(model.forward(0, inputs.data(), targets.data(), B, T) / N);
-    model.backward(0, inv_tokens, trident::ConstVec());
+    model.backward(0, inv_tokens, {});
     optimizer.step(model.params(), model.grads(), kLr, 1.0f);
   }
   write_doubles(out, "losses10", {kAdamSteps}, losses.data());

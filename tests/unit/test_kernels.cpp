@@ -335,7 +335,7 @@ size_t scratch_elements(const AttentionRun& run, const AttentionShape& s) {
     return attention_scratch_elements(s.B, s.NH, s.HS, s.T, Precision::kFp32);
   return run.kernel == AttentionKernel::kTiled
              ? attention_tiled_scratch(s.B, s.NH, s.HS, s.T, run.tiles, Precision::kFp32)
-             : attention_batched_scratch(s.NH, run.tiles);
+             : attention_batched_scratch(s.NH, s.HS, s.T, run.tiles, Precision::kFp32);
 }
 
 void run_attention_forward(const AttentionRun& run, const AttentionShape& s, const TestBuf& out,

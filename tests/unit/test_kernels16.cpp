@@ -257,6 +257,60 @@ double half_ulp() {
   return E::format == Precision::kBf16 ? 1.0 / 256 : 1.0 / 2048;
 }
 
+#if !defined(KOKKOS_ENABLE_CUDA)
+// Every element of got within `halves` half-ulps of E of want, relative to want's largest value.
+template <class E>
+void expect_within_halves(const Stored<E>& got, const Stored<E>& want, double halves,
+                          const char* what) {
+  exec().fence();
+  double largest = 0;
+  for (size_t i = 0; i < want.values.extent(0); ++i)
+    largest = std::max(largest, std::fabs(static_cast<double>(E::load(want.bits(i)))));
+  const double tolerance = halves * half_ulp<E>() * largest;
+  for (size_t i = 0; i < got.bits.extent(0); ++i)
+    ASSERT_NEAR(E::load(got.bits(i)), E::load(want.bits(i)), tolerance) << what << " element " << i;
+}
+
+// The GPU's batched attention on 16-bit q|k|v, run here through oneDNN, against the host's tiled
+// one: the batched shape rounds each tile's probabilities and score gradients to 16 bits for the
+// products that read them (the tiled one multiplies them in fp32), so the two differ by about
+// that rounding, a few half-ulps of E relative to the largest value; the log-sum-exps, from fp32
+// scores in both, by fp32 rounding alone.
+TYPED_TEST(Kernels16, BatchedAttentionAgreesWithTiled) {
+  using E = TypeParam;
+  const AttentionShape s{2, 19, 2, 4};
+  const int C = s.NH * s.HS, N = s.B * s.T;
+  const size_t n_qkv = static_cast<size_t>(N) * 3 * C, n_out = static_cast<size_t>(N) * C;
+  const size_t n_lse = static_cast<size_t>(N) * s.NH;
+  const Stored<E> qkv = random_stored<E>(n_qkv, 30), dout = random_stored<E>(n_out, 31);
+  for (const AttentionTiles tiles :
+       {AttentionTiles{4, 8}, AttentionTiles{8, 4}, AttentionTiles{5, 5}, attention_tiles(s.T)}) {
+    Buffer<float> batched_scratch("batched_scratch",
+                                  attention_batched_scratch(s.NH, s.HS, s.T, tiles, E::format));
+    Buffer<float> tiled_scratch("tiled_scratch",
+                                attention_tiled_scratch(s.B, s.NH, s.HS, s.T, tiles, E::format));
+    Kokkos::deep_copy(batched_scratch, 7.0f);  // stale values: nothing is read before it is written
+    const Vec bs(batched_scratch.data(), batched_scratch.extent(0));
+    const Vec ts(tiled_scratch.data(), tiled_scratch.extent(0));
+    Stored<E> out(n_out), out_tiled(n_out), dqkv(n_qkv), dqkv_tiled(n_qkv);
+    Buffer<float> lse("lse", n_lse), lse_tiled("lse_tiled", n_lse);
+    attention_forward_batched<E>(exec(), out.mat(N, C), Vec(lse.data(), n_lse), bs,
+                                 qkv.mat(N, 3 * C), s, tiles);
+    attention_forward_tiled<E>(exec(), out_tiled.mat(N, C), Vec(lse_tiled.data(), n_lse), ts,
+                               qkv.mat(N, 3 * C), s, tiles);
+    expect_close(lse, lse_tiled, kUlps, "log-sum-exp");
+    expect_within_halves(out, out_tiled, 4, "attention output");
+    // Both backwards read the tiled output and log-sum-exps.
+    attention_backward_batched<E>(exec(), dqkv.mat(N, 3 * C), bs, dout.mat(N, C), qkv.mat(N, 3 * C),
+                                  out_tiled.mat(N, C), Vec(lse_tiled.data(), n_lse), s, tiles);
+    attention_backward_tiled<E>(exec(), dqkv_tiled.mat(N, 3 * C), ts, dout.mat(N, C),
+                                qkv.mat(N, 3 * C), out_tiled.mat(N, C),
+                                Vec(lse_tiled.data(), n_lse), s, tiles);
+    expect_within_halves(dqkv, dqkv_tiled, 8, "attention input gradient");
+  }
+}
+#endif
+
 TYPED_TEST(Kernels16, LinearForwardAndBackwardMatchDoubleSums) {
   using E = TypeParam;
   const int N = 37, IC = 48, OC = 20;

@@ -42,7 +42,7 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
   const float scale = 1.0f / (B * T);
   model.zero_grads();
   model.forward(0, in.data(), tg.data(), B, T);
-  model.backward(0, scale, trident::ConstVec());
+  model.backward(0, scale, {});
   auto g = model.grads();
   for (const ParamSpec& s : model.table().specs()) {
     // The comparison means something only where the gradient is not ~0: each tensor must have
@@ -78,12 +78,12 @@ TEST(Gpt, MicroBatchesAccumulateToTheFullBatchGradient) {
   split.init_params(5);
   whole.zero_grads();
   const double loss_whole = whole.forward(0, in.data(), tg.data(), B, T);
-  whole.backward(0, 1.0f / (B * T), ConstVec());
+  whole.backward(0, 1.0f / (B * T), {});
   split.zero_grads();
   double loss_split = 0;
   for (int first = 0; first < B; first += 2) {
     loss_split += split.forward(0, in.data() + first * T, tg.data() + first * T, 2, T);
-    split.backward(0, 1.0f / (B * T), ConstVec());
+    split.backward(0, 1.0f / (B * T), {});
   }
   EXPECT_NEAR(loss_whole, loss_split, 1e-4 * std::abs(loss_whole));
   auto a = whole.grads(), b = split.grads();
@@ -155,9 +155,18 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
         fused.zero_grads();
         split.zero_grads();
         // The input a later stage receives and the output gradient an earlier one does.
-        View1 grad_output("grad_output", static_cast<size_t>(N) * m.n_embd);
-        for (size_t i = 0; i < grad_output.extent(0); ++i)
-          grad_output(i) = 1e-3f * static_cast<float>(mix64(i) % 1000) - 0.5f;
+        // An upstream gradient in the storage format (what the pipeline runner receives).
+        MemoryLedger received;
+        const StoredTensor grad_output =
+            allocate_stored(received, MemCategory::kCommBuffers, "grad_output",
+                            static_cast<size_t>(N) * m.n_embd, precision);
+        for (size_t i = 0; i < grad_output.size(); ++i) {
+          const float v = 1e-3f * static_cast<float>(mix64(i) % 1000) - 0.5f;
+          if (precision == Precision::kFp32)
+            grad_output.f32(i) = v;
+          else
+            grad_output.f16(i) = to_half(v, precision);
+        }
         // Where a stage without the head writes its output (the pipeline runner's send buffer).
         MemoryLedger sends;
         const StoredTensor output =
@@ -180,12 +189,11 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
                        layout.has_head ? tg[mb].data() : nullptr, B, T, output);
           }
         const float scale = 1.0f / N;
-        const ConstVec upstream = layout.has_head ? ConstVec() : ConstVec(grad_output);
+        const StoredTensor upstream = layout.has_head ? StoredTensor() : grad_output;
         // The fused backwards of both micro-batches against B0, B1, W0, W1.
         std::vector<std::vector<float>> fused_inputs, split_inputs;
         const auto input_grad = [&](const GptStage& s) {
-          const Vec g = s.input_grad();
-          return std::vector<float>(g.data(), g.data() + static_cast<size_t>(N) * m.n_embd);
+          return host_values(s.input_grad(), 0, static_cast<size_t>(N) * m.n_embd);
         };
         for (int mb = 0; mb < 2; ++mb) {
           fused.backward(mb, scale, upstream);

@@ -102,12 +102,10 @@ void DataParallelStrategy::restore_params(const View1& full) {
   kernels::store_half(Exec(), stage_.params16(), 0, window(full, 0, full.extent(0)), full.extent(0),
                       settings_.precision);
   Exec().fence();
-  stage_.invalidate_expanded();
 }
 
 void DataParallelStrategy::refresh_half_params() {
   master_->round_into(stage_.params16(), settings_.precision);
-  stage_.invalidate_expanded();
 }
 
 void DataParallelStrategy::gather_updated_shards() {
@@ -125,7 +123,6 @@ void DataParallelStrategy::gather_updated_shards() {
       dp_.allgather(window(stage_.params(), mine, part),
                     window(stage_.params(), u.offset, u.padded));
   }
-  if (master_) stage_.invalidate_expanded();
 }
 
 // ---- plain DP and ZeRO-1 ----

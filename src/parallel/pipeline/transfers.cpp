@@ -12,7 +12,6 @@ Transfers lay_out_transfers(bool first, bool last, size_t elements, Precision st
       t.outputs.push_back(list.stored("output", comm, elements, storage));
     t.forward_sends.resize(kSendBuffers);
     t.grad_recv = list.stored("grad_recv", comm, elements, storage);
-    if (storage != Precision::kFp32) t.grad_expanded = list.f32("grad_expanded", comm, elements);
   }
   if (!first) {
     for (int k = 0; k < kSendBuffers; ++k)

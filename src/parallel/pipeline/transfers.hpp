@@ -14,14 +14,12 @@ namespace trident::pipeline {
 
 // Sends go out from kSendBuffers buffers per direction in turn, not one per activation slot. Each
 // buffer is [N,C] (N/tp rows under sequence parallelism) in the storage format: fp32, or
-// 16 bits under bf16 / fp16, whose stages round activations and their gradients to 16 bits as
-// they make them (the transfer is exact at half the bytes). Only those the chunk's place in the
-// pipeline uses are made.
+// 16 bits under bf16 / fp16, whose stages make activations and their gradients in 16 bits. Only
+// those the chunk's place in the pipeline uses are made.
 struct Transfers {
   std::vector<StoredTensor> outputs;  // not last: the stage's outputs, used in turn
   int next_output = 0;
   StoredTensor grad_recv;  // not last: the output gradient received from the next stage
-  View1 grad_expanded;     // not last, 16-bit: grad_recv expanded to fp32 for backward
   std::vector<StoredTensor> grad_send;  // not first: input gradients, used in turn
   int next_grad_send = 0;
   // Per send buffer (outputs, grad_send): its last send, waited before reuse.

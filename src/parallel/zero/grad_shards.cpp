@@ -37,7 +37,7 @@ GradShards::GradShards(GptStage& stage, int dp, Communicator* dp_comm, MemoryLed
 void GradShards::unit_done(int u) {
   ScopedPhase phase(timer_, Phase::kDpComm);
   const int64_t part = shard_size(u);
-  const View1& buffer = buffers_.of_unit(u);
+  const View1& buffer = buffers_.of_unit(u).f32;
   const View1 shard = shard_;
   const int64_t offset = shard_offset_[u];
   if (reduce_ == Precision::kFp32) {
@@ -62,7 +62,7 @@ void GradShards::unit_done(int u) {
 
 void GradShards::zero() {
   Kokkos::deep_copy(shard_, 0.0f);
-  for (const View1& b : buffers_.all()) Kokkos::deep_copy(b, 0.0f);
+  for (const StoredTensor& b : buffers_.all()) Kokkos::deep_copy(b.f32, 0.0f);
 }
 
 }  // namespace trident

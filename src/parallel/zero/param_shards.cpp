@@ -16,26 +16,20 @@ ParamShards::ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_
       dp_rank_(dp_rank),
       comm_(dp_comm),
       timer_(timer),
-      // 16-bit storage: the fp32 working buffers are expanded copies, as without ZeRO-3.
-      buffers_(stage.local(), stage.config().n_layer, ledger,
-               precision == Precision::kFp32 ? MemCategory::kParams : MemCategory::kWorkspace,
-               "unit_params"),
+      buffers_(stage.local(), stage.config().n_layer, ledger, MemCategory::kParams, "unit_params",
+               precision),
       shard_offset_(unit_shard_offsets(stage.local(), dp)),
       precision_(precision) {
   const auto& units = stage.local().units();
   const int64_t total = units.empty() ? 0 : shard_offset_.back() + units.back().padded / dp;
   if (precision_ != Precision::kFp32) {
     shard16_ = allocate_half(ledger, MemCategory::kParams, "param_shard16", total);
-    for (const View1& b : buffers_.all())
-      gathered16_.push_back(
-          allocate_half(ledger, MemCategory::kParams, "unit_params16", b.extent(0)));
-    widened_.assign(buffers_.all().size(), false);
   } else if (nvme_path.empty()) {
     shard_ = allocate(ledger, MemCategory::kParams, "param_shard", total);
   } else {
     store_ = std::make_unique<FileStore>(nvme_path, total);
-    for (const View1& b : buffers_.all()) {
-      staging_.push_back(allocate(ledger, MemCategory::kParams, "param_staging", b.extent(0) / dp));
+    for (const StoredTensor& b : buffers_.all()) {
+      staging_.push_back(allocate(ledger, MemCategory::kParams, "param_staging", b.size() / dp));
       staging_host_.push_back(host_side(staging_.back(), "param_staging_host"));
     }
   }
@@ -81,9 +75,8 @@ void ParamShards::start_gather(int u) {
   if (precision_ != Precision::kFp32) {
     pending_[b] =
         comm_->iallgather(CommBuffer(window(shard16_, shard_offset_[u], part), precision_),
-                          CommBuffer(window(gathered16_[b], 0, whole), precision_));
+                          CommBuffer(buffers_.of_unit(u)).window(0, whole));
     resident_[b] = u;
-    widened_[b] = false;
     return;
   }
   Vec mine;
@@ -94,7 +87,7 @@ void ParamShards::start_gather(int u) {
   } else {
     mine = window(shard_, shard_offset_[u], part);
   }
-  pending_[b] = comm_->iallgather(mine, window(buffers_.of_unit(u), 0, whole));
+  pending_[b] = comm_->iallgather(mine, window(buffers_.of_unit(u).f32, 0, whole));
   resident_[b] = u;
 }
 
@@ -103,11 +96,6 @@ void ParamShards::need(int u, int next) {
   const int b = buffers_.index_of_unit(u);
   if (resident_[b] != u) start_gather(u);
   pending_[b].wait();
-  if (precision_ != Precision::kFp32 && !widened_[b]) {
-    const int64_t n = stage_.local().units()[u].padded;
-    kernels::load_half(Exec(), window(buffers_.of_unit(u), 0, n), gathered16_[b], 0, n, precision_);
-    widened_[b] = true;
-  }
   if (next >= 0 && buffers_.index_of_unit(next) != b &&
       resident_[buffers_.index_of_unit(next)] != next)
     start_gather(next);  // prefetch: overlaps with this unit's compute

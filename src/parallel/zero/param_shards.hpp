@@ -23,8 +23,7 @@ class ParamShards {
   // alternating ones for the blocks (the current block and the one being prefetched).
   // With `nvme_path`, the shard itself lives in that file (parameter offload): a unit's part is
   // read into a staging buffer for its gather, and the optimizer streams the file.
-  // With `precision` bf16 / fp16 the shard is stored, and units gathered, in 16 bits (half the
-  // bytes); a gathered unit is widened into its fp32 working buffer once.
+  // With `precision` bf16 / fp16 the shard is stored, and units gathered and read, in 16 bits.
   ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_comm, MemoryLedger& ledger,
               PhaseTimer* timer, const std::string& nvme_path = "",
               Precision precision = Precision::kFp32);
@@ -56,9 +55,7 @@ class ParamShards {
   std::vector<int64_t> shard_offset_;  // unit -> offset in shard_
   View1 shard_;
   Precision precision_;
-  HalfView1 shard16_;                  // 16-bit storage: the owned parameters
-  std::vector<HalfView1> gathered16_;  // 16-bit storage: buffer -> its unit as gathered
-  std::vector<bool> widened_;          // 16-bit storage: buffer -> widened since its gather
+  HalfView1 shard16_;  // 16-bit storage: the owned parameters
   std::unique_ptr<FileStore> store_;
   std::vector<View1> staging_;           // buffer -> its unit's part read from the store
   std::vector<HostView1> staging_host_;  // where the store's reads land (host_side)
