@@ -1,13 +1,18 @@
-# Times one GPT-2 124M training step in PyTorch (fp32, CPU): the baseline for trident_step_bench.
+# Times one GPT-2 124M training step in PyTorch on CPU, fp32 or bf16 autocast: trident's baseline.
 """The same model and step as bench/step_bench.cpp: GPT-2 with tied LM head, GELU (tanh),
 LayerNorm eps 1e-5, AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices only),
 global-norm gradient clipping at 1.0. One step = zero_grad, forward + loss, backward, clip +
 AdamW. Prints greppable `torch_*_seconds=` lines (medians over the timed steps).
 
+--autocast bf16 is PyTorch's CPU mixed-precision recipe, the peer of trident's compute = "bf16":
+forward + loss under torch.autocast("cpu", dtype=torch.bfloat16), backward outside it;
+parameters, gradients and AdamW stay fp32, and no GradScaler (bf16 has fp32's exponent range).
+
 Run with Debian's interpreter, which has python3-torch:
     /usr/bin/python3 bench/torch_step.py --threads 1
 """
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -85,6 +90,9 @@ def main():
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--max-norm", type=float, default=1.0, help="0: no gradient clipping")
+    ap.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                    help="bf16: forward + loss under torch.autocast(\"cpu\", dtype=torch.bfloat16) "
+                         "(fp32 parameters, gradients and AdamW; no GradScaler)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -107,13 +115,22 @@ def main():
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '')} "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')} "
           f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')} "
-          f"steps={args.steps} warmup={args.warmup} max_norm={args.max_norm}", flush=True)
+          f"steps={args.steps} warmup={args.warmup} max_norm={args.max_norm} "
+          f"autocast={args.autocast}", flush=True)
+
+    # The autocast region covers forward + loss only: autograd runs each op's backward in the
+    # dtype its forward used, so backward needs no context of its own.
+    def forward_context():
+        if args.autocast == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def step():
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)  # PyTorch's own advice: no memset, fresh grads
         t1 = time.perf_counter()
-        loss = model(tokens, targets)
+        with forward_context():
+            loss = model(tokens, targets)
         t2 = time.perf_counter()
         loss.backward()
         t3 = time.perf_counter()
