@@ -282,8 +282,7 @@ std::vector<std::string> complete_checkpoints(const std::string& dir,
   std::vector<std::pair<int64_t, std::string>> found;  // (step inside, path), in name order
   for (const std::string& path : list_checkpoints(dir)) {
     try {
-      h5::Handle file = open_checkpoint(path);
-      found.emplace_back(h5::read_attr_int(file, "step", path), path);
+      found.emplace_back(read_checkpoint_meta(path).step, path);
     } catch (const InputError& e) {
       if (skipped) skipped->push_back(e.what());
     }
@@ -316,18 +315,38 @@ Config read_checkpoint_config(const std::string& path) {
   return parse_config_text(h5::read_attr_string(file, "config", path), path + " (config)");
 }
 
-CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardBuffers>& mine,
-                               const ShardOwner& owner, MPI_Comm world) {
+CheckpointMeta read_checkpoint_meta(const std::string& path) {
   h5::Handle file = open_checkpoint(path);
   CheckpointMeta meta;
-  meta.step = h5::read_attr_int(file, "step", path);
-  meta.data_cursor = h5::read_attr_int(file, "data_cursor", path);
+  const auto counter = [&](const char* name, int64_t low, int64_t high) {
+    const int64_t value = h5::read_attr_int(file, name, path);
+    if (value < low || value > high)
+      throw InputError(fmt::format("checkpoint '{}': attribute '{}' is {}, outside [{}, {}]", path,
+                                   name, value, low, high));
+    return value;
+  };
+  constexpr int64_t kMost = int64_t{1} << 40;  // no run takes a trillion steps
+  meta.step = counter("step", 0, kMost);
+  meta.data_cursor = counter("data_cursor", 0, kMost);
+  meta.adam_steps = counter("adam_steps", 0, meta.step);
   meta.seed = h5::read_attr_int(file, "seed", path);
-  meta.adam_steps = h5::read_attr_int(file, "adam_steps", path);
   meta.layout = h5::read_attr_string(file, "layout", path);
+  meta.git_revision = h5::read_attr_string(file, "git_revision", path);
   meta.loss_scale = h5::read_attr_double(file, "loss_scale", path);
-  meta.loss_scale_clean_steps = h5::read_attr_int(file, "loss_scale_clean_steps", path);
-  meta.loss_scale_hysteresis_left = h5::read_attr_int(file, "loss_scale_hysteresis_left", path);
+  if (!std::isfinite(meta.loss_scale) || meta.loss_scale <= 0)
+    throw InputError(
+        fmt::format("checkpoint '{}': attribute 'loss_scale' is {}, not a finite "
+                    "positive number",
+                    path, meta.loss_scale));
+  meta.loss_scale_clean_steps = counter("loss_scale_clean_steps", 0, kMost);
+  meta.loss_scale_hysteresis_left = counter("loss_scale_hysteresis_left", 0, kMost);
+  return meta;
+}
+
+CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardBuffers>& mine,
+                               const ShardOwner& owner, MPI_Comm world) {
+  const CheckpointMeta meta = read_checkpoint_meta(path);
+  h5::Handle file = open_checkpoint(path);
   const bool with_moments = !mine.empty() && mine[0].m.extent(0) > 0;
   const ParamTable table(read_checkpoint_config(path).model);
   std::string bad;  // the first dataset whose checksum disagrees

@@ -59,9 +59,9 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
 
 // The checkpoints `dir` holds (step_NNNNNN.h5; unfinished *.tmp files are not), newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
-// The checkpoints in `dir` that open as complete trident checkpoints, newest first by the step
-// recorded inside them (not by file name: a copy renamed newer does not rewind a run); `skipped`
-// collects the files that do not open (with why).
+// The checkpoints in `dir` that open as complete trident checkpoints with valid metadata
+// (read_checkpoint_meta), newest first by the step recorded inside them (not by file name: a copy
+// renamed newer does not rewind a run); `skipped` collects the files that do not (with why).
 std::vector<std::string> complete_checkpoints(const std::string& dir,
                                               std::vector<std::string>* skipped = nullptr);
 // The step recorded inside a checkpoint; InputError when it does not open.
@@ -78,6 +78,11 @@ void rotate_checkpoints(const std::string& dir, int keep);
 
 // The stored run configuration (TOML) of a checkpoint, parsed; InputError if unreadable.
 Config read_checkpoint_config(const std::string& path);
+// A checkpoint's counters and provenance, each attribute checked to hold one value of its type
+// and the counters to be in range and consistent (0 <= adam_steps <= step, data_cursor >= 0, a
+// finite positive loss scale); InputError naming the field otherwise. What load_checkpoint, `ckpt
+// info` and `ckpt verify` read, so verify refuses what resume would.
+CheckpointMeta read_checkpoint_meta(const std::string& path);
 
 // Fills this rank's shards (parameters, and moments where given) from the global tensors.
 // Every rank reads only the hyperslabs it holds. The ranks together verify every dataset's

@@ -42,15 +42,12 @@ void checkpoint_info(const std::string& path) {
   std::printf("model        %s: L=%d C=%d NH=%d V=%d block=%d, %lld parameters\n",
               c.model.name.c_str(), c.model.n_layer, c.model.n_embd, c.model.n_head,
               c.model.vocab_size, c.model.block_size, static_cast<long long>(table.total_numel()));
-  std::printf("written by   %s (git %s)\n", h5::read_attr_string(file, "layout", path).c_str(),
-              h5::read_attr_string(file, "git_revision", path).c_str());
+  const CheckpointMeta meta = read_checkpoint_meta(path);
+  std::printf("written by   %s (git %s)\n", meta.layout.c_str(), meta.git_revision.c_str());
   std::printf("step         %lld (data cursor %lld, AdamW steps %lld, seed %lld)\n",
-              static_cast<long long>(h5::read_attr_int(file, "step", path)),
-              static_cast<long long>(h5::read_attr_int(file, "data_cursor", path)),
-              static_cast<long long>(h5::read_attr_int(file, "adam_steps", path)),
-              static_cast<long long>(h5::read_attr_int(file, "seed", path)));
-  if (c.precision.compute == Precision::kFp16)
-    std::printf("loss scale   %g\n", h5::read_attr_double(file, "loss_scale", path));
+              static_cast<long long>(meta.step), static_cast<long long>(meta.data_cursor),
+              static_cast<long long>(meta.adam_steps), static_cast<long long>(meta.seed));
+  if (c.precision.compute == Precision::kFp16) std::printf("loss scale   %g\n", meta.loss_scale);
   for (const char* group : kGroups) {
     if (!has_link(file, group)) continue;
     std::printf("/%-11s %zu tensors, %.1f MiB fp32\n", group, table.specs().size(),
@@ -63,6 +60,7 @@ void checkpoint_info(const std::string& path) {
 
 int checkpoint_verify(const std::string& path) {
   const Config c = read_checkpoint_config(path);
+  read_checkpoint_meta(path);  // what resume reads besides the tensors
   h5::Handle file = open_or_throw(path);
   const ParamTable table(c.model);
   int failures = 0, total = 0;

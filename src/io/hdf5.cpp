@@ -5,9 +5,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <vector>
 
 #include "core/error.hpp"
@@ -152,22 +154,56 @@ void write_attr(hid_t obj, const std::string& name, double value) {
   write_scalar_attr(obj, name, H5T_NATIVE_DOUBLE, value);
 }
 
-std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file) {
-  QuietErrors quiet;
+namespace {
+
+// The largest string attribute read (a checkpoint's config is a few KiB): a crafted file's
+// fixed-length string type may claim gigabytes.
+constexpr size_t kMaxStringAttribute = size_t{16} << 20;
+
+// Attribute `name` of obj, opened after checking that it holds exactly one element (a scalar, or
+// an array of one) of a class in `classes`: a crafted file may store an array where trident
+// writes a scalar, and reading it into room for one value would overrun that room.
+Handle scalar_attribute(hid_t obj, const std::string& name, const std::string& file,
+                        std::initializer_list<H5T_class_t> classes, const char* what) {
   Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
   if (attr < 0) throw InputError(fmt::format("'{}': attribute '{}' is missing", file, name));
+  Handle space(H5Aget_space(attr), H5Sclose);
+  const H5S_class_t shape = space < 0 ? H5S_NO_CLASS : H5Sget_simple_extent_type(space);
+  const hssize_t elements = shape == H5S_NO_CLASS ? -1 : H5Sget_simple_extent_npoints(space);
+  if ((shape != H5S_SCALAR && shape != H5S_SIMPLE) || elements != 1)
+    throw InputError(fmt::format("'{}': attribute '{}' should hold one value ({}) but holds {}",
+                                 file, name, what,
+                                 elements < 0 ? "none readable" : std::to_string(elements)));
   Handle type(H5Aget_type(attr), H5Tclose);
-  if (H5Tget_class(type) != H5T_STRING)
-    throw InputError(fmt::format("'{}': attribute '{}' is not a string", file, name));
+  const H5T_class_t found = type < 0 ? H5T_NO_CLASS : H5Tget_class(type);
+  if (std::find(classes.begin(), classes.end(), found) == classes.end())
+    throw InputError(fmt::format("'{}': attribute '{}' is not {}", file, name, what));
+  return attr;
+}
+
+}  // namespace
+
+std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file) {
+  QuietErrors quiet;
+  const Handle attr = scalar_attribute(obj, name, file, {H5T_STRING}, "a string");
+  Handle type(H5Aget_type(attr), H5Tclose);
   if (H5Tis_variable_str(type) > 0) {
-    char* data = nullptr;
+    char* data = nullptr;  // one element: checked above
     if (H5Aread(attr, type, &data) < 0 || data == nullptr)
       throw InputError(fmt::format("'{}': attribute '{}' cannot be read", file, name));
-    std::string value(data);
+    const size_t length = strnlen(data, kMaxStringAttribute + 1);
+    std::string value(data, std::min(length, kMaxStringAttribute));
     H5free_memory(data);
+    if (length > kMaxStringAttribute)
+      throw InputError(fmt::format("'{}': attribute '{}' is longer than {} MiB", file, name,
+                                   kMaxStringAttribute >> 20));
     return value;
   }
-  std::string value(H5Tget_size(type), '\0');
+  const size_t size = H5Tget_size(type);
+  if (size == 0 || size > kMaxStringAttribute)
+    throw InputError(fmt::format("'{}': attribute '{}' is a string of {} bytes (at most {} MiB)",
+                                 file, name, size, kMaxStringAttribute >> 20));
+  std::string value(size, '\0');
   if (H5Aread(attr, type, value.data()) < 0)
     throw InputError(fmt::format("'{}': attribute '{}' cannot be read", file, name));
   while (!value.empty() && value.back() == '\0') value.pop_back();
@@ -176,18 +212,16 @@ std::string read_attr_string(hid_t obj, const std::string& name, const std::stri
 
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file) {
   QuietErrors quiet;
-  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
-  if (attr < 0) throw InputError(fmt::format("'{}': attribute '{}' is missing", file, name));
+  const Handle attr = scalar_attribute(obj, name, file, {H5T_INTEGER}, "an integer");
   int64_t value = 0;
   if (H5Aread(attr, H5T_NATIVE_INT64, &value) < 0)
-    throw InputError(fmt::format("'{}': attribute '{}' is not an integer", file, name));
+    throw InputError(fmt::format("'{}': attribute '{}' is not a 64-bit integer", file, name));
   return value;
 }
 
 double read_attr_double(hid_t obj, const std::string& name, const std::string& file) {
   QuietErrors quiet;
-  Handle attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
-  if (attr < 0) throw InputError(fmt::format("'{}': attribute '{}' is missing", file, name));
+  const Handle attr = scalar_attribute(obj, name, file, {H5T_FLOAT, H5T_INTEGER}, "a number");
   double value = 0;
   if (H5Aread(attr, H5T_NATIVE_DOUBLE, &value) < 0)
     throw InputError(fmt::format("'{}': attribute '{}' is not a number", file, name));

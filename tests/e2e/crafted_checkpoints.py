@@ -1,0 +1,71 @@
+# Writes crafted copies of a valid trident checkpoint, one defect each, for the readers' tests.
+"""usage: crafted_checkpoints.py VALID.h5 OUT_DIR
+
+Each case is OUT_DIR/<case>.h5 and a line "<case> <field>" on stdout: the field a reader must
+name when it refuses the file. Families so far: attributes with the wrong number of values (an
+array where trident writes a scalar, none at all), the wrong class (a string where a number
+belongs and the reverse), an oversized string, and counters out of range or inconsistent (a
+negative or huge step or data cursor, more AdamW steps than steps, a loss scale that is not a
+finite positive number).
+"""
+import shutil
+import sys
+
+import h5py
+import numpy as np
+
+INTS = ["format_version", "step", "data_cursor", "adam_steps", "seed", "loss_scale_clean_steps",
+        "loss_scale_hysteresis_left"]
+DOUBLES = ["loss_scale"]
+STRINGS = ["config", "layout", "git_revision"]
+CHECKSUM = "params/wte"  # a dataset whose "checksum" attribute verify reads
+# Enough values that reading them into room for one overruns it, and few enough for an attribute
+# in the object header (64 KiB) of a file trident wrote.
+MANY = 4096
+
+
+def crafted(valid, out, case, field, change):
+    path = f"{out}/{case}.h5"
+    shutil.copyfile(valid, path)
+    with h5py.File(path, "r+") as f:
+        obj = f[CHECKSUM] if field == "checksum" else f
+        del obj.attrs[field]
+        change(obj.attrs, field)
+    print(case, field)
+
+
+def main():
+    valid, out = sys.argv[1], sys.argv[2]
+    for field in INTS + ["checksum"]:
+        crafted(valid, out, f"{field}_int_array", field,
+                lambda a, k: a.create(k, np.arange(MANY, dtype=np.int64)))
+        crafted(valid, out, f"{field}_empty", field, lambda a, k: a.create(k, h5py.Empty("i8")))
+        crafted(valid, out, f"{field}_string", field, lambda a, k: a.create(k, "12"))
+        crafted(valid, out, f"{field}_float", field, lambda a, k: a.create(k, np.float64(2.5)))
+    for field in DOUBLES:
+        crafted(valid, out, f"{field}_double_array", field,
+                lambda a, k: a.create(k, np.ones(MANY, dtype=np.float64)))
+        crafted(valid, out, f"{field}_string", field, lambda a, k: a.create(k, "1.0"))
+    vlen = h5py.string_dtype("utf-8")
+    for field in STRINGS:
+        crafted(valid, out, f"{field}_vlen_array", field,
+                lambda a, k: a.create(k, np.array(["x"] * (MANY // 4), dtype=object), dtype=vlen))
+        crafted(valid, out, f"{field}_fixed_array", field,
+                lambda a, k: a.create(k, np.array([b"abcdefgh"] * (MANY // 2), dtype="S8")))
+        crafted(valid, out, f"{field}_int", field, lambda a, k: a.create(k, np.int64(7)))
+    for field, value in [("step", -1000), ("data_cursor", -1000), ("data_cursor", 1 << 62),
+                         ("adam_steps", -3), ("adam_steps", 3), ("loss_scale_clean_steps", -1),
+                         ("loss_scale_hysteresis_left", -1)]:
+        crafted(valid, out, f"{field}_{value}".replace("-", "minus"), field,
+                lambda a, k, v=value: a.create(k, np.int64(v)))
+    for value in ["inf", "nan", "0", "-1024"]:
+        crafted(valid, out, f"loss_scale_{value}".replace("-", "minus"), "loss_scale",
+                lambda a, k, v=value: a.create(k, np.float64(float(v))))
+    # A variable-length string longer than the readers' bound (16 MiB; it lives in the file's
+    # heap, not in the object header).
+    crafted(valid, out, "config_vlen_huge", "config",
+            lambda a, k: a.create(k, "#" * (17 << 20), dtype=vlen))
+
+
+if __name__ == "__main__":
+    main()
