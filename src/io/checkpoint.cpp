@@ -312,7 +312,18 @@ void rotate_checkpoints(const std::string& dir, int keep) {
 
 Config read_checkpoint_config(const std::string& path) {
   h5::Handle file = open_checkpoint(path);
-  return parse_config_text(h5::read_attr_string(file, "config", path), path + " (config)");
+  const Config c =
+      parse_config_text(h5::read_attr_string(file, "config", path), path + " (config)");
+  // Validated as a config file is, for the layout that wrote it: the model's sizes decide what
+  // every reader allocates.
+  const int64_t world = int64_t{c.parallel.dp} * c.parallel.tp * c.parallel.pp;
+  if (c.parallel.dp < 1 || c.parallel.tp < 1 || c.parallel.pp < 1 || world > (int64_t{1} << 24))
+    throw InputError(
+        fmt::format("checkpoint '{}': its config's layout dp = {}, tp = {}, pp = {} "
+                    "is not one a run can have",
+                    path, c.parallel.dp, c.parallel.tp, c.parallel.pp));
+  validate(c, static_cast<int>(world));
+  return c;
 }
 
 CheckpointMeta read_checkpoint_meta(const std::string& path) {

@@ -4,7 +4,8 @@
 Each case is OUT_DIR/<case>.h5 and a line "<case> <field>" on stdout: the field a reader must
 name when it refuses the file. Families so far: attributes with the wrong number of values (an
 array where trident writes a scalar, none at all), the wrong class (a string where a number
-belongs and the reverse), an oversized string, and counters out of range or inconsistent (a
+belongs and the reverse), an oversized string, a stored config with values a config file is
+refused for, and counters out of range or inconsistent (a
 negative or huge step or data cursor, more AdamW steps than steps, a loss scale that is not a
 finite positive number).
 """
@@ -24,14 +25,16 @@ CHECKSUM = "params/wte"  # a dataset whose "checksum" attribute verify reads
 MANY = 4096
 
 
-def crafted(valid, out, case, field, change):
+def crafted(valid, out, case, field, change, named=None):
+    """Writes case: valid with attribute `field` replaced by change(attrs, field); `named` is what
+    a refusal must name (the attribute itself by default)."""
     path = f"{out}/{case}.h5"
     shutil.copyfile(valid, path)
     with h5py.File(path, "r+") as f:
         obj = f[CHECKSUM] if field == "checksum" else f
         del obj.attrs[field]
         change(obj.attrs, field)
-    print(case, field)
+    print(case, named or field)
 
 
 def main():
@@ -61,6 +64,20 @@ def main():
     for value in ["inf", "nan", "0", "-1024"]:
         crafted(valid, out, f"loss_scale_{value}".replace("-", "minus"), "loss_scale",
                 lambda a, k, v=value: a.create(k, np.float64(float(v))))
+    # The stored config: values a config file is refused for (the model's sizes decide what every
+    # reader allocates); the refusal names the key.
+    with h5py.File(valid, "r") as f:
+        config = f.attrs["config"]
+    for key, old, new in [("model.n_head", "n_head = 4", "n_head = 0"),
+                          ("model.n_layer", "n_layer = 4", "n_layer = -4"),
+                          ("model.n_layer", "n_layer = 4", "n_layer = 2000000000"),
+                          ("model.n_embd", "n_embd = 32", "n_embd = 2000000000"),
+                          ("dp", "\ndp = 1\n", "\ndp = 0\n"),
+                          ("model.vocab_size", "vocab_size = 256", "vocab_size = 1")]:
+        assert old in config, old
+        case = "config_" + new.strip().replace(" = ", "_").replace("-", "minus")
+        crafted(valid, out, case, "config",
+                lambda a, k, text=config.replace(old, new, 1): a.create(k, text, dtype=vlen), key)
     # A variable-length string longer than the readers' bound (16 MiB; it lives in the file's
     # heap, not in the object header).
     crafted(valid, out, "config_vlen_huge", "config",

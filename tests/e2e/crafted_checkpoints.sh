@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Crafted checkpoints (crafted_checkpoints.py: one defect each) against every reader: `ckpt info`,
-# `ckpt verify`, `generate` and `train --resume` each exit 0 (a reader that does not read the
-# field) or 2 with a message naming the field; none crashes, hangs or outgrows a memory bound
-# (ulimit -v); verify and resume refuse every case, as they read the same fields; `--resume auto`
-# skips such a file when it is the newest, naming it.
+# `verify`, `export`, `generate` and `train --resume` each exit 0 (a reader that does not read
+# the field) or 2 with a message naming the field; none crashes, hangs or outgrows a memory
+# bound (ulimit -v); verify and resume refuse every case, as they read the same fields;
+# `--resume auto` skips such a file when it is the newest, naming it.
 set -uo pipefail
 trident=$1 src=$2 work=$3
 rm -rf "$work" && mkdir -p "$work/cases" && cd "$src"
@@ -24,7 +24,9 @@ read_case() {
   (ulimit -v $memory_kb && timeout 60 "$@" > "$log" 2>&1)
   rc=$?
   if [ $rc = 2 ]; then
-    grep -q "'$field'" "$log" || fail "$name on $case: exit 2 without naming '$field': $(tail -1 "$log")"
+    # An attribute is named in quotes, a config key as "key = value".
+    grep -qE "'$field'|(^|[ .])$field = " "$log" ||
+      fail "$name on $case: exit 2 without naming $field: $(tail -1 "$log")"
   elif [ $rc != 0 ]; then
     fail "$name on $case: exit $rc (crash, hang or memory bound): $(tail -3 "$log")"
   fi
@@ -37,14 +39,16 @@ while read -r case field; do
   verify=$(read_case "$case" "$field" verify "$trident" ckpt verify "$file") || exit 1
   generate=$(read_case "$case" "$field" generate "$trident" generate --ckpt "$file" --tokens 4) ||
     exit 1
+  export=$(read_case "$case" "$field" export "$trident" ckpt export "$file" \
+    --llmc "$work/$case.llmc.bin") || exit 1
   resume=$(read_case "$case" "$field" resume "$trident" train "${run[@]}" \
     --set run.out_dir="$work/resume.$case" --resume "$file") || exit 1
   [ "$verify" = 2 ] && [ "$resume" = 2 ] ||
     fail "$case: verify exited $verify and resume $resume; both must refuse it"
-  echo "ok   $case: info $info, verify $verify, generate $generate, resume $resume"
+  echo "ok   $case: info $info, verify $verify, generate $generate, export $export, resume $resume"
   cases=$((cases + 1))
 done < "$work/cases.txt"
-[ $cases -ge 50 ] || fail "only $cases crafted cases"
+[ $cases -ge 60 ] || fail "only $cases crafted cases"
 # --resume auto skips, and names, a newest checkpoint whose metadata fails validation.
 mkdir -p "$work/auto/tiny/checkpoints"
 cp "$valid" "$work/auto/tiny/checkpoints/step_000002.h5"
