@@ -368,16 +368,8 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
       host.push_back(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]));
     }
     for (const ParamSpec& spec : table.specs()) {
-      h5::Handle dset;
-      {
-        h5::QuietErrors quiet;
-        dset = h5::Handle(
-            H5Dopen2(file, (std::string(kGroups[k]) + "/" + spec.name).c_str(), H5P_DEFAULT),
-            H5Dclose);
-      }
-      if (dset < 0)
-        throw InputError(
-            fmt::format("checkpoint '{}' has no dataset '{}/{}'", path, kGroups[k], spec.name));
+      const h5::Handle dset =
+          h5::open_tensor(file, std::string(kGroups[k]) + "/" + spec.name, spec.shape, path);
       const int64_t global_cols = spec.shape.size() == 2 ? spec.shape[1] : spec.numel();
       // Every element this rank keeps, chunk by chunk (padding stays zero): all it holds, or
       // only its owned part of what ZeRO shards.

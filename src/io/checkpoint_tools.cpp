@@ -63,27 +63,30 @@ int checkpoint_verify(const std::string& path) {
   read_checkpoint_meta(path);  // what resume reads besides the tensors
   h5::Handle file = open_or_throw(path);
   const ParamTable table(c.model);
+  // Every checkpoint has parameters; a gradient dump (--dump-grads) has no optimizer state.
+  if (!has_link(file, "params"))
+    throw InputError(fmt::format("checkpoint '{}' has no 'params' group", path));
   int failures = 0, total = 0;
   for (const char* group : kGroups) {
     if (!has_link(file, group)) continue;
-    h5::Handle g(H5Gopen2(file, group, H5P_DEFAULT), H5Gclose);
     for (const ParamSpec& spec : table.specs()) {
       ++total;
+      const std::string name = std::string(group) + "/" + spec.name;
       std::vector<float> data(static_cast<size_t>(spec.numel()));
       try {
-        h5::read_floats(g, spec.name, spec.shape, data.data(), path);
+        h5::read_floats(file, name, spec.shape, data.data(), path);
       } catch (const InputError& e) {
-        std::printf("FAIL %s/%s: %s\n", group, spec.name.c_str(), e.what());
+        std::printf("FAIL %s: %s\n", name.c_str(), e.what());
         ++failures;
         continue;
       }
       uint64_t sum = 0;
       for (size_t i = 0; i < data.size(); ++i)
         sum += element_hash(static_cast<int64_t>(i), data[i]);
-      h5::Handle d(H5Dopen2(g, spec.name.c_str(), H5P_DEFAULT), H5Dclose);
+      const h5::Handle d = h5::open_tensor(file, name, spec.shape, path);
       const uint64_t stored = static_cast<uint64_t>(h5::read_attr_int(d, "checksum", path));
       if (sum != stored) {
-        std::printf("FAIL %s/%s: checksum %016llx, stored %016llx\n", group, spec.name.c_str(),
+        std::printf("FAIL %s: checksum %016llx, stored %016llx\n", name.c_str(),
                     static_cast<unsigned long long>(sum), static_cast<unsigned long long>(stored));
         ++failures;
       }
@@ -104,11 +107,10 @@ void export_llmc(const std::string& path, const std::string& out) {
   const Config c = read_checkpoint_config(path);
   const ModelConfig& m = c.model;
   h5::Handle file = open_or_throw(path);
-  h5::Handle params(H5Gopen2(file, "params", H5P_DEFAULT), H5Gclose);
   const ParamTable table(m);
   auto read = [&](const std::string& name) {
     std::vector<float> data(static_cast<size_t>(table.at(name).numel()));
-    h5::read_floats(params, name, table.at(name).shape, data.data(), path);
+    h5::read_floats(file, "params/" + name, table.at(name).shape, data.data(), path);
     return data;
   };
   const int padded_v = (m.vocab_size + 127) / 128 * 128;

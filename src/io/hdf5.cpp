@@ -228,22 +228,44 @@ double read_attr_double(hid_t obj, const std::string& name, const std::string& f
   return value;
 }
 
-void read_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
-                 float* data, const std::string& file) {
+Handle open_tensor(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                   const std::string& file) {
   QuietErrors quiet;
+  for (size_t end = name.find('/');; end = name.find('/', end + 1)) {
+    const std::string prefix = name.substr(0, end);
+    if (H5Lexists(parent, prefix.c_str(), H5P_DEFAULT) <= 0)
+      throw InputError(fmt::format("'{}': dataset '{}' is missing", file, name));
+    H5L_info_t link{};
+    if (H5Lget_info(parent, prefix.c_str(), &link, H5P_DEFAULT) < 0 || link.type != H5L_TYPE_HARD)
+      throw InputError(fmt::format(
+          "'{}': '{}' (of dataset '{}') is {} link, not an object of "
+          "this file",
+          file, prefix, name, link.type == H5L_TYPE_EXTERNAL ? "an external" : "a soft"));
+    if (end == std::string::npos) break;
+  }
   Handle dset(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (dset < 0) throw InputError(fmt::format("'{}': dataset '{}' is missing", file, name));
+  if (dset < 0) throw InputError(fmt::format("'{}': '{}' is not a dataset", file, name));
+  Handle type(H5Dget_type(dset), H5Tclose);
+  if (type < 0 || H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != sizeof(float))
+    throw InputError(fmt::format("'{}': dataset '{}' does not hold float32 values", file, name));
   Handle space(H5Dget_space(dset), H5Sclose);
-  const int rank = H5Sget_simple_extent_ndims(space);
+  const int rank = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
   std::vector<hsize_t> dims(rank > 0 ? rank : 0);
   if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  if (dims.size() != shape.size() ||
+  if (rank < 0 || dims.size() != shape.size() ||
       !std::equal(dims.begin(), dims.end(), shape.begin(),
                   [](hsize_t a, int64_t b) { return static_cast<int64_t>(a) == b; }))
     throw InputError(
         fmt::format("'{}': dataset '{}' has a different shape than this model "
                     "expects (a checkpoint of a different model?)",
                     file, name));
+  return dset;
+}
+
+void read_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                 float* data, const std::string& file) {
+  const Handle dset = open_tensor(parent, name, shape, file);
+  QuietErrors quiet;
   if (H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     throw InputError(
         fmt::format("'{}': dataset '{}' cannot be read (truncated or corrupt)", file, name));

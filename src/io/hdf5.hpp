@@ -66,7 +66,13 @@ std::string read_attr_string(hid_t obj, const std::string& name, const std::stri
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file);
 double read_attr_double(hid_t obj, const std::string& name, const std::string& file);
 
-// Reads a float32 dataset whose shape must equal `shape`; InputError otherwise.
+// Dataset `name` under parent ("group/tensor" allowed), opened after checking that every link on
+// the way is a hard link (a soft or external link could pull data from elsewhere, even another
+// file), that it holds float32 elements, and that its shape equals `shape`, before anything of
+// its size is allocated: InputError naming the dataset otherwise.
+Handle open_tensor(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
+                   const std::string& file);
+// Reads a dataset that open_tensor accepts.
 void read_floats(hid_t parent, const std::string& name, const std::vector<int64_t>& shape,
                  float* data, const std::string& file);
 

@@ -5,7 +5,8 @@ Each case is OUT_DIR/<case>.h5 and a line "<case> <field>" on stdout: the field 
 name when it refuses the file. Families so far: attributes with the wrong number of values (an
 array where trident writes a scalar, none at all), the wrong class (a string where a number
 belongs and the reverse), an oversized string, a stored config with values a config file is
-refused for, and counters out of range or inconsistent (a
+refused for, tensors of another shape, dtype or rank, soft and external links, no parameters,
+and counters out of range or inconsistent (a
 negative or huge step or data cursor, more AdamW steps than steps, a loss scale that is not a
 finite positive number).
 """
@@ -78,6 +79,39 @@ def main():
         case = "config_" + new.strip().replace(" = ", "_").replace("-", "minus")
         crafted(valid, out, case, "config",
                 lambda a, k, text=config.replace(old, new, 1): a.create(k, text, dtype=vlen), key)
+    # Tensors: another shape, dtype or rank than the stored config's model has, a soft or external
+    # link in a tensor's place (one could pull data from any HDF5 file on the host), and no
+    # parameters at all.
+    def tensor(case, named, change):
+        path = f"{out}/{case}.h5"
+        shutil.copyfile(valid, path)
+        with h5py.File(path, "r+") as f:
+            change(f)
+        print(case, named)
+
+    def replace(f, name, data):
+        checksum = f[name].attrs["checksum"]
+        del f[name]
+        f[name] = data
+        f[name].attrs["checksum"] = checksum
+
+    with h5py.File(valid, "r") as f:
+        wte = f["params/wte"][...]
+    tensor("wte_larger", "params/wte",
+           lambda f: replace(f, "params/wte", np.zeros((2 * wte.shape[0], wte.shape[1]), "f4")))
+    tensor("wte_flat", "params/wte", lambda f: replace(f, "params/wte", wte.reshape(-1)))
+    tensor("wte_int32", "params/wte", lambda f: replace(f, "params/wte", wte.astype("i4")))
+    tensor("wte_float64", "params/wte", lambda f: replace(f, "params/wte", wte.astype("f8")))
+    tensor("wte_soft_link", "params/wte",
+           lambda f: (f.__delitem__("params/wte"), f.__setitem__("params/wte",
+                                                                 h5py.SoftLink("/optim/m/wte"))))
+    tensor("wte_external_link", "params/wte",
+           lambda f: (f.__delitem__("params/wte"),
+                      f.__setitem__("params/wte", h5py.ExternalLink(valid, "/params/wte"))))
+    tensor("params_external_link", "params",
+           lambda f: (f.__delitem__("params"),
+                      f.__setitem__("params", h5py.ExternalLink(valid, "/params"))))
+    tensor("no_params", "params", lambda f: f.__delitem__("params"))
     # A variable-length string longer than the readers' bound (16 MiB; it lives in the file's
     # heap, not in the object header).
     crafted(valid, out, "config_vlen_huge", "config",

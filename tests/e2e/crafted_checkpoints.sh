@@ -24,8 +24,9 @@ read_case() {
   (ulimit -v $memory_kb && timeout 60 "$@" > "$log" 2>&1)
   rc=$?
   if [ $rc = 2 ]; then
-    # An attribute is named in quotes, a config key as "key = value".
-    grep -qE "'$field'|(^|[ .])$field = " "$log" ||
+    # An attribute or dataset is named in quotes (a group, or a dataset inside it), a config key
+    # as "key = value".
+    grep -qE "'$field(/[^']*)?'|(^|[ .])$field = " "$log" ||
       fail "$name on $case: exit 2 without naming $field: $(tail -1 "$log")"
   elif [ $rc != 0 ]; then
     fail "$name on $case: exit $rc (crash, hang or memory bound): $(tail -3 "$log")"
@@ -48,7 +49,7 @@ while read -r case field; do
   echo "ok   $case: info $info, verify $verify, generate $generate, export $export, resume $resume"
   cases=$((cases + 1))
 done < "$work/cases.txt"
-[ $cases -ge 60 ] || fail "only $cases crafted cases"
+[ $cases -ge 65 ] || fail "only $cases crafted cases"
 # --resume auto skips, and names, a newest checkpoint whose metadata fails validation.
 mkdir -p "$work/auto/tiny/checkpoints"
 cp "$valid" "$work/auto/tiny/checkpoints/step_000002.h5"
