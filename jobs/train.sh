@@ -51,25 +51,22 @@ if [[ $JOB_LAUNCHER == srun ]]; then
   cmd=(srun --ntasks="$RANKS" ${SRUN_ARGS-} "$TRIDENT" train --config "$CONFIG" "${sets[@]}"
     --resume auto)
 else
-  cmd=(mpirun -np "$RANKS" --oversubscribe ${MPIRUN_ARGS-} "$TRIDENT" train --config "$CONFIG"
-    "${sets[@]}" --resume auto)
+  job_rank_output "$dir/trident.log"
+  cmd=(mpirun -np "$RANKS" --oversubscribe ${MPIRUN_ARGS-} "${JOB_RANK_OUTPUT[@]}" "$TRIDENT" train
+    --config "$CONFIG" "${sets[@]}" --resume auto)
 fi
 job_log "train: job $JOB_ID (start $((restart + 1))) via $JOB_LAUNCHER, $RANKS ranks, config" \
   "$CONFIG; run directory $dir; log $dir/trident.log"
 printf '%q ' "${cmd[@]}" >"$dir/command"
 echo "=== $(date -u +%Y-%m-%dT%H:%M:%SZ) job $JOB_ID start $((restart + 1))" >>"$dir/trident.log"
 earlier_lines=$(wc -l <"$dir/trident.log")
+rm -f "$dir/stopped"
 job_child "$dir/trident.log" "${cmd[@]}"
-rc=$JOB_RC
 # This start's milestones, in the job's own log.
 this_start=$(tail -n +$((earlier_lines + 1)) "$dir/trident.log")
 grep -E "^(resumed from|stopping after|run .* is already complete|PERFORMANCE)" <<<"$this_start" |
   sed 's/^/  /'
-# trident exits 4 after an early stop with a checkpoint; mpirun, signalled itself, reports 1
-# instead, so the line trident printed decides.
-if ((rc != 0)) && grep -q "^stopping after step .*; continue with --resume auto" <<<"$this_start"; then
-  rc=4
-fi
+rc=$(job_run_status "$JOB_RC" "$dir")
 case $rc in
   0)
     job_log "train: run complete"

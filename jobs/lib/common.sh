@@ -205,9 +205,51 @@ job_child() {
   JOB_CHILD=
 }
 
+# The exit status of the run in DIR whose launcher returned RC: 4 when trident stopped early (a
+# signal or run.max_minutes, after a checkpoint unless run.checkpoint_every = -1) and said so in
+# DIR/stopped, whatever the launcher made of it (mpirun, signalled itself, exits 1 after its ranks
+# exited 4, and may drop their last lines); RC otherwise. The caller removes DIR/stopped before the
+# run starts: job_run_status RC DIR.
+job_run_status() {
+  if (($1 != 0)) && [[ -f $2/stopped ]]; then
+    echo 4
+  else
+    echo "$1"
+  fi
+}
+
+# Sets JOB_RANK_OUTPUT to the words that make an mpirun rank append its output to LOG itself:
+# job_rank_output LOG. mpirun
+# passes its ranks' output through a terminal that it stops reading once it is signalled, so a
+# rank that prints after a SIGTERM to mpirun blocks there, and its stop (step, checkpoint, exit 4)
+# never ends; without the terminal, a rank's lines also reach the log in full.
+job_rank_output() {
+  # shellcheck disable=SC2016 # the rank's shell expands them
+  JOB_RANK_OUTPUT=(bash -c 'exec "$@" >>"$0" 2>&1' "$1")
+}
+
+# Asks the running child to stop. Under mpirun the ranks themselves get SIGTERM: mpirun, signalled
+# itself, passes it on but SIGKILLs them one second later (odls_base_sigkill_timeout), too soon
+# for a stop checkpoint, and then exits 1 whatever they did; left alone, it exits with their 4.
 job_stop_child() {
-  [[ -n $JOB_CHILD ]] && kill -TERM "$JOB_CHILD" 2>/dev/null
+  [[ -n $JOB_CHILD ]] || return 0
+  if [[ $JOB_LAUNCHER == mpirun ]]; then
+    local ranks
+    ranks=$(job_leaf_processes "$JOB_CHILD")
+    [[ -n $ranks ]] && kill -TERM $ranks 2>/dev/null && return 0
+  fi
+  kill -TERM "$JOB_CHILD" 2>/dev/null
   return 0
+}
+
+# The processes below PID that have no children of their own (mpirun's ranks, below a
+# timeout(1) wrapper or not): job_leaf_processes PID.
+job_leaf_processes() {
+  local child children
+  children=$(pgrep -P "$1")
+  for child in $children; do
+    if pgrep -P "$child" >/dev/null; then job_leaf_processes "$child"; else echo "$child"; fi
+  done
 }
 
 # Prints the resolved config for `trident config` arguments, or fails with trident's reason.
@@ -314,14 +356,16 @@ job_run() {
         bind=(--bind-to none -x "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}")
       fi
     fi
-    cmd=(mpirun -np "$ranks" --oversubscribe ${bind[@]+"${bind[@]}"} ${MPIRUN_ARGS-} "$TRIDENT" train
-      --config "$CONFIG" "${sets[@]}")
+    job_rank_output "$dir/trident.log"
+    cmd=(mpirun -np "$ranks" --oversubscribe ${bind[@]+"${bind[@]}"} ${MPIRUN_ARGS-}
+      "${JOB_RANK_OUTPUT[@]}" "$TRIDENT" train --config "$CONFIG" "${sets[@]}")
   fi
   ((RUN_TIMEOUT > 0)) && cmd=(timeout --signal=TERM --kill-after=30 "$RUN_TIMEOUT" "${cmd[@]}")
   printf '%q ' "${cmd[@]}" >"$dir/command"
   local start rc
   start=$(date +%s.%N)
   : >"$dir/trident.log"
+  rm -f "$dir/stopped"
   job_child "$dir/trident.log" "${cmd[@]}"
   rc=$JOB_RC
   local seconds status reason=""
@@ -332,12 +376,11 @@ job_run() {
     status=failed reason="exit 0 but no timings.h5"
   elif ((JOB_DEADLINE == 1)); then
     status=timeout reason="stopped at the time limit"
-  elif ((rc == 4)); then
-    # trident's own early stop (a signal, run.max_minutes): a checkpoint was written.
-    status=timeout reason="stopped early with a checkpoint; see trident.log"
   elif ((RUN_TIMEOUT > 0 && (rc == 124 || rc == 137))); then
     # timeout(1) exits 124, or 137 when the run ignored TERM for 30 s and was killed.
     status=timeout reason="RUN_TIMEOUT=$RUN_TIMEOUT s"
+  elif rc=$(job_run_status "$rc" "$dir") && ((rc == 4)); then
+    status=timeout reason="stopped early on a signal or run.max_minutes; see trident.log"
   elif ((JOB_DEADLINE == 2)); then
     status=failed reason="job cancelled"
   else

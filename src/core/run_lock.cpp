@@ -147,8 +147,22 @@ RunLock::RunLock(std::string path, const std::string& what,
     : path_(std::move(path)) {
   for (int attempt = 0;; ++attempt) {
     if (create_exclusive(path_)) break;
+    // lstat, not stat: O_EXCL refuses a symbolic link even when it dangles, so following one
+    // would find nothing there and retry for ever.
     struct stat st {};
-    if (stat(path_.c_str(), &st) != 0) continue;  // released meanwhile: try again
+    if (lstat(path_.c_str(), &st) != 0) {
+      if (errno == ENOENT && attempt < 100) continue;  // released meanwhile: try again
+      throw InputError(
+          fmt::format("cannot inspect the lock file '{}': {}", path_, explain_errno(errno)));
+    }
+    if (!S_ISREG(st.st_mode))
+      throw InputError(fmt::format(
+          "the lock file '{}' of {} is {}, not a lock trident wrote: remove it if no run uses {}",
+          path_, what,
+          S_ISLNK(st.st_mode)   ? "a symbolic link"
+          : S_ISDIR(st.st_mode) ? "a directory"
+                                : "not a regular file",
+          what));
     const Holder holder = read_holder(path_);
     const double age = std::difftime(std::time(nullptr), st.st_mtime);
     const std::string stale = why_stale(holder, age);
@@ -160,7 +174,7 @@ RunLock::RunLock(std::string path, const std::string& what,
     note(fmt::format("taking over the lock of {} from {}: {}", what, describe(holder), stale));
     // Only the stale file itself: a racing taker may already have replaced it with its own.
     struct stat now {};
-    if (stat(path_.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_mtime == st.st_mtime)
+    if (lstat(path_.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_mtime == st.st_mtime)
       unlink(path_.c_str());
   }
   thread_ = std::thread([this] { heartbeat(); });

@@ -40,15 +40,7 @@ StopRequest::StopRequest(const std::vector<StopSignal>& signals, double max_minu
   action.sa_handler = record_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // interrupted system calls (file I/O, MPI's polls) go on
-  for (const StopSignal s : signals) {
-    struct sigaction old;
-    if (sigaction(signal_number(s), &action, &old) == 0)
-      previous_.emplace_back(signal_number(s), old);
-  }
-}
-
-StopRequest::~StopRequest() {
-  for (const auto& [signo, old] : previous_) sigaction(signo, &old, nullptr);
+  for (const StopSignal s : signals) sigaction(signal_number(s), &action, nullptr);
 }
 
 int StopRequest::reason(double step_seconds) const {

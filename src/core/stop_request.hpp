@@ -29,10 +29,11 @@ constexpr int kStopForTimeBudget = 1000;
 
 class StopRequest {
  public:
-  // Installs a handler for each of `signals` (restored on destruction) and starts the clock of
-  // the `max_minutes` budget (0: no budget).
+  // Installs a handler for each of `signals` and starts the clock of the `max_minutes` budget
+  // (0: no budget). The handlers stay for the rest of the process: a signal that arrives while a
+  // stopped run shuts down (MPI and Kokkos finalising) must not turn its clean exit into death
+  // by that signal.
   StopRequest(const std::vector<StopSignal>& signals, double max_minutes);
-  ~StopRequest();
   StopRequest(const StopRequest&) = delete;
   StopRequest& operator=(const StopRequest&) = delete;
 
@@ -43,7 +44,6 @@ class StopRequest {
   std::string describe(int reason) const;
 
  private:
-  std::vector<std::pair<int, struct sigaction>> previous_;
   double max_seconds_;
   std::chrono::steady_clock::time_point start_;
 };

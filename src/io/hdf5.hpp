@@ -43,9 +43,13 @@ class Handle {
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
   operator hid_t() const { return id_; }
-  void reset() {
-    if (id_ >= 0 && close_) close_(id_);
+  void reset() { close(); }
+  // Closes now and returns HDF5's status: closing a dataset writes its cached chunks, so a write
+  // can fail here (a full disk) after every H5Dwrite succeeded.
+  herr_t close() {
+    const herr_t status = id_ >= 0 && close_ ? close_(id_) : 0;
     id_ = H5I_INVALID_HID;
+    return status;
   }
 
  private:

@@ -22,6 +22,7 @@ void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t>
   h5::Handle dset(H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, plist, H5P_DEFAULT),
                   H5Dclose);
   TRIDENT_H5(static_cast<hid_t>(dset));
+  TRIDENT_H5(dset.close());
 }
 
 }  // namespace
@@ -62,6 +63,7 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
     TRIDENT_H5(static_cast<hid_t>(dset));
     TRIDENT_H5(
         H5Dwrite(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, predicted_memory.data()));
+    TRIDENT_H5(dset.close());
   }
   TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL));
 }
@@ -83,6 +85,7 @@ void TimingsWriter::append_row(const std::string& name, const void* row, hid_t t
       H5Sselect_hyperslab(filespace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr));
   h5::Handle memspace(H5Screate_simple(rank, count.data(), nullptr), H5Sclose);
   TRIDENT_H5(H5Dwrite(dset, type, memspace, filespace, H5P_DEFAULT, row));
+  TRIDENT_H5(dset.close());
 }
 
 void TimingsWriter::append(const StepRecord& r) {

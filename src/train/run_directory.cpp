@@ -35,7 +35,16 @@ RunDirectory::RunDirectory(const Config& config, const HostCollectives& world,
     lock_ = std::make_unique<RunLock>((path_ / "run.lock").string(),
                                       fmt::format("run directory {}", path_.string()),
                                       [&](const std::string& why) { console_.line(why); });
+    std::filesystem::remove(path_ / "stopped", ec);  // an earlier start's stop: not this one's
   });
+}
+
+void RunDirectory::record_stop(const std::string& line) const {
+  if (world_.rank() != 0) return;
+  std::FILE* file = std::fopen((path_ / "stopped").c_str(), "w");
+  if (!file) return;  // the exit status 4 still says it; a launcher that loses it reports 1
+  std::fprintf(file, "%s\n", line.c_str());
+  std::fclose(file);
 }
 
 RunDirectory::~RunDirectory() {

@@ -37,6 +37,11 @@ class RunDirectory {
   // runs sharing offload.nvme_dir under one run.name cannot corrupt each other's states.
   void lock_offload_files(const std::string& prefix);
 
+  // An early stop (a signal, run.max_minutes): rank 0 writes `line` to <run dir>/stopped, which a
+  // launcher reads when it cannot pass on the ranks' exit status 4 (mpirun, signalled itself,
+  // exits 1 once they have stopped, and may drop their last output). Each start removes it first.
+  void record_stop(const std::string& line) const;
+
   // The timings file of the segment starting now: timings.h5 for a run's first, timings.<k>.h5
   // for its k-th (resumed) one; none is ever overwritten. Rank 0.
   std::filesystem::path next_timings_segment(int& segment) const;

@@ -471,8 +471,10 @@ void Trainer::stop_early(int step, const std::string& why, const StepMetrics& me
     saved =
         fmt::format("checkpoint {}; continue with --resume auto", checkpointer_->last_written());
   }
-  console_.line(
-      fmt::format("stopping after step {}/{} on {}: {}", step, config_.run.steps, why, saved));
+  const std::string line =
+      fmt::format("stopping after step {}/{} on {}: {}", step, config_.run.steps, why, saved);
+  console_.line(line);
+  run_dir_->record_stop(line);
   metrics.summarise(checkpointer_->last_written());
 }
 

@@ -1,7 +1,9 @@
 /* Test helper (LD_PRELOAD): a file system that fills up. Writes to files opened under
- * $TRIDENT_FULL_DISK_DIR fail with ENOSPC once $TRIDENT_FULL_DISK_BYTES bytes have been written
- * to them, as they would on a full disk, and statvfs of a path under it reports the bytes left as
- * free (unless TRIDENT_FULL_DISK_HIDDEN=1); other files are untouched. */
+ * $TRIDENT_FULL_DISK_DIR fail with ENOSPC once they have grown those files by
+ * $TRIDENT_FULL_DISK_BYTES bytes, as they would on a full disk, where rewriting bytes a file
+ * already holds still succeeds (HDF5 rewrites its metadata in place, and only the new chunks it
+ * writes when it closes a dataset fail); statvfs of a path under the directory reports the bytes
+ * left as free (unless TRIDENT_FULL_DISK_HIDDEN=1); other files are untouched. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -9,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -32,14 +35,23 @@ static void watch(int fd, const char* path) {
   if (fd >= 0 && fd < kMaxFd) watched[fd] = dir[0] && path && strncmp(path, dir, strlen(dir)) == 0;
 }
 
-/* Whether a write of n bytes to fd may go ahead; sets errno when not. */
-static int allowed(int fd, size_t n) {
+/* Whether a write of n bytes to fd at offset (-1: the file position) may go ahead; sets errno
+ * when not. Only the bytes past the file's end use the budget. */
+static int allowed(int fd, long long offset, size_t n) {
   if (fd < 0 || fd >= kMaxFd || !watched[fd] || budget < 0) return 1;
-  if ((long long)n > budget) {
+  if (offset < 0) offset = lseek(fd, 0, SEEK_CUR);
+  long long growth = (long long)n;
+  struct stat st;
+  if (offset >= 0 && fstat(fd, &st) == 0) {
+    const long long from = offset > st.st_size ? offset : (long long)st.st_size;
+    const long long end = offset + (long long)n;
+    growth = end > from ? end - from : 0;
+  }
+  if (growth > budget) {
     errno = ENOSPC;
     return 0;
   }
-  budget -= (long long)n;
+  budget -= growth;
   return 1;
 }
 
@@ -64,19 +76,19 @@ WATCHED_OPEN(open64)
 ssize_t write(int fd, const void* buf, size_t n) {
   static ssize_t (*real)(int, const void*, size_t) = NULL;
   if (!real) real = (ssize_t(*)(int, const void*, size_t))dlsym(RTLD_NEXT, "write");
-  return allowed(fd, n) ? real(fd, buf, n) : -1;
+  return allowed(fd, -1, n) ? real(fd, buf, n) : -1;
 }
 
 ssize_t pwrite(int fd, const void* buf, size_t n, off_t offset) {
   static ssize_t (*real)(int, const void*, size_t, off_t) = NULL;
   if (!real) real = (ssize_t(*)(int, const void*, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
-  return allowed(fd, n) ? real(fd, buf, n, offset) : -1;
+  return allowed(fd, offset, n) ? real(fd, buf, n, offset) : -1;
 }
 
 ssize_t pwrite64(int fd, const void* buf, size_t n, off_t offset) {
   static ssize_t (*real)(int, const void*, size_t, off_t) = NULL;
   if (!real) real = (ssize_t(*)(int, const void*, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
-  return allowed(fd, n) ? real(fd, buf, n, offset) : -1;
+  return allowed(fd, offset, n) ? real(fd, buf, n, offset) : -1;
 }
 
 static size_t total(const struct iovec* iov, int count) {
@@ -88,19 +100,19 @@ static size_t total(const struct iovec* iov, int count) {
 ssize_t writev(int fd, const struct iovec* iov, int count) {
   static ssize_t (*real)(int, const struct iovec*, int) = NULL;
   if (!real) real = (ssize_t(*)(int, const struct iovec*, int))dlsym(RTLD_NEXT, "writev");
-  return allowed(fd, total(iov, count)) ? real(fd, iov, count) : -1;
+  return allowed(fd, -1, total(iov, count)) ? real(fd, iov, count) : -1;
 }
 
 ssize_t pwritev(int fd, const struct iovec* iov, int count, off_t offset) {
   static ssize_t (*real)(int, const struct iovec*, int, off_t) = NULL;
   if (!real) real = (ssize_t(*)(int, const struct iovec*, int, off_t))dlsym(RTLD_NEXT, "pwritev");
-  return allowed(fd, total(iov, count)) ? real(fd, iov, count, offset) : -1;
+  return allowed(fd, offset, total(iov, count)) ? real(fd, iov, count, offset) : -1;
 }
 
 ssize_t pwritev64(int fd, const struct iovec* iov, int count, off_t offset) {
   static ssize_t (*real)(int, const struct iovec*, int, off_t) = NULL;
   if (!real) real = (ssize_t(*)(int, const struct iovec*, int, off_t))dlsym(RTLD_NEXT, "pwritev64");
-  return allowed(fd, total(iov, count)) ? real(fd, iov, count, offset) : -1;
+  return allowed(fd, offset, total(iov, count)) ? real(fd, iov, count, offset) : -1;
 }
 
 /* Whether statvfs of path reports the budget as its free space; not with

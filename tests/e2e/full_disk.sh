@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Write failures are errors with their real cause. A preloaded file system that fills up
 # (full_disk.c: writes under a directory fail with ENOSPC after a byte budget):
-#  - the timings file fills up mid-run: the run stops with a non-zero status and says the disk is
-#    full (no PERFORMANCE line, no "check the path is writable");
+#  - the timings file fills up mid-run (the write that fails is HDF5 flushing a dataset's cached
+#    chunks as it closes it, after every H5Dwrite succeeded): the run stops with a non-zero
+#    status and says the disk is full (no PERFORMANCE line, no "check the path is writable");
 #  - the checkpoint directory's file system has no room for the next checkpoint (4 ranks): every
 #    rank stops before writing it, exit status 2 naming the free and the needed space, and
 #    --resume auto continues from the last checkpoint that fitted;

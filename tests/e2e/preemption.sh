@@ -3,7 +3,8 @@
 #  - SIGUSR1 to one rank mid-run: every rank stops after the same step, a checkpoint of that step
 #    is written, one line says why and how to continue, exit status 4; --resume auto then
 #    finishes the run bit-identical to an uninterrupted one;
-#  - SIGTERM does the same, run.stop_signals = none leaves the signal's default (the job dies);
+#  - SIGTERM does the same, and more SIGTERMs during the shutdown leave exit status 4;
+#  - run.stop_signals = none leaves the signal's default (the job dies);
 #  - run.max_minutes stops before the budget runs out, with a checkpoint and exit status 4;
 #  - a bad signal name is refused before the run starts.
 set -uo pipefail
@@ -63,6 +64,22 @@ wait $pid
 rc=$?
 [ $rc -eq 4 ] || fail "SIGTERM: exit status $rc, expected 4"
 grep -q "^stopping after step [0-9]*/$steps on SIGTERM: checkpoint" "$work/term.log" || fail "SIGTERM: no stopping line"
+
+# SIGTERMs that keep coming while the run stops and shuts down (after its stop checkpoint, while
+# MPI and Kokkos finalise) leave the clean stop's exit status 4, not death by the signal (143).
+for attempt in 1 2 3; do
+  "$trident" train "${common[@]}" --set parallel.dp=1 --set parallel.tp=1 --set run.log_every=1 \
+    --set run.out_dir="$work/late$attempt" > "$work/late$attempt.log" 2>&1 &
+  late=$!
+  for _ in $(seq 600); do
+    grep -q "^step    10/" "$work/late$attempt.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  while kill -TERM $late 2>/dev/null; do sleep 0.002; done
+  wait $late
+  rc=$?
+  [ $rc -eq 4 ] || { tail -3 "$work/late$attempt.log"; fail "SIGTERMs during shutdown: exit status $rc, expected 4"; }
+done
 
 run4 "$work/unhandled" --set run.stop_signals=none
 signal_rank1 USR1 "$work/unhandled"

@@ -7,6 +7,7 @@
 #  - a fresh run into a directory holding a finished run exits 2 leaving its files untouched, and
 #    --overwrite replaces them;
 #  - two runs sharing offload.nvme_dir under one run.name: the second exits 2 naming the holder;
+#  - a lock that is a dangling symbolic link or a directory is refused at once, named;
 #  - run.name and prepare --name are single path components.
 set -uo pipefail
 trident=$1 src=$2 work=$3
@@ -78,6 +79,21 @@ SLURM_JOB_ID=88 SLURM_RESTART_COUNT=1 try_lock \
   fail "a requeued job did not take over its earlier incarnation's lock"
 grep -q "it is an earlier run of this requeued Slurm job" "$work/lock.log" || fail "no requeue line"
 kill $alive
+
+# A lock that is a dangling symbolic link (O_EXCL says it exists, stat says it does not) or a
+# directory: a clear error at once, not a hang or "in use by pid ?".
+for kind in symlink directory; do
+  rm -rf "$work/locks" && mkdir -p "$work/locks/tiny"
+  if [ $kind = symlink ]; then ln -s "$work/nowhere" "$work/locks/tiny/run.lock"
+  else mkdir "$work/locks/tiny/run.lock"; fi
+  timeout 60 "$trident" train --config inputs/tiny.toml --set run.steps=2 \
+    --set run.out_dir="$work/locks" > "$work/lock.log" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] || { cat "$work/lock.log"; fail "a $kind as run.lock: exit status $rc, expected 2"; }
+  what=$([ $kind = symlink ] && echo "a symbolic link" || echo "a directory")
+  grep -q "trident: error: the lock file '$work/locks/tiny/run.lock' of run directory $work/locks/tiny is $what, not a lock trident wrote" \
+    "$work/lock.log" || { cat "$work/lock.log"; fail "a $kind as run.lock: message"; }
+done
 
 # A fresh run into a finished run's directory.
 run2 --set run.steps=4 --set run.checkpoint_every=2 --set run.out_dir="$work/done" \

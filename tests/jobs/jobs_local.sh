@@ -190,6 +190,27 @@ expect_status n1_dp1_tp1_pp1 timeout
 [[ ! -d $sweep/n1_dp2_tp1_pp1 ]] || fail "a layout started after the time-limit warning"
 grep -q "n1_dp2_tp1_pp1: not started" "$work/usr1.out" || fail "the skipped layout is not reported"
 
+# SIGTERM to a layout's mpirun, not to the job (a scheduler signalling the step): the ranks stop
+# and exit 4, mpirun exits 1, and the layout is still a timeout, not a failure.
+LAUNCHER=mpirun STEPS=1000000 RANK_COUNTS="2" bash jobs/weak_scaling.sh >"$work/term.out" 2>&1 &
+job_pid=$!
+for _ in $(seq 100); do
+  grep -q "outputs in" "$work/term.out" 2>/dev/null && break
+  sleep 0.1
+done
+sweep=$(grep -o 'outputs in [^ ]*' "$work/term.out" | cut -d' ' -f3)
+for _ in $(seq 300); do
+  grep -q "^step" "$sweep/n1_dp2_tp1_pp1/trident.log" 2>/dev/null && break
+  sleep 0.1
+done
+pkill -TERM -f "^mpirun .*run.out_dir=$sweep( |$)" || fail "no mpirun to signal"
+rc=0
+wait "$job_pid" || rc=$?
+cat "$work/term.out"
+expect_status n1_dp2_tp1_pp1 timeout
+grep -q '"exit_code": 4, .*"reason": "stopped early on a signal or run.max_minutes; see trident.log"' \
+  "$sweep/n1_dp2_tp1_pp1/run.json" || fail "SIGTERM to mpirun: $(cat "$sweep/n1_dp2_tp1_pp1/run.json")"
+
 # jobs/train.sh: one run, stopped on the time-limit signal (exit 4, a checkpoint), started again
 # to the end, and once more: already complete.
 train_env=(LAUNCHER=mpirun RANKS=2 STEPS=1500 RUN_NAME=long SETS="run.log_every=10 run.eval_every=0")
