@@ -293,6 +293,8 @@ struct FileCommands {
     prepare->add_option("--val-fraction", prep.val_fraction, "share held out for validation")
         ->check(kFinite)
         ->capture_default_str();
+    prepare->add_option("--max-bytes", prep.max_bytes, "stop with an error past this much text")
+        ->capture_default_str();
     ckpt = app.add_subcommand("ckpt", "inspect, verify or export a checkpoint");
     ckpt->require_subcommand(1);
     ckpt_info = ckpt->add_subcommand("info", "configuration, writing layout, step, sizes");
@@ -307,7 +309,10 @@ struct FileCommands {
   bool chosen() const { return *generate || *prepare || *ckpt; }
   int run(int rank) const {
     if (rank != 0) return 0;
-    if (*generate) std::cout << trident::generate(gen) << std::endl;
+    if (*generate) {
+      trident::generate(gen, [](const std::string& text) { std::cout << text << std::flush; });
+      std::cout << std::endl;
+    }
     if (*prepare) trident::prepare_byte_corpus(prep);
     if (*ckpt_info) trident::checkpoint_info(ckpt_path);
     if (*ckpt_verify && trident::checkpoint_verify(ckpt_path) > 0) return kExitBadInput;
@@ -332,7 +337,8 @@ struct ConfigCommand {
     app->add_option("--config", path, "run config (TOML)")->required();
     app->add_option("--set", overrides, "override a key, as for train (repeatable)");
     app->add_option("--ranks", ranks,
-                    "ranks to validate against (default dp x tp x pp, dp = 0 counting as 1)");
+                    "ranks to validate against (default dp x tp x pp, dp = 0 counting as 1)")
+        ->check(CLI::Range(1, 1 << 24));
   }
   void run(int rank) const {
     const trident::Config read = trident::load_config(path, overrides);
@@ -393,7 +399,9 @@ struct PlanCommand {
     app->add_option("--batch-tokens", batch_tokens, "global batch in tokens")
         ->check(kFinite)
         ->capture_default_str();
-    app->add_option("--top", top, "layouts to list")->capture_default_str();
+    app->add_option("--top", top, "layouts to list")
+        ->check(CLI::Range(1, 1000000))
+        ->capture_default_str();
   }
   void run(int rank) {
     if (!config_path.empty()) plan_for_config(rank);

@@ -77,11 +77,13 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
 }
 
 BatchSampler::BatchSampler(const std::vector<uint16_t>& tokens, uint64_t seed, uint64_t stream,
-                           int seq_len)
+                           int seq_len, const std::string& source)
     : tokens_(tokens), seed_(seed), stream_(stream), T_(seq_len) {
   if (tokens.size() < static_cast<size_t>(seq_len) + 1)
-    throw InputError(
-        fmt::format("data has {} tokens, fewer than seq_len + 1 = {}", tokens.size(), seq_len + 1));
+    throw InputError(fmt::format(
+        "data file '{}' has {} tokens, fewer than train.seq_len + 1 = {}: prepare more text or "
+        "lower train.seq_len",
+        source, tokens.size(), seq_len + 1));
 }
 
 void BatchSampler::fill(int64_t step, int first, int count, int32_t* inputs,

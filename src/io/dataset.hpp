@@ -19,7 +19,9 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
 // at a position hashed from (seed, stream, s, i). Every layout reads the same tokens.
 class BatchSampler {
  public:
-  BatchSampler(const std::vector<uint16_t>& tokens, uint64_t seed, uint64_t stream, int seq_len);
+  // `source` names the tokens' file in errors.
+  BatchSampler(const std::vector<uint16_t>& tokens, uint64_t seed, uint64_t stream, int seq_len,
+               const std::string& source);
   // Fills inputs[count*T] and targets[count*T] with global sequences [first, first+count) of
   // the batch of `step`.
   void fill(int64_t step, int first, int count, int32_t* inputs, int32_t* targets) const;

@@ -3,11 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <vector>
 
 #include "core/error.hpp"
@@ -25,14 +26,30 @@ void prepare_byte_corpus(const PrepareOptions& o) {
   std::error_code ec;
   if (o.text_path != "-" && std::filesystem::is_directory(o.text_path, ec))
     throw InputError(fmt::format("--text '{}' is a directory; give a text file", o.text_path));
-  std::string text;
-  if (o.text_path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::ifstream in(o.text_path, std::ios::binary);
-    if (!in) throw InputError(fmt::format("text file '{}' cannot be opened", o.text_path));
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (o.max_bytes < 1024 || o.max_bytes > INT32_MAX)
+    throw InputError(
+        fmt::format("--max-bytes {} must be between 1024 and {} (the token files' "
+                    "int32 count)",
+                    o.max_bytes, INT32_MAX));
+  std::ifstream file;
+  if (o.text_path != "-") {
+    file.open(o.text_path, std::ios::binary);
+    if (!file) throw InputError(fmt::format("text file '{}' cannot be opened", o.text_path));
   }
+  std::istream& in = o.text_path == "-" ? std::cin : file;
+  std::string text;
+  std::vector<char> block(1 << 20);
+  while (in) {
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    text.append(block.data(), static_cast<size_t>(in.gcount()));
+    if (text.size() > static_cast<size_t>(o.max_bytes))
+      throw InputError(
+          fmt::format("--text '{}' holds more than --max-bytes = {} bytes: raise "
+                      "--max-bytes (up to {}), or split the text",
+                      o.text_path, o.max_bytes, INT32_MAX));
+  }
+  if (in.bad())
+    throw InputError(fmt::format("reading '{}' failed: {}", o.text_path, explain_errno(errno)));
   if (text.size() < 1024)
     throw InputError(
         fmt::format("'{}' holds {} bytes; a corpus needs at least 1024", o.text_path, text.size()));

@@ -10,6 +10,9 @@ struct PrepareOptions {
   std::string out_dir = "data";
   std::string name = "corpus";
   double val_fraction = 0.05;
+  // Input read at most: beyond it prepare stops with an error rather than grow without bound
+  // (`--text /dev/zero`). The token files' int32 count caps it at 2^31 - 1 bytes.
+  long long max_bytes = 1LL << 30;
 };
 
 // Writes <out_dir>/<name>_train.bin and _val.bin (vocabulary: the 256 byte values). The last

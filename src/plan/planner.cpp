@@ -87,14 +87,36 @@ struct PlanBasis {
 };
 
 PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_batch_tokens) {
-  if (m.layers < 1 || m.hidden < 1 || m.heads < 1 || m.hidden % m.heads != 0 || m.seq < 1)
+  if (m.layers == 0 || m.hidden == 0 || m.heads == 0)
+    throw InputError("plan: the model needs --layers, --hidden and --heads");
+  // The bounds keep every product the planner forms finite and every loop over layers, GPUs and
+  // sequences short; they are far past any model or cluster built.
+  const auto require_range = [](double value, double low, double high, const char* flag) {
+    if (!(value >= low && value <= high))
+      throw InputError(
+          fmt::format("plan: {} = {:g} must be between {:g} and {:g}", flag, value, low, high));
+  };
+  require_range(m.layers, 1, 100000, "--layers");
+  require_range(m.hidden, 1, 1 << 20, "--hidden");
+  require_range(m.heads, 1, m.hidden, "--heads");
+  if (m.hidden % m.heads != 0)
     throw InputError(
-        "plan: the model needs --layers, --hidden and --heads (heads dividing "
-        "hidden) and a positive --seq");
-  if (c.gpus < 1 || c.gpus_per_node < 1 || c.gpu_mem_gb <= 0 || c.peak_tflops <= 0)
-    throw InputError("plan: --gpus, --gpus-per-node, --gpu-mem and --peak-tflops must be positive");
+        fmt::format("plan: --heads = {} must divide --hidden = {}", m.heads, m.hidden));
+  require_range(m.seq, 1, 1 << 24, "--seq");
+  require_range(m.vocab, 1, 1 << 24, "--vocab");
+  require_range(m.params, 0, 1e16, "--params");
+  require_range(c.gpus, 1, 1 << 24, "--gpus");
+  require_range(c.gpus_per_node, 1, 4096, "--gpus-per-node");
+  require_range(c.gpu_mem_gb, 1e-3, 1e6, "--gpu-mem");
+  require_range(c.peak_tflops, 1e-3, 1e6, "--peak-tflops");
+  require_range(c.mfu, 1e-3, 1, "--mfu");
+  require_range(c.hbm_gbs, 1e-3, 1e6, "--hbm-bw");
+  require_range(c.hbm_efficiency, 1e-3, 1, "--hbm-efficiency");
+  require_range(c.intra_gbs, 1e-3, 1e6, "--intra-bw");
+  require_range(c.inter_gbs, 1e-3, 1e6, "--inter-bw");
   if (global_batch_tokens < m.seq)
     throw InputError("plan: --batch-tokens must hold at least one sequence");
+  require_range(global_batch_tokens, m.seq, 1e12, "--batch-tokens");
   PlanBasis b;
   b.psi = m.param_count();
   b.h = m.hidden;

@@ -15,7 +15,7 @@
 
 namespace trident {
 
-std::string generate(const GenerateOptions& o) {
+void generate(const GenerateOptions& o, const std::function<void(const std::string&)>& emit) {
   if (o.temperature <= 0) throw InputError("--temperature must be positive");
   if (o.top_k < 0) throw InputError("--top-k must be >= 0 (0 samples from the whole vocabulary)");
   if (o.tokens < 0) throw InputError("--tokens must not be negative");
@@ -34,7 +34,7 @@ std::string generate(const GenerateOptions& o) {
   std::vector<int32_t> context;
   for (unsigned char ch : o.prompt) context.push_back(ch);
   if (context.empty()) context.push_back('\n');
-  std::string out(o.prompt);
+  emit(o.prompt);
   uint64_t counter = 0;
   std::vector<float> probs(m.vocab_size);
   std::vector<int> order(m.vocab_size);
@@ -63,9 +63,11 @@ std::string generate(const GenerateOptions& o) {
       }
     }
     context.push_back(chosen);
-    out.push_back(static_cast<char>(chosen));
+    // Only the last block_size tokens are read: the context stays bounded however many come.
+    if (context.size() >= 2 * static_cast<size_t>(m.block_size))
+      context.erase(context.begin(), context.end() - m.block_size);
+    emit(std::string(1, static_cast<char>(chosen)));
   }
-  return out;
 }
 
 }  // namespace trident

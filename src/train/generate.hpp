@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace trident {
@@ -15,7 +16,8 @@ struct GenerateOptions {
   uint64_t seed = 0;
 };
 
-// Returns the prompt followed by the sampled continuation (byte-level models).
-std::string generate(const GenerateOptions& options);
+// Passes the prompt, then each sampled byte as it comes, to `emit` (byte-level models), so a long
+// generation shows its text from the start.
+void generate(const GenerateOptions& options, const std::function<void(const std::string&)>& emit);
 
 }  // namespace trident

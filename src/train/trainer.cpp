@@ -491,8 +491,10 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
   // its directory was created leaves no empty directory behind.
   data_ = read_training_data(config_);
   const int T = config_.train.seq_len;
-  train_sampler_ = std::make_unique<BatchSampler>(data_.train, config_.run.seed, kTrainStream, T);
-  val_sampler_ = std::make_unique<BatchSampler>(data_.val, config_.run.seed, kValStream, T);
+  train_sampler_ = std::make_unique<BatchSampler>(data_.train, config_.run.seed, kTrainStream, T,
+                                                  config_.data.train);
+  val_sampler_ =
+      std::make_unique<BatchSampler>(data_.val, config_.run.seed, kValStream, T, config_.data.val);
   const std::filesystem::path run_dir =
       std::filesystem::path(config_.run.out_dir) / config_.run.name;
   std::vector<std::string> candidates;  // checkpoints to resume from, the first that loads wins

@@ -40,6 +40,7 @@ with h5py.File(sys.argv[1], 'r+') as f:
 head -c $(( $(stat -c %s "$good_ckpt") * 3 / 4 )) "$good_ckpt" > "$work/cut.h5"
 head -c 4000 /dev/urandom > "$work/garbage.bin"
 head -c 1500 data/kjv_val.bin > "$work/short.bin"
+{ head -c 8 data/kjv_val.bin; printf '\x0a\x00\x00\x00'; head -c 1012 /dev/zero; head -c 20 /dev/zero; } > "$work/few.bin"
 printf '[run\nsteps = 3\n' > "$work/syntax.toml"
 printf '[model]\nn_layer = 2\n[train]\nbatch_size = "eight"\n' > "$work/type.toml"
 printf '[model]\nn_layer = 2\n[train]\nbatch_sizes = 4\n' > "$work/unknown.toml"
@@ -66,6 +67,7 @@ expect_bad "unknown params offload" "offload.params = 'host' must be none or nvm
 expect_bad "missing data file" "/nonexistent/train.bin" "${train[@]}" --set data.train=/nonexistent/train.bin
 expect_bad "garbage data file" "has magic" "${train[@]}" --set data.train="$work/garbage.bin"
 expect_bad "truncated data file" "truncated or corrupt" "${train[@]}" --set data.val="$work/short.bin"
+expect_bad "data file shorter than a sequence" "data file '$work/few.bin' has 10 tokens, fewer than train.seq_len + 1 = 17" "${train[@]}" --set data.val="$work/few.bin"
 expect_bad "token beyond vocab" "model.vocab_size = 100" "${train[@]}" --set model.vocab_size=100
 expect_bad "resume missing" "does not exist" "${train[@]}" --resume "$work/none.h5"
 expect_bad "resume garbage" "not a readable HDF5 file" "${train[@]}" --resume "$work/garbage.h5"

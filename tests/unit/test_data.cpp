@@ -70,7 +70,8 @@ TEST(TokenFile, RejectsBadHeadersWithTheFileName) {
 TEST(BatchSampler, BatchIsAPureFunctionOfSeedAndStepWhateverTheSlicing) {
   const auto tokens = ramp(5000);
   const int T = 8;
-  BatchSampler a(tokens, 42, 1, T), b(tokens, 42, 1, T), other_seed(tokens, 43, 1, T);
+  BatchSampler a(tokens, 42, 1, T, "a.bin"), b(tokens, 42, 1, T, "b.bin"),
+      other_seed(tokens, 43, 1, T, "c.bin");
   std::vector<int32_t> whole_in(4 * T), whole_tg(4 * T), part_in(2 * T), part_tg(2 * T);
   a.fill(17, 0, 4, whole_in.data(), whole_tg.data());
   b.fill(17, 2, 2, part_in.data(), part_tg.data());  // e.g. dp rank 1 of 2
@@ -90,5 +91,11 @@ TEST(BatchSampler, BatchIsAPureFunctionOfSeedAndStepWhateverTheSlicing) {
 
 TEST(BatchSampler, RejectsDataShorterThanASequence) {
   const auto tokens = ramp(8);
-  EXPECT_THROW(BatchSampler(tokens, 1, 1, 8), InputError);
+  try {
+    BatchSampler(tokens, 1, 1, 8, "short.bin");
+    FAIL() << "a data file shorter than seq_len + 1 tokens was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("data file 'short.bin' has"), std::string::npos)
+        << e.what();
+  }
 }
