@@ -23,6 +23,7 @@
 #include "comm/host_comm.hpp"
 #include "core/blas_info.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "core/memory.hpp"
 #include "core/paths.hpp"
 #include "core/stop_request.hpp"
@@ -135,11 +136,13 @@ std::vector<std::string> complete_checkpoints_for_all(const std::filesystem::pat
 }
 
 // Before allocating anything: what the memory model says this rank needs, against the memory its
-// kernels use shared by the ranks using it: the node's host memory, or on a GPU build its device's
-// (ranks take a node's devices round-robin, as Kokkos assigns them). One decision for all ranks,
-// so none is left waiting.
+// kernels use. On a GPU build that is its device's, shared by the ranks using it (ranks take a
+// node's devices round-robin, as Kokkos assigns them); on the host, the tightest of the node's
+// memory and the node's cgroup limit, each shared by the node's ranks, and the address space
+// `ulimit -v` leaves this process. One decision for all ranks, so none is left waiting.
 void check_memory_fits(const MemoryPrediction& mine, const HostCollectives& world) {
   const int node_ranks = world.ranks_on_node();
+  std::vector<HostMemoryBound> bounds;
 #if defined(KOKKOS_ENABLE_CUDA)
   size_t free_bytes = 0, device_bytes = 0;
   cudaMemGetInfo(&free_bytes, &device_bytes);
@@ -147,21 +150,27 @@ void check_memory_fits(const MemoryPrediction& mine, const HostCollectives& worl
   cudaGetDeviceCount(&devices);
   const int sharing = (node_ranks + std::max(devices, 1) - 1) / std::max(devices, 1);
   const double bytes = static_cast<double>(device_bytes);
-  const std::string memory = fmt::format("GPU's {:.1f} GiB are", bytes / 1073741824.0);
+  bounds.push_back({bytes, fmt::format("GPU's {:.1f} GiB", bytes / 1073741824.0), true});
 #else
   const int sharing = node_ranks;
-  const double bytes =
-      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  const std::string memory = fmt::format("node's {:.1f} GiB are", bytes / 1073741824.0);
+  bounds = host_memory_bounds();
 #endif
-  const double over = world.max(mine.total() / (bytes / sharing));
-  if (over > 1.0)
+  double over = 0;
+  std::string limit;
+  for (const HostMemoryBound& b : bounds) {
+    const double ratio = mine.total() / (b.shared ? b.bytes / sharing : b.bytes);
+    if (ratio > over) {
+      over = ratio;
+      limit = b.shared ? fmt::format("{} shared by {} ranks", b.what, sharing) : b.what;
+    }
+  }
+  if (world.max(over) > 1.0)
     throw InputError(fmt::format(
         "this configuration needs {:.1f} GiB on rank {} by the memory model (model states "
-        "{:.1f} GiB, activations {:.1f} GiB) but the {} shared by {} ranks; use more ranks, "
-        "ZeRO, offload, recomputation or a smaller model (see `trident plan`)",
+        "{:.1f} GiB, activations {:.1f} GiB), more than {}; use more ranks, ZeRO, offload, "
+        "recomputation or a smaller model (see `trident plan`)",
         mine.total() / 1073741824.0, world.rank(), mine.model_states() / 1073741824.0,
-        mine.bytes[static_cast<int>(MemCategory::kActivations)] / 1073741824.0, memory, sharing));
+        mine.bytes[static_cast<int>(MemCategory::kActivations)] / 1073741824.0, limit));
 }
 
 // "dp=2 tp=1 pp=2 schedule=1f1b micro_batch=4 precision=bf16": the layout in logs and files.

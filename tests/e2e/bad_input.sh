@@ -101,6 +101,10 @@ grep -v -e '^\[model\]' -e '^from = ' inputs/tiny.toml > "$work/no_model.toml"
 expect_bad "missing [model] section" "no [model] section" "$trident" train --config "$work/no_model.toml" --set run.out_dir="$work/out"
 expect_bad "huge layer count" "model.n_layer = 1000000000 must be between 1 and 1024" "${train[@]}" --set model.n_layer=1000000000
 expect_bad "model too big for memory" "by the memory model" "${train[@]}" --set model.n_embd=65536 --set model.n_head=64
+# ulimit -v bounds a process below the node's memory: a 3.2 GiB model under a 3 GiB limit is
+# refused before anything is allocated, naming the limit (it used to fail late inside Kokkos).
+expect_bad "model too big for ulimit -v" "of address space that ulimit -v = 2.9 GiB leaves this process" \
+  bash -c 'ulimit -v 3000000 && exec "$@"' ulimit "${train[@]}" --set model.n_embd=2048 --set model.n_head=16
 expect_bad "unknown option" "--bogus" "$trident" train --config inputs/tiny.toml --bogus
 expect_bad "no subcommand" "subcommand" "$trident"
 

@@ -1,4 +1,4 @@
-// Path rules and the run lock: names that stay inside their directory, segment names, lock files.
+// Paths, the run lock and host memory: names inside their directory, segments, locks, cgroups.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "core/paths.hpp"
 #include "core/run_lock.hpp"
 #include "train/run_directory.hpp"
@@ -95,4 +96,35 @@ TEST(RunLock, HeldUntilReleasedAndStaleLocksAreTakenOver) {
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("its process is gone"), std::string::npos) << notes[0];
   std::filesystem::remove_all(dir);
+}
+
+// The cgroup memory limit the memory check honours: v2's memory.max and v1's
+// memory.limit_in_bytes, the tightest over the process's cgroup and its parents; "max" and v1's
+// 2^63 are no limit.
+TEST(HostMemory, CgroupLimitIsTheTightestOverTheCgroupAndItsParents) {
+  const auto root = fresh_dir("cgroup");
+  const auto write = [&](const std::filesystem::path& file, const std::string& text) {
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file) << text << "\n";
+  };
+  std::string file;
+  EXPECT_EQ(cgroup_memory_limit("0::/job/step\n", root.string(), file), 0.0);
+  write(root / "job/step/memory.max", "max");
+  write(root / "job/memory.max", "4294967296");
+  EXPECT_EQ(cgroup_memory_limit("0::/job/step\n", root.string(), file), 4294967296.0);
+  EXPECT_EQ(file, (root / "job/memory.max").string());
+  write(root / "job/step/memory.max", "1073741824");
+  EXPECT_EQ(cgroup_memory_limit("0::/job/step\n", root.string(), file), 1073741824.0);
+  EXPECT_EQ(file, (root / "job/step/memory.max").string());
+
+  const std::string v1 = "12:pids:/\n4:memory:/slurm/uid_0/job_7\n1:cpu,cpuacct:/\n0::/\n";
+  write(root / "memory/memory.limit_in_bytes", "9223372036854771712");
+  write(root / "memory/slurm/uid_0/job_7/memory.limit_in_bytes", "9223372036854771712");
+  EXPECT_EQ(cgroup_memory_limit(v1, (root / "none").string(), file), 0.0);
+  std::filesystem::remove_all(root / "job");
+  EXPECT_EQ(cgroup_memory_limit(v1, root.string(), file), 0.0);
+  write(root / "memory/slurm/memory.limit_in_bytes", "2147483648");
+  EXPECT_EQ(cgroup_memory_limit(v1, root.string(), file), 2147483648.0);
+  EXPECT_EQ(file, (root / "memory/slurm/memory.limit_in_bytes").string());
+  std::filesystem::remove_all(root);
 }
