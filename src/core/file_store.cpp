@@ -22,8 +22,16 @@ namespace {
 FileStore::FileStore(const std::string& path, int64_t count) : path_(path), count_(count) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd_ < 0) io_failure("open", path);
-  if (::ftruncate(fd_, static_cast<off_t>(count * sizeof(float))) != 0)
-    io_failure("ftruncate", path);  // a sparse file of zeros: fresh moments
+  // The blocks are reserved now (zeros: fresh moments), so a file system without room for them
+  // fails here, before step 1, not at the first optimizer step or checkpoint.
+  const off_t bytes = static_cast<off_t>(count * sizeof(float));
+  if (bytes > 0) {
+    const int error = ::posix_fallocate(fd_, 0, bytes);
+    if (error != 0) {
+      errno = error;
+      io_failure("posix_fallocate", path);
+    }
+  }
 }
 
 FileStore::~FileStore() {

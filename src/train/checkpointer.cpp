@@ -3,11 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <chrono>
 
 #include "core/error.hpp"
+#include "core/paths.hpp"
 #include "core/version.hpp"
 #include "model/params.hpp"
 
@@ -43,7 +46,7 @@ std::vector<ShardBuffers> Checkpointer::buffers(const std::vector<ChunkState>& s
 // Rank 0 compares the free space of the checkpoint directory's file system with what the
 // checkpoint holds (parameters and two moments in fp32, plus a margin for metadata) and every rank
 // learns the answer, so none starts a collective write that cannot end.
-void Checkpointer::require_room(int step) const {
+void Checkpointer::require_room(const std::string& which) const {
   const double needed =
       3.0 * 4.0 * static_cast<double>(ParamTable(config_.model).total_numel()) + 1048576.0;
   double available = 0;
@@ -55,14 +58,35 @@ void Checkpointer::require_room(int step) const {
   }
   available = world_.max(available);
   if (available < needed)
-    throw InputError(fmt::format(
-        "the file system holding {} is full: {:.1f} MiB free, checkpoint step {} needs {:.1f} MiB; "
-        "free space or point run.out_dir at another file system, then --resume auto",
-        dir_.string(), available / 1048576.0, step, needed / 1048576.0));
+    throw InputError(
+        fmt::format("the file system holding {} is full: {:.1f} MiB free, {} needs {:.1f} MiB; "
+                    "free space or point run.out_dir at another file system, then --resume auto",
+                    dir_.string(), available / 1048576.0, which, needed / 1048576.0));
+}
+
+void Checkpointer::require_writable() const {
+  world_.agree([&] {
+    if (world_.rank() != 0) return;
+    make_directories(dir_, "the checkpoint directory");
+    // A file written and removed: the permission bits alone say nothing on a read-only mount, to
+    // root, or under ACLs and quotas.
+    const std::filesystem::path probe = dir_ / fmt::format(".write_test.{}", getpid());
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const bool written = fd >= 0 && ::write(fd, "t", 1) == 1;
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(probe.c_str());
+    if (!written)
+      throw InputError(
+          fmt::format("the checkpoint directory {} is not writable: {}; make it writable or point "
+                      "run.out_dir elsewhere (run.checkpoint_every = -1 writes no checkpoint)",
+                      dir_.string(), explain_errno(error)));
+  });
+  require_room("the run's first checkpoint");
 }
 
 void Checkpointer::save(int step, const LossScaler& scaler) {
-  require_room(step);
+  require_room(fmt::format("checkpoint step {}", step));
   last_written_ = (dir_ / fmt::format("step_{:06d}.h5", step)).string();
   CheckpointMeta meta{step,    step,          config_.run.seed, chunks_.front().dp->steps_taken(),
                       layout_, git_revision()};

@@ -30,6 +30,9 @@ class Checkpointer {
   // A checkpoint the file system has no room for is refused before a byte is written
   // (InputError on every rank, naming the free and the needed space). Collective.
   void save(int step, const LossScaler& scaler);
+  // Before step 1: creates the checkpoint directory and refuses (InputError on every rank) one
+  // that cannot be written to, or whose file system has no room for a checkpoint. Collective.
+  void require_writable() const;
   const std::string& last_written() const { return last_written_; }
   // Loads `path` (any layout) into every chunk and, for an fp16 run resumed from fp16, the loss
   // scale into `scaler`. Returns the step to continue from. Collective.
@@ -41,7 +44,8 @@ class Checkpointer {
  private:
   std::vector<ShardBuffers> buffers(const std::vector<ChunkState>& states) const;
   ShardOwner owner() const;
-  void require_room(int step) const;
+  // `which`: "checkpoint step 8", in the error.
+  void require_room(const std::string& which) const;
 
   const Config& config_;
   const Grid& grid_;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <regex>
 
 #include "core/error.hpp"
@@ -111,6 +112,49 @@ void RunDirectory::lock_offload_files(const std::string& prefix) {
         [rank](const std::string& why) {
           std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
         });
+  });
+}
+
+void RunDirectory::remove_dead_offload_files(const std::string& nvme_dir, const std::string& name,
+                                             int ranks) {
+  world_.agree([&] {
+    if (world_.rank() != 0) return;
+    const std::string stem = name + ".rank";
+    std::map<int, std::vector<std::filesystem::path>> files;  // by rank
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(nvme_dir, ec)) {
+      // <name>.rank<digits>.<anything>
+      const std::string file = entry.path().filename().string();
+      if (file.compare(0, stem.size(), stem) != 0) continue;
+      const size_t dot = file.find('.', stem.size());
+      const std::string digits = file.substr(stem.size(), dot - stem.size());
+      if (dot == std::string::npos || digits.empty() || digits.size() > 8 ||
+          digits.find_first_not_of("0123456789") != std::string::npos)
+        continue;
+      if (const int rank = std::stoi(digits); rank >= ranks) files[rank].push_back(entry.path());
+    }
+    for (const auto& [rank, paths] : files) {
+      const std::string prefix =
+          (std::filesystem::path(nvme_dir) / fmt::format("{}.rank{}", name, rank)).string();
+      try {
+        // Taking the lock proves its holder gone (or takes over a stale one); a live holder
+        // throws. Released, and removed, at the end of this scope.
+        const RunLock lock(prefix + ".lock", fmt::format("the NVMe offload prefix {}", prefix),
+                           [](const std::string&) {});
+        double bytes = 0;
+        for (const auto& path : paths) {
+          if (path.string() == prefix + ".lock") continue;
+          bytes += static_cast<double>(std::filesystem::file_size(path, ec));
+          std::filesystem::remove(path, ec);
+        }
+        console_.line(fmt::format(
+            "removed {:.1f} MiB of NVMe offload files {}.* of rank {}, left by an earlier run on "
+            "more ranks",
+            bytes / 1048576.0, prefix, rank));
+      } catch (const InputError& e) {
+        console_.line(fmt::format("kept the NVMe offload files {}.*: {}", prefix, e.what()));
+      }
+    }
   });
 }
 

@@ -36,6 +36,10 @@ class RunDirectory {
   // Each rank's NVMe offload files are named by run and rank; this rank locks them too, so two
   // runs sharing offload.nvme_dir under one run.name cannot corrupt each other's states.
   void lock_offload_files(const std::string& prefix);
+  // Rank 0: removes the NVMe offload files <nvme_dir>/<name>.rank<r>.* of ranks r >= `ranks`,
+  // left by a killed run on more ranks, once their lock shows the holder gone (a live holder's
+  // are kept, with a line). Ranks below `ranks` truncate their own when they make them.
+  void remove_dead_offload_files(const std::string& nvme_dir, const std::string& name, int ranks);
 
   // An early stop (a signal, run.max_minutes): rank 0 writes `line` to <run dir>/stopped, which a
   // launcher reads when it cannot pass on the ranks' exit status 4 (mpirun, signalled itself,

@@ -535,8 +535,10 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
 void Trainer::own_run_directory() {
   run_dir_ = std::make_unique<RunDirectory>(config_, world_, console_);
   if (config_.offload.optimizer == OffloadTarget::kNvme ||
-      config_.offload.params == OffloadTarget::kNvme)
+      config_.offload.params == OffloadTarget::kNvme) {
     run_dir_->lock_offload_files(offload_prefix(config_, grid_.rank()));
+    run_dir_->remove_dead_offload_files(config_.offload.nvme_dir, config_.run.name, grid_.size());
+  }
   if (!options_.resume_newest && options_.resume.empty())
     run_dir_->require_fresh(options_.overwrite);
   else if (!options_.resume_newest)
@@ -609,10 +611,7 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
   const std::vector<double> predicted =
       world_.gather(std::vector<double>(mine.bytes.begin(), mine.bytes.end()));
   // run.checkpoint_every = -1 writes no checkpoint, so leaves no checkpoints/ directory.
-  world_.agree([&] {
-    if (grid_.rank() == 0 && config_.run.checkpoint_every >= 0)
-      make_directories(checkpointer_->directory(), "the checkpoint directory");
-  });
+  if (config_.run.checkpoint_every >= 0) checkpointer_->require_writable();
   std::unique_ptr<TimingsWriter> timings;
   if (grid_.rank() == 0) {
     TimingsSegment segment{0, start_step};

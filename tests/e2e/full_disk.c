@@ -3,7 +3,9 @@
  * $TRIDENT_FULL_DISK_BYTES bytes, as they would on a full disk, where rewriting bytes a file
  * already holds still succeeds (HDF5 rewrites its metadata in place, and only the new chunks it
  * writes when it closes a dataset fail); statvfs of a path under the directory reports the bytes
- * left as free (unless TRIDENT_FULL_DISK_HIDDEN=1); other files are untouched. */
+ * left as free (unless TRIDENT_FULL_DISK_HIDDEN=1); other files are untouched. With
+ * TRIDENT_FULL_DISK_READONLY=1 the directory is a read-only file system instead: opening a file
+ * there for writing and making a directory there fail with EROFS. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -30,9 +32,18 @@ static void configure(void) {
   if (!dir) dir = "";
 }
 
-static void watch(int fd, const char* path) {
+static int under_dir(const char* path) {
   configure();
-  if (fd >= 0 && fd < kMaxFd) watched[fd] = dir[0] && path && strncmp(path, dir, strlen(dir)) == 0;
+  return dir[0] && path && strncmp(path, dir, strlen(dir)) == 0;
+}
+
+static void watch(int fd, const char* path) {
+  if (fd >= 0 && fd < kMaxFd) watched[fd] = under_dir(path);
+}
+
+static int read_only(const char* path) {
+  const char* flag = getenv("TRIDENT_FULL_DISK_READONLY");
+  return flag && strcmp(flag, "1") == 0 && under_dir(path);
 }
 
 /* Whether a write of n bytes to fd at offset (-1: the file position) may go ahead; sets errno
@@ -66,6 +77,10 @@ typedef int (*open_fn)(const char*, int, ...);
     va_start(ap, flags);                                                 \
     const mode_t mode = (flags & O_CREAT) ? (mode_t)va_arg(ap, int) : 0; \
     va_end(ap);                                                          \
+    if ((flags & (O_WRONLY | O_RDWR | O_CREAT)) && read_only(path)) {    \
+      errno = EROFS;                                                     \
+      return -1;                                                         \
+    }                                                                    \
     const int fd = real(path, flags, mode);                              \
     watch(fd, path);                                                     \
     return fd;                                                           \
@@ -90,6 +105,27 @@ ssize_t pwrite64(int fd, const void* buf, size_t n, off_t offset) {
   if (!real) real = (ssize_t(*)(int, const void*, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
   return allowed(fd, offset, n) ? real(fd, buf, n, offset) : -1;
 }
+
+int mkdir(const char* path, mode_t mode) {
+  static int (*real)(const char*, mode_t) = NULL;
+  if (!real) real = (int (*)(const char*, mode_t))dlsym(RTLD_NEXT, "mkdir");
+  if (read_only(path)) {
+    errno = EROFS;
+    return -1;
+  }
+  return real(path, mode);
+}
+
+/* posix_fallocate reserves blocks without a write: the bytes past the end use the budget. It
+ * returns the error rather than setting errno. */
+#define BUDGET_FALLOCATE(symbol)                                              \
+  int symbol(int fd, off_t offset, off_t len) {                               \
+    static int (*real)(int, off_t, off_t) = NULL;                             \
+    if (!real) real = (int (*)(int, off_t, off_t))dlsym(RTLD_NEXT, #symbol);  \
+    return allowed(fd, offset, (size_t)len) ? real(fd, offset, len) : ENOSPC; \
+  }
+BUDGET_FALLOCATE(posix_fallocate)
+BUDGET_FALLOCATE(posix_fallocate64)
 
 static size_t total(const struct iovec* iov, int count) {
   size_t n = 0;

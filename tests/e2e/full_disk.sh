@@ -7,6 +7,8 @@
 #  - the checkpoint directory's file system has no room for the next checkpoint (4 ranks): every
 #    rank stops before writing it, exit status 2 naming the free and the needed space, and
 #    --resume auto continues from the last checkpoint that fitted;
+#  - before step 1: a read-only checkpoint directory, one without room for a checkpoint, and an
+#    offload.nvme_dir without room for the optimizer states;
 #  - a checkpoint write that fails inside MPI-IO (the disk fills during it): the run stops naming
 #    the cause, the partial .tmp is removed, --resume auto continues.
 set -uo pipefail
@@ -68,4 +70,40 @@ grep -q "HDF5 could not write or read $ckdir/step_000004.h5.tmp: No space left o
 grep -q "hint: the file system is full" "$work/hidden.log" || fail "MPI-IO write failure: no hint"
 [ "$(ls "$ckdir")" = step_000002.h5 ] || fail "after a failed write: $(ls "$ckdir")"
 resumes_from_step_2 hidden
+# Fail before step 1, not at the first checkpoint after a few steps (through MPI_Abort, leaving
+# run.lock behind): a checkpoint directory on a read-only file system, one without room for a
+# checkpoint, and an offload.nvme_dir without room for the optimizer states, whose files are now
+# reserved when they are made.
+ckdir="$work/ro/tiny/checkpoints"
+mkdir -p "$ckdir"
+TRIDENT_FULL_DISK_READONLY=1 full_disk "$ckdir" 100000000 mpirun -np 2 --oversubscribe \
+  -x LD_PRELOAD -x TRIDENT_FULL_DISK_DIR -x TRIDENT_FULL_DISK_BYTES -x TRIDENT_FULL_DISK_READONLY \
+  "$trident" train "${common[@]}" --set run.steps=6 --set run.checkpoint_every=2 \
+  --set run.log_every=1 --set parallel.dp=2 --set run.out_dir="$work/ro" > "$work/ro.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || { tail -20 "$work/ro.log"; fail "a read-only checkpoint directory: exit status $rc, expected 2"; }
+grep -q "trident: error: the checkpoint directory $ckdir is not writable: Read-only file system" \
+  "$work/ro.log" || { grep trident "$work/ro.log"; fail "a read-only checkpoint directory: message"; }
+! grep -q "^step" "$work/ro.log" || fail "a read-only checkpoint directory was found after steps"
+[ ! -e "$work/ro/tiny/run.lock" ] || fail "a read-only checkpoint directory: run.lock left behind"
+
+ckdir="$work/small/tiny/checkpoints"
+full_disk "$ckdir" 500000 "$trident" train "${common[@]}" --set run.steps=6 \
+  --set run.checkpoint_every=2 --set run.log_every=1 --set run.out_dir="$work/small" \
+  > "$work/small.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || { tail -20 "$work/small.log"; fail "no room for one checkpoint: exit status $rc, expected 2"; }
+grep -q "trident: error: the file system holding $ckdir is full: 0.5 MiB free, the run's first checkpoint needs" \
+  "$work/small.log" || { grep trident "$work/small.log"; fail "no room for one checkpoint: message"; }
+! grep -q "^step" "$work/small.log" || fail "no room for a checkpoint was found after steps"
+
+mkdir -p "$work/nvme"
+full_disk "$work/nvme" 100000 "$trident" train "${common[@]}" --set run.steps=6 \
+  --set run.log_every=1 --set offload.optimizer=nvme --set offload.nvme_dir="$work/nvme" \
+  --set run.out_dir="$work/nvme_run" > "$work/nvme.log" 2>&1
+rc=$?
+[ $rc -ne 0 ] || fail "an offload.nvme_dir without room: exit status 0"
+grep -q "$work/nvme/tiny.rank0.chunk0.*No space left on device" "$work/nvme.log" ||
+  { grep trident "$work/nvme.log"; fail "an offload.nvme_dir without room: message"; }
+! grep -q "^outputs:" "$work/nvme.log" || fail "an offload.nvme_dir without room was found after the start"
 echo "full disk: ok"

@@ -7,6 +7,7 @@
 #  - a fresh run into a directory holding a finished run exits 2 leaving its files untouched, and
 #    --overwrite replaces them;
 #  - two runs sharing offload.nvme_dir under one run.name: the second exits 2 naming the holder;
+#  - a killed 2-rank run's rank-1 offload files are removed by its resume on 1 rank;
 #  - a lock that is a dangling symbolic link or a directory is refused at once, named;
 #  - run.name and prepare --name are single path components.
 set -uo pipefail
@@ -126,6 +127,27 @@ wait $first
 [ $rc -eq 2 ] || fail "a second run on the same NVMe offload files: exit status $rc"
 grep -q "trident: error: the NVMe offload prefix $work/nvme/tiny.rank0 is in use by another run (pid" \
   "$work/n2.log" || { cat "$work/n2.log"; fail "NVMe offload: message"; }
+
+# A run on 2 ranks killed with SIGKILL leaves rank 1's NVMe offload files; resumed on 1 rank, the
+# run removes them (their lock's holder is gone) and says so.
+mkdir -p "$work/nvme_dead"
+dead_nvme=(--set offload.optimizer=nvme --set offload.nvme_dir="$work/nvme_dead")
+run2 --set run.steps=400 --set run.log_every=1 --set run.checkpoint_every=5 \
+  --set run.out_dir="$work/dead" "${dead_nvme[@]}" > "$work/dead.log" 2>&1 &
+killed=$!
+for _ in $(seq 600); do
+  grep -q "^step    12/" "$work/dead.log" 2>/dev/null && break
+  sleep 0.1
+done
+pkill -KILL -f -- "run.out_dir=$work/dead( |$)"
+wait $killed
+ls "$work/nvme_dead"/tiny.rank1.* > /dev/null 2>&1 || fail "the killed run left no rank-1 offload files"
+"$trident" train "${common[@]}" --set parallel.dp=1 --set run.steps=400 --set run.checkpoint_every=0 \
+  --set run.out_dir="$work/dead" "${dead_nvme[@]}" --resume auto > "$work/dead_resumed.log" 2>&1 ||
+  { tail -5 "$work/dead_resumed.log"; fail "resume on 1 rank after the kill"; }
+grep -q "^removed [0-9.]* MiB of NVMe offload files $work/nvme_dead/tiny.rank1.\* of rank 1, left by an earlier run on more ranks" \
+  "$work/dead_resumed.log" || { cat "$work/dead_resumed.log"; fail "no line for the removed offload files"; }
+[ -z "$(ls "$work/nvme_dead")" ] || fail "offload files left: $(ls "$work/nvme_dead")"
 
 # Names are single path components.
 for name in .. . "a/b" "$(printf 'x%.0s' $(seq 300))"; do
