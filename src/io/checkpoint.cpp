@@ -205,6 +205,7 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     h5::write_attr(file, "loss_scale", meta.loss_scale);
     h5::write_attr(file, "loss_scale_clean_steps", meta.loss_scale_clean_steps);
     h5::write_attr(file, "loss_scale_hysteresis_left", meta.loss_scale_hysteresis_left);
+    if (!meta.data_identity.empty()) h5::write_attr(file, "data_identity", meta.data_identity);
     h5::Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     TRIDENT_H5(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
     h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -351,6 +352,8 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
                     path, meta.loss_scale));
   meta.loss_scale_clean_steps = counter("loss_scale_clean_steps", 0, kMost);
   meta.loss_scale_hysteresis_left = counter("loss_scale_hysteresis_left", 0, kMost);
+  if (h5::has_attr(file, "data_identity"))
+    meta.data_identity = h5::read_attr_string(file, "data_identity", path);
   return meta;
 }
 

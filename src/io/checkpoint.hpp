@@ -28,6 +28,8 @@ struct CheckpointMeta {
   // fp16 dynamic loss scaling state (LossScaler), so a resumed run scales as the original did.
   double loss_scale = 1.0;
   int64_t loss_scale_clean_steps = 0, loss_scale_hysteresis_left = 0;
+  // The data files trained on (data_identity lines); empty in checkpoints of older versions.
+  std::string data_identity = {};
 };
 
 // One model chunk's flat buffers on this rank and the table that maps them to global tensors.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "core/error.hpp"
@@ -48,6 +49,8 @@ void checkpoint_info(const std::string& path) {
               static_cast<long long>(meta.step), static_cast<long long>(meta.data_cursor),
               static_cast<long long>(meta.adam_steps), static_cast<long long>(meta.seed));
   if (c.precision.compute == Precision::kFp16) std::printf("loss scale   %g\n", meta.loss_scale);
+  std::istringstream data(meta.data_identity);
+  for (std::string line; std::getline(data, line);) std::printf("data         %s\n", line.c_str());
   for (const char* group : kGroups) {
     if (!has_link(file, group)) continue;
     std::printf("/%-11s %zu tensors, %.1f MiB fp32\n", group, table.specs().size(),

@@ -1,12 +1,16 @@
-// Token file reading/writing with header checks, and the hashed batch sampler.
+// Token file reading/writing with header checks, their identity, and the hashed batch sampler.
 #include "io/dataset.hpp"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
@@ -74,6 +78,47 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
     throw InputError(
         fmt::format("writing '{}' failed: {}", path, explain_errno(ok ? ec.value() : error)));
   }
+}
+
+std::string data_identity(const std::string& role, const std::string& path,
+                          const std::vector<uint16_t>& tokens) {
+  const uint64_t hash = XXH3_64bits(tokens.data(), tokens.size() * sizeof(uint16_t));
+  return fmt::format("{} {} xxh3_64:{:016x} {}", role, tokens.size(), hash, path);
+}
+
+std::string data_identity_change(const std::string& recorded, const std::string& current) {
+  // role -> (tokens, hash, path)
+  const auto parse = [](const std::string& text) {
+    std::map<std::string, std::array<std::string, 3>> files;
+    std::istringstream lines(text);
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream words(line);
+      std::string role, tokens, hash, path;
+      if (words >> role >> tokens >> hash) {
+        std::getline(words >> std::ws, path);
+        files[role] = {tokens, hash, path};
+      }
+    }
+    return files;
+  };
+  const auto before = parse(recorded);
+  for (const auto& [role, now] : parse(current)) {
+    const auto it = before.find(role);
+    if (it == before.end()) continue;
+    const auto& then = it->second;
+    if (then[0] != now[0])
+      return fmt::format(
+          "{} data file '{}' holds {} tokens; the checkpoint was trained on {} "
+          "('{}')",
+          role, now[2], now[0], then[0], then[2]);
+    if (then[1] != now[1])
+      return fmt::format(
+          "{} data file '{}' holds other tokens than the checkpoint was trained on "
+          "('{}': same count, {} then, {} now)",
+          role, now[2], then[2], then[1], now[1]);
+  }
+  return "";
 }
 
 BatchSampler::BatchSampler(const std::vector<uint16_t>& tokens, uint64_t seed, uint64_t stream,

@@ -15,6 +15,17 @@ constexpr int kTokenHeaderInts = 256;
 std::vector<uint16_t> read_token_file(const std::string& path);
 void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
 
+// One line naming a token file's contents, recorded in checkpoints so that a resume can refuse
+// data that changed under it: "<role> <tokens> xxh3_64:<16 hex digits> <path>" (role: train or
+// val; the hash is over the tokens, which every rank reads whole anyway).
+std::string data_identity(const std::string& role, const std::string& path,
+                          const std::vector<uint16_t>& tokens);
+// How `current` (data_identity lines) differs from `recorded`: the first file whose token count
+// or hash changed, described for an error; empty when none did. Roles that `recorded` lacks, and
+// the paths, are not compared (a moved file is the same data). `recorded` may be anything a
+// checkpoint holds.
+std::string data_identity_change(const std::string& recorded, const std::string& current);
+
 // The batch of step s is a pure function of (seed, s): sequence i of the global batch starts
 // at a position hashed from (seed, stream, s, i). Every layout reads the same tokens.
 class BatchSampler {

@@ -210,6 +210,11 @@ std::string read_attr_string(hid_t obj, const std::string& name, const std::stri
   return value;
 }
 
+bool has_attr(hid_t obj, const std::string& name) {
+  QuietErrors quiet;
+  return H5Aexists(obj, name.c_str()) > 0;
+}
+
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file) {
   QuietErrors quiet;
   const Handle attr = scalar_attribute(obj, name, file, {H5T_INTEGER}, "an integer");

@@ -67,6 +67,8 @@ void write_attr(hid_t obj, const std::string& name, int64_t value);
 void write_attr(hid_t obj, const std::string& name, double value);
 // Readers throw InputError (the file is user input) when the attribute is missing or mistyped.
 std::string read_attr_string(hid_t obj, const std::string& name, const std::string& file);
+// Whether `obj` has an attribute `name` (files of older versions lack some).
+bool has_attr(hid_t obj, const std::string& name);
 int64_t read_attr_int(hid_t obj, const std::string& name, const std::string& file);
 double read_attr_double(hid_t obj, const std::string& name, const std::string& file);
 

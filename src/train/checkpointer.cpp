@@ -17,12 +17,14 @@
 namespace trident {
 
 Checkpointer::Checkpointer(const Config& config, const Grid& grid, const HostCollectives& world,
-                           std::vector<ModelChunk>& chunks, std::string layout, StepHooks& hooks)
+                           std::vector<ModelChunk>& chunks, std::string layout,
+                           std::string data_identity, StepHooks& hooks)
     : config_(config),
       grid_(grid),
       world_(world),
       chunks_(chunks),
       layout_(std::move(layout)),
+      data_identity_(std::move(data_identity)),
       hooks_(hooks),
       dir_(std::filesystem::path(config.run.out_dir) / config.run.name / "checkpoints") {}
 
@@ -93,6 +95,7 @@ void Checkpointer::save(int step, const LossScaler& scaler) {
   meta.loss_scale = scaler.scale();
   meta.loss_scale_clean_steps = scaler.clean_steps();
   meta.loss_scale_hysteresis_left = scaler.hysteresis_left();
+  meta.data_identity = data_identity_;
   std::vector<ChunkState> states;
   for (const ModelChunk& ch : chunks_) states.push_back(ch.dp->checkpoint_state());
   save_checkpoint(last_written_, config_, meta, buffers(states), owner(), grid_.world(),

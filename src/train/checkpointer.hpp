@@ -20,8 +20,10 @@ namespace trident {
 
 class Checkpointer {
  public:
+  // `data_identity`: the data files' identity lines, recorded in every checkpoint.
   Checkpointer(const Config& config, const Grid& grid, const HostCollectives& world,
-               std::vector<ModelChunk>& chunks, std::string layout, StepHooks& hooks);
+               std::vector<ModelChunk>& chunks, std::string layout, std::string data_identity,
+               StepHooks& hooks);
   std::filesystem::path directory() const { return dir_; }
   // Whether a checkpoint is written after 1-based `step` (every run.checkpoint_every steps and
   // at the end; never with -1).
@@ -51,7 +53,7 @@ class Checkpointer {
   const Grid& grid_;
   const HostCollectives& world_;
   std::vector<ModelChunk>& chunks_;
-  std::string layout_;
+  std::string layout_, data_identity_;
   StepHooks& hooks_;
   std::filesystem::path dir_;
   std::string last_written_;

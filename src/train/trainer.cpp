@@ -86,7 +86,7 @@ TrainingData read_training_data(const Config& c) {
 // the same; keys that change what the remaining steps compute only with --allow-config-change.
 // Every difference is listed.
 void check_resume_compatible(const Config& ours, const std::string& path, bool allow_math_changes,
-                             const Console& console) {
+                             const std::string& data_identity, const Console& console) {
   const Config theirs = read_checkpoint_config(path);
   const ModelConfig &a = ours.model, &b = theirs.model;
   if (a.n_layer != b.n_layer || a.n_embd != b.n_embd || a.n_head != b.n_head ||
@@ -111,6 +111,24 @@ void check_resume_compatible(const Config& ours, const std::string& path, bool a
     console.line(
         fmt::format("resume: {} = {} (checkpoint: {}){}", c.key, c.after, c.before,
                     c.changes_math ? "; changes the remaining run (--allow-config-change)" : ""));
+  // The data itself: a file replaced or shuffled under the same name changes the remaining
+  // batches as surely as a config key.
+  const std::string recorded = read_checkpoint_meta(path).data_identity;
+  if (recorded.empty()) {
+    console.line(fmt::format(
+        "resume: '{}' records no data identity (an older trident wrote it): the data files are "
+        "not checked",
+        path));
+    return;
+  }
+  const std::string change = data_identity_change(recorded, data_identity);
+  if (change.empty()) return;
+  if (!allow_math_changes)
+    throw InputError(
+        fmt::format("resuming from '{}': the {}; resume with the data it was trained on, or pass "
+                    "--allow-config-change if that is intended",
+                    path, change));
+  console.line(fmt::format("resume: the {} (--allow-config-change)", change));
 }
 
 // --resume auto, what a requeued job needs: the complete checkpoints, newest first by the step
@@ -264,6 +282,7 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::vector<pipeline::Action> schedule_, eval_actions_;
   TrainingData data_;
+  std::string data_identity_;  // what the checkpoints record of data_ (data_identity lines)
   std::unique_ptr<BatchSampler> train_sampler_, val_sampler_;
   LrSchedule lr_;
   LossScaler scaler_;  // enabled for fp16
@@ -499,6 +518,8 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
   // Everything the user supplied is checked before any file is written; a run that fails after
   // its directory was created leaves no empty directory behind.
   data_ = read_training_data(config_);
+  data_identity_ = data_identity("train", config_.data.train, data_.train) + "\n" +
+                   data_identity("val", config_.data.val, data_.val);
   const int T = config_.train.seq_len;
   train_sampler_ = std::make_unique<BatchSampler>(data_.train, config_.run.seed, kTrainStream, T,
                                                   config_.data.train);
@@ -512,7 +533,8 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
   else if (!options_.resume.empty())
     candidates = {options_.resume};
   if (!candidates.empty())
-    check_resume_compatible(config_, candidates.front(), options_.allow_config_change, console_);
+    check_resume_compatible(config_, candidates.front(), options_.allow_config_change,
+                            data_identity_, console_);
   // The memory model's prediction for this rank, checked now and recorded next to what the
   // ranks allocate.
   const GridCoord& me = grid_.coord();
@@ -549,7 +571,8 @@ int Trainer::resume_from(const std::vector<std::string>& candidates) {
   for (size_t i = 0;; ++i) {
     try {
       if (i > 0)
-        check_resume_compatible(config_, candidates[i], options_.allow_config_change, console_);
+        check_resume_compatible(config_, candidates[i], options_.allow_config_change,
+                                data_identity_, console_);
       const int step = checkpointer_->load(candidates[i], scaler_, world_, console_);
       options_.resume = candidates[i];
       return step;
@@ -601,7 +624,8 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
   }
   runner_ = std::make_unique<PipelineRunner>(chunks_, *pp_, embedding_.get(), place, ledger, timer_,
                                              deferred_sets);
-  checkpointer_ = std::make_unique<Checkpointer>(config_, grid_, world_, chunks_, layout_, hooks_);
+  checkpointer_ = std::make_unique<Checkpointer>(config_, grid_, world_, chunks_, layout_,
+                                                 data_identity_, hooks_);
 }
 
 // The timings file of this segment of the run, with what identifies it (rank 0), and the

@@ -19,7 +19,7 @@ import numpy as np
 INTS = ["format_version", "step", "data_cursor", "adam_steps", "seed", "loss_scale_clean_steps",
         "loss_scale_hysteresis_left"]
 DOUBLES = ["loss_scale"]
-STRINGS = ["config", "layout", "git_revision"]
+STRINGS = ["config", "layout", "git_revision", "data_identity"]
 CHECKSUM = "params/wte"  # a dataset whose "checksum" attribute verify reads
 # Enough values that reading them into room for one overruns it, and few enough for an attribute
 # in the object header (64 KiB) of a file trident wrote.

@@ -4,7 +4,9 @@
 #    exit 2, naming each change, before anything is written; --allow-config-change accepts it and
 #    the run lists every difference;
 #  - a layout change (dp 4, ZeRO-1) is accepted and listed, and continues the run to 1e-5;
-#  - ranks launched with different configs (an MPMD launch) are refused before any work.
+#  - ranks launched with different configs (an MPMD launch) are refused before any work;
+#  - a data file whose tokens changed under the same name is refused, named, unless
+#    --allow-config-change.
 set -uo pipefail
 trident=$1 src=$2 work=$3
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
@@ -48,4 +50,31 @@ rc=$?
 grep -q "ranks 2, 3 hold a different configuration than rank 0" "$work/mpmd.log" ||
   { cat "$work/mpmd.log"; fail "mixed configs: message"; }
 [ ! -e "$work/mpmd" ] || fail "mixed configs wrote $work/mpmd"
+# The data itself: a copy of the training file with two token blocks swapped (same size, same
+# name in the config) is refused, naming it, before anything is written; --allow-config-change
+# accepts it with a line. A checkpoint records its data files (ckpt info shows them).
+cp data/kjv_val.bin "$work/val.bin"
+python3 - "$work/val.bin" "$work/val_shuffled.bin" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], 'rb').read())
+a, b, n = 1024 + 2 * 100, 1024 + 2 * 5000, 2 * 1000
+data[a:a + n], data[b:b + n] = data[b:b + n], data[a:a + n]
+open(sys.argv[2], 'wb').write(data)
+PY
+run4 data "${layout[@]}" --set data.val="$work/val.bin" || fail "a run on the copied data"
+data_ckpt="$work/data/tiny/checkpoints/step_000004.h5"
+"$trident" ckpt info "$data_ckpt" > "$work/info.txt" || fail "ckpt info"
+grep -q "^data  *val [0-9]* xxh3_64:[0-9a-f]\{16\} $work/val.bin$" "$work/info.txt" ||
+  { cat "$work/info.txt"; fail "ckpt info does not show the data files"; }
+cp "$work/val_shuffled.bin" "$work/val.bin"
+run4 data_changed "${layout[@]}" --set data.val="$work/val.bin" --resume "$data_ckpt"
+rc=$?
+[ $rc -eq 2 ] || fail "changed data: exit status $rc, expected 2"
+grep -q "trident: error: resuming from '$data_ckpt': the val data file '$work/val.bin' holds other tokens than the checkpoint was trained on" \
+  "$work/data_changed.log" || { cat "$work/data_changed.log"; fail "changed data: message"; }
+[ ! -e "$work/data_changed" ] || fail "a refused resume on changed data wrote something"
+run4 data_allowed "${layout[@]}" --set data.val="$work/val.bin" --resume "$data_ckpt" \
+  --allow-config-change || fail "changed data with --allow-config-change"
+grep -q "^resume: the val data file '$work/val.bin' holds other tokens .* (--allow-config-change)" \
+  "$work/data_allowed.log" || fail "changed data allowed: no line"
 echo "resume safety: ok"

@@ -99,3 +99,31 @@ TEST(BatchSampler, RejectsDataShorterThanASequence) {
         << e.what();
   }
 }
+
+// What a resume compares: token counts and hashes per role, not paths (a moved file is the same
+// data); a recorded text that is garbage, or lacks a role, changes nothing.
+TEST(DataIdentity, NamesTheFirstFileWhoseTokensChanged) {
+  const auto tokens = ramp(100);
+  auto swapped = tokens;
+  std::swap(swapped[3], swapped[40]);
+  const std::string recorded = data_identity("train", "a/train.bin", tokens) + "\n" +
+                               data_identity("val", "a/val.bin", tokens);
+  EXPECT_EQ(recorded.rfind("train 100 xxh3_64:", 0), 0u) << recorded;
+  EXPECT_EQ(data_identity_change(recorded, data_identity("train", "b/moved.bin", tokens)), "");
+  const std::string shuffled =
+      data_identity_change(recorded, data_identity("val", "a/val.bin", swapped));
+  EXPECT_EQ(shuffled.rfind("val data file 'a/val.bin' holds other tokens", 0), 0u) << shuffled;
+  const std::string shorter = data_identity_change(
+      recorded, data_identity("train", "a/train.bin",
+                              std::vector<uint16_t>(tokens.begin(), tokens.end() - 1)));
+  EXPECT_EQ(shorter.rfind("train data file 'a/train.bin' holds 99 tokens; the checkpoint was "
+                          "trained on 100",
+                          0),
+            0u)
+      << shorter;
+  EXPECT_EQ(data_identity_change("\x01 garbage\n\n  \nval", data_identity("val", "v", swapped)),
+            "");
+  EXPECT_EQ(
+      data_identity_change(data_identity("train", "t", tokens), data_identity("val", "v", swapped)),
+      "");
+}
