@@ -52,7 +52,7 @@ CUDA_HOST_ARCH ?= x86-64-v3
 HAVE_CUDA := $(shell [ -x $(CUDA_ROOT)/bin/nvcc ] && \
   { [ -e $(CUDA_ROOT)/include/nccl.h ] || [ -e /usr/include/nccl.h ]; } && echo yes)
 
-.PHONY: all deps kokkos configure build build-cuda data data-bpe run test bench clean
+.PHONY: all deps kokkos configure build build-cuda build-sanitize data data-bpe run test bench clean
 
 all: build
 
@@ -79,6 +79,15 @@ build-cuda: deps
 	  { cat $(BUILD_CUDA).configure.log; exit 1; }
 	@cmake --build $(BUILD_CUDA) -j $(JOBS)
 
+# trident's own code under AddressSanitizer and UndefinedBehaviorSanitizer, in BUILD_SANITIZE,
+# on the same Kokkos: the sanitize.* tests run the crafted-checkpoint corpus through it.
+BUILD_SANITIZE ?= build-sanitize
+build-sanitize: kokkos
+	@cmake -S . -B $(BUILD_SANITIZE) -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT=$(KOKKOS_ROOT) \
+	  -DTRIDENT_SANITIZE=address,undefined -DTRIDENT_BUILD_TESTS=OFF -DTRIDENT_BUILD_BENCH=OFF \
+	  > $(BUILD_SANITIZE).configure.log 2>&1 || { cat $(BUILD_SANITIZE).configure.log; exit 1; }
+	@cmake --build $(BUILD_SANITIZE) -j $(JOBS) --target trident
+
 data: build
 	@bash tools/prepare_kjv.sh $(TRIDENT) data
 
@@ -95,11 +104,12 @@ run: data
 	  --prompt "And God said" --tokens 300
 
 # With a CUDA toolkit here, the GPU build is compiled too, and the cuda.* tests check it.
-test: data $(if $(HAVE_CUDA),build-cuda)
+test: data build-sanitize $(if $(HAVE_CUDA),build-cuda)
 	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j $(JOBS)
 
 bench: data
 	bash bench/step_vs_pytorch.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log $(BUILD_CUDA) $(BUILD_CUDA).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(BUILD_CUDA) $(BUILD_CUDA).configure.log \
+	  $(BUILD_SANITIZE) $(BUILD_SANITIZE).configure.log
