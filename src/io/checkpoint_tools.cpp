@@ -61,6 +61,21 @@ void checkpoint_info(const std::string& path) {
               c.parallel.tp, c.parallel.pp);
 }
 
+namespace {
+// The checksum of a tensor's values, as the writer records it on the dataset.
+uint64_t values_checksum(const std::vector<float>& data) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < data.size(); ++i) sum += element_hash(static_cast<int64_t>(i), data[i]);
+  return sum;
+}
+
+uint64_t stored_checksum(hid_t file, const std::string& name, const std::vector<int64_t>& shape,
+                         const std::string& path) {
+  const h5::Handle d = h5::open_tensor(file, name, shape, path);
+  return static_cast<uint64_t>(h5::read_attr_int(d, "checksum", path));
+}
+}  // namespace
+
 int checkpoint_verify(const std::string& path) {
   const Config c = read_checkpoint_config(path);
   read_checkpoint_meta(path);  // what resume reads besides the tensors
@@ -83,11 +98,8 @@ int checkpoint_verify(const std::string& path) {
         ++failures;
         continue;
       }
-      uint64_t sum = 0;
-      for (size_t i = 0; i < data.size(); ++i)
-        sum += element_hash(static_cast<int64_t>(i), data[i]);
-      const h5::Handle d = h5::open_tensor(file, name, spec.shape, path);
-      const uint64_t stored = static_cast<uint64_t>(h5::read_attr_int(d, "checksum", path));
+      const uint64_t sum = values_checksum(data);
+      const uint64_t stored = stored_checksum(file, name, spec.shape, path);
       if (sum != stored) {
         std::printf("FAIL %s: checksum %016llx, stored %016llx\n", name.c_str(),
                     static_cast<unsigned long long>(sum), static_cast<unsigned long long>(stored));
@@ -111,9 +123,15 @@ void export_llmc(const std::string& path, const std::string& out) {
   const ModelConfig& m = c.model;
   h5::Handle file = open_or_throw(path);
   const ParamTable table(m);
+  // Each tensor is checked against its stored checksum, as a resume checks it: an export of a
+  // corrupt checkpoint is refused, not written.
   auto read = [&](const std::string& name) {
     std::vector<float> data(static_cast<size_t>(table.at(name).numel()));
-    h5::read_floats(file, "params/" + name, table.at(name).shape, data.data(), path);
+    const std::string dataset = "params/" + name;
+    h5::read_floats(file, dataset, table.at(name).shape, data.data(), path);
+    if (values_checksum(data) != stored_checksum(file, dataset, table.at(name).shape, path))
+      throw CorruptCheckpoint(
+          fmt::format("checkpoint '{}': dataset '{}' fails its checksum", path, dataset));
     return data;
   };
   const int padded_v = (m.vocab_size + 127) / 128 * 128;
@@ -135,17 +153,23 @@ void export_llmc(const std::string& path, const std::string& out) {
     f.write(reinterpret_cast<const char*>(v.data()),
             static_cast<std::streamsize>(v.size() * sizeof(float)));
   };
-  std::vector<float> wte = read("wte");
-  wte.resize(static_cast<size_t>(padded_v) * m.n_embd, 0.0f);
-  put(wte);
-  put(read("wpe"));
-  // llm.c keeps each kind of block tensor for all layers together, in this order.
-  for (const char* suffix : {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
-                             "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
-                             "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"})
-    for (int l = 0; l < m.n_layer; ++l) put(read(fmt::format("h.{}.{}", l, suffix)));
-  put(read("ln_f.weight"));
-  put(read("ln_f.bias"));
+  try {
+    std::vector<float> wte = read("wte");
+    wte.resize(static_cast<size_t>(padded_v) * m.n_embd, 0.0f);
+    put(wte);
+    put(read("wpe"));
+    // llm.c keeps each kind of block tensor for all layers together, in this order.
+    for (const char* suffix : {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
+                               "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
+                               "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"})
+      for (int l = 0; l < m.n_layer; ++l) put(read(fmt::format("h.{}.{}", l, suffix)));
+    put(read("ln_f.weight"));
+    put(read("ln_f.bias"));
+  } catch (const std::exception&) {
+    f.close();
+    std::filesystem::remove(out, ec);  // no partial model file left behind
+    throw;
+  }
   f.close();
   if (!f) {
     const int error = errno;

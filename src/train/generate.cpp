@@ -10,10 +10,37 @@
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/host_memory.hpp"
 #include "io/checkpoint.hpp"
 #include "model/gpt.hpp"
+#include "plan/memory_model.hpp"
 
 namespace trident {
+
+namespace {
+// The stored config decides what sampling allocates: by the memory model, one sequence of
+// block_size tokens on one rank, parameters and gradients without optimizer states (none is
+// loaded), against the tightest host bound; refused before anything of that size is allocated.
+void require_memory_to_sample(const Config& config, const std::string& checkpoint) {
+  MemoryQuery q = memory_query(config);
+  q.dp = q.tp = q.pp = q.virtual_stages = 1;
+  q.zero_stage = 0;
+  q.offload_nvme = q.offload_params_nvme = false;
+  q.micro_batch = q.micro_batches = 1;
+  q.seq_len = config.model.block_size;
+  const MemoryPrediction p = predict_rank_memory(q, GridCoord{});
+  const double needed = p.total() - p.bytes[static_cast<int>(MemCategory::kOptimizer)] -
+                        p.bytes[static_cast<int>(MemCategory::kMasterWeights)];
+  for (const HostMemoryBound& bound : host_memory_bounds())
+    if (needed > bound.bytes)
+      throw InputError(fmt::format(
+          "checkpoint '{}' holds a model (model.n_layer = {}, model.n_embd = {}, "
+          "model.block_size = {}) that needs {:.1f} GiB to sample from by the memory model, more "
+          "than {}",
+          checkpoint, config.model.n_layer, config.model.n_embd, config.model.block_size,
+          needed / 1073741824.0, bound.what));
+}
+}  // namespace
 
 void generate(const GenerateOptions& o, const std::function<void(const std::string&)>& emit) {
   if (o.temperature <= 0) throw InputError("--temperature must be positive");
@@ -26,6 +53,7 @@ void generate(const GenerateOptions& o, const std::function<void(const std::stri
         fmt::format("'{}' has vocab_size {}: text generation needs the byte-level "
                     "vocabulary (256)",
                     o.checkpoint, m.vocab_size));
+  require_memory_to_sample(config, o.checkpoint);
   MemoryLedger ledger;
   GptStage model(m, whole_model(m), nullptr, ledger, 1, m.block_size, 1);
   load_checkpoint(o.checkpoint, {ShardBuffers{&model.local(), model.params(), {}, {}}},

@@ -38,6 +38,21 @@ with h5py.File(sys.argv[1], 'r+') as f:
     d[3, 5] = d[3, 5] + 0.5
 " "$work/corrupted.h5"
 head -c $(( $(stat -c %s "$good_ckpt") * 3 / 4 )) "$good_ckpt" > "$work/cut.h5"
+# A stored config within every range a config file has, for a model no machine here holds
+# (L = 1024, C = 65536: 53 trillion parameters).
+cp "$good_ckpt" "$work/huge_model.h5"
+/usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    c = f.attrs['config']
+    c = c.decode() if isinstance(c, bytes) else c
+    for a, b in [('n_layer = 4', 'n_layer = 1024'), ('n_embd = 32', 'n_embd = 65536'),
+                 ('n_head = 4', 'n_head = 64')]:
+        assert a in c, a
+        c = c.replace(a, b)
+    del f.attrs['config']
+    f.attrs['config'] = c
+" "$work/huge_model.h5"
 head -c 4000 /dev/urandom > "$work/garbage.bin"
 head -c 1500 data/kjv_val.bin > "$work/short.bin"
 { head -c 8 data/kjv_val.bin; printf '\x0a\x00\x00\x00'; head -c 1012 /dev/zero; head -c 20 /dev/zero; } > "$work/few.bin"
@@ -73,6 +88,11 @@ expect_bad "resume missing" "does not exist" "${train[@]}" --resume "$work/none.
 expect_bad "resume garbage" "not a readable HDF5 file" "${train[@]}" --resume "$work/garbage.h5"
 expect_bad "resume truncated" "truncated or corrupt" "${train[@]}" --resume "$work/truncated.h5"
 expect_bad "resume corrupted tensor" "dataset 'params/h.1.mlp.fc.weight' fails its checksum" "${train[@]}" --set run.steps=1 --resume "$work/corrupted.h5"
+expect_bad "export corrupted tensor" "dataset 'params/h.1.mlp.fc.weight' fails its checksum" "$trident" ckpt export "$work/corrupted.h5" --llmc "$work/corrupted_export.bin"
+[ ! -e "$work/corrupted_export.bin" ] || { echo "FAIL [export corrupted tensor]: a partial export was left"; failures=$((failures + 1)); }
+expect_bad "generate from a model too big to hold" "that needs" "$trident" generate --ckpt "$work/huge_model.h5" --tokens 5
+grep -q "holds a model (model.n_layer = 1024, model.n_embd = 65536, model.block_size = 32) that needs [0-9.]* GiB to sample from by the memory model, more than the node's" "$work/stderr" ||
+  { echo "FAIL [generate from a model too big to hold]: $(cat "$work/stderr")"; failures=$((failures + 1)); }
 expect_bad "resume cut in the data" "checkpoint '$work/cut.h5'" "${train[@]}" --resume "$work/cut.h5"
 expect_bad "resume other model" "holds a different model" "${train[@]}" --set model.n_layer=3 --resume "$good_ckpt"
 expect_bad "generate garbage" "not a readable HDF5 file" "$trident" generate --ckpt "$work/garbage.h5" --prompt hi
