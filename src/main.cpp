@@ -399,8 +399,8 @@ struct PlanCommand {
     app->add_option("--batch-tokens", batch_tokens, "global batch in tokens")
         ->check(kFinite)
         ->capture_default_str();
-    app->add_option("--top", top, "layouts to list")
-        ->check(CLI::Range(1, 1000000))
+    app->add_option("--top", top, "layouts to list (0: only the config's and the summary)")
+        ->check(CLI::Range(0, 1000000))
         ->capture_default_str();
   }
   void run(int rank) {

@@ -90,8 +90,11 @@ int checkpoint_verify(const std::string& path) {
     for (const ParamSpec& spec : table.specs()) {
       ++total;
       const std::string name = std::string(group) + "/" + spec.name;
-      std::vector<float> data(static_cast<size_t>(spec.numel()));
+      std::vector<float> data;
       try {
+        // The dataset's shape is checked before room for it is allocated.
+        h5::open_tensor(file, name, spec.shape, path);
+        data.resize(static_cast<size_t>(spec.numel()));
         h5::read_floats(file, name, spec.shape, data.data(), path);
       } catch (const InputError& e) {
         std::printf("FAIL %s: %s\n", name.c_str(), e.what());
@@ -126,8 +129,9 @@ void export_llmc(const std::string& path, const std::string& out) {
   // Each tensor is checked against its stored checksum, as a resume checks it: an export of a
   // corrupt checkpoint is refused, not written.
   auto read = [&](const std::string& name) {
-    std::vector<float> data(static_cast<size_t>(table.at(name).numel()));
     const std::string dataset = "params/" + name;
+    h5::open_tensor(file, dataset, table.at(name).shape, path);  // shape first, then room
+    std::vector<float> data(static_cast<size_t>(table.at(name).numel()));
     h5::read_floats(file, dataset, table.at(name).shape, data.data(), path);
     if (values_checksum(data) != stored_checksum(file, dataset, table.at(name).shape, path))
       throw CorruptCheckpoint(

@@ -93,6 +93,17 @@ expect_bad "export corrupted tensor" "dataset 'params/h.1.mlp.fc.weight' fails i
 expect_bad "generate from a model too big to hold" "that needs" "$trident" generate --ckpt "$work/huge_model.h5" --tokens 5
 grep -q "holds a model (model.n_layer = 1024, model.n_embd = 65536, model.block_size = 32) that needs [0-9.]* GiB to sample from by the memory model, more than the node's" "$work/stderr" ||
   { echo "FAIL [generate from a model too big to hold]: $(cat "$work/stderr")"; failures=$((failures + 1)); }
+# verify and export check each dataset's shape before they allocate room for it: the huge stored
+# model's tensors are refused, within a 4 GiB address space.
+(ulimit -v 4000000 && "$trident" ckpt verify "$work/huge_model.h5" > "$work/stdout" 2> "$work/stderr")
+rc=$?
+cases=$((cases + 1))
+if [ $rc -ne 2 ] || ! grep -q "^FAIL params/h.0.attn.qkv.weight: .*has a different shape" "$work/stdout" ||
+   grep -q "bad_alloc" "$work/stderr"; then
+  echo "FAIL [verify a model too big to hold]: exit $rc"; tail -3 "$work/stdout" "$work/stderr"
+  failures=$((failures + 1))
+fi
+expect_bad "export a model too big to hold" "params/wte" bash -c 'ulimit -v 4000000 && exec "$@"' ulimit "$trident" ckpt export "$work/huge_model.h5" --llmc "$work/huge_export.bin"
 expect_bad "resume cut in the data" "checkpoint '$work/cut.h5'" "${train[@]}" --resume "$work/cut.h5"
 expect_bad "resume other model" "holds a different model" "${train[@]}" --set model.n_layer=3 --resume "$good_ckpt"
 expect_bad "generate garbage" "not a readable HDF5 file" "$trident" generate --ckpt "$work/garbage.h5" --prompt hi

@@ -47,7 +47,7 @@ expect_2 "plan: --mfu = 0 must be between" "$trident" plan "${model[@]}" --mfu 0
 expect_2 "plan: --gpus = -3 must be between" "$trident" plan "${model[@]}" --gpus -3
 expect_2 "plan: --seq = 0 must be between" "$trident" plan "${model[@]}" --seq 0
 expect_2 "plan: --batch-tokens = 1e+300 must be between" "$trident" plan "${model[@]}" --batch-tokens 1e300
-expect_2 "--top: Value 0 not in range" "$trident" plan "${model[@]}" --top 0
+expect_2 "--top: Value -1 not in range" "$trident" plan "${model[@]}" --top -1
 expect_2 "--ranks: Value -1 not in range" "$trident" config --config inputs/tiny.toml --ranks -1
 expect_2 "must equal the number of MPI ranks 3" "$trident" config --config inputs/tiny.toml --set parallel.dp=2 --ranks 3
 expect_2 "--text '/dev/zero' holds more than --max-bytes = 5000000 bytes" \
