@@ -32,13 +32,27 @@ expect_status() {
   [[ -f $sweep/$1/status ]] || fail "$sweep/$1/status is missing"
   [[ $(status_of "$1") == "$2" ]] || fail "$1: status $(status_of "$1"), want $2"
 }
+# wait_for_line FILE PATTERN: until FILE holds a line matching PATTERN (30 s at most).
+wait_for_line() {
+  for _ in $(seq 300); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+}
+# start_weak_scaling OUT [ENV=VALUE ...]: a long weak-scaling sweep in the background, its output
+# in OUT; sets job_pid, and sweep once the job has named it.
+start_weak_scaling() {
+  local out=$1
+  shift
+  env "$@" LAUNCHER=mpirun STEPS=1000000 bash jobs/weak_scaling.sh >"$out" 2>&1 &
+  job_pid=$!
+  wait_for_line "$out" "outputs in"
+  sweep=$(grep -o 'outputs in [^ ]*' "$out" | cut -d' ' -f3)
+}
 # signal_when_logged LOG PATTERN PID OUT: once LOG holds PATTERN (30 s at most), SIGUSR1 to the job
 # PID, as Slurm's --signal=B:USR1 sends it; waits for the job, sets $rc and prints its output OUT.
 signal_when_logged() {
-  for _ in $(seq 300); do
-    grep -q "$2" "$1" 2>/dev/null && break
-    sleep 0.1
-  done
+  wait_for_line "$1" "$2"
   kill -USR1 "$3"
   rc=0
   wait "$3" || rc=$?
@@ -177,13 +191,7 @@ grep -q '"reason": "RUN_TIMEOUT=3 s"' "$sweep/n1_dp2_tp1_pp1/run.json" || fail "
 
 # The time-limit warning (USR1, sent by Slurm from --signal=B:USR1@120): the running layout is a
 # timeout, the rest do not start, and the job still ends by itself.
-LAUNCHER=mpirun STEPS=1000000 RANK_COUNTS="1 2" bash jobs/weak_scaling.sh >"$work/usr1.out" 2>&1 &
-job_pid=$!
-for _ in $(seq 100); do
-  grep -q "outputs in" "$work/usr1.out" 2>/dev/null && break
-  sleep 0.1
-done
-sweep=$(grep -o 'outputs in [^ ]*' "$work/usr1.out" | cut -d' ' -f3)
+start_weak_scaling "$work/usr1.out" RANK_COUNTS="1 2"
 signal_when_logged "$sweep/n1_dp1_tp1_pp1/trident.log" "step" "$job_pid" "$work/usr1.out"
 [[ $rc == 1 ]] || fail "the USR1-stopped sweep exited $rc, want 1"
 expect_status n1_dp1_tp1_pp1 timeout
@@ -192,17 +200,8 @@ grep -q "n1_dp2_tp1_pp1: not started" "$work/usr1.out" || fail "the skipped layo
 
 # SIGTERM to a layout's mpirun, not to the job (a scheduler signalling the step): the ranks stop
 # and exit 4, mpirun exits 1, and the layout is still a timeout, not a failure.
-LAUNCHER=mpirun STEPS=1000000 RANK_COUNTS="2" bash jobs/weak_scaling.sh >"$work/term.out" 2>&1 &
-job_pid=$!
-for _ in $(seq 100); do
-  grep -q "outputs in" "$work/term.out" 2>/dev/null && break
-  sleep 0.1
-done
-sweep=$(grep -o 'outputs in [^ ]*' "$work/term.out" | cut -d' ' -f3)
-for _ in $(seq 300); do
-  grep -q "^step" "$sweep/n1_dp2_tp1_pp1/trident.log" 2>/dev/null && break
-  sleep 0.1
-done
+start_weak_scaling "$work/term.out" RANK_COUNTS="2"
+wait_for_line "$sweep/n1_dp2_tp1_pp1/trident.log" "^step"
 pkill -TERM -f "^mpirun .*run.out_dir=$sweep( |$)" || fail "no mpirun to signal"
 rc=0
 wait "$job_pid" || rc=$?
