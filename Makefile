@@ -52,7 +52,8 @@ CUDA_HOST_ARCH ?= x86-64-v3
 HAVE_CUDA := $(shell [ -x $(CUDA_ROOT)/bin/nvcc ] && \
   { [ -e $(CUDA_ROOT)/include/nccl.h ] || [ -e /usr/include/nccl.h ]; } && echo yes)
 
-.PHONY: all deps kokkos configure build build-cuda build-sanitize data data-bpe run test bench clean
+.PHONY: all deps kokkos configure program build build-cuda build-sanitize data data-bpe run test \
+  bench clean
 
 all: build
 
@@ -67,6 +68,11 @@ configure: deps kokkos
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT=$(KOKKOS_ROOT) \
 	  > $(BUILD).configure.log 2>&1 || \
 	  { cat $(BUILD).configure.log; exit 1; }
+
+# The `trident` program alone, without the tests and benchmarks `build` adds: what `make data`,
+# `make run` and the jobs/ studies need.
+program: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target trident
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -88,11 +94,11 @@ build-sanitize: kokkos
 	  > $(BUILD_SANITIZE).configure.log 2>&1 || { cat $(BUILD_SANITIZE).configure.log; exit 1; }
 	@cmake --build $(BUILD_SANITIZE) -j $(JOBS) --target trident
 
-data: build
+data: program
 	@bash tools/prepare_kjv.sh $(TRIDENT) data
 
 # Optional: the same corpus in GPT-2 BPE tokens (V = 50257) through the npm gpt-tokenizer.
-data-bpe: build
+data-bpe: program
 	@bash tools/prepare_kjv.sh $(TRIDENT) data gpt2
 
 run: data
@@ -104,10 +110,10 @@ run: data
 	  --prompt "And God said" --tokens 300
 
 # With a CUDA toolkit here, the GPU build is compiled too, and the cuda.* tests check it.
-test: data build-sanitize $(if $(HAVE_CUDA),build-cuda)
+test: build data build-sanitize $(if $(HAVE_CUDA),build-cuda)
 	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j $(JOBS)
 
-bench: data
+bench: build data
 	bash bench/step_vs_pytorch.sh $(BUILD)
 
 clean:
