@@ -160,12 +160,15 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
   for (int k = 0; k < trident::kMemCategories; ++k)
     std::printf(" %s %.2f", trident::mem_category_name(static_cast<trident::MemCategory>(k)),
                 r.prediction.bytes[k] / 1e9);
+  // Fits as the planner decides it: the prediction plus the runtime reserve within the usable
+  // share of HBM, the same figures its "why:" line prints.
   const double total_gb = r.prediction.total() / 1e9;
-  const double usable_gb =
-      trident::kPlanUsableMemoryFraction * gpu_mem_gb - trident::kPlanRuntimeGB;
-  std::printf("\nCONFIG_MEMORY total_gb=%.2f model_states_gb=%.2f usable_gb=%.1f fits=%s\n",
-              total_gb, r.prediction.model_states() / 1e9, usable_gb,
-              total_gb <= usable_gb ? "yes" : "no");
+  const double usable_gb = trident::kPlanUsableMemoryFraction * gpu_mem_gb;
+  std::printf(
+      "\nCONFIG_MEMORY total_gb=%.2f model_states_gb=%.2f runtime_gb=%.1f usable_gb=%.1f "
+      "fits=%s\n",
+      total_gb, r.prediction.model_states() / 1e9, trident::kPlanRuntimeGB, usable_gb,
+      total_gb + trident::kPlanRuntimeGB <= usable_gb ? "yes" : "no");
   print_layer_activations(c);
 }
 

@@ -57,4 +57,12 @@ expect_2 "--max-bytes 3000000000 must be between 1024 and 2147483647" \
 (ulimit -v 6000000 && expect_2 "--text '/dev/zero' holds more than --max-bytes = 1073741824 bytes" \
   timeout 120 "$trident" prepare --text /dev/zero --out-dir "$work/prep")
 [ ! -e "$work/prep/corpus_train.bin" ] || fail "prepare wrote a token file from a refused input"
+# The config's memory line and the planner's reasoning state one usable figure (they said 70.0
+# and 72.0 GB for the same 80 GB GPU).
+"$trident" plan --config inputs/paper/megatron2019/gpt-1.2b.toml > "$work/plan_config.txt"
+usable=$(grep -o 'usable_gb=[0-9.]*' "$work/plan_config.txt" | cut -d= -f2)
+grep -q "^CONFIG_MEMORY .* runtime_gb=2.0 usable_gb=72.0 fits=yes" "$work/plan_config.txt" ||
+  fail "CONFIG_MEMORY: $(grep CONFIG_MEMORY "$work/plan_config.txt")"
+grep -q "memory: [0-9.]* of $usable GB usable per GPU" "$work/plan_config.txt" ||
+  fail "the planner's usable memory differs from CONFIG_MEMORY's $usable GB"
 echo "edges: ok"
