@@ -3,6 +3,7 @@
 // operands, kernels::gemm16); greppable.
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <chrono>
@@ -42,46 +43,44 @@ struct Options {
   Precision precision = Precision::kFp32;
 };
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: trident_step_bench [--steps N] [--warmup N] [--profile-steps N] [--batch B]"
-               " [--seq T] [--layers L] [--vocab V] [--embd C] [--heads NH] [--max-norm X]"
-               " [--precision fp32|bf16|fp16]\n");
-}
-
-bool parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) return false;
-    const char* v = argv[++i];
-    if (a == "--steps")
-      o.steps = std::atoi(v);
-    else if (a == "--warmup")
-      o.warmup = std::atoi(v);
-    else if (a == "--profile-steps")
-      o.profile_steps = std::atoi(v);
-    else if (a == "--batch")
-      o.B = std::atoi(v);
-    else if (a == "--seq")
-      o.T = std::atoi(v);
-    else if (a == "--layers")
-      o.layers = std::atoi(v);
-    else if (a == "--vocab")
-      o.vocab = std::atoi(v);
-    else if (a == "--embd")
-      o.embd = std::atoi(v);
-    else if (a == "--heads")
-      o.heads = std::atoi(v);
-    else if (a == "--max-norm")
-      o.max_norm = std::atof(v);
-    else if (a == "--precision" && !parse_name(v, o.precision))
-      return false;
-    else if (a != "--precision")
-      return false;
+// The command line, through CLI11 as trident's own: false (after CLI11's message) when it is not
+// valid; --help prints every option.
+bool parse(int argc, char** argv, Options& o, int& status) {
+  CLI::App app("Times one training step of trident's model and the same GEMMs alone",
+               "trident_step_bench");
+  const auto positive = CLI::Range(1, 1 << 30);
+  app.add_option("--steps", o.steps, "timed steps")->check(positive)->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--profile-steps", o.profile_steps, "steps with the phase breakdown")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--batch", o.B, "sequences per step")->check(positive)->capture_default_str();
+  app.add_option("--seq", o.T, "tokens per sequence")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--layers", o.layers, "transformer blocks")
+      ->check(positive)
+      ->capture_default_str();
+  app.add_option("--vocab", o.vocab, "vocabulary")->check(positive)->capture_default_str();
+  app.add_option("--embd", o.embd, "model width C")->check(positive)->capture_default_str();
+  app.add_option("--heads", o.heads, "attention heads (dividing C)")
+      ->check(positive)
+      ->capture_default_str();
+  app.add_option("--max-norm", o.max_norm, "global-norm clipping (0: off)")->capture_default_str();
+  std::string precision = "fp32";
+  app.add_option("--precision", precision, "fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+    if (o.embd % o.heads != 0) throw CLI::ValidationError("--heads", "must divide --embd");
+  } catch (const CLI::ParseError& e) {
+    status = app.exit(e) == 0 ? 0 : 2;
+    return false;
   }
-  return o.steps > 0 && o.warmup >= 0 && o.profile_steps >= 0 && o.B > 0 && o.T > 0 &&
-         o.T <= 1024 && o.layers > 0 && o.vocab > 0 && o.heads > 0 && o.embd > 0 &&
-         o.embd % o.heads == 0;
+  return parse_name(precision, o.precision);
 }
 
 double seconds_since(Clock::time_point t0) {
@@ -430,10 +429,8 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   return trident::with_mpi_and_kokkos(argc, argv, {argv[0], 2, true}, [&] {
     Options o;
-    if (!parse(argc, argv, o)) {
-      usage();
-      return 2;
-    }
+    int status = 2;
+    if (!parse(argc, argv, o, status)) return status;
     return run(o);
   });
 }
