@@ -27,7 +27,8 @@ export OMP_PROC_BIND ?= false
 # GEMMs. When R x T oversubscribes, they sleep at once, leaving the core to another rank.
 ifeq ($(THREADS_PER_RANK),1)
   MPIRUN_BIND ?=
-else ifeq ($(shell [ $$(( $(NP) * $(THREADS_PER_RANK) )) -le $$(nproc) ] && echo fits),fits)
+# (nproc obeys OMP_NUM_THREADS, which make 4.4 passes to $(shell): count without it.)
+else ifeq ($(shell [ $$(( $(NP) * $(THREADS_PER_RANK) )) -le $$(env -u OMP_NUM_THREADS nproc) ] && echo fits),fits)
   MPIRUN_BIND ?= --map-by slot:PE=$(THREADS_PER_RANK) --bind-to core
 else
   MPIRUN_BIND ?= --bind-to none

@@ -1,4 +1,4 @@
-// The `trident` executable: train | generate | prepare | plan | ckpt | config subcommands.
+// The `trident` executable: train | generate | prepare | plan | ckpt | config | env subcommands.
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -12,6 +12,7 @@
 #include "comm/host_comm.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/provenance.hpp"
 #include "core/runtime.hpp"
 #include "io/checkpoint_tools.hpp"
 #include "io/config.hpp"
@@ -352,6 +353,22 @@ struct ConfigCommand {
   }
 };
 
+// `trident env`: what this process runs with, as one JSON line (jobs/ stores it in sweep.json).
+struct EnvCommand {
+  CLI::App* app = nullptr;
+
+  void add_to(CLI::App& parent) {
+    app = parent.add_subcommand(
+        "env", "print the CPU, threads, BLAS kernel, MPI and revision a run here gets (JSON)");
+  }
+  void run(int rank) const {
+    if (rank == 0)
+      std::cout << trident::environment_json(Kokkos::DefaultExecutionSpace::name(),
+                                             Kokkos::DefaultExecutionSpace().concurrency())
+                << "\n";
+  }
+};
+
 // `trident plan`: the layouts of a model on a cluster, and a config's own memory.
 struct PlanCommand {
   CLI::App* app = nullptr;
@@ -454,16 +471,19 @@ int main(int argc, char** argv) {
     FileCommands files;
     ConfigCommand show;
     PlanCommand plan;
+    EnvCommand env;
     train.add_to(app);
     files.add_to(app);
     show.add_to(app);
     plan.add_to(app);
+    env.add_to(app);
     try {
       app.parse(argc, argv);
       if (*train.app) status = train.run();
       if (files.chosen()) status = files.run(rank);
       if (*show.app) show.run(rank);
       if (*plan.app) plan.run(rank);
+      if (*env.app) env.run(rank);
     } catch (const CLI::ParseError& e) {
       status = app.exit(e);
       if (status != 0) status = kExitBadInput;

@@ -7,6 +7,7 @@ packages=(
   libtrilinos-kokkos-dev libopenblas-dev libopenblas-openmp-dev
   libdnnl-dev ocl-icd-opencl-dev  # oneDNN's CMake config asks for OpenCL (its GPU runtime)
   libgtest-dev libbenchmark-dev libtomlplusplus-dev libcli11-dev libfmt-dev
+  nlohmann-json3-dev  # JSON: trident env's provenance report
   libxxhash-dev  # the data files' identity in checkpoints
   python3-torch python3-h5py python3-numpy python3-pandas python3-matplotlib
   slurm-wlm munge

@@ -164,4 +164,10 @@ BlasInfo blas_info() {
   return info;
 }
 
+void set_blas_threads([[maybe_unused]] int threads) {
+#ifdef OPENBLAS_VERSION
+  openblas_set_num_threads(threads);
+#endif
+}
+
 }  // namespace trident

@@ -20,6 +20,9 @@ struct BlasInfo {
 
 BlasInfo blas_info();
 
+// Sets the threads OpenBLAS runs a GEMM on (nothing for another BLAS).
+void set_blas_threads(int threads);
+
 // The warning for OpenBLAS kernel `kernel` on a CPU whose best kernel is `fitting` ("SkylakeX"
 // with AVX-512, "Haswell" with AVX2, "" without either), `forced` the OPENBLAS_CORETYPE given
 // (or ""): a kernel narrower than the CPU's vector unit (a generic pre-AVX fallback, or an AVX2

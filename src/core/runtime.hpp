@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/device.hpp"
+#include "core/threads_per_rank.hpp"
 
 namespace trident {
 
@@ -46,6 +47,7 @@ int with_mpi_and_kokkos(int& argc, char**& argv, NoDeviceExit no_device, Body&& 
   int status = 0;
   {
     settle_omp_proc_bind();
+    choose_threads_per_rank(MPI_COMM_WORLD);
     Kokkos::ScopeGuard kokkos(argc, argv);
     status = std::forward<Body>(body)();
   }

@@ -1,12 +1,34 @@
 // Timings file implementation: extendible datasets, one row per step.
 #include "io/timings.hpp"
 
+#include <map>
+
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 
 namespace trident {
 namespace {
+
+// Each dataset's units, stored as its `units` attribute: "1" for a plain number.
+const char* units_of(const std::string& name) {
+  static const std::map<std::string, const char*> units{{"step", "step"},
+                                                        {"loss", "nats per token"},
+                                                        {"val_loss", "nats per token"},
+                                                        {"lr", "1"},
+                                                        {"grad_norm", "1"},
+                                                        {"loss_scale", "1"},
+                                                        {"skipped", "1"},
+                                                        {"tokens", "tokens"},
+                                                        {"step_seconds_max", "s"},
+                                                        {"step_seconds_min", "s"},
+                                                        {"bubble", "1"},
+                                                        {"phase_seconds", "s"},
+                                                        {"peak_memory_bytes", "bytes"},
+                                                        {"peak_memory_by_category", "bytes"},
+                                                        {"predicted_memory_bytes", "bytes"}};
+  return units.at(name);
+}
 
 void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t> tail, hid_t type) {
   std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{64};
@@ -22,17 +44,19 @@ void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t>
   h5::Handle dset(H5Dcreate2(file, name.c_str(), type, space, H5P_DEFAULT, plist, H5P_DEFAULT),
                   H5Dclose);
   TRIDENT_H5(static_cast<hid_t>(dset));
+  h5::write_attr(dset, "units", std::string(units_of(name)));
   TRIDENT_H5(dset.close());
 }
 
 }  // namespace
 
 TimingsWriter::TimingsWriter(const std::string& path, int ranks,
-                             const std::map<std::string, std::string>& attributes,
+                             const std::map<std::string, TimingsAttribute>& attributes,
                              TimingsSegment segment, const std::vector<double>& predicted_memory)
     : path_(path), file_(h5::create_file(path)) {
   const h5::WritingFile writing(path_);
-  for (const auto& [key, value] : attributes) h5::write_attr(file_, key, value);
+  for (const auto& [key, value] : attributes)
+    std::visit([&, key = key](const auto& v) { h5::write_attr(file_, key, v); }, value);
   std::string phases;
   for (const char* p : kPhaseNames) phases += (phases.empty() ? "" : ",") + std::string(p);
   h5::write_attr(file_, "phases", phases);
@@ -63,6 +87,7 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
     TRIDENT_H5(static_cast<hid_t>(dset));
     TRIDENT_H5(
         H5Dwrite(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, predicted_memory.data()));
+    h5::write_attr(dset, "units", std::string(units_of("predicted_memory_bytes")));
     TRIDENT_H5(dset.close());
   }
   TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL));

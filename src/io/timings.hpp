@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "io/hdf5.hpp"
@@ -31,13 +32,17 @@ struct TimingsSegment {
   int start_step = 0;
 };
 
+// A file attribute: text, a count or a measurement (numbers are stored as HDF5 numbers).
+using TimingsAttribute = std::variant<std::string, int64_t, double>;
+
 // Written by one rank. Every dataset is chunked and extendible along steps and flushed after
 // each row, so a killed run keeps every completed step.
 class TimingsWriter {
  public:
-  // `predicted_memory` [ranks * memory categories]: the memory model's bytes per rank.
+  // `predicted_memory` [ranks * memory categories]: the memory model's bytes per rank. Every
+  // dataset carries a `units` attribute (docs/checkpoints-and-faults.md lists them).
   TimingsWriter(const std::string& path, int ranks,
-                const std::map<std::string, std::string>& attributes, TimingsSegment segment,
+                const std::map<std::string, TimingsAttribute>& attributes, TimingsSegment segment,
                 const std::vector<double>& predicted_memory);
   void append(const StepRecord& r);
 

@@ -26,7 +26,9 @@
 #include "core/host_memory.hpp"
 #include "core/memory.hpp"
 #include "core/paths.hpp"
+#include "core/provenance.hpp"
 #include "core/stop_request.hpp"
+#include "core/threads_per_rank.hpp"
 #include "core/timer.hpp"
 #include "core/version.hpp"
 #include "core/watchdog.hpp"
@@ -644,23 +646,28 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
     const BlasInfo blas = blas_info();
     // Model FLOPs per token and parameters let the analysis compare runs of different models
     // (Megatron-LM's weak scaling grows the model with the GPUs) in FLOP/s per rank.
-    const std::map<std::string, std::string> attributes{
+    const ThreadsPerRank& threads = threads_per_rank();
+    const std::map<std::string, TimingsAttribute> attributes{
         {"config", config_.to_toml()},
         {"layout", layout_},
-        {"git_revision", git_revision()},
+        {"git_revision", std::string(git_revision())},
         {"hostnames", hosts},
-        {"slurm_job_id", slurm ? slurm : ""},
+        {"slurm_job_id", std::string(slurm ? slurm : "")},
         {"start_time", now_iso8601()},
         {"resumed_from", options_.resume},
-        {"peak_lr", fmt::format("{:.17g}", lr_.peak_lr)},
-        {"flops_per_token",
-         fmt::format("{:.17g}", flops_per_token(config_.model, config_.train.seq_len))},
-        {"parameters", std::to_string(ParamTable(config_.model).total_numel())},
+        {"peak_lr", lr_.peak_lr},
+        {"flops_per_token", flops_per_token(config_.model, config_.train.seq_len)},
+        {"parameters", static_cast<int64_t>(ParamTable(config_.model).total_numel())},
         {"blas", blas.describe()},
-        {"blas_threads", std::to_string(blas.threads)},
+        {"blas_threads", static_cast<int64_t>(blas.threads)},
         {"host_simd", host_simd()},
-        {"kokkos_backend", Exec::name()},
-        {"threads_per_rank", std::to_string(Exec().concurrency())}};
+        {"cpu_model", cpu_model()},
+        {"mpi", mpi_library()},
+        {"kokkos_backend", std::string(Exec::name())},
+        {"threads_per_rank", static_cast<int64_t>(Exec().concurrency())},
+        {"threads_chosen_by",
+         std::string(threads.from_environment ? "OMP_NUM_THREADS" : "share of node")},
+        {"node_cpus", static_cast<int64_t>(threads.node_cpus)}};
     timings = std::make_unique<TimingsWriter>(timings_path.string(), grid_.size(), attributes,
                                               segment, predicted);
   }
@@ -753,6 +760,9 @@ void Trainer::print_banner(int start_step) const {
   console_.line(
       fmt::format("GEMM: {} | host kernels: {} | threads per rank: {} {} (Kokkos), BLAS {}",
                   blas.describe(), host_simd(), Exec::name(), Exec().concurrency(), blas.threads));
+  console_.line(fmt::format("threads per rank: {}", threads_per_rank().describe()));
+  const std::string oversubscribed = threads_per_rank().oversubscription_warning();
+  if (!oversubscribed.empty()) console_.line("warning: " + oversubscribed);
   if (!blas.warning.empty()) console_.line("warning: " + blas.warning);
   if (c.precision.compute != Precision::kFp32) {
     console_.line(fmt::format("{} GEMM: {}", name_of(c.precision.compute),
@@ -764,9 +774,9 @@ void Trainer::print_banner(int start_step) const {
       blas_pool_warning(blas.threading, blas.threads, Exec::name(), Exec().concurrency());
   if (!pool_warning.empty()) console_.line("warning: " + pool_warning);
   const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
-  const std::string wait_warning = wait_policy_warning(
-      wait_policy ? wait_policy : "", Exec().concurrency(), grid_.ranks_on_node(),
-      static_cast<int>(std::thread::hardware_concurrency()));
+  const std::string wait_warning =
+      wait_policy_warning(wait_policy ? wait_policy : "", Exec().concurrency(),
+                          grid_.ranks_on_node(), threads_per_rank().node_cpus);
   if (!wait_warning.empty()) console_.line("warning: " + wait_warning);
 #endif
   if (c.offload.optimizer == OffloadTarget::kHost &&

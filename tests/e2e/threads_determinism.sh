@@ -51,7 +51,8 @@ for layout in serial tp2 serial_bf16; do
     /usr/bin/python3 - "$out/tiny/timings.h5" "$threads" <<'PY' || fail "$layout: timings.h5 threads"
 import sys, h5py
 f = h5py.File(sys.argv[1])
-assert f.attrs["kokkos_backend"] == "OpenMP" and f.attrs["threads_per_rank"] == sys.argv[2], dict(f.attrs)
+assert f.attrs["kokkos_backend"] == "OpenMP" and f.attrs["threads_per_rank"] == int(sys.argv[2]), dict(f.attrs)
+assert f.attrs["threads_chosen_by"] == "OMP_NUM_THREADS", dict(f.attrs)
 PY
     if [ "$threads" != 1 ]; then
       $check compare "$work/$layout.t1/tiny/timings.h5" "$out/tiny/timings.h5" --min-steps 12 --norms \
