@@ -117,6 +117,13 @@ test: build data build-sanitize $(if $(HAVE_CUDA),build-cuda)
 bench: build data
 	bash bench/step_vs_pytorch.sh $(BUILD)
 
+# Every row of the papers' tables (docs/paper-reproduction.md) through `trident plan`, against the
+# published numbers and each paper's tolerance: `make paper PAPER=zero2020|megatron2019|narayanan2021`.
+PAPER ?= all
+.PHONY: paper
+paper: program
+	@TRIDENT=$(TRIDENT) bash jobs/reproduce.sh $(PAPER)
+
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log $(BUILD_CUDA) $(BUILD_CUDA).configure.log \
 	  $(BUILD_SANITIZE) $(BUILD_SANITIZE).configure.log

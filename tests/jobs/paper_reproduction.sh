@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# inputs/paper/: full-size configs are valid and `trident plan` predicts their memory; the scaled-down studies run end to end.
+# inputs/paper/: `jobs/reproduce.sh all` holds every row to its paper's tolerance and the docs' tables to its output; the scaled-down studies run end to end.
 # usage: paper_reproduction.sh TRIDENT_EXE SOURCE_DIR WORK_DIR
 set -euo pipefail
 exe=$(realpath "$1")
@@ -25,6 +25,26 @@ memory_of() {
     fail "trident plan --config $config printed no CONFIG_MEMORY line"
   echo "$line" | sed -E 's/.*total_gb=([0-9.]+) model_states_gb=([0-9.]+) .*fits=(yes|no)/\1 \2 \3/'
 }
+
+# One command per paper: every row of every paper's table (inputs/paper/*/rows.txt, the
+# Megatron-LM 2019 memory totals included) within its paper's tolerance, one PAPER_ROW line per
+# row, and docs/paper-reproduction.md's tables what that output says (tools/paper_tables.py).
+TRIDENT=$exe bash jobs/reproduce.sh --detail all >"$work/reproduce.out" 2>&1 ||
+  { cat "$work/reproduce.out"; fail "jobs/reproduce.sh all: a row outside its tolerance"; }
+grep -v '^PAPER_DETAIL' "$work/reproduce.out"
+for paper in zero2020 megatron2019 narayanan2021; do
+  want=$(grep -cvE '^(#|tolerance |$)' "inputs/paper/$paper/rows.txt")
+  got=$(grep -c "^PAPER_ROW paper=$paper " "$work/reproduce.out" || true)
+  [[ $got == "$want" ]] || fail "reproduce.sh printed $got PAPER_ROW lines for $paper, rows.txt has $want"
+done
+for row in 1.2b 2.5b 4.2b 8.3b 8.3b-tp1; do
+  grep -qE "^PAPER_ROW paper=megatron2019 row=$row quantity=trident_ref_gb_per_gpu published=[0-9.]+ trident=[0-9.]+ error_percent=[-+][0-9]+[.][0-9]$" \
+    "$work/reproduce.out" || fail "no Megatron-LM 2019 memory total for $row in reproduce.sh's output"
+done
+"$python" tools/paper_tables.py --check "$work/reproduce.out" ||
+  fail "docs/paper-reproduction.md's tables differ from jobs/reproduce.sh's output (diff above)"
+[[ $(TRIDENT=$exe bash jobs/reproduce.sh nonesuch 2>&1 >/dev/null; echo "rc=$?") == *"known: "*"rc=2" ]] ||
+  fail "reproduce.sh accepts an unknown paper"
 
 # Every full-size config is a valid trident run config for its own layout.
 for config in inputs/paper/*/gpt-*.toml inputs/paper/narayanan2021/table2/*.toml; do
