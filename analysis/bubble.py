@@ -14,21 +14,23 @@ micro-batch sizes, and reports over the timed steps:
   simulated     1 - m v (F+B+W) / makespan from a port of tests/unit/schedule_simulator.cpp's
                 simulator (zero-latency transfers; forward 1 unit and backward 2, or for zb_h1
                 the run's F, B and W).
-Runs with pp = 1 have no pipeline (theory and model 0); they are left out and named unless
---include-pp1. Timed steps: after the first --warmup steps (default 3), leaving out steps that
-wrote a checkpoint (io phase > 0 on a rank: a checkpoint inflates the step time and so deflates
-the bubble). Failed, partial or unreadable runs are left out with a warning (--strict: an error).
-Prints the table and notes, and writes bubble.csv, bubble.md and bubble.png (measured against
-theory and model per run) into --out.
+Repeats of a layout (see trident_runs) make one row: the median over the repeats of each run's
+value (bubble_mean_min, _max: the spread of bubble(mean)). Runs with pp = 1 have no pipeline
+(theory and model 0); they are left out and named unless --include-pp1. Timed steps: after the
+first --warmup steps (default 3), leaving out steps that wrote a checkpoint (io phase > 0 on a
+rank: a checkpoint inflates the step time and so deflates the bubble). Failed, partial or
+unreadable runs are left out with a warning (--strict: an error). Prints the table and notes, and
+writes bubble.csv, bubble.md and bubble.png (measured against theory and model per layout; the
+oversubscription caveat, when there is one, printed on the figure too) into --out.
 """
 import argparse
 import os
 import sys
 
-import numpy as np
-import pandas as pd
-
 import trident_runs as tr
+
+import numpy as np  # noqa: E402 (trident_runs checks the interpreter first)
+import pandas as pd  # noqa: E402
 
 
 # ---- port of src/parallel/pipeline/schedule.cpp (action lists) and tests/unit/schedule_simulator.cpp ----
@@ -168,11 +170,32 @@ def read_run(run):
     }
 
 
-def plot(rows, out_dir):
+def aggregate(group):
+    """One row for a group of repeats: medians over the runs, bubble(mean)'s min-max."""
+    per = [read_run(r) for r in group.runs]
+    row = dict(per[0])
+    for key in ("step_s", "mean", "max"):
+        row[key] = float(np.median([p[key] for p in per]))
+    row["mean_min"] = min(p["mean"] for p in per)
+    row["mean_max"] = max(p["mean"] for p in per)
+    if row["kind"] == "zb_h1":
+        row["costs"] = tuple(float(np.median([p["costs"][i] for p in per])) for i in range(3))
+        row["theory"] = theory("zb_h1", row["pp"], row["m"], row["v"], row["costs"])
+        row["sim"] = simulated_bubble("zb_h1", row["pp"], row["m"], row["v"], row["costs"])
+    row.update(run=group.label, repeats=group.repeats, n_timed=sum(p["n_timed"] for p in per),
+               run_dir=group.run_dirs)
+    return row
+
+
+def plot(rows, runs, caveats, out_dir):
     plt = tr.pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 1.0 * len(rows) + 3), 4.5))
     x = np.arange(len(rows))
-    ax.bar(x - 0.2, [r["mean"] for r in rows], 0.4, label="measured (mean over ranks)")
+    mean = np.array([r["mean"] for r in rows])
+    spread = [mean - [r["mean_min"] for r in rows], [r["mean_max"] for r in rows] - mean]
+    repeated = any(r["repeats"] > 1 for r in rows)
+    ax.bar(x - 0.2, mean, 0.4, yerr=spread if repeated else None, capsize=4,
+           label="measured (mean over ranks)" + (", min-max over repeats" if repeated else ""))
     ax.plot(x - 0.2, [r["max"] for r in rows], "v", color="black", label="measured (max rank)")
     ax.bar(x + 0.2, [r["sim"] for r in rows], 0.4, color="lightgrey", label="schedule model")
     ax.plot(x + 0.2, [r["theory"] for r in rows], "_", color="red", markersize=22, mew=2,
@@ -183,9 +206,10 @@ def plot(rows, out_dir):
                        rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("bubble (share of the step)")
     ax.set_title("pipeline bubble: measured vs theory and schedule model")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    return tr.save_figure(fig, out_dir, "bubble.png")
+    notes = [tr.repeats_note([r["repeats"] for r in rows], "bubble", "bar")]
+    return tr.save_figure(fig, out_dir, "bubble.png", runs, caveats, notes)
 
 
 def main():
@@ -197,14 +221,15 @@ def main():
     ap.add_argument("--include-pp1", action="store_true",
                     help="keep runs with pp = 1 (bubble theory 0) in the table")
     args = ap.parse_args()
-    runs = tr.load_runs(args.paths, strict=args.strict, warmup=args.warmup)
+    runs = tr.load_runs(args.paths, strict=args.strict, warmup=args.warmup,
+                        allow_mixed_provenance=args.allow_mixed_provenance)
     no_pipeline = [r.name for r in runs if r.cfg("parallel.pp") == 1]
     if not args.include_pp1:
         runs = [r for r in runs if r.cfg("parallel.pp") != 1]
         if not runs:
             raise tr.AnalysisError(f"no run has pp > 1 (left out: {', '.join(no_pipeline)}); "
                                    f"--include-pp1 tabulates them anyway")
-    rows = [read_run(r) for r in runs]
+    rows = [aggregate(g) for g in tr.group_runs(runs)]
     order = {"gpipe": 0, "1f1b": 1, "interleaved": 2, "zb_h1": 3}
     rows.sort(key=lambda r: (r["pp"], order.get(r["kind"], 9), r["m"], r["run"]))
 
@@ -229,7 +254,12 @@ theory: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v m+p-1) for interleaved, and f
 steps: timed steps (after the first {args.warmup}, without a checkpoint write). busy/core:
   (1 - bubble(mean)) x ranks per node / cores, the rank-time not waiting per core-time available.""")
     oversubscribed = [r["run"] for r in rows if r["ranks_per_node"] > args.cores]
+    caveats = []
     if oversubscribed:
+        caveats.append(f"{', '.join(oversubscribed)} put more ranks on a node than its "
+                       f"{args.cores} core(s): the ranks time-shared the cores, so the measured "
+                       f"bubble estimates neither the schedule's bubble nor a bound on it "
+                       f"(see the printed note)")
         print(f"""
 note: {', '.join(oversubscribed)} put more ranks on a node than its {args.cores} core(s):
   the cores here were shared by the pp ranks (oversubscribed) and by whatever
@@ -252,8 +282,9 @@ note: {', '.join(oversubscribed)} put more ranks on a node than its {args.cores}
     df = pd.DataFrame([{
         "run": r["run"], "ranks": r["ranks"], "dp": r["dp"], "tp": r["tp"], "pp": r["pp"],
         "schedule": r["kind"], "virtual_stages": r["v"], "micro_batches": r["m"],
-        "micro_batch_size": r["micro"], "layers": r["L"], "timed_steps": r["n_timed"],
-        "median_step_s": r["step_s"], "bubble_mean": r["mean"], "bubble_max": r["max"],
+        "micro_batch_size": r["micro"], "layers": r["L"], "repeats": r["repeats"],
+        "timed_steps": r["n_timed"], "median_step_s": r["step_s"], "bubble_mean": r["mean"],
+        "bubble_mean_min": r["mean_min"], "bubble_mean_max": r["mean_max"], "bubble_max": r["max"],
         "theory": r["theory"], "simulated": r["sim"], "busy_per_core": r["busy_per_core"],
         "forward_s": r["costs"][0] if r["kind"] == "zb_h1" else float("nan"),
         "input_grad_s": r["costs"][1] if r["kind"] == "zb_h1" else float("nan"),
@@ -262,9 +293,10 @@ note: {', '.join(oversubscribed)} put more ranks on a node than its {args.cores}
     out = tr.output_dir(args.out, runs)
     tr.write_table(df, out, "bubble", md_df=df.drop(columns=["run_dir"]),
                    formats={"median_step_s": ".5f", "bubble_mean": ".3f", "bubble_max": ".3f",
+                            "bubble_mean_min": ".3f", "bubble_mean_max": ".3f",
                             "theory": ".3f", "simulated": ".3f", "busy_per_core": ".2f",
                             "forward_s": ".5f", "input_grad_s": ".5f", "weight_grad_s": ".5f"})
-    png = plot(rows, out)
+    png = plot(rows, runs, caveats, out)
     print(f"\nwrote {out}/bubble.csv, bubble.md, {png}")
     return 0
 

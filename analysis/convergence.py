@@ -17,10 +17,10 @@ import argparse
 import os
 import sys
 
-import numpy as np
-import pandas as pd
-
 import trident_runs as tr
+
+import numpy as np  # noqa: E402 (trident_runs checks the interpreter first)
+import pandas as pd  # noqa: E402
 
 
 # Keys that do not change the losses (bookkeeping), and keys that matter only in some modes.
@@ -83,7 +83,7 @@ def plot(runs, names, out_dir):
     ax.set_title("convergence")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return tr.save_figure(fig, out_dir, "convergence.png")
+    return tr.save_figure(fig, out_dir, "convergence.png", runs)
 
 
 def main():
@@ -92,7 +92,8 @@ def main():
     tr.add_common_args(ap, paths_help="run directories, sweep directories or timings.h5 files",
                        warmup=False, metavar="RUN_OR_SWEEP")
     args = ap.parse_args()
-    runs = tr.load_runs(args.paths, strict=args.strict, warmup=None)
+    runs = tr.load_runs(args.paths, strict=args.strict, warmup=None,
+                        allow_mixed_provenance=args.allow_mixed_provenance)
     names = labels(runs)
     df = table(runs, names)
     out = tr.output_dir(args.out, runs)

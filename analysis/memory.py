@@ -18,17 +18,19 @@ The total row also gives peak_bytes, the rank's accounted high-water mark of all
 together (max of peak_memory_bytes), which is at most the sum of the category peaks.
 Writes memory.csv (one row per run and category, bytes), memory.md (one row per run, MiB as
 "measured (predicted)", the total ratio and the category furthest from 1) and memory.png
-(measured and modelled bars per run, stacked by category) into --out, and prints the Markdown.
+(measured and modelled bars per run, stacked by category; a category that is 0 in every run,
+such as master_weights under fp32, is left out of the figure) into --out, and prints the
+Markdown.
 Every step counts here (memory peaks are not timed, so --warmup does not apply). Failed, partial
 or unreadable runs are left out with a warning (--strict: an error).
 """
 import argparse
 import sys
 
-import numpy as np
-import pandas as pd
-
 import trident_runs as tr
+
+import numpy as np  # noqa: E402 (trident_runs checks the interpreter first)
+import pandas as pd  # noqa: E402
 
 
 def ratio(measured, predicted):
@@ -113,7 +115,7 @@ def tables(runs):
     return df, wide, cats
 
 
-def plot(df, cats, out_dir):
+def plot(df, cats, loaded, out_dir):
     plt = tr.pyplot()
     from matplotlib.patches import Patch
     runs = list(dict.fromkeys(df["run"]))
@@ -125,6 +127,8 @@ def plot(df, cats, out_dir):
         bottom = np.zeros(len(runs))
         for i, cat in enumerate(cats):
             sel = df[df["category"] == cat].set_index("run").loc[runs]
+            if not (sel["measured_bytes"].any() or sel["predicted_bytes"].any()):
+                continue  # e.g. master_weights under fp32: no empty legend entry
             mib = sel[column].to_numpy() / tr.MIB
             ax.bar(x + side * width / 2, mib, width, bottom=bottom, color=colors(i % 10),
                    hatch=hatch, edgecolor="white" if hatch else None,
@@ -141,7 +145,7 @@ def plot(df, cats, out_dir):
     ax.set_title("memory by category: measured vs memory model, rank with the largest total")
     ax.legend(handles=handles, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    return tr.save_figure(fig, out_dir, "memory.png")
+    return tr.save_figure(fig, out_dir, "memory.png", loaded)
 
 
 def main():
@@ -149,11 +153,12 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     tr.add_common_args(ap, warmup=False)
     args = ap.parse_args()
-    runs = tr.load_runs(args.paths, strict=args.strict, warmup=None)
+    runs = tr.load_runs(args.paths, strict=args.strict, warmup=None,
+                        allow_mixed_provenance=args.allow_mixed_provenance)
     df, wide, cats = tables(runs)
     out = tr.output_dir(args.out, runs)
     text = tr.write_table(df, out, "memory", md_df=wide)
-    png = plot(df, cats, out)
+    png = plot(df, cats, runs, out)
     print("peak memory by category, MiB: measured (predicted by the memory model), on the rank "
           "with the largest measured total\n")
     print(text)

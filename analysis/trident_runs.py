@@ -17,14 +17,53 @@ a run without timed steps is an error: `<script>: error: ...` on stderr and exit
 Timed steps: the steps after the first WARMUP ones (--warmup, default 3: caches, allocator and
 MPI connections warm up) that wrote no checkpoint (io phase 0 on every rank; a checkpoint write
 inflates the step time).
+
+Repeats: jobs/ run a layout REPEATS times as <layout>_rep1, <layout>_rep2, ... (run.json: layout,
+repeat, repeats). Runs with the same layout (run.json's, else the directory name without
+`_rep<k>`), ranks, threads per rank, nodes and resolved config (run.name and run.out_dir aside)
+are repeats of one measurement, in one sweep or several; group_runs() collects them and the
+scripts report the median over repeats of each run's median, with the min-max spread.
+
+Provenance: each run's git revision, BLAS (library and kernel) and CPU model, from timings.h5
+(git_revision, blas, cpu_model) or else sweep.json's "provenance" object; absent is unknown and
+differs from nothing. Runs that differ in any of them are refused (one error naming the sweeps or
+runs and what differs) unless --allow-mixed-provenance, which makes it a warning and a caveat on
+every figure.
 """
 import json
 import os
 import re
+import shlex
 import sys
+import textwrap
 
-import h5py
-import numpy as np
+# The interpreter first: a clear message instead of a traceback when a module is missing.
+NEEDED_MODULES = ("h5py", "numpy", "pandas", "matplotlib")
+DEBIAN_PACKAGES = "python3-h5py python3-numpy python3-pandas python3-matplotlib"
+
+
+def require_modules(names=NEEDED_MODULES):
+    """Imports each module; on failure prints which one, the interpreter and how to install the
+    four, and exits with status 2."""
+    import importlib
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            print(f"{os.path.basename(sys.argv[0])}: error: the analysis needs the Python module "
+                  f"'{name}', which this interpreter ({sys.executable}, Python "
+                  f"{sys.version.split()[0]}) cannot import: {e}\n"
+                  f"  Debian/Ubuntu: apt-get install {DEBIAN_PACKAGES}, then run the script "
+                  f"with /usr/bin/python3\n"
+                  f"  elsewhere: {sys.executable} -m pip install h5py numpy pandas matplotlib",
+                  file=sys.stderr)
+            sys.exit(2)
+
+
+require_modules()
+
+import h5py  # noqa: E402 (after the check above)
+import numpy as np  # noqa: E402
 
 try:
     import tomllib
@@ -44,9 +83,13 @@ DATASETS_ND = ("phase_seconds", "peak_memory_bytes", "peak_memory_by_category",
 ATTRS = ("config", "layout", "hostnames", "phases", "memory_categories", "flops_per_token",
          "parameters")
 # Read when present: runs from before trident recorded them lack these.
-OPTIONAL_ATTRS = ("threads_per_rank", "kokkos_backend", "blas", "blas_threads", "host_simd")
+OPTIONAL_ATTRS = ("threads_per_rank", "kokkos_backend", "blas", "blas_threads", "host_simd",
+                  "git_revision", "cpu_model", "peak_lr", "slurm_job_id")
 RUN_MARKERS = ("status", "run.json", "timings.h5", "trident.log")
+REPEAT_SUFFIX = re.compile(r"_rep[0-9]+$")
+BLAS_KERNEL = re.compile(r",?\s*kernel\s+(\S+)")
 MIB = 1024.0 * 1024.0
+DPI = 120
 
 
 class AnalysisError(Exception):
@@ -86,6 +129,10 @@ def add_common_args(parser, paths_help="sweep directories, run directories or ti
     parser.add_argument("--strict", action="store_true",
                         help="a failed, missing, unreadable or partial run is an error, not a "
                              "warning")
+    parser.add_argument("--allow-mixed-provenance", action="store_true",
+                        help="analyse runs that differ in git revision, BLAS (library or kernel) "
+                             "or CPU model: a warning and a caveat on the figure instead of an "
+                             "error")
 
 
 class Run:
@@ -122,7 +169,7 @@ class Run:
     def threads_per_rank(self):
         """Host threads of each rank (Kokkos' OpenMP pool, which also runs the GEMMs), from
         timings.h5; 1 for runs written before trident recorded it."""
-        return int(self.attrs.get("threads_per_rank", 1))
+        return as_int(self.attrs.get("threads_per_rank", 1))
 
     @property
     def nodes(self):
@@ -143,6 +190,52 @@ class Run:
     @property
     def layout(self):
         return self.attrs["layout"]
+
+    @property
+    def base_name(self):
+        """The layout's name without the repeat: run.json's "layout", else the directory name
+        less a `_rep<k>` suffix."""
+        layout = self.info.get("layout")
+        if isinstance(layout, str) and layout:
+            return layout
+        return REPEAT_SUFFIX.sub("", os.path.basename(self.dir))
+
+    @property
+    def parameters(self):
+        return as_int(self.attrs["parameters"])
+
+    @property
+    def flops_per_token(self):
+        return float(self.attrs["flops_per_token"])
+
+    def median_step_s(self):
+        """Median over the timed steps of the slowest rank's step time."""
+        return float(np.median(self.timed_values("step_seconds_max")))
+
+    @property
+    def provenance(self):
+        """{field: value or None (unknown)} for the fields PROVENANCE_FIELDS compares."""
+        sweep = self.sweep.get("provenance")
+        sweep = sweep if isinstance(sweep, dict) else {}
+
+        def known(*values):
+            for v in values:
+                if v is not None and str(v).strip() not in ("", "unknown"):
+                    return str(v).strip()
+            return None
+        blas = known(self.attrs.get("blas"), sweep.get("blas"))
+        m = BLAS_KERNEL.search(blas or "")
+        revision = known(self.attrs.get("git_revision"), sweep.get("git_revision"))
+        dirty = sweep.get("git_dirty")
+        if revision and revision.endswith("-dirty"):
+            revision, dirty = revision[:-len("-dirty")], True
+        return {
+            "git_revision": revision[:7].lower() if revision else None,
+            "git_dirty": bool(dirty) if isinstance(dirty, bool) else None,
+            "blas": BLAS_KERNEL.sub("", blas).strip(" ,") if blas else None,
+            "blas_kernel": m.group(1) if m else known(sweep.get("blas_kernel")),
+            "cpu_model": known(self.attrs.get("cpu_model"), sweep.get("cpu_model")),
+        }
 
     def phase(self, name):
         """Seconds of one phase, [steps, ranks]."""
@@ -246,6 +339,33 @@ def timings_segments(run_dir):
     return [path for _, path in sorted(found)]
 
 
+def attr_value(value):
+    """An HDF5 attribute as a Python str, int or float: strings may come back as str or bytes,
+    numbers (threads_per_rank, parameters, flops_per_token, ...) as strings from older trident
+    or as HDF5 numbers, possibly one-element arrays."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, bytes):  # np.bytes_ included
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, (str, int, float, bool)):
+        return str(value) if isinstance(value, str) else value
+    return str(value)
+
+
+def as_int(value):
+    """int of an attribute written as a number or a string ("60096", "2.0", 60096, 2.0)."""
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return int(float(value))
+    return int(value)
+
+
 def _read_segment(path):
     """(attrs, datasets) of one timings file; RunProblem when it cannot be used."""
     name = os.path.basename(path)
@@ -255,12 +375,10 @@ def _read_segment(path):
             for key in ATTRS:
                 if key not in f.attrs:
                     raise RunProblem(f"{name} lacks the attribute '{key}'")
-                value = f.attrs[key]
-                attrs[key] = value.decode() if isinstance(value, bytes) else str(value)
+                attrs[key] = attr_value(f.attrs[key])
             for key in OPTIONAL_ATTRS:
                 if key in f.attrs:
-                    value = f.attrs[key]
-                    attrs[key] = value.decode() if isinstance(value, bytes) else str(value)
+                    attrs[key] = attr_value(f.attrs[key])
             for key in DATASETS_1D + DATASETS_ND:
                 if key not in f:
                     raise RunProblem(f"{name} lacks the dataset '{key}'")
@@ -319,10 +437,11 @@ def _discover(path):
     return [(d, os.path.join(d, "timings.h5"), path, sweep) for d in run_dirs]
 
 
-def load_runs(paths, strict=False, warmup=3):
+def load_runs(paths, strict=False, warmup=3, allow_mixed_provenance=False):
     """Every usable run under paths, in the order given (a sweep's runs sorted by name).
 
-    warmup=None skips the choice of timed steps (for scripts that use every step)."""
+    warmup=None skips the choice of timed steps (for scripts that use every step). Runs of mixed
+    provenance are an AnalysisError unless allow_mixed_provenance (then a warning)."""
     if warmup is not None and warmup < 0:
         raise AnalysisError(f"--warmup {warmup} must be >= 0")
     found, seen = [], set()
@@ -351,7 +470,140 @@ def load_runs(paths, strict=False, warmup=3):
     for run in runs:
         if names.count(run.name) > 1 and run.sweep_dir:
             run.name = f"{os.path.basename(run.sweep_dir)}/{run.name}"
+    check_provenance(runs, allow_mixed_provenance)
     return runs
+
+
+# ---- provenance ----
+
+PROVENANCE_FIELDS = (("git_revision", "git revision"), ("git_dirty", "uncommitted changes"),
+                     ("blas", "BLAS"), ("blas_kernel", "BLAS kernel"), ("cpu_model", "CPU model"))
+
+
+def mixed_provenance(runs):
+    """[(field label, {value: [runs]})] for each provenance field with more than one known value
+    among runs (unknown values are left out: they differ from nothing)."""
+    out = []
+    for key, label in PROVENANCE_FIELDS:
+        by_value = {}
+        for r in runs:
+            value = r.provenance[key]
+            if value is not None:
+                by_value.setdefault(value, []).append(r)
+        if len(by_value) > 1:
+            out.append((label, by_value))
+    return out
+
+
+def _where(subset, runs, short):
+    """Names the runs of subset: a sweep whose every run is in it by the sweep, else each run."""
+    parts = []
+    for sweep in dict.fromkeys(r.sweep_dir for r in subset):
+        mine = [r for r in subset if r.sweep_dir == sweep]
+        if sweep and len(mine) == sum(1 for r in runs if r.sweep_dir == sweep):
+            parts.append(f"sweep {os.path.basename(sweep) if short else sweep}")
+        else:
+            parts += [r.name if short else r.dir for r in mine]
+    return ", ".join(parts)
+
+
+def _show(value):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return repr(value)
+
+
+def describe_mixed(runs, short=False):
+    """One line per differing field: `BLAS kernel: 'SkylakeX' (sweep A), 'Prescott' (sweep B)`."""
+    return [f"{label}: " + "; ".join(f"{_show(v)} ({_where(rs, runs, short)})"
+                                     for v, rs in by_value.items())
+            for label, by_value in mixed_provenance(runs)]
+
+
+def check_provenance(runs, allow_mixed=False):
+    lines = describe_mixed(runs)
+    if not lines:
+        return
+    text = "the runs differ in provenance, so their timings do not compare:\n  " + \
+        "\n  ".join(lines)
+    if not allow_mixed:
+        raise AnalysisError(text + "\n  --allow-mixed-provenance analyses them anyway (a caveat "
+                                   "goes on the figures)")
+    warn(text.replace("do not compare", "may not compare") + "\n  (--allow-mixed-provenance: "
+         "analysed anyway, with a caveat on the figures)")
+
+
+def provenance_caveats(runs):
+    """The figure's caveat lines for mixed provenance (empty when the runs agree)."""
+    return [f"mixed provenance, {line}" for line in describe_mixed(runs, short=True)]
+
+
+# ---- repeats ----
+
+class Group:
+    """Repeats of one measurement: runs with the same layout name, ranks, threads, nodes and
+    config (run.name, run.out_dir aside). label: the layout name, prefixed by the sweeps' names
+    where two groups would share one."""
+
+    def __init__(self, runs):
+        self.runs = runs
+        self.label = runs[0].base_name
+
+    @property
+    def first(self):
+        return self.runs[0]
+
+    @property
+    def repeats(self):
+        return len(self.runs)
+
+    @property
+    def sweeps(self):
+        return "+".join(dict.fromkeys(os.path.basename(r.sweep_dir) for r in self.runs
+                                      if r.sweep_dir))
+
+    @property
+    def run_dirs(self):
+        return ";".join(r.dir for r in self.runs)
+
+    def spread(self, per_run):
+        """(median, min, max) over the repeats of per_run(run)."""
+        values = np.array([per_run(r) for r in self.runs], dtype=float)
+        return float(np.median(values)), float(values.min()), float(values.max())
+
+
+def repeats_note(counts, value="step time", point="point"):
+    """A figure's note on what its points and error bars are, from the rows' repeat counts."""
+    counts = sorted(set(int(n) for n in counts))
+    if counts == [1]:
+        return f"one run per {point} (no repeats), so no error bars"
+    shown = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    return (f"{point}s: median over {shown} repeats of each run's median {value}; error bars: "
+            f"min-max over the repeats")
+
+
+def repeat_key(run):
+    flat = flat_config(run.config)
+    config = tuple(sorted((k, repr(v)) for k, v in flat.items()
+                          if k not in ("run.name", "run.out_dir")))
+    return (run.base_name, run.ranks, run.threads_per_rank, run.nodes, config)
+
+
+def group_runs(runs):
+    """The runs as Groups of repeats, in the order of each group's first run."""
+    groups = {}
+    for r in runs:
+        groups.setdefault(repeat_key(r), []).append(r)
+    out = [Group(rs) for rs in groups.values()]
+    labels = [g.label for g in out]
+    for g in out:
+        if labels.count(g.label) > 1 and g.sweeps:
+            g.label = f"{g.sweeps}/{g.label}"
+    labels = [g.label for g in out]
+    for g in out:  # same name and sweeps, different config: numbered
+        if labels.count(g.label) > 1:
+            g.label = f"{g.label} #{sum(1 for h in out[:out.index(g) + 1] if h.label == g.label)}"
+    return out
 
 
 def sweep_dirs(runs):
@@ -424,13 +676,19 @@ def markdown(df, formats=None):
     return "\n".join(lines) + "\n"
 
 
+def command_line():
+    """The command that ran this script, interpreter included, as a shell line to paste."""
+    return " ".join(shlex.quote(word) for word in [sys.executable] + sys.argv)
+
+
 def write_table(df, out_dir, stem, md_df=None, formats=None):
-    """Writes out_dir/stem.csv (df, full precision) and out_dir/stem.md (md_df or df); returns
-    the Markdown text."""
+    """Writes out_dir/stem.csv (df, full precision) and out_dir/stem.md (md_df or df, then the
+    command that made it); returns the Markdown table."""
     df.to_csv(os.path.join(out_dir, stem + ".csv"), index=False)
     text = markdown(df if md_df is None else md_df, formats)
     with open(os.path.join(out_dir, stem + ".md"), "w", encoding="utf-8") as f:
         f.write(text)
+        f.write(f"\nMade by `{command_line()}`\n")
     return text
 
 
@@ -442,8 +700,109 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, out_dir, name):
+def _values(items):
+    """' / '.join of the distinct values in order, None when there are none."""
+    distinct = [str(v) for v in dict.fromkeys(v for v in items if v not in (None, ""))]
+    return " / ".join(distinct) if distinct else None
+
+
+def caption(runs):
+    """One line for a figure: config, hardware (CPU, cores, threads, BLAS kernel), job id and git
+    revision of the runs."""
+    configs = _values(os.path.basename(c) for r in runs
+                      for c in str(r.sweep.get("config", "")).split())
+    prov = [r.provenance for r in runs]
+    cores = _values((r.sweep.get("provenance") or {}).get("cores_per_node")
+                    if isinstance(r.sweep.get("provenance"), dict) else None for r in runs)
+    threads = _values(r.threads_per_rank for r in runs)
+    kernel = _values(p["blas_kernel"] for p in prov)
+    blas = _values(p["blas"] for p in prov)
+    hardware = _values(p["cpu_model"] for p in prov) or "unknown CPU"
+    if cores:
+        hardware += f", {cores} cores/node"
+    hardware += f", {threads} thread{'s' if threads != '1' else ''}/rank"
+    if blas or kernel:
+        hardware += f", {blas or 'BLAS'}" + (f" kernel {kernel}" if kernel else "")
+    jobs = _values(r.sweep.get("job_id") for r in runs)
+    revisions = _values(p["git_revision"] + ("+dirty" if p["git_dirty"] else "")
+                        for p in prov if p["git_revision"])
+    return " | ".join([f"config {configs or 'unknown'}", hardware,
+                       f"job {jobs}" if jobs else "no job id",
+                       f"git {revisions or 'unknown'}"])
+
+
+def plain_ticks(ax, axis, values):
+    """Plain-number tick labels on a log axis (1, 2, 5 x 10^k, or 1..9 x 10^k when the data span
+    less than that gives), no minor labels; limits a little beyond the data."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    values = np.asarray([v for v in values if np.isfinite(v) and v > 0], dtype=float)
+    if not len(values):
+        return
+    lo, hi = values.min() / 1.25, values.max() * 1.25
+    ticks = []
+    for subs in ((1, 2, 5), tuple(range(1, 10))):
+        ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(lo))),
+                                               int(np.ceil(np.log10(hi))) + 1)
+                 for m in subs if lo <= m * 10.0 ** e <= hi]
+        if len(ticks) >= 3:
+            break
+    which = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_ylim if axis == "y" else ax.set_xlim)(lo, hi)
+    which.set_major_locator(FixedLocator(ticks))
+    which.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    which.set_minor_formatter(NullFormatter())
+
+
+def rank_ticks(ax, ranks):
+    """A log2 x axis with one plain tick per rank count and no minor ticks."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(sorted(set(int(n) for n in ranks))))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = min(ranks), max(ranks)
+    ax.set_xlim(lo / 1.4, hi * 1.4)
+
+
+def human(n):
+    """60096 -> '60.1K', 1.3e9 -> '1.3B'."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:g}"
+
+
+def _notes_below(fig, lines):
+    """Writes (text, colour) lines under everything already drawn, wrapped to the figure's
+    width."""
+    renderer = fig.canvas.get_renderer()
+    box = fig.get_tightbbox(renderer)  # inches
+    w, h = fig.get_size_inches()
+    size = 7.5
+    width = max(40, int(box.width * 72 / (size * 0.5)))
+    y = box.y0 - 0.06
+    for text, color in lines:
+        wrapped = "\n".join(textwrap.wrap(text, width, subsequent_indent="  "))
+        # Figure fractions, not inches: savefig's tight crop moves transFigure, not
+        # dpi_scale_trans.
+        t = fig.text(box.x0 / w, y / h, wrapped, ha="left", va="top", fontsize=size, color=color)
+        y = t.get_window_extent(renderer).y0 / fig.dpi - 0.03
+
+
+def save_figure(fig, out_dir, name, runs=None, caveats=(), notes=()):
+    """Writes the figure; with runs, the notes, the caveats (and mixed provenance) and a caption
+    line go underneath."""
+    lines = []
+    if runs is not None:
+        fig.set_dpi(DPI)  # lay the notes out at the resolution they are saved at
+        fig.canvas.draw()
+        lines = [(n, "black") for n in notes]
+        lines += [(f"caveat: {c}", "firebrick") for c in list(caveats) + provenance_caveats(runs)]
+        lines.append((caption(runs), "dimgrey"))
+        _notes_below(fig, lines)
     path = os.path.join(out_dir, name)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    # The notes go into the PNG's Description too (tests and tools read them there).
+    fig.savefig(path, dpi=DPI, bbox_inches="tight",
+                metadata={"Description": "\n".join(text for text, _ in lines)})
     pyplot().close(fig)
     return path

@@ -40,4 +40,31 @@ check(float(by_run["dp1_tp1_pp2_gpipe_m2"]["pp_wait_mean_s"]) > 0, "pp 2 run wit
 cells = check_markdown(os.path.join(out, "breakdown.md"), len(runs))
 check(sorted(c[0] for c in cells) == runs, "Markdown rows are not the runs")
 check_png(os.path.join(out, "breakdown.png"))
+
+# The figure: no all-zero (or timer-noise) series, one distinct colour per series. The weak
+# sweep has no pipeline, so pp_wait (a few hundred ns of timer) must not be drawn or listed.
+tr, breakdown = env.import_analysis("trident_runs"), env.import_analysis("breakdown")
+figures = []
+tr.save_figure = lambda fig, *a, **k: figures.append((fig, k))
+for path in (env.sweep("weak_scaling", 1001), sweep):
+    runs = tr.load_runs([path])
+    df, phases = breakdown.table(runs)
+    breakdown.plot(df, phases, runs, out)
+    ax = figures[-1][0].axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    bars = {label: h for h, label in zip(handles, labels) if hasattr(h, "patches")}
+    for label, h in bars.items():
+        heights = [p.get_height() for p in h.patches]
+        check(max(heights) > 1e-3 * df["median_step_s"].max() * 1e3,
+              f"{path}: legend entry {label!r} is (near) zero in every bar: {heights}")
+    colors = [tuple(h.patches[0].get_facecolor()) for h in bars.values()]
+    check(len(set(colors)) == len(colors), f"{path}: series share a colour: "
+          f"{dict(zip(bars, colors))}")
+    if path != sweep:
+        check("pp_wait" not in labels and "pp_wait ms" not in
+              breakdown.markdown_frame(df, phases).columns.str.cat(sep="|"),
+              f"weak sweep: pp_wait drawn or tabulated: {labels}")
+        check("other" in labels and "forward" in labels, f"weak sweep legend {labels}")
+    else:
+        check("pp_wait" in labels, f"layout sweep: pp_wait not drawn: {labels}")
 print("breakdown: ok")

@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import sys
 
 from analysis_test import SCRIPTS, Env, check, check_markdown, read_csv
 
@@ -79,4 +80,20 @@ check("memory.py: error:" in err and "partial: 4 of 12 steps" in err, f"partial 
 _, err = env.script("scaling", weak, "--warmup", "12", "--out", env.out("x"), expect=2)
 check("scaling.py: error:" in err and "no timed steps" in err and "--warmup" in err,
       f"--warmup 12: {err}")
+
+# An interpreter without h5py (or matplotlib): a message naming the module, the interpreter and
+# the Debian packages, exit 2, no traceback. A package of the same name that fails to import
+# stands in for the missing one.
+for module in ("h5py", "matplotlib"):
+    shim = env.out(f"without_{module}")
+    os.makedirs(os.path.join(shim, module))
+    with open(os.path.join(shim, module, "__init__.py"), "w") as f:
+        f.write(f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n")
+    for name in SCRIPTS:
+        _, err = env.script(name, weak, "--out", env.out("x"), expect=2,
+                            env={"PYTHONPATH": shim})
+        check(err.startswith(f"{name}.py: error: the analysis needs the Python module "
+                             f"'{module}'") and sys.executable in err and
+              "apt-get install python3-h5py python3-numpy python3-pandas python3-matplotlib"
+              in err, f"{name} without {module}:\n{err}")
 print("errors: ok")

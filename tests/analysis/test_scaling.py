@@ -75,8 +75,22 @@ check("scaling.py: error:" in err and "one global batch" in err, f"strong on wea
 # Sweeps of different experiments need --kind.
 _, err = env.script("scaling", weak, strong, "--out", env.out("x"), expect=2)
 check("--kind" in err, f"mixed sweeps without --kind: {err}")
+# dp 2 at a batch of 8 is the same run in both sweeps: two repeats of one row (5 rows, not 6),
+# the median of two runs' medians their mean, the spread their min and max.
 env.script("scaling", weak, strong, "--kind", "weak", "--out", env.out("both"))
-check(len(read_csv(os.path.join(env.out("both"), "scaling.csv"))) == 6, "two sweeps: 6 rows")
+rows = read_csv(os.path.join(env.out("both"), "scaling.csv"))
+check(len(rows) == 5, f"two sweeps: {len(rows)} rows, expected 5 (dp 2 in both is one layout)")
+(dp2,) = [r for r in rows if r["ranks"] == "2"]
+check(dp2["run"] == "dp2_tp1_pp1" and int(dp2["repeats"]) == 2, f"dp 2 row: {dp2}")
+medians = [float(np.median(timings(d)["step_seconds_max"][timed_mask(timings(d))]))
+           for d in dp2["run_dir"].split(";")]
+check(len(medians) == 2, f"dp 2 run_dir {dp2['run_dir']}")
+close(float(dp2["median_step_s"]), sum(medians) / 2, "dp 2: median of two repeats")
+close(float(dp2["step_s_min"]), min(medians), "dp 2: step_s_min")
+close(float(dp2["step_s_max"]), max(medians), "dp 2: step_s_max")
+check(sorted(r["run"] for r in rows if r["ranks"] != "2") ==
+      ["1001/dp1_tp1_pp1", "1001/dp4_tp1_pp1", "1002/dp1_tp1_pp1", "1002/dp4_tp1_pp1"],
+      f"layouts of the same name with different batches: {[r['run'] for r in rows]}")
 
 # Without --out the files go into the (first) sweep directory.
 copy = env.out("weak_copy")
