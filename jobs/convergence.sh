@@ -20,12 +20,15 @@ experiment environment variables:
   RANKS                      ranks of every run (default: all of the allocation)
   GLOBAL_BATCH=16            sequences per step
   TP=1, PP=1, SCHEDULE=1f1b, ZERO_STAGE=0, MICRO_BATCH   the layout of every run
+REPEATS is not taken: a variant's loss curve, not its step time, is the result, and the same
+seed and data give the same curve again.
 "
 common=${TRIDENT_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}/jobs/lib/common.sh
 [[ -f $common ]] ||
   { echo "convergence: no $common; submit from a trident checkout" >&2 && exit 2; }
 source "$common"
-job_init convergence "$USAGE
+JOB_NO_REPEATS="convergence.sh runs each variant once (the same seed and data give the same loss \
+curve again); unset REPEATS" job_init convergence "$USAGE
 $JOB_COMMON_USAGE" "$@"
 set -uo pipefail
 

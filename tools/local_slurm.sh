@@ -3,7 +3,9 @@
 #
 # usage: tools/local_slurm.sh start DIR [CPUS [NODES]]
 #            writes DIR/slurm.conf, starts the daemons, waits until every node is idle, prints
-#            `export SLURM_CONF=...`; CPUS per node (default 8), NODES (default 1);
+#            `export SLURM_CONF=...`; CPUS per node (default 8), NODES (default 1); always with
+#            empty controller state, so job ids start at 1 again (a stop and a start is how
+#            tests recycle job ids, as a cluster whose state was reset does);
 #            SLURM_CRED_EXPIRE=S shortens the job credential lifetime (120 s), which is also
 #            how long a requeued job waits before it may start again
 #        tools/local_slurm.sh stop DIR
@@ -30,7 +32,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '3,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '3,12p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 [[ $# -ge 2 ]] || usage

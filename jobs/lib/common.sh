@@ -1,29 +1,50 @@
 # Shared machinery of the jobs/ scripts: the guard, site profile, rank counts, one run per layout, statuses.
 # Sourced, never run; every jobs/*.sh calls job_init first and job_finish last.
 #
-# A run's outputs: runs/<experiment>/<job id>/<layout>/ with timings.h5 (trident's), trident.log,
-# run.json (what ran, exit code, seconds) and status: one word, `completed`, `failed` (non-zero
-# exit, cancelled, or no timings.h5) or `timeout` (RUN_TIMEOUT or the job's time limit hit it);
-# `running` is left only when the job was killed outright. The sweep directory holds sweep.json.
+# A run's outputs: runs/<experiment>/<job id>/<layout>/ (<layout>_rep<k>/ with REPEATS > 1) with
+# timings.h5 (trident's), trident.log, run.json (what ran, exit code, seconds) and status: one
+# word, `completed`, `failed` (non-zero exit, cancelled, or no timings.h5) or `timeout`
+# (RUN_TIMEOUT or the job's time limit hit it); `running` is left only when the job was killed
+# outright. The sweep directory holds sweep.json (the study and its provenance) and, at the end,
+# a copy of the job's own log (Slurm's .out).
 
 # The parameters every script takes, for its --help.
 JOB_COMMON_USAGE="common environment variables:
   CONFIG=inputs/small.toml  run config (model, data, optimizer); the script sets the layout
   STEPS=30                  training steps per run
   WARMUP=3                  steps the analysis leaves out before taking medians
+  REPEATS=1                 runs of every layout (not convergence.sh, train.sh): <layout>_rep1 ..
+                            <layout>_repN, round robin (every layout once, then again), so that a
+                            drift of the machine spreads over the layouts; the analysis reports
+                            the median over the repeats and their min-max spread
   SETS=\"k=v ...\"           extra trident overrides for every run, e.g. SETS=\"precision.compute=bf16\"
   RANKS_PER_NODE            ranks on each node (default: GPUS_PER_NODE, else Slurm's tasks per node,
-                            else the cores here)
+                            else the CPUs here)
   GPUS_PER_NODE=0           GPUs per node (one rank each); 0 on CPU builds
   THREADS_PER_RANK          OpenMP threads of each rank, for its Kokkos kernels and GEMMs alike
                             (default: Slurm's --cpus-per-task, else OMP_NUM_THREADS, else 1);
                             R ranks x T threads: sbatch --ntasks-per-node=R --cpus-per-task=T
   SITE=local                jobs/machines/<SITE>/profile.sh: modules, launcher and NCCL settings
   RUN_TIMEOUT=0             seconds before one run is stopped and marked timeout (0: no limit)
-  RUNS_DIR=runs             outputs go to RUNS_DIR/<experiment>/<job id>/<layout>/
+  RUNS_DIR=runs             outputs go to RUNS_DIR/<experiment>/<job id>/<layout>/; a job refuses
+                            a sweep directory another job made (after a cluster's job ids restart)
   KEEP_CHECKPOINTS=0        1: each run writes a checkpoint at its end (0: none, run.checkpoint_every=-1)
-  TRIDENT=build/src/trident, PYTHON=python3 (with h5py, numpy, pandas, matplotlib)
-  LAUNCHER=mpirun           outside Slurm only: run every layout with mpirun on this machine"
+  TRIDENT=build/src/trident the program
+  PYTHON                    the analysis interpreter (needs h5py, numpy, pandas, matplotlib);
+                            default: python3 on PATH if it has them, else /usr/bin/python3; with
+                            none, the runs go ahead and the job says what to install
+  LAUNCHER=mpirun           outside Slurm only: run every layout with mpirun on this machine
+  Values with commas (OMPI_MCA_btl=self,tcp) cannot go through sbatch --export=ALL,NAME=value
+  (sbatch splits at every comma): export them in the submitting shell (sbatch passes the whole
+  environment) or set them in the site profile."
+
+# The modules the analysis/ scripts import, and where Debian and Ubuntu ship them.
+JOB_ANALYSIS_MODULES="h5py numpy pandas matplotlib"
+JOB_ANALYSIS_DEBIAN="apt-get install python3-h5py python3-numpy python3-pandas python3-matplotlib"
+# The warnings (trident.log lines `warning: ...`) the job log has shown, each once per sweep.
+declare -A JOB_WARNED=()
+# The layouts job_run queued: each one's config and job_run arguments, shell-quoted.
+JOB_QUEUE=()
 
 job_die() {
   echo "${JOB_EXPERIMENT:-jobs}: error: $*" >&2
@@ -48,6 +69,9 @@ job_init() {
       *) job_die "unknown argument '$arg': parameters are environment variables (see --help)" ;;
     esac
   done
+  # The CPUs this job has on this node, counted once, before anything exports OMP_NUM_THREADS:
+  # nproc obeys it (and OMP_THREAD_LIMIT), and would count THREADS_PER_RANK CPUs afterwards.
+  JOB_NODE_CPUS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   # sbatch runs a copy of the script from its spool directory, so the repository is found from
   # where the job was submitted (or TRIDENT_ROOT), not from the script's own path.
   TRIDENT_ROOT=${TRIDENT_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
@@ -84,17 +108,58 @@ EOF
   source "$profile"
 
   TRIDENT=${TRIDENT:-$TRIDENT_ROOT/build/src/trident}
-  PYTHON=${PYTHON:-python3}
-  [[ -x $TRIDENT ]] || job_die "$TRIDENT is missing; build first (make build) or set TRIDENT"
+  [[ -x $TRIDENT ]] || job_die "$TRIDENT is missing; build first (make program) or set TRIDENT"
   CONFIG=${CONFIG:-inputs/small.toml}
   [[ -f $CONFIG ]] || job_die "CONFIG=$CONFIG does not exist"
   CONFIGS=$(echo ${CONFIGS-})  # one line, e.g. from CONFIGS="$(ls dir/*.toml)"
   STEPS=${STEPS:-30}
   WARMUP=${WARMUP:-3}
+  REPEATS=${REPEATS:-1}
+  [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || job_die "REPEATS=$REPEATS must be a positive integer"
+  # A study that measures no time (JOB_NO_REPEATS: why) runs once.
+  [[ -n ${JOB_NO_REPEATS-} ]] && ((REPEATS > 1)) && job_die "REPEATS=$REPEATS: $JOB_NO_REPEATS"
   RUN_TIMEOUT=${RUN_TIMEOUT:-0}
   KEEP_CHECKPOINTS=${KEEP_CHECKPOINTS:-0}
   read -r -a JOB_EXTRA_SETS <<<"${SETS-}"  # extra overrides: SETS="precision.compute=bf16 ..."
 
+  job_ranks_and_threads
+
+  SWEEP_DIR=${RUNS_DIR:-$TRIDENT_ROOT/runs}/$JOB_EXPERIMENT/$JOB_ID
+  JOB_COMPLETED=0
+  JOB_FAILED=0
+  JOB_TIMEOUT=0
+  JOB_DEADLINE=0
+  JOB_CHILD=
+  # JOB_SWEEP=0: one run with its own directory (jobs/train.sh), no sweep directory.
+  if [[ ${JOB_SWEEP:-1} == 1 ]]; then
+    job_choose_python
+    job_provenance_sources
+    job_claim_sweep_dir
+  fi
+  # Slurm signals the batch shell (USR1, from --signal=B:USR1@120 in the headers) before the time
+  # limit: stop the current run, record it as a timeout, skip the rest and still run the
+  # analysis. TERM (scancel) stops the current run as failed.
+  trap 'JOB_DEADLINE=1; job_log "time limit near: stopping"; job_stop_child' USR1
+  trap 'JOB_DEADLINE=2; job_log "cancelled: stopping"; job_stop_child' TERM INT
+  if [[ ${JOB_SWEEP:-1} == 1 ]]; then
+    job_log "$JOB_EXPERIMENT: job $JOB_ID via $JOB_LAUNCHER, $JOB_NODES node(s) x" \
+      "$RANKS_PER_NODE rank(s), site $SITE, config ${CONFIGS:-$CONFIG}, $STEPS steps," \
+      "$REPEATS repeat(s); outputs in $SWEEP_DIR"
+    job_log "$JOB_PROVENANCE_LINE"
+    if ((JOB_PYTHON_OK)); then
+      job_log "analysis interpreter: $PYTHON"
+    else
+      job_log "note: $JOB_PYTHON_PROBLEM. The runs go ahead; the analysis will be skipped"
+    fi
+    ((JOB_CONTINUES)) && job_log "requeued (start $((SLURM_RESTART_COUNT + 1)) of job $JOB_ID):" \
+      "continuing its sweep; the runs it completed are kept"
+  fi
+  return 0
+}
+
+# Ranks per node and threads per rank from the allocation and the parameters; exports each
+# rank's OpenMP settings.
+job_ranks_and_threads() {
   JOB_NODES=${SLURM_NNODES:-${SLURM_JOB_NUM_NODES:-1}}
   # Tasks the allocation gives each node: SLURM_TASKS_PER_NODE reads like "4(x2)" or "4,2".
   local allocated=
@@ -108,7 +173,7 @@ EOF
   elif [[ ${GPUS_PER_NODE:-0} -gt 0 ]]; then
     RANKS_PER_NODE=$GPUS_PER_NODE
   else
-    RANKS_PER_NODE=${allocated:-$(nproc)}
+    RANKS_PER_NODE=${allocated:-$JOB_NODE_CPUS}
   fi
   ((RANKS_PER_NODE >= 1)) || job_die "RANKS_PER_NODE=$RANKS_PER_NODE must be at least 1"
   if [[ -n $allocated ]] && ((RANKS_PER_NODE > allocated)); then
@@ -143,30 +208,142 @@ EOF
   else
     export OMP_PROC_BIND=${OMP_PROC_BIND:-false}
   fi
-  if ((RANKS_PER_NODE * THREADS_PER_RANK > $(nproc))); then
+  if ((RANKS_PER_NODE * THREADS_PER_RANK > JOB_NODE_CPUS)); then
     job_log "note: $RANKS_PER_NODE ranks x $THREADS_PER_RANK threads per node oversubscribe" \
-      "the $(nproc) cores here"
+      "the $JOB_NODE_CPUS CPUs here"
   fi
+}
 
-  SWEEP_DIR=${RUNS_DIR:-$TRIDENT_ROOT/runs}/$JOB_EXPERIMENT/$JOB_ID
-  # JOB_SWEEP=0: one run with its own directory (jobs/train.sh), no sweep directory.
-  if [[ ${JOB_SWEEP:-1} == 1 ]]; then
-    mkdir -p "$SWEEP_DIR" || job_die "cannot create $SWEEP_DIR"
+# Chooses the analysis interpreter: PYTHON when set (it must run), else the first of python3 on
+# PATH and /usr/bin/python3 that imports every module of JOB_ANALYSIS_MODULES. Sets PYTHON (a
+# full path, as the job log prints it), JOB_PYTHON_OK (1: it has the modules), JOB_PYTHON_PROBLEM
+# (why the analysis will be skipped and what to install) and JOB_JSON_PYTHON: an interpreter that
+# runs, for the job's JSON records (any python3 has json).
+job_choose_python() {
+  local given=${PYTHON-} candidate path missing notes=() tried=" "
+  JOB_PYTHON_OK=0 JOB_PYTHON_PROBLEM='' JOB_JSON_PYTHON=''
+  if [[ -n $given ]]; then
+    path=$(command -v "$given") || job_die "PYTHON=$given is not a program"
+    missing=$(job_python_missing "$path") || job_die "PYTHON=$given ($path) does not run"
+    PYTHON=$path JOB_JSON_PYTHON=$path
+    if [[ -z $missing ]]; then
+      JOB_PYTHON_OK=1
+    else
+      notes=("PYTHON=$given ($path) cannot import ${missing// /, }")
+    fi
+  else
+    PYTHON=
+    for candidate in python3 /usr/bin/python3; do
+      if ! path=$(command -v "$candidate"); then
+        notes+=("$candidate: not found")
+        continue
+      fi
+      [[ $tried == *" $path "* ]] && continue
+      tried+="$path "
+      if ! missing=$(job_python_missing "$path"); then
+        notes+=("$candidate ($path) does not run")
+        continue
+      fi
+      JOB_JSON_PYTHON=${JOB_JSON_PYTHON:-$path}
+      if [[ -z $missing ]]; then
+        PYTHON=$path JOB_PYTHON_OK=1
+        break
+      fi
+      notes+=("$candidate ($path) cannot import ${missing// /, }")
+    done
+    PYTHON=${PYTHON:-$JOB_JSON_PYTHON}
   fi
-  JOB_COMPLETED=0
-  JOB_FAILED=0
-  JOB_TIMEOUT=0
-  JOB_DEADLINE=0
-  JOB_CHILD=
-  # Slurm signals the batch shell (USR1, from --signal=B:USR1@120 in the headers) before the time
-  # limit: stop the current run, record it as a timeout, skip the rest and still run the
-  # analysis. TERM (scancel) stops the current run as failed.
-  trap 'JOB_DEADLINE=1; job_log "time limit near: stopping"; job_stop_child' USR1
-  trap 'JOB_DEADLINE=2; job_log "cancelled: stopping"; job_stop_child' TERM INT
-  [[ ${JOB_SWEEP:-1} == 1 ]] &&
-    job_log "$JOB_EXPERIMENT: job $JOB_ID via $JOB_LAUNCHER, $JOB_NODES node(s) x" \
-      "$RANKS_PER_NODE rank(s), site $SITE, config ${CONFIGS:-$CONFIG}, $STEPS steps; outputs in $SWEEP_DIR"
+  [[ -n $JOB_JSON_PYTHON ]] || job_die "no Python 3 here (${notes[*]}); the job writes its" \
+    "records with Python's json module: install python3, or set PYTHON"
+  if ((!JOB_PYTHON_OK)); then
+    local tried_all
+    tried_all=$(printf '%s; ' "${notes[@]}")
+    JOB_PYTHON_PROBLEM="no interpreter for the analysis: ${tried_all%; }. Install the modules"
+    JOB_PYTHON_PROBLEM+=" (Debian, Ubuntu: $JOB_ANALYSIS_DEBIAN; elsewhere: ${PYTHON:-python3} -m pip"
+    JOB_PYTHON_PROBLEM+=" install $JOB_ANALYSIS_MODULES) or set PYTHON to an interpreter that has"
+    JOB_PYTHON_PROBLEM+=" them"
+  fi
   return 0
+}
+
+# The modules of JOB_ANALYSIS_MODULES that interpreter $1 cannot import, on one line (empty: it
+# has them all); fails when the interpreter does not run.
+job_python_missing() {
+  # shellcheck disable=SC2086 # one module name per argument
+  "$1" -c '
+import importlib, sys
+missing = []
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        missing.append(name)
+print(" ".join(missing))' $JOB_ANALYSIS_MODULES 2>/dev/null
+}
+
+# What the job runs on, for sweep.json's provenance and the job log: `trident env` (run here, in
+# the batch shell, with the runs' environment exported) in JOB_TRIDENT_ENV and its summary in
+# JOB_PROVENANCE_LINE; under Slurm, the job's submit time (JOB_SLURM_SUBMIT_TIME) and its log
+# files (JOB_SLURM_OUTPUTS: StdOut, and StdErr when apart), from `scontrol show job`.
+job_provenance_sources() {
+  JOB_TRIDENT_ENV=$("$TRIDENT" env 2>/dev/null | grep '^{' | tail -n 1)
+  JOB_PROVENANCE_LINE=$(JOB_JSON_SOURCE=$JOB_TRIDENT_ENV "$JOB_JSON_PYTHON" -c '
+import json, os
+e = json.loads(os.environ["JOB_JSON_SOURCE"] or "{}")
+if not e:
+    print("note: `trident env` printed nothing: sweep.json records no provenance of the program")
+else:
+    keys = ("trident_revision", "cpu_model", "host_simd", "node_cpus", "blas", "kokkos_backend")
+    print("trident %s, %s (%s, %s CPUs), %s, Kokkos %s, " % tuple(e.get(k) for k in keys)
+          + str(e.get("mpi", "")).split(",")[0])')
+  JOB_SLURM_SUBMIT_TIME='' JOB_SLURM_OUTPUTS=()
+  [[ -n ${SLURM_JOB_ID-} ]] || return 0
+  local record line
+  record=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null)
+  JOB_SLURM_SUBMIT_TIME=$(grep -o 'SubmitTime=[^ ]*' <<<"$record" | head -n 1 | cut -d= -f2)
+  # StdOut and StdErr take a line each (a path may hold spaces); one file unless --error split them.
+  while IFS= read -r line; do
+    [[ -n $line ]] || continue
+    [[ ${#JOB_SLURM_OUTPUTS[@]} -gt 0 && ${JOB_SLURM_OUTPUTS[0]} == "$line" ]] && continue
+    JOB_SLURM_OUTPUTS+=("$line")
+  done < <(sed -nE 's/^ *Std(Out|Err)=//p' <<<"$record")
+  return 0
+}
+
+# A sweep directory belongs to the job that wrote its sweep.json, and a job refuses one another
+# job made (exit 2, nothing written): Slurm's job ids start again at 1 when a cluster's state is
+# reset, and a new job with an old id must not mix its runs into the old sweep. The same job
+# started again (requeued: SLURM_RESTART_COUNT > 0, the same SLURM_JOB_ID and cluster) continues
+# it and keeps the runs it completed; a first start never continues anything, so a recycled id
+# is refused at its first start. (The submit time cannot tell the two apart: Slurm 22.05 sets it
+# anew when it requeues a job.)
+job_claim_sweep_dir() {
+  JOB_CONTINUES=0
+  local record=$SWEEP_DIR/sweep.json owner job cluster started
+  if [[ -f $record ]]; then
+    owner=$("$JOB_JSON_PYTHON" -c '
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))
+except Exception as e:
+    s = {"job_id": f"? (unreadable: {e})"}
+print("\t".join(str(s.get(k) or "?") for k in ("job_id", "slurm_cluster", "started")))' "$record")
+    IFS=$'\t' read -r job cluster started <<<"$owner"
+    [[ $cluster == "?" ]] && cluster=
+    if ((${SLURM_RESTART_COUNT:-0} > 0)) && [[ $job == "$JOB_ID" &&
+      $cluster == "${SLURM_CLUSTER_NAME-}" ]]; then
+      JOB_CONTINUES=1
+    else
+      local whose="job $job" submitted=
+      [[ -n $cluster ]] && whose+=" of cluster $cluster"
+      [[ -n $JOB_SLURM_SUBMIT_TIME ]] && submitted=", submitted $JOB_SLURM_SUBMIT_TIME"
+      job_die "$SWEEP_DIR holds the sweep of another job: $whose, started $started (its" \
+        "sweep.json); this is job $JOB_ID$submitted (a cluster whose job ids start again gives" \
+        "old ids to new jobs). Nothing was written. Move the old sweep away (mv $SWEEP_DIR" \
+        "$SWEEP_DIR.old) or submit with another RUNS_DIR (RUNS_DIR=runs-new sbatch ...)"
+    fi
+  fi
+  mkdir -p "$SWEEP_DIR" || job_die "cannot create $SWEEP_DIR"
 }
 
 # TP, PP, SCHEDULE and ZERO_STAGE of a scaling study (the same at every size), and `micro`: the
@@ -290,36 +467,129 @@ job_rank_counts() {
   echo "${counts[@]}"
 }
 
-json_escape() {
-  local s=${1//$'\n'/ }
-  s=${s//\\/\\\\}
-  s=${s//\"/\\\"}
-  printf '%s' "$s"
+# Writes a JSON object through Python's json module (any python3 has it), atomically:
+# job_json FILE new|merge KEY=VALUE ... (merge: onto FILE's object). KEY=VALUE is a string,
+# KEY:=VALUE a JSON value (numbers, true, null; a string when it does not parse), KEY~=FIELD the
+# field of the JSON object in JOB_JSON_SOURCE (null when absent); a/b/c=... nests. JOB_JSON_INDENT
+# indents.
+JOB_JSON_WRITER='
+import json, os, sys
+path, mode = sys.argv[1], sys.argv[2]
+doc = {}
+if mode == "merge" and os.path.exists(path):
+    with open(path) as f:
+        doc = json.load(f)
+source = json.loads(os.environ.get("JOB_JSON_SOURCE") or "{}")
+for arg in sys.argv[3:]:
+    key, _, value = arg.partition("=")
+    if key.endswith(":"):
+        key = key[:-1]
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    elif key.endswith("~"):
+        key, value = key[:-1], source.get(value)
+    *parents, last = key.split("/")
+    node = doc
+    for parent in parents:
+        node = node.setdefault(parent, {})
+    node[last] = value
+with open(path + ".tmp", "w") as f:
+    json.dump(doc, f, indent=int(os.environ.get("JOB_JSON_INDENT") or 0) or None)
+    f.write("\n")
+os.replace(path + ".tmp", path)
+'
+job_json() { "$JOB_JSON_PYTHON" -c "$JOB_JSON_WRITER" "$@"; }
+
+# The repository's git revision and whether tracked files differ from it ("" and null when
+# TRIDENT_ROOT is not the top of a git checkout, e.g. a copy of one inside another).
+job_git_state() {
+  JOB_GIT_REVISION='' JOB_GIT_DIRTY=null
+  command -v git >/dev/null || return 0
+  local top
+  top=$(git -C "$TRIDENT_ROOT" rev-parse --show-toplevel 2>/dev/null) || return 0
+  [[ $(cd "$top" && pwd -P) == $(cd "$TRIDENT_ROOT" && pwd -P) ]] || return 0
+  JOB_GIT_REVISION=$(git -C "$TRIDENT_ROOT" rev-parse HEAD 2>/dev/null) || return 0
+  if git -C "$TRIDENT_ROOT" diff --quiet HEAD -- 2>/dev/null; then
+    JOB_GIT_DIRTY=false
+  else
+    JOB_GIT_DIRTY=true
+  fi
 }
 
-# Records the sweep itself: experiment, job, config, steps and the study's own parameters
-# ("key=value" arguments, written as JSON strings).
+# Records the sweep in sweep.json: experiment, job, config, steps, repeats, the study's own
+# parameters ("key=value" arguments, as strings) and its provenance: what ran, where and how
+# (the git revision, `trident env`'s program, CPU, BLAS, Kokkos and MPI, the launcher, the Slurm
+# job, and every OMP_*, OPENBLAS_*, OMPI_MCA_* and TRIDENT_* variable the runs inherit). A
+# requeued start keeps the first start's record and adds its restart count.
 job_write_sweep() {
-  local kv extra=""
-  for kv in "$@"; do extra+=", \"${kv%%=*}\": \"$(json_escape "${kv#*=}")\""; done
-  cat >"$SWEEP_DIR/sweep.json" <<EOF
-{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "config": "$(json_escape "${CONFIGS:-$CONFIG}")", "steps": $STEPS, "warmup": $WARMUP, "launcher": "$JOB_LAUNCHER", "site": "$SITE", "nodes": $JOB_NODES, "ranks_per_node": $RANKS_PER_NODE, "threads_per_rank": $THREADS_PER_RANK, "started": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"$extra}
-EOF
+  local record=$SWEEP_DIR/sweep.json now
+  now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  if ((JOB_CONTINUES)); then
+    JOB_JSON_INDENT=2 job_json "$record" merge "slurm_restart_count:=${SLURM_RESTART_COUNT:-0}" \
+      "restarted=$now"
+    return
+  fi
+  job_git_state
+  local name provenance=(provenance/git_revision="$JOB_GIT_REVISION"
+    provenance/git_dirty:="$JOB_GIT_DIRTY" provenance/trident_revision~=trident_revision
+    provenance/cpu_model~=cpu_model provenance/cores_per_node~=node_cpus
+    provenance/host_simd~=host_simd provenance/blas~=blas provenance/blas_kernel~=blas_kernel
+    provenance/kokkos_backend~=kokkos_backend provenance/threads_per_rank~=threads_per_rank
+    provenance/mpi~=mpi provenance/hostname~=hostname provenance/launcher="$JOB_LAUNCHER"
+    provenance/slurm_job_id="${SLURM_JOB_ID-}" provenance/slurm_nodelist="${SLURM_JOB_NODELIST-}")
+  [[ -n $JOB_TRIDENT_ENV ]] || provenance+=(provenance/cores_per_node:="$JOB_NODE_CPUS")
+  provenance+=(provenance/env:={})
+  for name in $(compgen -e | grep -E '^(OMP_|OPENBLAS_|OMPI_MCA_|TRIDENT_)' | sort); do
+    provenance+=("provenance/env/$name=${!name}")
+  done
+  JOB_JSON_SOURCE=$JOB_TRIDENT_ENV JOB_JSON_INDENT=2 job_json "$record" new \
+    "experiment=$JOB_EXPERIMENT" "job_id=$JOB_ID" "config=${CONFIGS:-$CONFIG}" "steps:=$STEPS" \
+    "warmup:=$WARMUP" "repeats:=$REPEATS" "launcher=$JOB_LAUNCHER" "site=$SITE" \
+    "nodes:=$JOB_NODES" "ranks_per_node:=$RANKS_PER_NODE" "threads_per_rank:=$THREADS_PER_RANK" \
+    "started=$now" "slurm_cluster=${SLURM_CLUSTER_NAME-}" \
+    "slurm_submit_time=$JOB_SLURM_SUBMIT_TIME" "slurm_restart_count:=${SLURM_RESTART_COUNT:-0}" \
+    "trident=$TRIDENT" "python=$PYTHON" "$@" "${provenance[@]}" ||
+    job_die "cannot write $record"
 }
 
-# Runs trident once: job_run NAME RANKS DP TP PP ZERO_STAGE GLOBAL_BATCH [--set KEY=VALUE ...].
-# Returns 0 whatever happened (the status file says); a sweep goes on past a failed layout.
+# Queues one layout of the study: job_run NAME RANKS DP TP PP ZERO_STAGE GLOBAL_BATCH
+# [--set KEY=VALUE ...] (with the CONFIG of the moment). job_finish runs the queue.
 job_run() {
-  local name=$1 ranks=$2 dp=$3 tp=$4 pp=$5 zero=$6 batch=$7
-  shift 7
+  if [[ $JOB_LAUNCHER == srun ]] && (($2 > JOB_MAX_RANKS)); then
+    job_log "  skipping $1: $2 ranks, the allocation has $JOB_NODES node(s) x $RANKS_PER_NODE"
+    return 0
+  fi
+  JOB_QUEUE+=("$(printf '%q ' "$CONFIG" "$@")")
+}
+
+# Runs the queued layouts REPEATS times, round robin: every layout once, then every layout
+# again, so that a drift of the machine (another job, the clock) spreads over all of them rather
+# than landing on one, and a job stopped at its time limit has measured each layout at least once.
+job_run_queue() {
+  local repeat entry
+  ((${#JOB_QUEUE[@]})) || return 0
+  ((REPEATS > 1)) && job_log "${#JOB_QUEUE[@]} layout(s) x $REPEATS repeats, round robin"
+  for ((repeat = 1; repeat <= REPEATS; repeat++)); do
+    for entry in "${JOB_QUEUE[@]}"; do
+      eval "job_run_one $repeat $entry"
+    done
+  done
+  JOB_QUEUE=()
+}
+
+# Runs trident once: job_run_one REPEAT CONFIG LAYOUT RANKS DP TP PP ZERO_STAGE GLOBAL_BATCH
+# [--set KEY=VALUE ...], into LAYOUT/, or LAYOUT_rep<REPEAT>/ with REPEATS > 1. Returns 0
+# whatever happened (the status file says); a sweep goes on past a failed layout.
+job_run_one() {
+  local repeat=$1 CONFIG=$2 layout=$3 ranks=$4 dp=$5 tp=$6 pp=$7 zero=$8 batch=$9
+  shift 9
+  local name=$layout
+  ((REPEATS > 1)) && name=${layout}_rep$repeat
   local dir=$SWEEP_DIR/$name
   if ((JOB_DEADLINE)); then
     job_log "  $name: not started (job stopping)"
-    return 0
-  fi
-  if [[ $JOB_LAUNCHER == srun ]] && ((ranks > JOB_MAX_RANKS)); then
-    job_log "  skipping $name: $ranks ranks, the allocation has $JOB_NODES node(s) x" \
-      "$RANKS_PER_NODE"
     return 0
   fi
   local nodes=$(((ranks + RANKS_PER_NODE - 1) / RANKS_PER_NODE))
@@ -339,27 +609,8 @@ job_run() {
   # Empty arrays under set -u need this form on bash < 4.4 (older cluster login nodes).
   [[ ${#JOB_EXTRA_SETS[@]} -gt 0 ]] && sets+=("${JOB_EXTRA_SETS[@]/#/--set=}")
   local cmd
-  if [[ $JOB_LAUNCHER == srun ]]; then
-    cmd=(srun --nodes="$nodes" --ntasks="$ranks" --ntasks-per-node="$((ranks < RANKS_PER_NODE ? ranks : RANKS_PER_NODE))"
-      ${JOB_SRUN_CPUS[@]+"${JOB_SRUN_CPUS[@]}"} ${SRUN_ARGS-} "$TRIDENT" train --config "$CONFIG" "${sets[@]}")
-  else
-    # OpenMPI binds each rank to one core when the ranks fit the cores, which would put all of a
-    # rank's threads on it: with several threads, T cores per rank, or no binding when R x T
-    # oversubscribes this machine. Then idle OpenMP threads sleep at once (PASSIVE) rather than
-    # spin on a core another rank needs; on cores of their own libgomp's default (spin a while,
-    # then sleep) is faster, as the Makefile says.
-    local bind=()
-    if ((THREADS_PER_RANK > 1)); then
-      if ((ranks * THREADS_PER_RANK <= $(nproc))); then
-        bind=(--map-by "slot:PE=$THREADS_PER_RANK" --bind-to core)
-      else
-        bind=(--bind-to none -x "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}")
-      fi
-    fi
-    job_rank_output "$dir/trident.log"
-    cmd=(mpirun -np "$ranks" --oversubscribe ${bind[@]+"${bind[@]}"} ${MPIRUN_ARGS-}
-      "${JOB_RANK_OUTPUT[@]}" "$TRIDENT" train --config "$CONFIG" "${sets[@]}")
-  fi
+  job_launch_command "$dir" "$ranks" "$nodes" "${sets[@]}"
+  cmd=("${JOB_CMD[@]}")
   ((RUN_TIMEOUT > 0)) && cmd=(timeout --signal=TERM --kill-after=30 "$RUN_TIMEOUT" "${cmd[@]}")
   printf '%q ' "${cmd[@]}" >"$dir/command"
   local start rc
@@ -386,38 +637,138 @@ job_run() {
   else
     status=failed reason="exit code $rc; see trident.log"
   fi
-  cat >"$dir/run.json" <<EOF
-{"experiment": "$JOB_EXPERIMENT", "job_id": "$JOB_ID", "layout": "$name", "nodes": $nodes, "ranks": $ranks, "threads_per_rank": $THREADS_PER_RANK, "dp": $dp, "tp": $tp, "pp": $pp, "zero_stage": $zero, "global_batch": $batch, "exit_code": $rc, "seconds": $seconds, "status": "$status", "reason": "$(json_escape "$reason")"}
-EOF
+  job_json "$dir/run.json" new "experiment=$JOB_EXPERIMENT" "job_id=$JOB_ID" "layout=$layout" \
+    "run=$name" "repeat:=$repeat" "repeats:=$REPEATS" "config=$CONFIG" "nodes:=$nodes" \
+    "ranks:=$ranks" "threads_per_rank:=$THREADS_PER_RANK" "dp:=$dp" "tp:=$tp" "pp:=$pp" \
+    "zero_stage:=$zero" "global_batch:=$batch" "exit_code:=$rc" "seconds:=$seconds" \
+    "status=$status" "reason=$reason"
   echo "$status" >"$dir/status"
   case $status in
     completed) JOB_COMPLETED=$((JOB_COMPLETED + 1)) ;;
     timeout) JOB_TIMEOUT=$((JOB_TIMEOUT + 1)) ;;
     *) JOB_FAILED=$((JOB_FAILED + 1)) ;;
   esac
-  local perf
-  perf=$(grep -o 'ms_per_step=[0-9.]* tokens_per_s=[0-9.]*' "$dir/trident.log" | tail -n 1)
-  job_log "  $name: $status in ${seconds}s ${reason:+($reason) }$perf"
+  job_log "  $name: $status in ${seconds}s ${reason:+($reason) }$(job_step_times "$dir" "$status")"
   if [[ $status != completed ]]; then tail -n 5 "$dir/trident.log" | sed 's/^/      /'; fi
+  job_repeat_warnings "$dir" "$name"
   return 0
 }
 
-# Runs the experiment's analysis over the sweep and exits: 0 when every run completed, 1 otherwise
-# (so Slurm marks the job FAILED and nobody mistakes a partial sweep for a whole one). Each
-# argument is one analysis/ script with its options, e.g. "scaling.py --warmup 3".
+# The launcher's command for one run, in JOB_CMD: job_launch_command DIR RANKS NODES
+# TRIDENT_TRAIN_ARGUMENTS... (srun in an allocation, else mpirun, whose ranks append to
+# DIR/trident.log themselves).
+job_launch_command() {
+  local dir=$1 ranks=$2 nodes=$3
+  shift 3
+  if [[ $JOB_LAUNCHER == srun ]]; then
+    JOB_CMD=(srun --nodes="$nodes" --ntasks="$ranks" --ntasks-per-node="$((ranks < RANKS_PER_NODE ? ranks : RANKS_PER_NODE))"
+      ${JOB_SRUN_CPUS[@]+"${JOB_SRUN_CPUS[@]}"} ${SRUN_ARGS-} "$TRIDENT" train --config "$CONFIG" "$@")
+  else
+    # OpenMPI binds each rank to one core when the ranks fit the cores, which would put all of a
+    # rank's threads on it: with several threads, T cores per rank, or no binding when R x T
+    # oversubscribes this machine (its CPUs counted before OMP_NUM_THREADS was exported). Then
+    # idle OpenMP threads sleep at once (PASSIVE) rather than spin on a core another rank needs;
+    # on cores of their own libgomp's default (spin a while, then sleep) is faster, as the
+    # Makefile says.
+    local bind=()
+    if ((THREADS_PER_RANK > 1)); then
+      if ((ranks * THREADS_PER_RANK <= JOB_NODE_CPUS)); then
+        bind=(--map-by "slot:PE=$THREADS_PER_RANK" --bind-to core)
+      else
+        bind=(--bind-to none -x "OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}")
+      fi
+    fi
+    job_rank_output "$dir/trident.log"
+    JOB_CMD=(mpirun -np "$ranks" --oversubscribe ${bind[@]+"${bind[@]}"} ${MPIRUN_ARGS-}
+      "${JOB_RANK_OUTPUT[@]}" "$TRIDENT" train --config "$CONFIG" "$@")
+  fi
+}
+
+# A run's step time, both ways and named (docs/slurm-and-analysis.md): trident's PERFORMANCE
+# ms_per_step, the mean of the slowest rank's step time over steps 2..N, and the analysis's
+# measure, the median of it over the steps after WARMUP that wrote no checkpoint, from
+# timings.h5 (when the analysis interpreter has h5py): job_step_times DIR STATUS.
+job_step_times() {
+  local mean median=n/a
+  mean=$(grep -o 'ms_per_step=[0-9.]*' "$1/trident.log" | tail -n 1 | cut -d= -f2)
+  [[ -n $mean ]] || return 0
+  if [[ $2 == completed ]] && ((JOB_PYTHON_OK)); then
+    median=$("$PYTHON" -c '
+import sys
+import h5py
+import numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    step = f["step_seconds_max"][:]
+    phases = f.attrs["phases"]
+    phases = (phases.decode() if isinstance(phases, bytes) else str(phases)).split(",")
+    io = f["phase_seconds"][:, :, phases.index("io")].max(axis=1)
+timed = (np.arange(len(step)) >= int(sys.argv[2])) & (io == 0)
+print("%.2f" % (np.median(step[timed]) * 1e3) if timed.any() else "none")' \
+      "$1/timings.h5" "$WARMUP" 2>/dev/null) || median=n/a
+  fi
+  echo "mean_ms_after_step1=$mean median_ms_after_warmup$WARMUP=$median"
+}
+
+# Repeats in the job log the warnings of a run (trident.log lines `warning: ...`), each distinct
+# one once per sweep, naming the run it first came from: job_repeat_warnings DIR NAME.
+job_repeat_warnings() {
+  local line
+  while IFS= read -r line; do
+    [[ -n ${JOB_WARNED["$line"]+seen} ]] && continue
+    JOB_WARNED["$line"]=$2
+    job_log "  warning from $2 (each warning once per sweep): ${line#warning: }"
+  done < <(grep -a '^warning: ' "$1/trident.log" 2>/dev/null | awk '!seen[$0]++')
+}
+
+# Runs the queued layouts (job_run_queue), then the experiment's analysis over the sweep, keeps
+# the job's log in the sweep directory and exits: 0 when every run completed and the analysis
+# ran, 1 otherwise (so Slurm marks the job FAILED and nobody mistakes a partial sweep for a whole
+# one). Each argument is one analysis/ script with its options, e.g. "scaling.py --warmup 3"; the
+# log shows each command as run, to paste into a shell later. Without an interpreter that has
+# the modules, the analysis is skipped with what to install, and the commands are still shown.
 job_finish() {
+  job_run_queue
   job_log "$JOB_EXPERIMENT: $JOB_COMPLETED completed, $JOB_FAILED failed, $JOB_TIMEOUT timed out" \
     "in $SWEEP_DIR"
-  local analysis analysis_rc=0 words
+  local analysis analysis_rc=0 words cmd line
+  if ((JOB_COMPLETED > 0 && !JOB_PYTHON_OK)); then
+    job_log "skipping the analysis: $JOB_PYTHON_PROBLEM"
+    analysis_rc=1
+  fi
   for analysis in "$@"; do
     read -r -a words <<<"$analysis"
     if ((JOB_COMPLETED == 0)); then
       job_log "no completed run: skipping analysis/${words[0]}"
       continue
     fi
-    job_log "analysis/$analysis $SWEEP_DIR"
-    "$PYTHON" "$TRIDENT_ROOT/analysis/${words[0]}" "${words[@]:1}" "$SWEEP_DIR" || analysis_rc=1
+    cmd=("$PYTHON" "$TRIDENT_ROOT/analysis/${words[0]}" "${words[@]:1}" "$SWEEP_DIR")
+    line=$(printf '%q ' "${cmd[@]}")
+    if ((JOB_PYTHON_OK)); then
+      job_log "analysis/${words[0]}:"
+      echo "  ${line% }"
+      "${cmd[@]}" || analysis_rc=1
+    else
+      job_log "analysis/${words[0]} not run; once the modules are installed:"
+      echo "  ${line% }"
+    fi
   done
   ((JOB_FAILED + JOB_TIMEOUT == 0 && analysis_rc == 0 && JOB_COMPLETED > 0))
-  exit $?
+  local rc=$?
+  job_keep_log
+  exit $rc
+}
+
+# Copies the job's own log into the sweep directory, last, so that the copy holds every line:
+# Slurm's StdOut (and StdErr when apart), or outside Slurm this shell's stdout when it is a file.
+job_keep_log() {
+  local logs=(${JOB_SLURM_OUTPUTS[@]+"${JOB_SLURM_OUTPUTS[@]}"}) log kept=()
+  if [[ ${#logs[@]} -eq 0 ]]; then
+    log=$(readlink -f "/proc/$$/fd/1" 2>/dev/null) && logs=("$log")
+  fi
+  for log in ${logs[@]+"${logs[@]}"}; do
+    [[ -f $log && -r $log && ! $log -ef $SWEEP_DIR/${log##*/} ]] && kept+=("$log")
+  done
+  [[ ${#kept[@]} -gt 0 ]] || return 0
+  job_log "the job's log, copied: ${kept[*]/#*\//$SWEEP_DIR/}"
+  for log in "${kept[@]}"; do cp "$log" "$SWEEP_DIR/" || true; done
 }

@@ -17,13 +17,13 @@ fail() {
   exit 1
 }
 # run_job NAME SCRIPT [ENV=VALUE ...]: runs a study, keeps its output in $work/NAME.out and its
-# exit code in $rc, and sets $sweep to the sweep directory it reported.
+# exit code in $rc, and sets $sweep to the sweep directory it reported (empty when refused).
 run_job() {
   local name=$1 script=$2
   shift 2
   rc=0
   env "$@" LAUNCHER=mpirun bash "jobs/$script" >"$work/$name.out" 2>&1 || rc=$?
-  sweep=$(grep -o 'outputs in [^ ]*' "$work/$name.out" | head -n 1 | cut -d' ' -f3)
+  sweep=$({ grep -o 'outputs in [^ ]*' "$work/$name.out" || true; } | head -n 1 | cut -d' ' -f3)
   echo "--- $name (exit $rc): $sweep"
   cat "$work/$name.out"
 }
@@ -109,6 +109,95 @@ for dp in (1, 2, 4):
         assert f["phase_seconds"].shape[1] == dp and f["step"].shape == (6,)
     assert not (run / "checkpoints").exists()  # KEEP_CHECKPOINTS=0: run.checkpoint_every=-1
 PY
+
+# REPEATS: every layout twice, round robin, into <layout>_rep<k>; run.json and sweep.json say so,
+# sweep.json records the provenance, the analysis aggregates the repeats. The job log names both
+# step times, shows each trident warning once, prints each analysis command as run (interpreter
+# included) and ends up in the sweep directory.
+run_job repeats weak_scaling.sh STEPS=5 RANK_COUNTS="1 2" REPEATS=2
+[[ $rc == 0 ]] || fail "weak_scaling REPEATS=2 exited $rc"
+runs="n1_dp1_tp1_pp1_rep1 n1_dp2_tp1_pp1_rep1 n1_dp1_tp1_pp1_rep2 n1_dp2_tp1_pp1_rep2"
+for run in $runs; do expect_status "$run" completed; done
+[[ ! -e $sweep/n1_dp1_tp1_pp1 ]] || fail "REPEATS=2 also wrote n1_dp1_tp1_pp1/"
+order=$(grep -oE '  n1_dp[12]_tp1_pp1_rep[12]: completed' "$work/repeats.out" | tr -s ' \n' ' ' |
+  sed 's/: completed//g')
+[[ $order == " ${runs} " ]] || fail "repeats not round robin: $order"
+grep -qE '  n1_dp2_tp1_pp1_rep2: completed in [0-9.]+s mean_ms_after_step1=[0-9.]+ median_ms_after_warmup2=[0-9.]+$' \
+  "$work/repeats.out" || fail "the per-run line does not name both step times"
+interpreter=$(sed -n 's/.*analysis interpreter: //p' "$work/repeats.out")
+"$interpreter" -c 'import h5py, numpy, pandas, matplotlib' || fail "chose $interpreter"
+for script in scaling breakdown; do
+  grep -qxF "  $interpreter $src/analysis/$script.py --warmup 2 $sweep" "$work/repeats.out" ||
+    fail "no copy-pasteable $script.py command"
+done
+# Each warning once, naming the first run (in the order they ran) whose log has it.
+while IFS= read -r warning; do
+  [[ $(grep -cF "(each warning once per sweep): ${warning#warning: }" "$work/repeats.out") == 1 ]] ||
+    fail "warning not repeated once in the job log: $warning"
+  for run in $runs; do grep -qxF "$warning" "$sweep/$run/trident.log" && break; done
+  grep -qF "warning from $run (each warning once per sweep): ${warning#warning: }" \
+    "$work/repeats.out" || fail "the warning does not name $run, the first run with it: $warning"
+done < <(cat "$sweep"/*/trident.log | grep '^warning: ' | sort -u)
+grep -q "weak_scaling: 4 completed, 0 failed, 0 timed out" "$sweep/repeats.out" ||
+  fail "the job log's copy in $sweep lacks the summary"
+"$interpreter" - "$sweep" "$src" <<'PY' || fail "repeats: records and table"
+import csv, json, sys
+from pathlib import Path
+sweep, src = Path(sys.argv[1]), sys.argv[2]
+s = json.loads((sweep / "sweep.json").read_text())
+assert s["repeats"] == 2 and s["launcher"] == "mpirun", s
+p = s["provenance"]
+keys = {"git_revision", "git_dirty", "trident_revision", "cpu_model", "cores_per_node", "host_simd",
+        "blas", "blas_kernel", "kokkos_backend", "threads_per_rank", "mpi", "launcher",
+        "slurm_job_id", "slurm_nodelist", "env"}
+assert keys <= set(p), keys - set(p)
+assert p["cpu_model"] and p["blas_kernel"] and p["cores_per_node"] >= 1, p
+assert p["env"]["OMP_NUM_THREADS"] == str(s["threads_per_rank"]), p["env"]
+assert isinstance(p["git_dirty"], bool) == bool(p["git_revision"]), p
+for k in (1, 2):
+    for dp in (1, 2):
+        run = json.loads((sweep / f"n1_dp{dp}_tp1_pp1_rep{k}" / "run.json").read_text())
+        assert (run["layout"], run["run"], run["repeat"], run["repeats"]) == \
+            (f"n1_dp{dp}_tp1_pp1", f"n1_dp{dp}_tp1_pp1_rep{k}", k, 2), run
+rows = list(csv.DictReader(open(sweep / "scaling.csv")))
+assert sorted(int(r["ranks"]) for r in rows) == [1, 2], rows  # one row per layout
+for r in rows:
+    assert int(r["repeats"]) == 2, r
+    assert float(r["step_s_min"]) <= float(r["median_step_s"]) <= float(r["step_s_max"]), r
+PY
+
+# The analysis interpreter. PYTHON without the modules (Debian's python3 without its site
+# packages): the runs go ahead, the job says what is missing and how to install it, skips the
+# analysis (showing the commands) and exits 1.
+mkdir -p "$work/bare"
+printf '#!/bin/sh\nexec /usr/bin/python3 -S "$@"\n' >"$work/bare/python3"
+chmod +x "$work/bare/python3"
+run_job bare weak_scaling.sh STEPS=3 RANK_COUNTS=1 PYTHON="$work/bare/python3"
+[[ $rc == 1 ]] || fail "a sweep without an analysis interpreter exited $rc, want 1"
+expect_status n1_dp1_tp1_pp1 completed
+grep -q "PYTHON=$work/bare/python3 ($work/bare/python3) cannot import h5py, numpy, pandas, matplotlib" \
+  "$work/bare.out" || fail "the job does not say which modules PYTHON lacks"
+grep -q "apt-get install python3-h5py python3-numpy python3-pandas python3-matplotlib" \
+  "$work/bare.out" || fail "the job does not say how to install the modules"
+grep -qxF "  $work/bare/python3 $src/analysis/scaling.py --warmup 2 $sweep" "$work/bare.out" ||
+  fail "the skipped analysis command is not shown"
+[[ ! -e $sweep/scaling.csv && -f $sweep/sweep.json ]] || fail "bare: analysis ran, or no sweep.json"
+# That python3 first on PATH and PYTHON unset: the job takes /usr/bin/python3, which has them.
+run_job path weak_scaling.sh -u PYTHON PATH="$work/bare:$PATH" STEPS=3 RANK_COUNTS=1
+[[ $rc == 0 ]] || fail "weak_scaling with a bare python3 on PATH exited $rc"
+grep -q "analysis interpreter: /usr/bin/python3$" "$work/path.out" || fail "did not take /usr/bin/python3"
+# PYTHON that does not exist, REPEATS that is no count, REPEATS for convergence: refused, nothing
+# written.
+before=$(find "$work/runs" | wc -l)
+for bad in "weak_scaling.sh|PYTHON=$work/none/python3|PYTHON=$work/none/python3 is not a program" \
+  "weak_scaling.sh|REPEATS=two|REPEATS=two must be a positive integer" \
+  "convergence.sh|REPEATS=2|REPEATS=2: convergence.sh runs each variant once"; do
+  IFS='|' read -r script setting message <<<"$bad"
+  run_job refused "$script" "$setting"
+  [[ $rc == 2 ]] || fail "$script $setting: exit $rc, want 2"
+  grep -qF "$message" "$work/refused.out" || fail "$script $setting: no '$message'"
+done
+[[ $(find "$work/runs" | wc -l) == "$before" ]] || fail "a refused job wrote outputs"
 
 # Layout sweep: trident refuses dp=4 for a batch of 2 and the sweep says why; pp > 1 once per
 # schedule.

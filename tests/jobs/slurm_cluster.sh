@@ -1,6 +1,7 @@
 # Sourced by the tests/jobs/slurm_*.sh tests: arguments, a Slurm cluster on localhost for the
-# test's lifetime, and its cleanup. Sets exe, src, work, python, cluster and SLURM_CONF; a test
-# sets $job while a job runs, so that a failure cancels it before the daemons stop.
+# test's lifetime, its cleanup and restart_cluster. Sets exe, src, work, python, cluster and
+# SLURM_CONF; a test sets $job while a job runs, so that a failure cancels it before the daemons
+# stop.
 # usage: source slurm_cluster.sh TRIDENT_EXE SOURCE_DIR WORK_DIR NODES
 set -euo pipefail
 exe=$(realpath "$1")
@@ -23,5 +24,12 @@ cleanup() {
   bash "$src/tools/local_slurm.sh" stop "$cluster"
 }
 trap cleanup EXIT
-eval "$(bash "$src/tools/local_slurm.sh" start "$cluster" 8 "$4")"
+cluster_nodes=$4
+eval "$(bash "$src/tools/local_slurm.sh" start "$cluster" 8 "$cluster_nodes")"
 export SLURM_CONF
+# Stops the cluster and starts it afresh: its job ids start again at 1 (tools/local_slurm.sh
+# starts with empty state), as on a real cluster whose controller state was reset.
+restart_cluster() {
+  bash "$src/tools/local_slurm.sh" stop "$cluster"
+  eval "$(bash "$src/tools/local_slurm.sh" start "$cluster" 8 "$cluster_nodes")"
+}

@@ -24,4 +24,5 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 # Host threads per rank: THREADS_PER_RANK, from sbatch --cpus-per-task (jobs/lib/common.sh);
 # --cpu-bind=cores above gives each rank its own cores, so its OpenMP threads are pinned to them.
 BIND_THREADS=${BIND_THREADS:-1}
-PYTHON=${PYTHON:-python3}
+# The analysis interpreter: jobs/lib/common.sh takes python3 on PATH (after `module load python`)
+# or /usr/bin/python3, whichever has h5py, numpy, pandas and matplotlib; set PYTHON here to pin one.
