@@ -16,6 +16,7 @@
 #include "core/runtime.hpp"
 #include "io/checkpoint_tools.hpp"
 #include "io/config.hpp"
+#include "io/hf_models.hpp"
 #include "io/prepare.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/planner.hpp"
@@ -274,10 +275,12 @@ struct TrainCommand {
 // `trident generate`, `prepare` and `ckpt`: rank 0 reads or writes files.
 struct FileCommands {
   CLI::App *generate = nullptr, *prepare = nullptr, *ckpt = nullptr;
-  CLI::App *ckpt_info = nullptr, *ckpt_verify = nullptr, *ckpt_export = nullptr;
+  CLI::App *ckpt_info = nullptr, *ckpt_verify = nullptr, *ckpt_export = nullptr,
+           *ckpt_import = nullptr;
   trident::GenerateOptions gen;
   trident::PrepareOptions prep;
-  std::string ckpt_path, export_out;
+  std::string ckpt_path, export_out, hf_dir, hf_dtype = "fp32";
+  double max_shard_mb = 5000;
 
   void add_to(CLI::App& app) {
     generate = app.add_subcommand("generate", "sample text from a checkpoint");
@@ -299,16 +302,37 @@ struct FileCommands {
         ->capture_default_str();
     prepare->add_option("--max-bytes", prep.max_bytes, "stop with an error past this much text")
         ->capture_default_str();
-    ckpt = app.add_subcommand("ckpt", "inspect, verify or export a checkpoint");
+    ckpt = app.add_subcommand("ckpt", "inspect, verify, export or import a checkpoint");
     ckpt->require_subcommand(1);
     ckpt_info = ckpt->add_subcommand("info", "configuration, writing layout, step, sizes");
     ckpt_info->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
     ckpt_verify = ckpt->add_subcommand("verify", "recompute every dataset's checksum");
     ckpt_verify->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
     ckpt_export = ckpt->add_subcommand(
-        "export", "write the parameters as an llm.c model file (gpt2_124M.bin layout)");
+        "export",
+        "write the parameters as an llm.c model file (gpt2_124M.bin layout) or a Hugging Face "
+        "GPT2LMHeadModel (config.json + safetensors)");
     ckpt_export->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
-    ckpt_export->add_option("--llmc", export_out, "output .bin")->required();
+    CLI::Option* llmc = ckpt_export->add_option("--llmc", export_out, "output .bin");
+    CLI::Option* hf = ckpt_export->add_option("--hf", hf_dir, "output directory (Hugging Face)");
+    llmc->excludes(hf);
+    ckpt_export->add_option("--dtype", hf_dtype, "--hf tensors: fp32 or bf16")
+        ->check(CLI::IsMember({"fp32", "bf16"}))
+        ->capture_default_str();
+    ckpt_export
+        ->add_option("--max-shard-mb", max_shard_mb,
+                     "--hf: split the safetensors into shards of at most this size")
+        ->check(CLI::Range(0.001, 1e9))
+        ->capture_default_str();
+    ckpt_export->callback([this, llmc, hf] {
+      if (llmc->count() + hf->count() == 0)
+        throw CLI::RequiredError("ckpt export needs --llmc OUT.bin or --hf DIR");
+    });
+    ckpt_import = ckpt->add_subcommand(
+        "import", "make a trident checkpoint of a Hugging Face GPT2LMHeadModel directory");
+    ckpt_import->add_option("--hf", hf_dir, "directory with config.json and safetensors")
+        ->required();
+    ckpt_import->add_option("--out", ckpt_path, "checkpoint to write (.h5)")->required();
   }
   bool chosen() const { return *generate || *prepare || *ckpt; }
   int run(int rank) const {
@@ -320,10 +344,14 @@ struct FileCommands {
     if (*prepare) trident::prepare_byte_corpus(prep);
     if (*ckpt_info) trident::checkpoint_info(ckpt_path);
     if (*ckpt_verify && trident::checkpoint_verify(ckpt_path) > 0) return kExitBadInput;
-    if (*ckpt_export) {
+    if (*ckpt_export && !export_out.empty()) {
       trident::export_llmc(ckpt_path, export_out);
       std::printf("wrote %s\n", export_out.c_str());
     }
+    if (*ckpt_export && !hf_dir.empty())
+      trident::export_hf(ckpt_path, hf_dir, hf_dtype,
+                         static_cast<uint64_t>(max_shard_mb * 1024.0 * 1024.0));
+    if (*ckpt_import) trident::import_hf(hf_dir, ckpt_path);
     return 0;
   }
 };

@@ -115,6 +115,24 @@ int checkpoint_verify(const std::string& path) {
   return failures;
 }
 
+CheckpointParams::CheckpointParams(const std::string& path)
+    : path_(path),
+      config_(read_checkpoint_config(path)),
+      table_(config_.model),
+      file_(open_or_throw(path)) {}
+
+std::vector<float> CheckpointParams::read(const std::string& name) const {
+  const std::string dataset = "params/" + name;
+  const std::vector<int64_t>& shape = table_.at(name).shape;
+  h5::open_tensor(file_, dataset, shape, path_);  // shape first, then room
+  std::vector<float> data(static_cast<size_t>(table_.at(name).numel()));
+  h5::read_floats(file_, dataset, shape, data.data(), path_);
+  if (values_checksum(data) != stored_checksum(file_, dataset, shape, path_))
+    throw CorruptCheckpoint(
+        fmt::format("checkpoint '{}': dataset '{}' fails its checksum", path_, dataset));
+  return data;
+}
+
 void export_llmc(const std::string& path, const std::string& out) {
   std::error_code ec;
   if (std::filesystem::equivalent(path, out, ec))
@@ -122,22 +140,11 @@ void export_llmc(const std::string& path, const std::string& out) {
         "ckpt export: --llmc '{}' is the checkpoint itself; writing it would destroy the "
         "checkpoint (choose another output)",
         out));
-  const Config c = read_checkpoint_config(path);
-  const ModelConfig& m = c.model;
-  h5::Handle file = open_or_throw(path);
-  const ParamTable table(m);
-  // Each tensor is checked against its stored checksum, as a resume checks it: an export of a
-  // corrupt checkpoint is refused, not written.
-  auto read = [&](const std::string& name) {
-    const std::string dataset = "params/" + name;
-    h5::open_tensor(file, dataset, table.at(name).shape, path);  // shape first, then room
-    std::vector<float> data(static_cast<size_t>(table.at(name).numel()));
-    h5::read_floats(file, dataset, table.at(name).shape, data.data(), path);
-    if (values_checksum(data) != stored_checksum(file, dataset, table.at(name).shape, path))
-      throw CorruptCheckpoint(
-          fmt::format("checkpoint '{}': dataset '{}' fails its checksum", path, dataset));
-    return data;
-  };
+  // Each tensor is checked against its stored checksum: an export of a corrupt checkpoint is
+  // refused, not written.
+  const CheckpointParams checkpoint(path);
+  const ModelConfig& m = checkpoint.config().model;
+  auto read = [&](const std::string& name) { return checkpoint.read(name); };
   const int padded_v = (m.vocab_size + 127) / 128 * 128;
   if (std::filesystem::is_directory(out, ec))
     throw InputError(fmt::format("ckpt export: --llmc '{}' is a directory; give a file name", out));

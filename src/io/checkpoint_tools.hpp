@@ -2,8 +2,30 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "io/config.hpp"
+#include "io/hdf5.hpp"
+#include "model/params.hpp"
 
 namespace trident {
+
+// A checkpoint's parameters for the serial tools: the stored config, validated, and each tensor
+// read at its global shape after its shape is checked (before room for it is allocated) and
+// checked against its stored checksum (CorruptCheckpoint otherwise), as a resume checks it.
+class CheckpointParams {
+ public:
+  explicit CheckpointParams(const std::string& path);
+  const Config& config() const { return config_; }
+  const ParamTable& table() const { return table_; }
+  std::vector<float> read(const std::string& name) const;
+
+ private:
+  std::string path_;
+  Config config_;
+  ParamTable table_;
+  h5::Handle file_;
+};
 
 // Prints the stored configuration, the layout that wrote it, step, tensors and sizes.
 void checkpoint_info(const std::string& path);

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Hugging Face GPT2LMHeadModel directories in and out: round trips byte for byte (fp32, bf16,
+# sharded), greedy tokens equal to an independent float64 GPT-2 reading the same files, the
+# import training on any layout, and hostile safetensors files refused with exit 2 naming the
+# tensor, nothing written, under a 4 GiB address-space limit.
+set -uo pipefail
+trident=$1 src=$2 work=$3
+files="/usr/bin/python3 $src/tests/e2e/hf_files.py"
+check="/usr/bin/python3 $src/tests/e2e/check_run.py"
+rm -rf "$work" && mkdir -p "$work" && cd "$src"
+fail() { echo "FAIL: $*"; exit 1; }
+quiet() { grep -v '^ *Kokkos::\|^  *Detected\|^  *Requested' || true; }
+
+# Round trips: fp32 with GPT2LMHeadModel's "transformer." names, one file; bf16 with the Hub's
+# GPT2Model names, the causal-mask buffers and a tied lm_head, in 3 shards, exported in 2+.
+$files make "$work/f32" --prefix transformer. || fail "writing the fp32 model"
+"$trident" ckpt import --hf "$work/f32" --out "$work/f32.h5" || fail "importing fp32"
+"$trident" ckpt verify "$work/f32.h5" | tail -n 1
+"$trident" ckpt export "$work/f32.h5" --hf "$work/f32_out" || fail "exporting fp32"
+$files compare "$work/f32" "$work/f32_out" || fail "fp32 round trip differs"
+$files make "$work/bf16" --dtype BF16 --shards 3 --extras || fail "writing the bf16 model"
+"$trident" ckpt import --hf "$work/bf16" --out "$work/bf16.h5" || fail "importing sharded bf16"
+"$trident" ckpt export "$work/bf16.h5" --hf "$work/bf16_out" --dtype bf16 --max-shard-mb 0.05 ||
+  fail "exporting bf16 in shards"
+shards=$(ls "$work/bf16_out"/model-*-of-*.safetensors | wc -l)
+((shards >= 2)) && [ -f "$work/bf16_out/model.safetensors.index.json" ] ||
+  fail "no sharded export ($shards shards)"
+$files compare "$work/bf16" "$work/bf16_out" || fail "bf16 round trip differs"
+echo "round trips: fp32 and bf16 ($shards shards) byte for byte"
+
+# The imported weights compute what Hugging Face's definition computes: 40 greedy tokens past
+# the 16-token window, against float64 numpy reading the safetensors directly.
+$files make "$work/wide" --scale 10 --prefix transformer. || fail "writing the wide model"
+"$trident" ckpt import --hf "$work/wide" --out "$work/wide.h5" >/dev/null || fail "importing"
+want=$($files greedy "$work/wide" "And God said" 40) || fail "the reference"
+got=$("$trident" generate --ckpt "$work/wide.h5" --prompt "And God said" --tokens 40 --top-k 1 \
+  2>/dev/null | head -c 52 | tail -c 40 | od -An -tx1 | tr -d ' \n')
+[ "$got" = "$want" ] || fail "greedy tokens differ: trident $got, reference $want"
+echo "greedy decoding equals the float64 reference: $got"
+
+# The import trains on any layout: serial and dp1 x tp2 x pp2 from it give the same losses.
+model=(--set model.n_layer=2 --set model.n_embd=32 --set model.n_head=4 --set model.vocab_size=256
+       --set model.block_size=16)
+for layout in serial tp2pp2; do
+  launch=() sets=()
+  [ $layout = tp2pp2 ] && launch=(mpirun -np 4 --oversubscribe) &&
+    sets=(--set parallel.tp=2 --set parallel.pp=2)
+  ${launch[@]+"${launch[@]}"} "$trident" train --config inputs/tiny.toml "${model[@]}" \
+    ${sets[@]+"${sets[@]}"} --set run.steps=4 --set run.checkpoint_every=-1 \
+    --set run.out_dir="$work/$layout" --resume "$work/wide.h5" --allow-config-change \
+    >"$work/$layout.log" 2>&1 || { tail "$work/$layout.log"; fail "training from the import ($layout)"; }
+done
+$check compare "$work/serial/tiny/timings.h5" "$work/tp2pp2/tiny/timings.h5" --min-steps 4 ||
+  fail "the import trains differently on tp2 x pp2"
+
+# Hostile files: exit 2, the tensor (or header) named, no checkpoint written.
+$files hostile "$work/f32" "$work/hostile" >"$work/cases.txt" || fail "writing hostile files"
+cases=0
+while IFS=$'\t' read -r name expect; do
+  out=$( (ulimit -v 4194304; "$trident" ckpt import --hf "$work/hostile/$name" \
+    --out "$work/hostile/$name.h5") 2>&1)
+  rc=$?
+  [ $rc = 2 ] || fail "$name: exit $rc, not 2: $(quiet <<<"$out" | tail -n 2)"
+  grep -qF -- "$expect" <<<"$out" || fail "$name: the error does not say '$expect': $(quiet <<<"$out")"
+  [ ! -e "$work/hostile/$name.h5" ] || fail "$name: a checkpoint was written"
+  cases=$((cases + 1))
+done <"$work/cases.txt"
+((cases >= 18)) || fail "only $cases hostile cases"
+echo "$cases hostile directories refused with exit 2, each naming its cause"
+
+"$trident" ckpt export "$work/f32.h5" >/dev/null 2>&1
+[ $? = 2 ] || fail "ckpt export without --llmc or --hf did not exit 2"
+"$trident" ckpt export "$work/f32.h5" --hf "$work/x" --dtype fp8 >/dev/null 2>&1
+[ $? = 2 ] || fail "ckpt export --dtype fp8 did not exit 2"
+echo "hf checkpoints: ok"
