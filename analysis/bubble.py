@@ -209,7 +209,7 @@ def plot(rows, runs, caveats, out_dir):
     ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
     ax.grid(axis="y", alpha=0.3)
     notes = [tr.repeats_note([r["repeats"] for r in rows], "bubble", "bar")]
-    return tr.save_figure(fig, out_dir, "bubble.png", runs, caveats, notes)
+    return tr.save_figure(fig, out_dir, "bubble.png", runs, caveats, notes, oversubscription=False)
 
 
 def main():

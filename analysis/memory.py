@@ -145,7 +145,7 @@ def plot(df, cats, loaded, out_dir):
     ax.set_title("memory by category: measured vs memory model, rank with the largest total")
     ax.legend(handles=handles, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    return tr.save_figure(fig, out_dir, "memory.png", loaded)
+    return tr.save_figure(fig, out_dir, "memory.png", loaded, oversubscription=False)
 
 
 def main():

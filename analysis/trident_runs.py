@@ -84,7 +84,7 @@ ATTRS = ("config", "layout", "hostnames", "phases", "memory_categories", "flops_
          "parameters")
 # Read when present: runs from before trident recorded them lack these.
 OPTIONAL_ATTRS = ("threads_per_rank", "kokkos_backend", "blas", "blas_threads", "host_simd",
-                  "git_revision", "cpu_model", "peak_lr", "slurm_job_id")
+                  "git_revision", "cpu_model", "peak_lr", "slurm_job_id", "node_cpus")
 RUN_MARKERS = ("status", "run.json", "timings.h5", "trident.log")
 REPEAT_SUFFIX = re.compile(r"_rep[0-9]+$")
 BLAS_KERNEL = re.compile(r",?\s*kernel\s+(\S+)")
@@ -789,15 +789,43 @@ def _notes_below(fig, lines):
         y = t.get_window_extent(renderer).y0 / fig.dpi - 0.03
 
 
-def save_figure(fig, out_dir, name, runs=None, caveats=(), notes=()):
-    """Writes the figure; with runs, the notes, the caveats (and mixed provenance) and a caption
-    line go underneath."""
+def node_cpus(run):
+    """CPUs the run's ranks on a node could run on: timings.h5's node_cpus, else the sweep's
+    provenance cores_per_node; None when neither says."""
+    if "node_cpus" in run.attrs:
+        return int(float(run.attrs["node_cpus"]))
+    prov = run.sweep.get("provenance")
+    if isinstance(prov, dict) and isinstance(prov.get("cores_per_node"), int):
+        return prov["cores_per_node"]
+    return None
+
+
+def oversubscription_caveats(runs):
+    """The figure's caveat when some runs put more threads on a node (ranks per node x threads
+    per rank) than it had CPUs: their times include time-sharing, not only the layout's cost."""
+    over = []
+    for r in runs:
+        cpus = node_cpus(r)
+        per_node = -(-r.ranks // max(r.nodes, 1)) * r.threads_per_rank
+        if cpus and per_node > cpus and r.base_name not in [o[0] for o in over]:
+            over.append((r.base_name, per_node, cpus))
+    if not over:
+        return []
+    shown = ", ".join(f"{name} ({threads} threads on {cpus} CPUs)" for name, threads, cpus in over)
+    return [f"oversubscribed: {shown} per node; their times include the threads taking turns on "
+            f"the cores, not only the layout's own cost"]
+
+
+def save_figure(fig, out_dir, name, runs=None, caveats=(), notes=(), oversubscription=True):
+    """Writes the figure; with runs, the notes, the caveats (oversubscribed nodes unless the
+    caller words its own, and mixed provenance) and a caption line go underneath."""
     lines = []
     if runs is not None:
         fig.set_dpi(DPI)  # lay the notes out at the resolution they are saved at
         fig.canvas.draw()
         lines = [(n, "black") for n in notes]
-        lines += [(f"caveat: {c}", "firebrick") for c in list(caveats) + provenance_caveats(runs)]
+        caveats = list(caveats) + (oversubscription_caveats(runs) if oversubscription else [])
+        lines += [(f"caveat: {c}", "firebrick") for c in caveats + provenance_caveats(runs)]
         lines.append((caption(runs), "dimgrey"))
         _notes_below(fig, lines)
     path = os.path.join(out_dir, name)

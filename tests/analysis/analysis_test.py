@@ -116,6 +116,7 @@ def timings(run_dir):
         data["hostnames"] = text_attr(f.attrs["hostnames"]).split(",")
         data["flops_per_token"] = float(f.attrs["flops_per_token"])
         data["threads_per_rank"] = int(f.attrs["threads_per_rank"])
+        data["node_cpus"] = int(f.attrs["node_cpus"])
     return data
 
 

@@ -5,8 +5,8 @@ import shutil
 
 import numpy as np
 
-from analysis_test import Env, check, check_markdown, check_png, close, read_csv, timed_mask, \
-    timings
+from analysis_test import Env, check, check_markdown, check_png, close, png_text, read_csv, \
+    timed_mask, timings
 
 
 def check_table(env, out, kind, warmup=3):
@@ -49,6 +49,15 @@ def check_table(env, out, kind, warmup=3):
           f"{rows[0]['efficiency']} != 1")
     check_markdown(os.path.join(out, "scaling.md"), 3)
     check_png(os.path.join(out, "scaling.png"))
+    # Runs whose node ran more threads than it had CPUs carry a caveat on the figure, named.
+    notes = png_text(os.path.join(out, "scaling.png")).get("Description", "")
+    over = [r["run"] for r in rows
+            if int(r["ranks"]) * int(r["threads"]) > timings(r["run_dir"])["node_cpus"]]
+    for name in over:
+        check("caveat: oversubscribed" in notes and name in notes,
+              f"{kind}: {name} oversubscribed its node, no caveat on the figure:\n{notes}")
+    if not over:
+        check("oversubscribed" not in notes, f"{kind}: a caveat without oversubscription:\n{notes}")
     return rows
 
 
