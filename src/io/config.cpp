@@ -113,6 +113,8 @@ std::vector<Field> run_fields(Config& c) {
       {"run", "max_minutes", &c.run.max_minutes,
        "wall-clock budget: stop with a checkpoint (exit status 4) when another step would not "
        "end within it; 0: none"},
+      {"run", "init_from", &c.run.init_from,
+       "start from this checkpoint's weights: fresh optimizer, step 0 (fine-tuning)"},
       {"model", "name", &c.model.name, "model name"},
       {"model", "n_layer", &c.model.n_layer, "transformer blocks L"},
       {"model", "n_embd", &c.model.n_embd, "channels C"},

@@ -34,6 +34,10 @@ struct RunSection {
   // wall-clock budget in minutes runs out (0: none).
   std::vector<StopSignal> stop_signals = {StopSignal::kTerm, StopSignal::kInt, StopSignal::kUsr1};
   double max_minutes = 0;
+  // A checkpoint whose weights start this run (a fine-tuning run: fresh optimizer, step 0, this
+  // run's own schedule); "": initialise from run.seed. A resume takes its weights from the resumed
+  // checkpoint instead.
+  std::string init_from = "";
 };
 
 struct DataSection {

@@ -124,6 +124,23 @@ int Checkpointer::load(const std::string& path, LossScaler& scaler, const HostCo
   return step;
 }
 
+void Checkpointer::init_weights(const std::string& path, const HostCollectives& world,
+                                const Console& console) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<ChunkState> states;
+  for (const ModelChunk& ch : chunks_) states.push_back(ch.dp->checkpoint_state());
+  std::vector<ShardBuffers> params = buffers(states);
+  for (ShardBuffers& b : params) b.m = b.v = View1();  // the fresh moments stay as they are
+  const CheckpointMeta meta = load_checkpoint(path, params, owner(), grid_.world());
+  const double seconds =
+      world.max(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c].dp->restore(states[c], 0);
+  console.line(fmt::format(
+      "run.init_from: weights of {} (step {} of its run, written with layout {}) in {:.3f} s; "
+      "fresh optimizer, step 0",
+      path, meta.step, meta.layout, seconds));
+}
+
 void Checkpointer::dump_gradients(const std::string& path, int step) const {
   std::vector<ShardBuffers> grads;
   for (const ModelChunk& ch : chunks_)

@@ -40,6 +40,10 @@ class Checkpointer {
   // scale into `scaler`. Returns the step to continue from. Collective.
   int load(const std::string& path, LossScaler& scaler, const HostCollectives& world,
            const Console& console);
+  // Loads only the parameters of `path` (any layout, any run) into every chunk, for
+  // run.init_from: the optimizer stays fresh and this run starts at step 0. The caller has checked
+  // that its model is this run's. Collective.
+  void init_weights(const std::string& path, const HostCollectives& world, const Console& console);
   // Writes the current gradients at global shapes (checkpoint schema, /params) to `path`.
   void dump_gradients(const std::string& path, int step) const;
 

@@ -133,6 +133,23 @@ void check_resume_compatible(const Config& ours, const std::string& path, bool a
   console.line(fmt::format("resume: the {} (--allow-config-change)", change));
 }
 
+// run.init_from: a checkpoint that opens with valid metadata and holds this config's model
+// (model.name aside); InputError naming every model key that differs otherwise.
+void check_init_from(const Config& ours) {
+  const std::string& path = ours.run.init_from;
+  const Config stored = read_checkpoint_config(path);
+  read_checkpoint_meta(path);
+  std::vector<std::string> differ;
+  for (const ConfigChange& c : config_changes(stored, ours))
+    if (c.key.rfind("model.", 0) == 0 && c.key != "model.name")
+      differ.push_back(fmt::format("{} = {} (this config: {})", c.key, c.before, c.after));
+  if (!differ.empty())
+    throw InputError(fmt::format(
+        "run.init_from '{}' holds another model: {}; give this run the checkpoint's [model] "
+        "(trident ckpt info {} shows it)",
+        path, fmt::join(differ, ", "), path));
+}
+
 // --resume auto, what a requeued job needs: the complete checkpoints, newest first by the step
 // recorded inside them. Rank 0 decides and tells the others, so every rank tries the same files.
 std::vector<std::string> complete_checkpoints_for_all(const std::filesystem::path& dir,
@@ -537,6 +554,13 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
   if (!candidates.empty())
     check_resume_compatible(config_, candidates.front(), options_.allow_config_change,
                             data_identity_, console_);
+  const bool init_from = candidates.empty() && !config_.run.init_from.empty();
+  if (init_from) check_init_from(config_);
+  if (!candidates.empty() && !config_.run.init_from.empty())
+    console_.line(
+        fmt::format("run.init_from = '{}' not used: the resumed checkpoint holds the "
+                    "weights",
+                    config_.run.init_from));
   // The memory model's prediction for this rank, checked now and recorded next to what the
   // ranks allocate.
   const GridCoord& me = grid_.coord();
@@ -545,6 +569,7 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
   own_run_directory();
   build_chunks(ledger_);
   const int start_step = candidates.empty() ? 0 : resume_from(candidates);
+  if (init_from) checkpointer_->init_weights(config_.run.init_from, world_, console_);
   if (start_step > config_.run.steps)
     throw InputError(fmt::format(
         "checkpoint '{}' is at step {}, past run.steps = {}; raise run.steps to train further",
