@@ -81,10 +81,11 @@ void print_plan(const trident::PlanModel& m, const trident::PlanCluster& c, doub
   const trident::PlanResult r = trident::plan_layouts(m, c, batch_tokens);
   const double psi = m.param_count();
   std::printf(
-      "model: %.3gB parameters, L=%d h=%d heads=%d seq=%d | cluster: %d x %.0f GB GPUs, %d "
+      "model: %.3gB parameters, %sL=%d h=%d heads=%d%s seq=%d | cluster: %d x %.0f GB GPUs, %d "
       "per node | batch %.0f tokens\n",
-      psi / 1e9, m.layers, m.hidden, m.heads, m.seq, c.gpus, c.gpu_mem_gb, c.gpus_per_node,
-      batch_tokens);
+      psi / 1e9, m.llama ? "llama " : "", m.layers, m.hidden, m.heads,
+      m.llama ? fmt::format(" kv_heads={} ffn={}", m.kv(), m.ffn_width()).c_str() : "", m.seq,
+      c.gpus, c.gpu_mem_gb, c.gpus_per_node, batch_tokens);
   // One decimal, as the ZeRO paper prints them; three significant digits below 1 GB.
   auto gb = [&](int stage) {
     const double v = trident::zero_paper_model_states(psi, c.gpus, stage) / 1e9;
@@ -122,14 +123,18 @@ void print_layer_activations(const trident::Config& c) {
     return trident::layer_activation_bytes(v, policy == RecomputePolicy::kFull);
   };
   auto paper = [&](RecomputePolicy policy, bool sp) {
+    if (m.llama())
+      return trident::llama_layer_activation_bytes(s, b, m.n_embd, m.n_head, m.kv_heads(),
+                                                   m.mlp_hidden(), t, sp && t > 1, policy);
     return trident::paper_layer_activation_bytes(s, b, m.n_embd, m.n_head, t, sp && t > 1, policy);
   };
   std::printf(
       "activations of one layer and micro-batch (b=%d s=%d h=%d a=%d t=%d), MB: trident (%s "
-      "storage, no dropout, fp32 LayerNorm and softmax statistics) | Korthikanti et al. 2022 Table "
-      "2 (16-bit, "
-      "dropout masks)\n",
-      b, s, m.n_embd, m.n_head, t, trident::name_of(c.precision.compute));
+      "storage, no dropout, fp32 norm and softmax statistics) | %s\n",
+      b, s, m.n_embd, m.n_head, t, trident::name_of(c.precision.compute),
+      m.llama() ? "Korthikanti et al. 2022 Table 2's accounting for a Llama layer (16-bit, no "
+                  "dropout)"
+                : "Korthikanti et al. 2022 Table 2 (16-bit, dropout masks)");
   std::printf("  %-10s %-18s %10s %10s %8s\n", "recompute", "sequence_parallel", "trident", "paper",
               "ratio");
   for (const RecomputePolicy policy :
@@ -290,6 +295,8 @@ struct FileCommands {
     generate->add_option("--temperature", gen.temperature, "softmax temperature")
         ->check(kFinite)
         ->capture_default_str();
+    generate->add_flag("--print-logits", gen.print_logits,
+                       "print the prompt's next-token logits, one a line, instead of sampling");
     generate->add_option("--top-k", gen.top_k, "sample among the k most likely (0: all)")
         ->capture_default_str();
     generate->add_option("--seed", gen.seed, "sampling seed")->capture_default_str();
@@ -417,6 +424,10 @@ struct PlanCommand {
     app->add_option("--layers", model.layers, "transformer layers L");
     app->add_option("--hidden", model.hidden, "hidden size h");
     app->add_option("--heads", model.heads, "attention heads");
+    app->add_flag("--llama", model.llama,
+                  "Llama family: RMSNorm, SwiGLU, grouped-query attention, untied head");
+    app->add_option("--kv-heads", model.kv_heads, "Llama: key/value heads (default: --heads)");
+    app->add_option("--ffn", model.ffn, "Llama: SwiGLU width (default: 8h/3 rounded up to 256)");
     app->add_option("--seq", model.seq, "sequence length")->capture_default_str();
     app->add_option("--vocab", model.vocab, "vocabulary")->capture_default_str();
     app->add_option("--gpus", cluster.gpus, "GPUs")->capture_default_str();
@@ -462,6 +473,10 @@ struct PlanCommand {
     model.hidden = c.model.n_embd;
     model.heads = c.model.n_head;
     model.vocab = c.model.vocab_size;
+    model.llama = c.model.llama();
+    model.kv_heads = c.model.kv_heads();
+    model.ffn = c.model.llama() ? c.model.mlp_hidden() : 0;
+    model.tied = c.model.tied();
     model.seq = c.model.block_size;
     // The config's own layout on its own ranks (dp = 0 fills --gpus), and its batch.
     const auto& p = c.parallel;

@@ -107,8 +107,8 @@ std::vector<Segment> owned_segments(const LocalParamTable& local, const ShardOwn
 
 // Whether this chunk's rank writes parameter p at all (one writer per element, see ShardOwner).
 bool writes(const LocalParamTable& local, const LocalParam& p, const ShardOwner& o) {
-  if (p.tp_replicated && o.tp_rank != 0) return false;
-  if (p.spec->name == "wte" && !local.holds("wpe")) return false;  // the head's tied copy
+  if (!p.first_replica(o.tp_rank)) return false;
+  if (p.spec->name == "wte" && !local.layout().has_embedding) return false;  // the head's tied copy
   return true;
 }
 

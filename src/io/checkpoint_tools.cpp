@@ -40,9 +40,8 @@ void checkpoint_info(const std::string& path) {
   std::printf("checkpoint   %s (%.1f MiB on disk, format version %lld)\n", path.c_str(),
               std::filesystem::file_size(path) / 1048576.0,
               static_cast<long long>(h5::read_attr_int(file, "format_version", path)));
-  std::printf("model        %s: L=%d C=%d NH=%d V=%d block=%d, %lld parameters\n",
-              c.model.name.c_str(), c.model.n_layer, c.model.n_embd, c.model.n_head,
-              c.model.vocab_size, c.model.block_size, static_cast<long long>(table.total_numel()));
+  std::printf("model        %s: %s, %lld parameters\n", c.model.name.c_str(),
+              c.model.shape_line().c_str(), static_cast<long long>(table.total_numel()));
   const CheckpointMeta meta = read_checkpoint_meta(path);
   std::printf("written by   %s (git %s)\n", meta.layout.c_str(), meta.git_revision.c_str());
   std::printf("step         %lld (data cursor %lld, AdamW steps %lld, seed %lld)\n",
@@ -144,6 +143,11 @@ void export_llmc(const std::string& path, const std::string& out) {
   // refused, not written.
   const CheckpointParams checkpoint(path);
   const ModelConfig& m = checkpoint.config().model;
+  if (m.llama())
+    throw InputError(fmt::format(
+        "ckpt export --llmc: '{}' holds a Llama-family model; llm.c's format holds GPT-2 only "
+        "(export it with --hf)",
+        path));
   auto read = [&](const std::string& name) { return checkpoint.read(name); };
   const int padded_v = (m.vocab_size + 127) / 128 * 128;
   if (std::filesystem::is_directory(out, ec))

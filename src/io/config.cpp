@@ -26,6 +26,7 @@ struct Choice {
   std::function<std::string()> format;            // the value as TOML
   std::string valid;                              // "one of a, b, c"
   bool integer = false;                           // given as a TOML integer, not a string
+  bool boolean = false;                           // given as true or false
 };
 
 template <class E>
@@ -79,6 +80,16 @@ Choice signal_list_choice(std::vector<StopSignal>* target) {
           "a comma-separated list of " + joined_names<StopSignal>() + ", or none", false};
 }
 
+// model.tie_embeddings: true or false; unset, the family's default (printed as its value).
+Choice tie_choice(ModelConfig* m) {
+  return {[m](const toml::node& node) {
+            if (!node.is_boolean()) return false;
+            m->tie_embeddings = node.value<bool>().value();
+            return true;
+          },
+          [m] { return std::string(m->tied() ? "true" : "false"); }, "true or false", false, true};
+}
+
 using FieldRef = std::variant<bool*, int*, int64_t*, double*, std::string*, Choice>;
 
 struct Field {
@@ -116,11 +127,23 @@ std::vector<Field> run_fields(Config& c) {
       {"run", "init_from", &c.run.init_from,
        "start from this checkpoint's weights: fresh optimizer, step 0 (fine-tuning)"},
       {"model", "name", &c.model.name, "model name"},
+      {"model", "family", choice(&c.model.family),
+       "architecture: gpt2 (LayerNorm, learned positions, GELU, biases, tied head) or llama "
+       "(RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases)"},
       {"model", "n_layer", &c.model.n_layer, "transformer blocks L"},
       {"model", "n_embd", &c.model.n_embd, "channels C"},
       {"model", "n_head", &c.model.n_head, "attention heads NH"},
       {"model", "vocab_size", &c.model.vocab_size, "vocabulary V"},
       {"model", "block_size", &c.model.block_size, "maximum sequence length"},
+      {"model", "n_kv_head", &c.model.n_kv_head,
+       "llama: key/value heads (grouped-query attention); 0: n_head"},
+      {"model", "ffn_hidden", &c.model.ffn_hidden,
+       "llama: SwiGLU width; 0: 8/3 n_embd rounded up to multiple_of"},
+      {"model", "multiple_of", &c.model.multiple_of, "llama: rounding of the default ffn_hidden"},
+      {"model", "rope_theta", &c.model.rope_theta, "llama: rotary embedding base"},
+      {"model", "norm_eps", &c.model.norm_eps, "llama: RMSNorm epsilon"},
+      {"model", "tie_embeddings", tie_choice(&c.model),
+       "output head shares the token embedding (default: gpt2 true, llama false)"},
       {"data", "train", &c.data.train, "training tokens (.bin)"},
       {"data", "val", &c.data.val, "validation tokens (.bin)"},
       {"train", "seq_len", &c.train.seq_len, "sequence length T"},
@@ -224,21 +247,22 @@ std::string valid_sections(const std::vector<Field>& fields) {
 
 // Whether the value is written as a TOML string (and may be given bare to --set).
 bool is_string_valued(const FieldRef& ref) {
-  if (const Choice* c = std::get_if<Choice>(&ref)) return !c->integer;
+  if (const Choice* c = std::get_if<Choice>(&ref)) return !c->integer && !c->boolean;
   return std::holds_alternative<std::string*>(ref);
 }
 
 const char* type_name(const FieldRef& ref) {
   if (is_string_valued(ref)) return "a string";
   if (std::holds_alternative<double*>(ref)) return "a number";
-  if (std::holds_alternative<bool*>(ref)) return "true or false";
+  const Choice* choice = std::get_if<Choice>(&ref);
+  if (std::holds_alternative<bool*>(ref) || (choice && choice->boolean)) return "true or false";
   return "an integer";
 }
 
 void assign(const Field& f, const toml::node& node, const std::string& origin) {
   const std::string where = fmt::format("{}: key '{}'", origin, f.path());
   if (const Choice* c = std::get_if<Choice>(&f.ref)) {
-    if (c->integer ? !node.is_integer() : !node.is_string())
+    if (c->boolean ? !node.is_boolean() : c->integer ? !node.is_integer() : !node.is_string())
       throw InputError(where + " must be " + type_name(f.ref));
     if (!c->assign(node)) {
       std::ostringstream value;
@@ -493,9 +517,30 @@ void validate_model_and_run(const Config& c, const Checker& require) {
   require(m.n_head >= 1, fmt::format("model.n_head = {} must be at least 1", m.n_head));
   require(m.n_embd % m.n_head == 0,
           fmt::format("model.n_head = {} must divide model.n_embd = {}", m.n_head, m.n_embd));
-  require(m.vocab_size >= 2 && m.vocab_size <= 65536,
-          fmt::format("model.vocab_size = {} must be between 2 and 65536 (tokens are uint16)",
-                      m.vocab_size));
+  require(m.vocab_size >= 2 && m.vocab_size <= 1 << 24,
+          fmt::format("model.vocab_size = {} must be between 2 and 16777216", m.vocab_size));
+  if (m.llama()) {
+    const int kv = m.kv_heads();
+    require(m.n_kv_head >= 0 && kv <= m.n_head && m.n_head % kv == 0,
+            fmt::format("model.n_kv_head = {} must divide model.n_head = {} (0: n_head)",
+                        m.n_kv_head, m.n_head));
+    require(m.head_size() % 2 == 0,
+            fmt::format("llama: the head size n_embd / n_head = {} must be even (RoPE rotates "
+                        "pairs of channels)",
+                        m.head_size()));
+    require(m.ffn_hidden >= 0 && m.multiple_of >= 1,
+            "model.ffn_hidden must not be negative and model.multiple_of must be positive");
+    require(m.rope_theta > 0, "model.rope_theta must be positive");
+    require(m.norm_eps > 0 && m.norm_eps < 1, "model.norm_eps must be in (0, 1)");
+  } else {
+    const ModelConfig gpt2;
+    require((m.n_kv_head == 0 || m.n_kv_head == m.n_head) && m.ffn_hidden == 0 &&
+                m.multiple_of == gpt2.multiple_of && m.rope_theta == gpt2.rope_theta &&
+                m.norm_eps == gpt2.norm_eps && m.tied(),
+            "model.n_kv_head, ffn_hidden, multiple_of, rope_theta, norm_eps and tie_embeddings = "
+            "false apply to model.family = 'llama' only (GPT-2 has multi-head attention, a 4C "
+            "GELU MLP, learned positions, LayerNorm eps 1e-5 and a tied head)");
+  }
   require(m.block_size >= 1 && m.block_size <= 1 << 20,
           fmt::format("model.block_size = {} must be between 1 and 1048576", m.block_size));
   const TrainSection& t = c.train;
@@ -569,9 +614,14 @@ void validate_layout(const Config& c, int world_size, const Checker& require) {
   require(m.n_head % p.tp == 0,
           fmt::format("parallel.tp = {} must divide model.n_head = {} (heads are split across tp)",
                       p.tp, m.n_head));
-  require((4 * m.n_embd) % p.tp == 0,
-          fmt::format("parallel.tp = {} must divide 4 * model.n_embd = {} (the MLP width)", p.tp,
-                      4 * m.n_embd));
+  require(m.mlp_hidden() % p.tp == 0,
+          fmt::format("parallel.tp = {} must divide the MLP width {} (model.{})", p.tp,
+                      m.mlp_hidden(), m.llama() ? "ffn_hidden" : "n_embd x 4"));
+  require(m.kv_heads() % p.tp == 0 || p.tp % m.kv_heads() == 0,
+          fmt::format("parallel.tp = {} and model.n_kv_head = {}: one must divide the other (tp "
+                      "splits the key/value heads, or each rank keeps the one its query heads "
+                      "read)",
+                      p.tp, m.kv_heads()));
   require(!p.sequence_parallel || t.seq_len % p.tp == 0,
           fmt::format("parallel.sequence_parallel splits every sequence over parallel.tp = {}: "
                       "train.seq_len = {} must be divisible by it",

@@ -1,4 +1,5 @@
-// GPT2LMHeadModel (config.json + safetensors) to a trident checkpoint and back.
+// GPT2LMHeadModel and LlamaForCausalLM (config.json + safetensors) to a trident checkpoint and
+// back.
 #include "io/hf_models.hpp"
 
 #include <fmt/format.h>
@@ -26,41 +27,71 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-// One trident parameter as a GPT2LMHeadModel stores it: its name there (without the
-// "transformer." prefix that GPT2LMHeadModel's own state dict adds) and whether it is a Conv1D
-// weight, stored [in, out] where trident stores [out, in].
+// One trident parameter as a Hugging Face model stores it: the tensors stacked along trident's
+// rows (Llama's k_proj and v_proj make trident's attn.kv, gate_proj and up_proj its mlp.fc), named
+// as in the model's state dict (for GPT-2 without the "transformer." prefix GPT2LMHeadModel adds),
+// and whether it is a GPT-2 Conv1D weight, stored [in, out] where trident stores [out, in].
 struct HfName {
-  std::string name;
+  std::vector<std::string> parts;
   bool transposed = false;
 };
 
 HfName gpt2_name(const std::string& trident_name) {
   static const std::map<std::string, HfName> block{
-      {"ln_1.weight", {"ln_1.weight"}},
-      {"ln_1.bias", {"ln_1.bias"}},
-      {"attn.qkv.weight", {"attn.c_attn.weight", true}},
-      {"attn.qkv.bias", {"attn.c_attn.bias"}},
-      {"attn.proj.weight", {"attn.c_proj.weight", true}},
-      {"attn.proj.bias", {"attn.c_proj.bias"}},
-      {"ln_2.weight", {"ln_2.weight"}},
-      {"ln_2.bias", {"ln_2.bias"}},
-      {"mlp.fc.weight", {"mlp.c_fc.weight", true}},
-      {"mlp.fc.bias", {"mlp.c_fc.bias"}},
-      {"mlp.proj.weight", {"mlp.c_proj.weight", true}},
-      {"mlp.proj.bias", {"mlp.c_proj.bias"}}};
+      {"ln_1.weight", {{"ln_1.weight"}}},
+      {"ln_1.bias", {{"ln_1.bias"}}},
+      {"attn.qkv.weight", {{"attn.c_attn.weight"}, true}},
+      {"attn.qkv.bias", {{"attn.c_attn.bias"}}},
+      {"attn.proj.weight", {{"attn.c_proj.weight"}, true}},
+      {"attn.proj.bias", {{"attn.c_proj.bias"}}},
+      {"ln_2.weight", {{"ln_2.weight"}}},
+      {"ln_2.bias", {{"ln_2.bias"}}},
+      {"mlp.fc.weight", {{"mlp.c_fc.weight"}, true}},
+      {"mlp.fc.bias", {{"mlp.c_fc.bias"}}},
+      {"mlp.proj.weight", {{"mlp.c_proj.weight"}, true}},
+      {"mlp.proj.bias", {{"mlp.c_proj.bias"}}}};
   if (trident_name.rfind("h.", 0) == 0) {
     const size_t dot = trident_name.find('.', 2);
     const HfName& inner = block.at(trident_name.substr(dot + 1));
-    return {trident_name.substr(0, dot + 1) + inner.name, inner.transposed};
+    return {{trident_name.substr(0, dot + 1) + inner.parts[0]}, inner.transposed};
   }
-  if (trident_name == "wte" || trident_name == "wpe") return {trident_name + ".weight"};
-  return {trident_name};  // ln_f.weight, ln_f.bias
+  if (trident_name == "wte" || trident_name == "wpe") return {{trident_name + ".weight"}};
+  return {{trident_name}};  // ln_f.weight, ln_f.bias
 }
 
-// The shape a tensor has in the Hugging Face file.
-std::vector<int64_t> hf_shape(const ParamSpec& spec, bool transposed) {
-  if (!transposed) return spec.shape;
-  return {spec.shape[1], spec.shape[0]};
+// LlamaForCausalLM's names; its Linear weights are [out, in], as trident's.
+HfName llama_name(const std::string& trident_name) {
+  static const std::map<std::string, std::vector<std::string>> block{
+      {"ln_1.weight", {"input_layernorm.weight"}},
+      {"attn.q.weight", {"self_attn.q_proj.weight"}},
+      {"attn.kv.weight", {"self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
+      {"attn.proj.weight", {"self_attn.o_proj.weight"}},
+      {"ln_2.weight", {"post_attention_layernorm.weight"}},
+      {"mlp.fc.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
+      {"mlp.proj.weight", {"mlp.down_proj.weight"}}};
+  if (trident_name.rfind("h.", 0) == 0) {
+    const size_t dot = trident_name.find('.', 2);
+    const std::string layer = "model.layers." + trident_name.substr(2, dot - 2) + ".";
+    HfName out;
+    for (const std::string& part : block.at(trident_name.substr(dot + 1)))
+      out.parts.push_back(layer + part);
+    return out;
+  }
+  if (trident_name == "wte") return {{"model.embed_tokens.weight"}};
+  if (trident_name == "lm_head") return {{"lm_head.weight"}};
+  return {{"model.norm.weight"}};  // ln_f.weight
+}
+
+HfName hf_name(const ModelConfig& m, const std::string& trident_name) {
+  return m.llama() ? llama_name(trident_name) : gpt2_name(trident_name);
+}
+
+// The shape each part of a parameter has in the Hugging Face file.
+std::vector<int64_t> hf_shape(const ParamSpec& spec, const HfName& hf) {
+  std::vector<int64_t> shape = spec.shape;
+  shape[0] /= static_cast<int64_t>(hf.parts.size());
+  if (hf.transposed) std::swap(shape[0], shape[1]);
+  return shape;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -126,13 +157,7 @@ int config_int(const Json& config, const std::string& key, const fs::path& path)
 }
 
 // GPT2LMHeadModel's config.json, checked against what trident's GPT-2 computes.
-ModelConfig gpt2_model(const fs::path& path) {
-  const Json config = read_json(path);
-  const std::string type = config.value("model_type", "");
-  if (type != "gpt2")
-    throw InputError(fmt::format(
-        "'{}': model_type '{}' is not supported; trident imports GPT2LMHeadModel (gpt2)",
-        path.string(), type));
+ModelConfig gpt2_model(const Json& config, const fs::path& path) {
   ModelConfig m;
   m.name = "hf-gpt2";
   m.n_layer = config_int(config, "n_layer", path);
@@ -162,6 +187,62 @@ ModelConfig gpt2_model(const fs::path& path) {
     throw InputError(fmt::format("'{}': n_embd {} is not a multiple of n_head {}", path.string(),
                                  m.n_embd, m.n_head));
   return m;
+}
+
+// LlamaForCausalLM's config.json, checked against what trident's Llama computes.
+ModelConfig llama_model(const Json& config, const fs::path& path) {
+  ModelConfig m;
+  m.name = "hf-llama";
+  m.family = ModelFamily::kLlama;
+  m.n_layer = config_int(config, "num_hidden_layers", path);
+  m.n_embd = config_int(config, "hidden_size", path);
+  m.n_head = config_int(config, "num_attention_heads", path);
+  m.n_kv_head = config.contains("num_key_value_heads") && !config["num_key_value_heads"].is_null()
+                    ? config_int(config, "num_key_value_heads", path)
+                    : m.n_head;
+  m.ffn_hidden = config_int(config, "intermediate_size", path);
+  m.vocab_size = config_int(config, "vocab_size", path);
+  m.block_size = config_int(config, "max_position_embeddings", path);
+  const auto number = [&](const char* key, double fallback) {
+    if (!config.contains(key)) return fallback;
+    if (!config[key].is_number() || !(config[key].get<double>() > 0))
+      throw InputError(fmt::format("'{}': {} must be a positive number", path.string(), key));
+    return config[key].get<double>();
+  };
+  m.rope_theta = number("rope_theta", 10000.0);
+  m.norm_eps = number("rms_norm_eps", 1e-6);  // LlamaConfig's default
+  m.tie_embeddings = config.value("tie_word_embeddings", false);
+  const auto refuse = [&](const std::string& what) {
+    return InputError(
+        fmt::format("'{}': {}; trident's Llama cannot compute this model", path.string(), what));
+  };
+  if (config.value("hidden_act", "silu") != "silu")
+    throw refuse(fmt::format("hidden_act '{}' is not silu", config.value("hidden_act", "")));
+  if (config.value("attention_bias", false)) throw refuse("attention_bias is set");
+  if (config.value("mlp_bias", false)) throw refuse("mlp_bias is set");
+  if (config.contains("rope_scaling") && !config["rope_scaling"].is_null())
+    throw refuse(fmt::format("rope_scaling {} is set (trident's RoPE is unscaled)",
+                             config["rope_scaling"].dump()));
+  if (m.n_embd % m.n_head != 0)
+    throw InputError(fmt::format("'{}': hidden_size {} is not a multiple of num_attention_heads {}",
+                                 path.string(), m.n_embd, m.n_head));
+  if (config.contains("head_dim") && !config["head_dim"].is_null() &&
+      config["head_dim"] != Json(m.n_embd / m.n_head))
+    throw refuse(fmt::format("head_dim {} is not hidden_size / num_attention_heads",
+                             config["head_dim"].dump()));
+  return m;
+}
+
+// The model config.json describes, for the families trident computes.
+ModelConfig hf_model(const fs::path& path) {
+  const Json config = read_json(path);
+  const std::string type = config.value("model_type", "");
+  if (type == "llama") return llama_model(config, path);
+  if (type == "gpt2") return gpt2_model(config, path);
+  throw InputError(fmt::format(
+      "'{}': model_type '{}' is not supported; trident imports GPT2LMHeadModel (gpt2) and "
+      "LlamaForCausalLM (llama)",
+      path.string(), type));
 }
 
 // Every tensor of the model's safetensors file(s), by name, with the file that holds it.
@@ -210,53 +291,59 @@ HfTensors open_tensors(const fs::path& dir) {
 void import_hf(const std::string& dir, const std::string& out) {
   const fs::path root(dir);
   if (!fs::is_directory(root)) throw InputError(fmt::format("--hf '{}' is not a directory", dir));
-  const ModelConfig model = gpt2_model(root / "config.json");
+  const ModelConfig model = hf_model(root / "config.json");
   HfTensors tensors = open_tensors(root);
   const ParamTable table(model);
 
   // Every name, dtype and shape first; nothing of a tensor's size is read before all agree.
   // GPT2LMHeadModel's state dict prefixes "transformer."; GPT2Model's (the Hub's gpt2) does not.
-  std::map<std::string, std::string> stored;  // trident name -> name in the files
+  std::map<std::string, std::string> stored;  // name in the model -> name in the files
   std::set<std::string> used;
   for (const ParamSpec& spec : table.specs()) {
-    const HfName hf = gpt2_name(spec.name);
-    std::string found;
-    for (const std::string& candidate : {"transformer." + hf.name, hf.name})
-      if (tensors.where.count(candidate)) found = candidate;
-    if (found.empty())
-      throw InputError(
-          fmt::format("'{}': tensor '{}' is missing (trident's {})", dir, hf.name, spec.name));
-    const SafeTensor& t = tensors.where[found]->at(found);
-    if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
-      throw InputError(
-          fmt::format("'{}': tensor '{}' has dtype {}; trident reads F32, BF16 and "
-                      "F16",
-                      tensors.where[found]->path(), found, t.dtype));
-    const std::vector<int64_t> want = hf_shape(spec, hf.transposed);
-    if (t.shape != want)
-      throw InputError(fmt::format("'{}': tensor '{}' has shape {}, the config gives {}",
-                                   tensors.where[found]->path(), found, shape_text(t.shape),
-                                   shape_text(want)));
-    stored[spec.name] = found;
-    used.insert(found);
+    const HfName hf = hf_name(model, spec.name);
+    for (const std::string& part : hf.parts) {
+      std::string found;
+      for (const std::string& candidate : {"transformer." + part, part})
+        if (tensors.where.count(candidate) && (!model.llama() || candidate == part))
+          found = candidate;
+      if (found.empty())
+        throw InputError(
+            fmt::format("'{}': tensor '{}' is missing (trident's {})", dir, part, spec.name));
+      const SafeTensor& t = tensors.where[found]->at(found);
+      if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
+        throw InputError(
+            fmt::format("'{}': tensor '{}' has dtype {}; trident reads F32, BF16 and "
+                        "F16",
+                        tensors.where[found]->path(), found, t.dtype));
+      const std::vector<int64_t> want = hf_shape(spec, hf);
+      if (t.shape != want)
+        throw InputError(fmt::format("'{}': tensor '{}' has shape {}, the config gives {}",
+                                     tensors.where[found]->path(), found, shape_text(t.shape),
+                                     shape_text(want)));
+      stored[part] = found;
+      used.insert(found);
+    }
   }
+  const std::string embedding = hf_name(model, "wte").parts[0];
   for (const auto& [name, file] : tensors.where) {
     if (used.count(name)) continue;
-    // The causal-mask buffers older transformers saved, and the output head tied to wte.
-    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
-    if (name == "lm_head.weight") {
-      const std::string wte = stored.at("wte");
+    // The causal-mask buffers older transformers saved, and Llama's rotary frequencies.
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
+        ends_with(name, ".rotary_emb.inv_freq"))
+      continue;
+    if (name == "lm_head.weight" && model.tied()) {  // a saved copy of the tied head
+      const std::string wte = stored.at(embedding);
       if (file->at(name).shape != tensors.where[wte]->at(wte).shape ||
           to_floats(file->read(name), file->at(name).dtype) !=
               to_floats(tensors.where[wte]->read(wte), tensors.where[wte]->at(wte).dtype))
         throw InputError(
-            fmt::format("'{}': lm_head.weight differs from {}: trident's GPT-2 ties "
-                        "the output head to the token embedding",
+            fmt::format("'{}': lm_head.weight differs from {}: the model ties the output head "
+                        "to the token embedding",
                         file->path(), wte));
       continue;
     }
-    throw InputError(
-        fmt::format("'{}': tensor '{}' is not a GPT2LMHeadModel parameter", file->path(), name));
+    throw InputError(fmt::format("'{}': tensor '{}' is not a {} parameter", file->path(), name,
+                                 model.llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel"));
   }
 
   Config config;
@@ -264,16 +351,22 @@ void import_hf(const std::string& dir, const std::string& out) {
   config.run.name = "imported";
   config.train.seq_len = std::min(config.train.seq_len, model.block_size);
   config.parallel.dp = 1;
+  config.source = (root / "config.json").string();  // what a refusal of the model names
   config = resolve(config, 1);
   const LocalParamTable local(table, model, whole_model(model));
   View1 params("imported params", local.total_numel());
   View1 moment_m("imported m", local.total_numel()), moment_v("imported v", local.total_numel());
   auto host = Kokkos::create_mirror_view(params);
   for (const LocalParam& p : local.params()) {
-    const SafetensorsFile& file = *tensors.where[stored[p.spec->name]];
-    const SafeTensor& t = file.at(stored[p.spec->name]);
-    std::vector<float> values = to_floats(file.read(stored[p.spec->name]), t.dtype);
-    if (gpt2_name(p.spec->name).transposed) values = transpose(values, t.shape[0], t.shape[1]);
+    const HfName hf = hf_name(model, p.spec->name);
+    std::vector<float> values;  // the parts stacked along trident's rows
+    for (const std::string& part : hf.parts) {
+      const SafetensorsFile& file = *tensors.where[stored[part]];
+      const SafeTensor& t = file.at(stored[part]);
+      std::vector<float> rows = to_floats(file.read(stored[part]), t.dtype);
+      if (hf.transposed) rows = transpose(rows, t.shape[0], t.shape[1]);
+      values.insert(values.end(), rows.begin(), rows.end());
+    }
     for (int64_t i = 0; i < p.numel; ++i) {
       const int64_t global = local.global_index(p, i);
       host(p.offset + i) = global >= 0 ? values[static_cast<size_t>(global)] : 0.0f;
@@ -286,12 +379,49 @@ void import_hf(const std::string& dir, const std::string& out) {
   meta.git_revision = git_revision();
   save_checkpoint(out, config, meta, {ShardBuffers{&local, params, moment_m, moment_v}},
                   ShardOwner{}, MPI_COMM_SELF);
-  std::printf(
-      "imported %s (GPT2LMHeadModel: L=%d C=%d NH=%d V=%d block=%d, %lld parameters) into "
-      "%s\n",
-      dir.c_str(), model.n_layer, model.n_embd, model.n_head, model.vocab_size, model.block_size,
-      static_cast<long long>(table.total_numel()), out.c_str());
+  std::printf("imported %s (%s: %s, %lld parameters) into %s\n", dir.c_str(),
+              model.llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel", model.shape_line().c_str(),
+              static_cast<long long>(table.total_numel()), out.c_str());
 }
+
+namespace {
+
+// config.json for the checkpoint's model.
+nlohmann::ordered_json hf_config(const ModelConfig& m, const std::string& dtype) {
+  const std::string torch_dtype = dtype == "fp32" ? "float32" : "bfloat16";
+  if (m.llama())
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"vocab_size", m.vocab_size},
+            {"max_position_embeddings", m.block_size},
+            {"hidden_size", m.n_embd},
+            {"intermediate_size", m.mlp_hidden()},
+            {"num_hidden_layers", m.n_layer},
+            {"num_attention_heads", m.n_head},
+            {"num_key_value_heads", m.kv_heads()},
+            {"hidden_act", "silu"},
+            {"rms_norm_eps", m.norm_eps},
+            {"rope_theta", m.rope_theta},
+            {"rope_scaling", nullptr},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"tie_word_embeddings", m.tied()},
+            {"torch_dtype", torch_dtype}};
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", m.vocab_size},
+          {"n_positions", m.block_size},
+          {"n_embd", m.n_embd},
+          {"n_layer", m.n_layer},
+          {"n_head", m.n_head},
+          {"n_inner", nullptr},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-5},
+          {"tie_word_embeddings", true},
+          {"torch_dtype", torch_dtype}};
+}
+
+}  // namespace
 
 void export_hf(const std::string& checkpoint, const std::string& dir, const std::string& dtype,
                uint64_t max_shard_bytes) {
@@ -308,12 +438,17 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const std:
   std::vector<SafeTensorData> tensors;
   uint64_t total = 0;
   for (const ParamSpec& spec : params.table().specs()) {
-    const HfName hf = gpt2_name(spec.name);
+    const HfName hf = hf_name(m, spec.name);
     std::vector<float> values = params.read(spec.name);
     if (hf.transposed) values = transpose(values, spec.shape[0], spec.shape[1]);
-    tensors.push_back({"transformer." + hf.name, safe_dtype, hf_shape(spec, hf.transposed),
-                       from_floats(values, safe_dtype)});
-    total += tensors.back().bytes.size();
+    const size_t part_size = values.size() / hf.parts.size();
+    for (size_t k = 0; k < hf.parts.size(); ++k) {
+      const std::vector<float> part(values.begin() + k * part_size,
+                                    values.begin() + (k + 1) * part_size);
+      tensors.push_back({(m.llama() ? "" : "transformer.") + hf.parts[k], safe_dtype,
+                         hf_shape(spec, hf), from_floats(part, safe_dtype)});
+      total += tensors.back().bytes.size();
+    }
   }
   // Shards of at most max_shard_bytes (a larger tensor gets a shard of its own).
   std::vector<std::vector<SafeTensorData>> shards(1);
@@ -341,18 +476,7 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const std:
     std::ofstream((fs::path(dir) / "model.safetensors.index.json").string())
         << index.dump(2) << "\n";
   }
-  const nlohmann::ordered_json config = {{"architectures", {"GPT2LMHeadModel"}},
-                                         {"model_type", "gpt2"},
-                                         {"vocab_size", m.vocab_size},
-                                         {"n_positions", m.block_size},
-                                         {"n_embd", m.n_embd},
-                                         {"n_layer", m.n_layer},
-                                         {"n_head", m.n_head},
-                                         {"n_inner", nullptr},
-                                         {"activation_function", "gelu_new"},
-                                         {"layer_norm_epsilon", 1e-5},
-                                         {"tie_word_embeddings", true},
-                                         {"torch_dtype", dtype == "fp32" ? "float32" : "bfloat16"}};
+  const nlohmann::ordered_json config = hf_config(m, dtype);
   std::ofstream config_file((fs::path(dir) / "config.json").string());
   config_file << config.dump(2) << "\n";
   if (!config_file)

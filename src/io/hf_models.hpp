@@ -1,5 +1,5 @@
-// Hugging Face models in and out: GPT2LMHeadModel's config.json and safetensors <-> trident
-// checkpoints.
+// Hugging Face models in and out: GPT2LMHeadModel's and LlamaForCausalLM's config.json and
+// safetensors <-> trident checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -8,16 +8,18 @@
 namespace trident {
 
 // Reads `dir`/config.json and `dir`/model.safetensors (or the shards that
-// model.safetensors.index.json names) of a GPT2LMHeadModel, checks the config against what
-// trident's GPT-2 computes and every tensor's name, dtype and shape against the config (a missing,
-// extra or misshapen tensor is an InputError naming it), and writes `out`: a step-0 trident
-// checkpoint (the weights, fresh AdamW moments) that loads on any layout. GPT-2's Conv1D weights
-// are stored [in, out] and are transposed to trident's [out, in]. Prints what it did.
+// model.safetensors.index.json names) of a GPT2LMHeadModel or a LlamaForCausalLM, checks the
+// config against what trident computes and every tensor's name, dtype and shape against the config
+// (a missing, extra or misshapen tensor is an InputError naming it), and writes `out`: a step-0
+// trident checkpoint (the weights, fresh AdamW moments) that loads on any layout. GPT-2's Conv1D
+// weights are stored [in, out] and are transposed to trident's [out, in]; Llama's k_proj | v_proj
+// and gate_proj | up_proj are stacked into trident's attn.kv and mlp.fc. RoPE is Hugging Face's
+// rotate-half layout on both sides, so q_proj and k_proj are taken as they are. Prints what it did.
 void import_hf(const std::string& dir, const std::string& out);
 
 // Writes a checkpoint's parameters (each checked against its stored checksum) as a
-// GPT2LMHeadModel: `dir`/config.json and model.safetensors in `dtype` ("fp32" or "bf16"), or,
-// above `max_shard_bytes`, model-0000k-of-0000n.safetensors shards and
+// GPT2LMHeadModel or LlamaForCausalLM: `dir`/config.json and model.safetensors in `dtype` ("fp32"
+// or "bf16"), or, above `max_shard_bytes`, model-0000k-of-0000n.safetensors shards and
 // model.safetensors.index.json. Prints what it wrote.
 void export_hf(const std::string& checkpoint, const std::string& dir, const std::string& dtype,
                uint64_t max_shard_bytes);

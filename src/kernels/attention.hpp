@@ -17,10 +17,15 @@ namespace trident::kernels {
 
 struct AttentionShape {
   int B, T, NH, HS;  // C = NH * HS
+  int KVH = 0;       // key/value heads (grouped-query attention); 0: NH
+  int kv_heads() const { return KVH > 0 ? KVH : NH; }
+  int group() const { return NH / kv_heads(); }  // query heads per key/value head
 };
 
-// The layout both shapes share. qkv[B*T, 3C] holds q | k | v, head h at columns h*HS..h*HS+HS of
-// each third; out[B*T, C] is per head softmax(q k^T / sqrt(HS), causal) v; lse[B*NH*T], at
+// The layout both shapes share. qkv[B*T, (NH + 2 KVH) HS] holds q | k | v: query head h at columns
+// h*HS..h*HS+HS, key head g at NH*HS + g*HS and value head g at (NH + KVH)*HS + g*HS; query head h
+// reads key/value head h / (NH / KVH) (grouped-query attention; KVH = NH is multi-head attention).
+// out[B*T, C] is per head softmax(q k^T / sqrt(HS), causal) v; lse[B*NH*T], at
 // (b*NH + h)*T + t, is each query row's log sum_j exp(q.k_j / sqrt(HS)): all that backward needs
 // besides q, k, v and out (the probabilities of a tile are exp(score - lse)). The scratch is
 // attention_tiled_scratch (host shape) or attention_batched_scratch (GPU shape) floats.
@@ -118,7 +123,8 @@ inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const
                                     AttentionTiles tiles) {
   exec.fence();  // BLAS reads what earlier kernels wrote
   using Stored = typename E::Stored;
-  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
+  const int T = s.T, NH = s.NH, HS = s.HS, R = tiles.rows, K = tiles.keys;
+  const int k_col = NH * HS, v_col = (NH + s.kv_heads()) * HS, G = s.group();
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const size_t per_item = attention_tiled_scratch(1, 1, HS, T, tiles, E::format);
@@ -127,8 +133,8 @@ inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const
       "attention_forward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), [=](int bh) {
         const int h = bh % NH, b = bh / NH;
         const Stored* q = &qkv(b * T, h * HS);
-        const Stored* k = q + C;
-        const Stored* v = q + 2 * C;
+        const Stored* k = &qkv(b * T, k_col + h / G * HS);
+        const Stored* v = &qkv(b * T, v_col + h / G * HS);
         Stored* o = &out(b * T, h * HS);
         float* p = scratch.data() + bh * per_item;  // [R, K] scores, then probabilities
         float* row_max = p + 2 * static_cast<size_t>(R) * K;
@@ -181,8 +187,9 @@ inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const
       });
 }
 
-// dqkv[B*T, 3C] = gradient w.r.t. qkv (overwritten), from dout[B*T, C] and forward's out and lse;
-// every tensor but lse stored as E.
+// dqkv[B*T, (NH + 2 KVH) HS] = gradient w.r.t. qkv (overwritten), from dout[B*T, C] and
+// forward's out and lse; every tensor but lse stored as E. One work item per (sequence, key/value
+// head) runs the group's query heads in turn, so a head's dk and dv are summed by one thread.
 template <class E = Fp32Elements>
 inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, const Vec& scratch,
                                      const ConstMatOf<E>& dout, const ConstMatOf<E>& qkv,
@@ -190,24 +197,21 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
                                      AttentionShape s, AttentionTiles tiles) {
   exec.fence();  // BLAS reads what earlier kernels wrote
   using Stored = typename E::Stored;
-  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
+  const int T = s.T, NH = s.NH, HS = s.HS, R = tiles.rows, K = tiles.keys;
+  const int KVH = s.kv_heads(), G = s.group(), k_col = NH * HS, v_col = (NH + KVH) * HS;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
   const size_t per_item = attention_tiled_scratch(1, 1, HS, T, tiles, E::format);
   check_attention_scratch(scratch.extent(0), per_item * s.B * NH);
   Kokkos::parallel_for(
-      "attention_backward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), [=](int bh) {
-        const int h = bh % NH, b = bh / NH;
-        const Stored* q = &qkv(b * T, h * HS);
-        const Stored* k = q + C;
-        const Stored* v = q + 2 * C;
-        const Stored* o = &out(b * T, h * HS);
-        const Stored* g = &dout(b * T, h * HS);
-        Stored* dq = &dqkv(b * T, h * HS);
-        Stored* dk = dq + C;
-        Stored* dv = dq + 2 * C;
-        float* p = scratch.data() + bh * per_item;   // [R, K] probabilities
+      "attention_backward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * KVH), [=](int bg) {
+        const int g_head = bg % KVH, b = bg / KVH;
+        const Stored* k = &qkv(b * T, k_col + g_head * HS);
+        const Stored* v = &qkv(b * T, v_col + g_head * HS);
+        Stored* dk = &dqkv(b * T, k_col + g_head * HS);
+        Stored* dv = &dqkv(b * T, v_col + g_head * HS);
+        float* p = scratch.data() + bg * per_item;   // [R, K] probabilities
         float* ds = p + static_cast<size_t>(R) * K;  // [R, K] their gradients, then the scores'
         float* row_dot = ds + static_cast<size_t>(R) * K;  // [R] dout . out
         // 16-bit: q, dout and dq [R, HS]; k and v [K, HS]; dk and dv [T, HS] (sums over blocks)
@@ -218,17 +222,15 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
         float* v_buffer = k_buffer + static_cast<size_t>(K) * HS;
         float* dk_buffer = v_buffer + static_cast<size_t>(K) * HS;
         float* dv_buffer = dk_buffer + static_cast<size_t>(T) * HS;
-        const float* row_lse = lse.data() + static_cast<size_t>(bh) * T;
-        if (bh + 1 < s.B * NH) {  // the next item's inputs, cold by now (kernels/streaming.hpp)
-          const int h_next = (bh + 1) % NH, b_next = (bh + 1) / NH;
-          const Stored* q_next = &qkv(b_next * T, h_next * HS);
-          const Stored* g_next = &dout(b_next * T, h_next * HS);
-          const Stored* o_next = &out(b_next * T, h_next * HS);
+        if (bg + 1 < s.B * KVH) {  // the next item's inputs, cold by now (kernels/streaming.hpp)
+          const int g_next = (bg + 1) % KVH, b_next = (bg + 1) / KVH;
           for (int t = 0; t < T; ++t) {
-            const Stored* qkv_row = q_next + static_cast<size_t>(t) * ld_qkv;
-            for (int part = 0; part < 3; ++part) prefetch_span(0, HS, qkv_row + part * C);
-            prefetch_span(0, HS, g_next + static_cast<size_t>(t) * ld_dout);
-            prefetch_span(0, HS, o_next + static_cast<size_t>(t) * ld_out);
+            const Stored* qkv_row = &qkv(b_next * T + t, 0);
+            prefetch_span(0, G * HS, qkv_row + g_next * G * HS);
+            prefetch_span(0, HS, qkv_row + k_col + g_next * HS);
+            prefetch_span(0, HS, qkv_row + v_col + g_next * HS);
+            prefetch_span(0, G * HS, &dout(b_next * T + t, g_next * G * HS));
+            prefetch_span(0, G * HS, &out(b_next * T + t, g_next * G * HS));
           }
         }
         const HostAccumulator<E> dk_acc = accumulator<E>(dk, ld_dqkv, HS, dk_buffer);
@@ -238,47 +240,54 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
             dk_acc.data[static_cast<size_t>(t) * dk_acc.ld + i] = 0.0f;
             dv_acc.data[static_cast<size_t>(t) * dv_acc.ld + i] = 0.0f;
           }
-        for (int r0 = 0; r0 < T; r0 += R) {
-          const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
-          const HostRows<E> q_block =
-              rows_as_fp32<E>(q + static_cast<size_t>(r0) * ld_qkv, ld_qkv, rows, HS, q_buffer);
-          const HostRows<E> g_block =
-              rows_as_fp32<E>(g + static_cast<size_t>(r0) * ld_dout, ld_dout, rows, HS, g_buffer);
-          Stored* dq_block = dq + static_cast<size_t>(r0) * ld_dqkv;
-          const HostAccumulator<E> dq_acc = accumulator<E>(dq_block, ld_dqkv, HS, dq_buffer);
-          for (int i = 0; i < rows; ++i) {
-            const float* g_row = g_block.data + static_cast<size_t>(i) * g_block.ld;
-            const Stored* o_row = o + static_cast<size_t>(r0 + i) * ld_out;
-            row_dot[i] = kmath::lane_sum(HS, [&](int d) { return g_row[d] * E::load(o_row[d]); });
-          }
-          for (int c0 = 0; c0 < keys_end; c0 += K) {
-            const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-            const KeyTile<E> tile = score_key_tile<E>(q_block, rows, k, v, ld_qkv, c0, cols, HS,
-                                                      scale, k_buffer, v_buffer, p, K);
-            gemm_block('N', 'T', rows, cols, HS, 1.0f, g_block.data, g_block.ld, tile.v.data,
-                       tile.v.ld, 0.0f, ds, K);
-            // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
+        for (int h = g_head * G; h < (g_head + 1) * G; ++h) {
+          const Stored* q = &qkv(b * T, h * HS);
+          const Stored* o = &out(b * T, h * HS);
+          const Stored* g = &dout(b * T, h * HS);
+          Stored* dq = &dqkv(b * T, h * HS);
+          const float* row_lse = lse.data() + static_cast<size_t>(b * NH + h) * T;
+          for (int r0 = 0; r0 < T; r0 += R) {
+            const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
+            const HostRows<E> q_block =
+                rows_as_fp32<E>(q + static_cast<size_t>(r0) * ld_qkv, ld_qkv, rows, HS, q_buffer);
+            const HostRows<E> g_block =
+                rows_as_fp32<E>(g + static_cast<size_t>(r0) * ld_dout, ld_dout, rows, HS, g_buffer);
+            Stored* dq_block = dq + static_cast<size_t>(r0) * ld_dqkv;
+            const HostAccumulator<E> dq_acc = accumulator<E>(dq_block, ld_dqkv, HS, dq_buffer);
             for (int i = 0; i < rows; ++i) {
-              float* prow = p + static_cast<size_t>(i) * K;
-              float* drow = ds + static_cast<size_t>(i) * K;
-              const int valid = causal_keys(r0 + i, c0, cols);
-              const float row_l = row_lse[r0 + i], dot = row_dot[i];
-              for (int j = 0; j < valid; ++j) {
-                const float pj = kmath::exp_vec(prow[j] - row_l);
-                prow[j] = pj;
-                drow[j] = pj * (drow[j] - dot) * scale;
-              }
-              for (int j = valid; j < cols; ++j) prow[j] = drow[j] = 0.0f;
+              const float* g_row = g_block.data + static_cast<size_t>(i) * g_block.ld;
+              const Stored* o_row = o + static_cast<size_t>(r0 + i) * ld_out;
+              row_dot[i] = kmath::lane_sum(HS, [&](int d) { return g_row[d] * E::load(o_row[d]); });
             }
-            gemm_block('N', 'N', rows, HS, cols, 1.0f, ds, K, tile.k.data, tile.k.ld,
-                       c0 == 0 ? 0.0f : 1.0f, dq_acc.data, dq_acc.ld);
-            gemm_block('T', 'N', cols, HS, rows, 1.0f, ds, K, q_block.data, q_block.ld, 1.0f,
-                       dk_acc.data + static_cast<size_t>(c0) * dk_acc.ld, dk_acc.ld);
-            gemm_block('T', 'N', cols, HS, rows, 1.0f, p, K, g_block.data, g_block.ld, 1.0f,
-                       dv_acc.data + static_cast<size_t>(c0) * dv_acc.ld, dv_acc.ld);
+            for (int c0 = 0; c0 < keys_end; c0 += K) {
+              const int cols = keys_end - c0 < K ? keys_end - c0 : K;
+              const KeyTile<E> tile = score_key_tile<E>(q_block, rows, k, v, ld_qkv, c0, cols, HS,
+                                                        scale, k_buffer, v_buffer, p, K);
+              gemm_block('N', 'T', rows, cols, HS, 1.0f, g_block.data, g_block.ld, tile.v.data,
+                         tile.v.ld, 0.0f, ds, K);
+              // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
+              for (int i = 0; i < rows; ++i) {
+                float* prow = p + static_cast<size_t>(i) * K;
+                float* drow = ds + static_cast<size_t>(i) * K;
+                const int valid = causal_keys(r0 + i, c0, cols);
+                const float row_l = row_lse[r0 + i], dot = row_dot[i];
+                for (int j = 0; j < valid; ++j) {
+                  const float pj = kmath::exp_vec(prow[j] - row_l);
+                  prow[j] = pj;
+                  drow[j] = pj * (drow[j] - dot) * scale;
+                }
+                for (int j = valid; j < cols; ++j) prow[j] = drow[j] = 0.0f;
+              }
+              gemm_block('N', 'N', rows, HS, cols, 1.0f, ds, K, tile.k.data, tile.k.ld,
+                         c0 == 0 ? 0.0f : 1.0f, dq_acc.data, dq_acc.ld);
+              gemm_block('T', 'N', cols, HS, rows, 1.0f, ds, K, q_block.data, q_block.ld, 1.0f,
+                         dk_acc.data + static_cast<size_t>(c0) * dk_acc.ld, dk_acc.ld);
+              gemm_block('T', 'N', cols, HS, rows, 1.0f, p, K, g_block.data, g_block.ld, 1.0f,
+                         dv_acc.data + static_cast<size_t>(c0) * dv_acc.ld, dv_acc.ld);
+            }
+            if constexpr (!std::is_same_v<E, Fp32Elements>)
+              finish_rows<E>(dq_acc, dq_block, ld_dqkv, rows, HS, nullptr);
           }
-          if constexpr (!std::is_same_v<E, Fp32Elements>)
-            finish_rows<E>(dq_acc, dq_block, ld_dqkv, rows, HS, nullptr);
         }
         if constexpr (!std::is_same_v<E, Fp32Elements>) {
           finish_rows<E>(dk_acc, dk, ld_dqkv, T, HS, nullptr);
@@ -317,7 +326,8 @@ inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, con
                                       AttentionShape s, AttentionTiles tiles) {
   using Stored = typename E::Stored;
   constexpr bool kHalf = !std::is_same_v<E, Fp32Elements>;
-  const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
+  const int T = s.T, NH = s.NH, HS = s.HS, R = tiles.rows, K = tiles.keys;
+  const int KVH = s.kv_heads(), G = s.group(), k_col = NH * HS, v_col = (NH + KVH) * HS;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const long long tile = static_cast<long long>(R) * K;
@@ -343,9 +353,13 @@ inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, con
       }
       for (int c0 = 0; c0 < keys_end; c0 += K) {
         const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-        const Stored* k_tile = qkv.data() + static_cast<size_t>(b * T + c0) * ld_qkv + C;
-        gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, scale, q_block, ld_qkv, HS, k_tile, ld_qkv,
-                      HS, 0.0f, scores, K, tile, NH);
+        const Stored* k_tile = qkv.data() + static_cast<size_t>(b * T + c0) * ld_qkv + k_col;
+        const Stored* v_tile = k_tile + (v_col - k_col);
+        // Batched over the key/value heads, once per query head of a group (query head g G + j
+        // reads key/value head g).
+        for (int j = 0; j < G; ++j)
+          gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, scale, q_block + j * HS, ld_qkv, G * HS,
+                        k_tile, ld_qkv, HS, 0.0f, scores + j * tile, K, G * tile, KVH);
         Kokkos::parallel_for(
             "attention_softmax", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
               const int h = team.league_rank() / rows, i = team.league_rank() % rows;
@@ -380,12 +394,13 @@ inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, con
               });
             });
         const float beta = c0 == 0 ? 0.0f : 1.0f;
-        if constexpr (kHalf)
-          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, probs16, K, tile, k_tile + C, ld_qkv,
-                        HS, beta, o_sums, HS, static_cast<long long>(R) * HS, NH);
-        else
-          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, scores, K, tile, k_tile + C, ld_qkv,
-                        HS, beta, o_base, ld_out, HS, NH);
+        for (int j = 0; j < G; ++j)
+          if constexpr (kHalf)
+            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, probs16 + j * tile, K, G * tile,
+                          v_tile, ld_qkv, HS, beta, o_sums + j * o_head, HS, G * o_head, KVH);
+          else
+            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, scores + j * tile, K, G * tile,
+                          v_tile, ld_qkv, HS, beta, o_base + j * o_head, ld_out, G * o_head, KVH);
       }
       Kokkos::parallel_for(
           "attention_normalise", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
@@ -415,6 +430,7 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
   using Stored = typename E::Stored;
   constexpr bool kHalf = !std::is_same_v<E, Fp32Elements>;
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
+  const int KVH = s.kv_heads(), G = s.group(), KV = 2 * KVH * HS;  // KV: k | v columns
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
@@ -423,7 +439,7 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
   float* const grads = probs + NH * tile;    // [NH, R, K]
   float* const row_dot = grads + NH * tile;  // [NH, R] dout . out
   // 16-bit: the probabilities and score gradients rounded for the products [NH, R, K] each, and
-  // the fp32 sums of a block's dq [NH, R, HS] and of the sequence's dk | dv [T, 2C].
+  // the fp32 sums of a block's dq [NH, R, HS] and of the sequence's dk | dv [T, KV].
   float* const extra = row_dot + NH * R;
   Stored* const probs16 = reinterpret_cast<Stored*>(extra);
   Stored* const grads16 = probs16 + NH * tile;
@@ -433,12 +449,12 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
   const MatOf<E> d = dqkv;
   if (!kHalf)
     Kokkos::parallel_for(  // dk and dv are sums over query blocks
-        "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, s.B * T * 2 * C),
-        KOKKOS_LAMBDA(int e) { d(e / (2 * C), C + e % (2 * C)) = E::store(0.0f); });
+        "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, s.B * T * KV),
+        KOKKOS_LAMBDA(int e) { d(e / KV, C + e % KV) = E::store(0.0f); });
   for (int b = 0; b < s.B; ++b) {
     if (kHalf)
       Kokkos::parallel_for(
-          "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * 2 * C),
+          "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * KV),
           KOKKOS_LAMBDA(size_t e) { dkv_sums[e] = 0.0f; });
     for (int r0 = 0; r0 < T; r0 += R) {
       const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
@@ -460,11 +476,13 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
         const int cols = keys_end - c0 < K ? keys_end - c0 : K;
         const size_t key_row = static_cast<size_t>(b) * T + c0;
         const Stored* k_tile = qkv.data() + key_row * ld_qkv + C;
-        const Stored* v_tile = k_tile + C;
-        gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, scale, q_block, ld_qkv, HS, k_tile, ld_qkv,
-                      HS, 0.0f, probs, K, tile, NH);
-        gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, 1.0f, g_block, ld_dout, HS, v_tile, ld_qkv,
-                      HS, 0.0f, grads, K, tile, NH);
+        const Stored* v_tile = k_tile + KVH * HS;
+        for (int j = 0; j < G; ++j) {  // query head g G + j reads key/value head g
+          gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, scale, q_block + j * HS, ld_qkv, G * HS,
+                        k_tile, ld_qkv, HS, 0.0f, probs + j * tile, K, G * tile, KVH);
+          gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, 1.0f, g_block + j * HS, ld_dout, G * HS,
+                        v_tile, ld_qkv, HS, 0.0f, grads + j * tile, K, G * tile, KVH);
+        }
         // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
         Kokkos::parallel_for(
             "attention_softmax_backward", row_teams(exec, NH * rows),
@@ -489,21 +507,27 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
               });
             });
         const float beta = c0 == 0 ? 0.0f : 1.0f;
-        if constexpr (kHalf) {
-          float* dk_sums = dkv_sums + static_cast<size_t>(c0) * 2 * C;
-          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads16, K, tile, k_tile, ld_qkv, HS,
-                        beta, dq_sums, HS, head_sums, NH);
-          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads16, K, tile, q_block, ld_qkv, HS,
-                        1.0f, dk_sums, 2 * C, HS, NH);
-          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs16, K, tile, g_block, ld_dout,
-                        HS, 1.0f, dk_sums + C, 2 * C, HS, NH);
-        } else {
-          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads, K, tile, k_tile, ld_qkv, HS,
-                        beta, dq_block, ld_dqkv, HS, NH);
-          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads, K, tile, q_block, ld_qkv, HS,
-                        1.0f, dqkv.data() + key_row * ld_dqkv + C, ld_dqkv, HS, NH);
-          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs, K, tile, g_block, ld_dout, HS,
-                        1.0f, dqkv.data() + key_row * ld_dqkv + 2 * C, ld_dqkv, HS, NH);
+        // dk and dv of key/value head g sum over its G query heads: one batched call per j.
+        for (int j = 0; j < G; ++j) {
+          const long long at = j * tile, every = G * tile;
+          if constexpr (kHalf) {
+            float* dk_sums = dkv_sums + static_cast<size_t>(c0) * KV;
+            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads16 + at, K, every, k_tile,
+                          ld_qkv, HS, beta, dq_sums + j * head_sums, HS, G * head_sums, KVH);
+            gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads16 + at, K, every,
+                          q_block + j * HS, ld_qkv, G * HS, 1.0f, dk_sums, KV, HS, KVH);
+            gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs16 + at, K, every,
+                          g_block + j * HS, ld_dout, G * HS, 1.0f, dk_sums + KVH * HS, KV, HS, KVH);
+          } else {
+            Stored* dk_tile = dqkv.data() + key_row * ld_dqkv + C;
+            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads + at, K, every, k_tile,
+                          ld_qkv, HS, beta, dq_block + j * HS, ld_dqkv, G * HS, KVH);
+            gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads + at, K, every,
+                          q_block + j * HS, ld_qkv, G * HS, 1.0f, dk_tile, ld_dqkv, HS, KVH);
+            gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs + at, K, every,
+                          g_block + j * HS, ld_dout, G * HS, 1.0f, dk_tile + KVH * HS, ld_dqkv, HS,
+                          KVH);
+          }
         }
       }
       if (kHalf)
@@ -518,9 +542,9 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
     }
     if (kHalf)
       Kokkos::parallel_for(
-          "attention_store_dkv", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * 2 * C),
+          "attention_store_dkv", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * KV),
           KOKKOS_LAMBDA(size_t e) {
-            const size_t t = e / (2 * C), c = e % (2 * C);
+            const size_t t = e / KV, c = e % KV;
             d(static_cast<size_t>(b) * T + t, C + c) = E::store(dkv_sums[e]);
           });
   }

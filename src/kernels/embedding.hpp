@@ -58,6 +58,7 @@ inline void embedding_backward(const Exec& exec, const Mat& dwte, const Mat& dwp
   Region region("trident::embedding_backward");
   const int N = static_cast<int>(dout.extent(0));
   const int rows = static_cast<int>(dwte.extent(0));
+  const bool with_positions = dwpe.extent(0) > 0;  // Llama has no position table
   if (shape == Shape::kGpu) {
     const int C = static_cast<int>(dout.extent(1));
     const int block_rows = (rows + kEmbeddingGpuRowBlocks - 1) / kEmbeddingGpuRowBlocks;
@@ -73,12 +74,13 @@ inline void embedding_backward(const Exec& exec, const Mat& dwte, const Mat& dwp
               dwte(row, c) += E::load(dout(n, c));
           }
         });
-    Kokkos::parallel_for(
-        "embedding_backward_positions",
-        Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * C), KOKKOS_LAMBDA(size_t i) {
-          const int t = static_cast<int>(i / C), c = static_cast<int>(i % C);
-          for (int n = t; n < N; n += T) dwpe(t, c) += E::load(dout(n, c));
-        });
+    if (with_positions)
+      Kokkos::parallel_for(
+          "embedding_backward_positions",
+          Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * C), KOKKOS_LAMBDA(size_t i) {
+            const int t = static_cast<int>(i / C), c = static_cast<int>(i % C);
+            for (int n = t; n < N; n += T) dwpe(t, c) += E::load(dout(n, c));
+          });
     return;
   }
   Kokkos::parallel_for(
@@ -88,7 +90,7 @@ inline void embedding_backward(const Exec& exec, const Mat& dwte, const Mat& dwp
           const float g = E::load(dout(n, c));
           const int row = tokens(n) - vocab_start;
           if (row >= 0 && row < rows) dwte(row, c) += g;
-          dwpe(n % T, c) += g;
+          if (with_positions) dwpe(n % T, c) += g;
         }
       });
 }

@@ -11,32 +11,37 @@
 
 namespace trident {
 
-// One block's tensors, in the storage format (the LayerNorm and softmax statistics in fp32): what
+// One block's tensors, in the storage format (the norm and softmax statistics in fp32): what
 // its ops write and its backward reads. A slot keeps them per block (ActivationSlot::blocks), and
 // the ops compute there; where a slot does not keep a tensor (a block recomputed whole keeps only
 // its output; the last block of a stage without the head sends its output) the ops use buffers the
 // stage shares. Under sequence parallelism the tensors outside the tensor-parallel regions (ln1,
-// res_attn, ln2, res_mlp and the LayerNorm statistics) hold local_rows(N) rows.
+// res_attn, ln2, res_mlp and the norm statistics) hold local_rows(N) rows.
+// Widths: qkv holds this rank's q | k | v heads (3C_tp for GPT-2; fewer key/value heads under
+// grouped-query attention), fch the MLP's first projection (4C_tp, or Llama's gate | up 2F_tp) and
+// fch_act its activation (4C_tp, or F_tp). RMSNorm keeps no mean (empty).
 struct BlockActivations {
-  StoredTensor ln1;            // [N,C]
-  View1 ln1_mean, ln1_rstd;    // [N], [N]
-  StoredTensor qkv;            // [N,3C_tp]
-  View1 att_lse;               // [B,NH_tp,T] each query row's softmax log-sum-exp
-  StoredTensor atty;           // [N,C_tp]
-  StoredTensor res_attn;       // [N,C] residual stream after attention
-  StoredTensor ln2;            // [N,C]
-  View1 ln2_mean, ln2_rstd;    // [N], [N]
-  StoredTensor fch, fch_gelu;  // [N,4C_tp]
-  StoredTensor res_mlp;        // [N,C] residual stream after the MLP (block output)
+  StoredTensor ln1;          // [N,C]
+  View1 ln1_mean, ln1_rstd;  // [N], [N]
+  StoredTensor qkv;          // [N,qkv_tp] (q and k rotated in place under RoPE)
+  View1 att_lse;             // [B,NH_tp,T] each query row's softmax log-sum-exp
+  StoredTensor atty;         // [N,C_tp]
+  StoredTensor res_attn;     // [N,C] residual stream after attention
+  StoredTensor ln2;          // [N,C]
+  View1 ln2_mean, ln2_rstd;  // [N], [N]
+  StoredTensor fch;          // [N,fc_tp]
+  StoredTensor fch_act;      // [N,F_tp] the activation's output
+  StoredTensor res_mlp;      // [N,C] residual stream after the MLP (block output)
 };
 
 // The extents of a block's tensors, in elements, for a micro-batch of N = B*T token rows.
 struct BlockExtents {
   size_t rows_c;  // [local rows, C]
-  size_t qkv;     // [N, 3C_tp]
+  size_t qkv;     // [N, qkv_tp]
   size_t heads;   // [N*NH_tp] a value per (token row, head)
   size_t atty;    // [N, C_tp]
-  size_t fc;      // [N, 4C_tp]
+  size_t fc;      // [N, fc_tp] the MLP's first projection
+  size_t act;     // [N, F_tp] its activation
   size_t stats;   // [local rows]
 };
 
@@ -54,20 +59,20 @@ struct ActivationSlot {
 };
 
 // What an input-gradient pass keeps for its deferred weight-gradient pass (zero-bubble
-// schedules): the output gradient of every linear layer and LayerNorm, which the weight gradients
+// schedules): the output gradient of every linear layer and norm, which the weight gradients
 // multiply with activations the micro-batch's slot still holds. [N,C] tensors outside the
 // tensor-parallel regions hold local_rows(N) rows under sequence parallelism.
 struct DeferredGrads {
   struct Block {
     StoredTensor out;         // [N,C] d/d(block output): the MLP projection's output gradient
     StoredTensor mid;         // [N,C] d/d(res_attn): the attention projection's
-    StoredTensor dln2, dln1;  // [N,C] the LayerNorms' output gradients
-    StoredTensor dfch;        // [N,4C_tp] the fc layer's (after the GELU)
-    StoredTensor dqkv;        // [N,3C_tp] the qkv layer's
+    StoredTensor dln2, dln1;  // [N,C] the norms' output gradients
+    StoredTensor dfch;        // [N,fc_tp] the fc layer's (after the activation)
+    StoredTensor dqkv;        // [N,qkv_tp] the qkv layer's
   };
   std::vector<Block> blocks;
   StoredTensor input;  // [N,C] d/d(stage input): the embedding's output gradient (first stage)
-  StoredTensor dlnf;   // [N,C] the final LayerNorm's (last stage; the head's is the logits slot)
+  StoredTensor dlnf;   // [N,C] the final norm's (last stage; the head's is the logits slot)
 };
 
 }  // namespace trident

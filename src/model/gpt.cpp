@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cast.hpp"
+#include "kernels/rope.hpp"
 
 namespace trident {
 
@@ -32,6 +33,11 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   }
   // create_mirror, not create_mirror_view: on host spaces the latter would alias slot 0's
   // tokens, and staging a later micro-batch would overwrite them before slot 0's backward.
+  if (m.llama()) {
+    auto table = Kokkos::create_mirror_view(st_.layers.rope);
+    kernels::fill_rope_table(table.data(), max_seq, m.head_size(), m.rope_theta);
+    Kokkos::deep_copy(st_.layers.rope, table);
+  }
   tokens_host_ = Kokkos::create_mirror(st_.slots[0].tokens);
   targets_host_ = Kokkos::create_mirror(st_.slots[0].targets);
 }
@@ -42,7 +48,7 @@ void GptStage::bind(const StageTensors& t, bool grads) {
     return grads ? layer.grads : layer.weights;
   };
   side(embedding_) = {t.wte, t.wpe};
-  side(head_.proj).weight = t.wte;  // tied
+  side(head_.proj).weight = t.head;  // wte when tied
   side(head_.lnf) = t.lnf;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     TransformerBlock& b = blocks_[i];
@@ -92,8 +98,8 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     throw std::logic_error("GptStage::forward: a stage without the head needs an output tensor");
   if (tokens || targets) stage_tokens(exec_, a, tokens_host_, targets_host_, tokens, targets, N);
   if (shape_.layout.has_embedding) {
-    hooks_.need("wte", "");
-    hooks_.need("wpe", hooks_.unit_param(0, 0));
+    if (local_.holds("wpe")) hooks_.need("wte", "");
+    hooks_.need(local_.holds("wpe") ? "wpe" : "wte", hooks_.unit_param(0, 0));
     embedding_.forward(a.input, a.tokens, B, T);
   }  // else the caller received the input there
   const StoredTensor* x = &a.input;
@@ -149,7 +155,7 @@ void GptStage::finish_weight_grads(const ActivationSlot& a, const StoredTensor& 
   if (shape_.layout.has_embedding) embedding_.backward_weight(dinput, a.tokens, a.B, a.T);
   grads_fresh_ = false;
   hooks_.grads_ready_from("");
-  if (shape_.layout.has_embedding) hooks_.unit_done("wpe");
+  if (local_.holds("wpe")) hooks_.unit_done("wpe");
   if (local_.holds("wte")) hooks_.unit_done("wte");
 }
 

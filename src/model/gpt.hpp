@@ -1,6 +1,6 @@
-// A stage of the GPT-2 model: the embedding, blocks and head one pipeline rank runs as one unit of
-// its schedule (one of its virtual stages under interleaving), on a tensor-parallel slice, with
-// their parameters, gradients and activation slots.
+// A stage of the model (GPT-2 or Llama): the embedding, blocks and head one pipeline rank runs as
+// one unit of its schedule (one of its virtual stages under interleaving), on a tensor-parallel
+// slice, with their parameters, gradients and activation slots.
 #pragma once
 
 #include <functional>

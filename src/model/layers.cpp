@@ -2,12 +2,16 @@
 // f and g operators, each dispatched on the storage format (kernels/elements.hpp).
 #include "model/layers.hpp"
 
+#include "kernels/cast.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/residual.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
 
 namespace trident {
 
@@ -25,42 +29,54 @@ Mat grad_mat(const StoredTensor& t, size_t rows, size_t cols) {
 
 }  // namespace
 
-void LayerNorm::forward(const StoredTensor& out, const View1& mean, const View1& rstd,
-                        const StoredTensor& x, int rows) const {
+void Norm::forward(const StoredTensor& out, const View1& mean, const View1& rstd,
+                   const StoredTensor& x, int rows) const {
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    layernorm_forward<E>(ctx_->exec, mat_of<E>(out, rows, C_), mean, rstd, mat_of<E>(x, rows, C_),
-                         vec_of<E>(weights.weight, C_), vec_of<E>(weights.bias, C_));
+    if (rms_)
+      rmsnorm_forward<E>(ctx_->exec, mat_of<E>(out, rows, C_), rstd, mat_of<E>(x, rows, C_),
+                         vec_of<E>(weights.weight, C_), eps_);
+    else
+      layernorm_forward<E>(ctx_->exec, mat_of<E>(out, rows, C_), mean, rstd, mat_of<E>(x, rows, C_),
+                           vec_of<E>(weights.weight, C_), vec_of<E>(weights.bias, C_));
   });
 }
 
-void LayerNorm::backward_input(const StoredTensor& dx, const StoredTensor& dout,
-                               const StoredTensor& x, const View1& mean, const View1& rstd,
-                               int rows) const {
+void Norm::backward_input(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x,
+                          const View1& mean, const View1& rstd, int rows) const {
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    layernorm_backward_input<E>(ctx_->exec, mat_of<E>(dx, rows, C_), mat_of<E>(dout, rows, C_),
-                                mat_of<E>(x, rows, C_), vec_of<E>(weights.weight, C_), mean, rstd);
+    if (rms_)
+      rmsnorm_backward_input<E>(ctx_->exec, mat_of<E>(dx, rows, C_), mat_of<E>(dout, rows, C_),
+                                mat_of<E>(x, rows, C_), vec_of<E>(weights.weight, C_), rstd);
+    else
+      layernorm_backward_input<E>(ctx_->exec, mat_of<E>(dx, rows, C_), mat_of<E>(dout, rows, C_),
+                                  mat_of<E>(x, rows, C_), vec_of<E>(weights.weight, C_), mean,
+                                  rstd);
   });
 }
 
-void LayerNorm::backward_weight(const StoredTensor& dout, const StoredTensor& x, const View1& mean,
-                                const View1& rstd, int rows) const {
+void Norm::backward_weight(const StoredTensor& dout, const StoredTensor& x, const View1& mean,
+                           const View1& rstd, int rows) const {
   const Exec& exec = ctx_->exec;
   const bool sp = ctx_->tp->sequence_parallel();
+  const int n_params = rms_ ? 1 : 2;
   const View1& sum = ctx_->ws->norm_grad;  // under SP: this rank's rows' share, then the tp sum
-  if (sp) Kokkos::deep_copy(exec, sum, 0.0f);
+  if (sp) Kokkos::deep_copy(exec, window(sum, 0, static_cast<size_t>(n_params) * C_), 0.0f);
   const Vec dw = sp ? window(sum, 0, C_) : grad_vec(grads.weight, C_);
   const Vec db = sp ? window(sum, C_, C_) : grad_vec(grads.bias, C_);
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    layernorm_backward_params<E>(exec, dw, db, mat_of<E>(dout, rows, C_), mat_of<E>(x, rows, C_),
-                                 mean, rstd);
+    if (rms_)
+      rmsnorm_backward_params<E>(exec, dw, mat_of<E>(dout, rows, C_), mat_of<E>(x, rows, C_), rstd);
+    else
+      layernorm_backward_params<E>(exec, dw, db, mat_of<E>(dout, rows, C_), mat_of<E>(x, rows, C_),
+                                   mean, rstd);
   });
   if (!sp) return;
-  ctx_->tp->allreduce_sum(sum, 2 * static_cast<size_t>(C_));
+  ctx_->tp->allreduce_sum(sum, static_cast<size_t>(n_params) * C_);
   residual_forward(exec, grad_vec(grads.weight, C_), grad_vec(grads.weight, C_), dw);
-  residual_forward(exec, grad_vec(grads.bias, C_), grad_vec(grads.bias, C_), db);
+  if (!rms_) residual_forward(exec, grad_vec(grads.bias, C_), grad_vec(grads.bias, C_), db);
 }
 
 void ColumnParallelLinear::forward(const StoredTensor& out, const StoredTensor& x_rows,
@@ -134,37 +150,81 @@ void RowParallelLinear::backward_weight(const StoredTensor& dout, const StoredTe
 
 void Attention::forward(const StoredTensor& out, const View1& lse, const StoredTensor& qkv, int B,
                         int T) const {
-  const int N = B * T, C_tp = heads_ * head_size_;
+  const int N = B * T, C_tp = h_.heads * h_.head_size;
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    attention_forward<E>(ctx_->exec, mat_of<E>(out, N, C_tp), lse, ctx_->ws->attention,
-                         mat_of<E>(qkv, N, 3 * C_tp), shape(B, T));
+    const MatOf<E> packed = mat_of<E>(qkv, N, h_.width());
+    if (h_.rope)
+      rope_rotate<E>(ctx_->exec, packed, T, h_.heads + h_.kv_heads, h_.head_size, ctx_->ws->rope,
+                     1.0f);
+    attention_forward<E>(ctx_->exec, mat_of<E>(out, N, C_tp), lse, ctx_->ws->attention, packed,
+                         shape(B, T));
   });
 }
 
 void Attention::backward(const StoredTensor& dqkv, const StoredTensor& dout,
                          const StoredTensor& qkv, const StoredTensor& out, const View1& lse, int B,
                          int T) const {
-  const int N = B * T, C_tp = heads_ * head_size_;
+  const int N = B * T, C_tp = h_.heads * h_.head_size;
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    attention_backward<E>(ctx_->exec, mat_of<E>(dqkv, N, 3 * C_tp), ctx_->ws->attention,
-                          mat_of<E>(dout, N, C_tp), mat_of<E>(qkv, N, 3 * C_tp),
-                          mat_of<E>(out, N, C_tp), lse, shape(B, T));
+    const MatOf<E> dpacked = mat_of<E>(dqkv, N, h_.width());
+    attention_backward<E>(ctx_->exec, dpacked, ctx_->ws->attention, mat_of<E>(dout, N, C_tp),
+                          mat_of<E>(qkv, N, h_.width()), mat_of<E>(out, N, C_tp), lse, shape(B, T));
+    if (h_.rope)  // the rotation's transpose: rotate back by the same angles
+      rope_rotate<E>(ctx_->exec, dpacked, T, h_.heads + h_.kv_heads, h_.head_size, ctx_->ws->rope,
+                     -1.0f);
   });
 }
 
-void Gelu::forward(const StoredTensor& out, const StoredTensor& x, size_t n) const {
+// Each rank puts its key/value head's gradients in that head's columns of a tensor of every key/
+// value head, zero elsewhere; the tp sum leaves every replica's sum in each head's columns.
+void Attention::sum_kv_replicas(const StoredTensor& dqkv, int N) const {
+  if (h_.replicas == 1) return;
+  const StoredTensor& sum = ctx_->ws->kv_sum;
+  const int HS = h_.head_size, KV = h_.global_kv_heads, width = 2 * KV * HS;
+  const size_t n = static_cast<size_t>(N) * width;
+  kernels::zero_stored(ctx_->exec, sum, n);
+  const int k_col = h_.heads * HS, v_col = k_col + HS;  // this rank's one key and value head
+  const int k_sum = h_.kv_head * HS, v_sum = (KV + h_.kv_head) * HS;
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    gelu_forward<E>(ctx_->exec, vec_of<E>(out, n), vec_of<E>(x, n));
+    copy_columns<E>(ctx_->exec, mat_of<E>(sum, N, width), k_sum, mat_of<E>(dqkv, N, h_.width()),
+                    k_col, HS);
+    copy_columns<E>(ctx_->exec, mat_of<E>(sum, N, width), v_sum, mat_of<E>(dqkv, N, h_.width()),
+                    v_col, HS);
+  });
+  ctx_->tp->allreduce_sum(sum, n);
+  ctx_->dispatch([&](auto e) {
+    using E = decltype(e);
+    copy_columns<E>(ctx_->exec, mat_of<E>(dqkv, N, h_.width()), k_col, mat_of<E>(sum, N, width),
+                    k_sum, HS);
+    copy_columns<E>(ctx_->exec, mat_of<E>(dqkv, N, h_.width()), v_col, mat_of<E>(sum, N, width),
+                    v_sum, HS);
   });
 }
 
-void Gelu::backward(const StoredTensor& d, const StoredTensor& x, size_t n) const {
+void MlpActivation::forward(const StoredTensor& out, const StoredTensor& fc, int N) const {
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    gelu_backward<E>(ctx_->exec, vec_of<E>(d, n), vec_of<E>(x, n), vec_of<E>(d, n));
+    const size_t n = static_cast<size_t>(N) * F_;
+    if (swiglu_)
+      swiglu_forward<E>(ctx_->exec, mat_of<E>(out, N, F_), mat_of<E>(fc, N, 2 * F_));
+    else
+      gelu_forward<E>(ctx_->exec, vec_of<E>(out, n), vec_of<E>(fc, n));
+  });
+}
+
+void MlpActivation::backward(const StoredTensor& dfc, const StoredTensor& dout,
+                             const StoredTensor& fc, int N) const {
+  ctx_->dispatch([&](auto e) {
+    using E = decltype(e);
+    const size_t n = static_cast<size_t>(N) * F_;
+    if (swiglu_)
+      swiglu_backward<E>(ctx_->exec, mat_of<E>(dfc, N, 2 * F_), mat_of<E>(dout, N, F_),
+                         mat_of<E>(fc, N, 2 * F_));
+    else
+      gelu_backward<E>(ctx_->exec, vec_of<E>(dfc, n), vec_of<E>(fc, n), vec_of<E>(dout, n));
   });
 }
 

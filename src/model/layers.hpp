@@ -25,10 +25,12 @@ struct LayerWorkspace {
   StoredTensor dinput;     // a column-parallel layer's input gradient before its tp sum
   StoredTensor gathered;   // sequence parallelism: all rows of a layer's input
   StoredTensor scattered;  // sequence parallelism: [N/tp,C] this rank's rows of a tp sum
-  View1 norm_grad;  // sequence parallelism: [2C] a LayerNorm's parameter gradients before their sum
-  View1 attention;  // [attention_scratch_elements(B, NH_tp, HS, T, storage)] its tiles
-  View1 row_max;    // [N] vocabulary-parallel cross-entropy: each row's maximum
-  View1 row_sums;   // [2N] its exp sums, then the target logits: one all-reduce for both
+  View1 norm_grad;      // sequence parallelism: [2C] a norm's parameter gradients before their sum
+  View1 attention;      // [attention_scratch_elements(B, NH_tp, HS, T, storage)] its tiles
+  View1 row_max;        // [N] vocabulary-parallel cross-entropy: each row's maximum
+  View1 row_sums;       // [2N] its exp sums, then the target logits: one all-reduce for both
+  View1 rope;           // rotary embeddings: [max_seq, HS/2, 2] cosines and sines (Llama)
+  StoredTensor kv_sum;  // [N, 2 KVH HS] key/value gradients summed over their tp replicas
 };
 
 // What every layer of a stage runs with.
@@ -46,20 +48,22 @@ struct LayerContext {
 
 // A layer's parameters (in the storage format) or their gradients (fp32), flat.
 struct NormParams {
-  StoredTensor weight, bias;  // [C]
+  StoredTensor weight, bias;  // [C]; RMSNorm has no bias
 };
 struct LinearParams {
   StoredTensor weight;  // [out, in] (this rank's slice)
   StoredTensor bias;    // [out], or empty
 };
 
-// LayerNorm over this rank's token rows, its parameters replicated over tp (under sequence
-// parallelism their gradients are summed over the group, whose ranks hold different rows).
-class LayerNorm {
+// LayerNorm (GPT-2: eps 1e-5, gain and bias) or RMSNorm (Llama: gain only, eps from the config)
+// over this rank's token rows, its parameters replicated over tp (under sequence parallelism their
+// gradients are summed over the group, whose ranks hold different rows).
+class Norm {
  public:
-  explicit LayerNorm(const LayerContext* ctx, int C) : ctx_(ctx), C_(C) {}
+  Norm(const LayerContext* ctx, int C, bool rms, float eps)
+      : ctx_(ctx), C_(C), rms_(rms), eps_(eps) {}
   NormParams weights, grads;
-  // out, mean, rstd [rows, C], [rows], [rows] of x [rows, C].
+  // out, mean, rstd [rows, C], [rows], [rows] of x [rows, C] (RMSNorm: no mean).
   void forward(const StoredTensor& out, const View1& mean, const View1& rstd, const StoredTensor& x,
                int rows) const;
   // dx += d/dx from dout.
@@ -71,6 +75,8 @@ class LayerNorm {
  private:
   const LayerContext* ctx_;
   int C_;
+  bool rms_;
+  float eps_;
 };
 
 // y = x W^T + b with W split by output rows over tp (Megatron's ColumnParallelLinear): the input
@@ -117,34 +123,58 @@ class RowParallelLinear {
   int in_, out_;
 };
 
-// Causal self-attention over this rank's heads (tensor parallelism splits the heads).
-class Attention {
- public:
-  Attention(const LayerContext* ctx, int heads_tp, int head_size)
-      : ctx_(ctx), heads_(heads_tp), head_size_(head_size) {}
-  // out [N, C_tp] and each query row's log-sum-exp lse [B*NH_tp*T] from qkv [N, 3C_tp].
-  void forward(const StoredTensor& out, const View1& lse, const StoredTensor& qkv, int B,
-               int T) const;
-  // dqkv [N, 3C_tp] from dout [N, C_tp] and forward's out and lse.
-  void backward(const StoredTensor& dqkv, const StoredTensor& dout, const StoredTensor& qkv,
-                const StoredTensor& out, const View1& lse, int B, int T) const;
-
- private:
-  kernels::AttentionShape shape(int B, int T) const { return {B, T, heads_, head_size_}; }
-  const LayerContext* ctx_;
-  int heads_, head_size_;
+// This rank's attention heads. Tensor parallelism splits the query heads and the key/value heads;
+// when tp exceeds the key/value heads, `replicas` ranks hold each key/value head (the one their
+// query heads read), and their gradients of it are summed over them (Megatron's rule).
+struct AttentionHeads {
+  int heads = 1, kv_heads = 1, head_size = 1;  // this rank's
+  int replicas = 1;                            // tp ranks holding this rank's key/value head
+  int global_kv_heads = 1;
+  int kv_head = 0;    // replicas > 1: the global index of this rank's key/value head
+  bool rope = false;  // rotary position embeddings on q and k (table in the workspace)
+  int width() const { return (heads + 2 * kv_heads) * head_size; }  // of the packed qkv
 };
 
-// GELU (tanh approximation), element-wise.
-class Gelu {
+// Causal self-attention over this rank's heads on a packed q | k | v (grouped-query when
+// kv_heads < heads), with rotary embeddings applied to q and k in place first when configured.
+class Attention {
  public:
-  explicit Gelu(const LayerContext* ctx) : ctx_(ctx) {}
-  void forward(const StoredTensor& out, const StoredTensor& x, size_t n) const;
-  // d (in place) = d * gelu'(x).
-  void backward(const StoredTensor& d, const StoredTensor& x, size_t n) const;
+  Attention(const LayerContext* ctx, const AttentionHeads& heads) : ctx_(ctx), h_(heads) {}
+  // out [N, C_tp] and each query row's log-sum-exp lse [B*NH_tp*T] from qkv [N, width()] (rotated
+  // in place: backward reads the rotated q and k).
+  void forward(const StoredTensor& out, const View1& lse, const StoredTensor& qkv, int B,
+               int T) const;
+  // dqkv [N, width()] (w.r.t. forward's input, before the rotation) from dout [N, C_tp] and
+  // forward's qkv, out and lse.
+  void backward(const StoredTensor& dqkv, const StoredTensor& dout, const StoredTensor& qkv,
+                const StoredTensor& out, const View1& lse, int B, int T) const;
+  // With replicated key/value heads: each replica's dk and dv summed over the replicas, in dqkv.
+  // After the input gradient (which must count each rank's own part once), before the weights'.
+  void sum_kv_replicas(const StoredTensor& dqkv, int N) const;
+
+ private:
+  kernels::AttentionShape shape(int B, int T) const {
+    return {B, T, h_.heads, h_.head_size, h_.kv_heads};
+  }
+  const LayerContext* ctx_;
+  AttentionHeads h_;
+};
+
+// The MLP's activation between its two projections: GELU (tanh approximation) of fc [N, F], or
+// SwiGLU, silu(gate) * up, of fc = gate | up [N, 2F]. Output [N, F].
+class MlpActivation {
+ public:
+  MlpActivation(const LayerContext* ctx, bool swiglu, int F_tp)
+      : ctx_(ctx), swiglu_(swiglu), F_(F_tp) {}
+  void forward(const StoredTensor& out, const StoredTensor& fc, int N) const;
+  // dfc [N, fc width] from dout [N, F] (GELU: may be one tensor; SwiGLU: must not).
+  void backward(const StoredTensor& dfc, const StoredTensor& dout, const StoredTensor& fc,
+                int N) const;
 
  private:
   const LayerContext* ctx_;
+  bool swiglu_;
+  int F_;
 };
 
 // out = a + b (the residual stream), element-wise; out may alias a.
@@ -158,8 +188,9 @@ class Residual {
   const LayerContext* ctx_;
 };
 
-// Token and position embeddings with the vocabulary split over tp: each rank embeds the tokens
-// of its slice, the partial embeddings are summed over tp (the position term added by rank 0).
+// Token and (GPT-2) position embeddings with the vocabulary split over tp: each rank embeds the
+// tokens of its slice, the partial embeddings are summed over tp (the position term added by rank
+// 0). Llama has no position table (wpe empty): its positions are rotary, in attention.
 class VocabParallelEmbedding {
  public:
   VocabParallelEmbedding(const LayerContext* ctx, int C, int vocab_start)

@@ -1,27 +1,81 @@
-// GPT model hyper-parameters and the derived quantities every layer uses.
+// Model hyper-parameters of the two families (GPT-2, Llama) and the derived quantities every
+// layer uses.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "core/names.hpp"
 
 namespace trident {
 
+// Which architecture the layers are configured as. GPT-2: LayerNorm with biases, learned
+// positions, GELU MLP (4C), multi-head attention, biases everywhere, tied output head. Llama:
+// RMSNorm, rotary positions (Hugging Face's rotate-half layout), SwiGLU MLP, grouped-query
+// attention, no biases, untied output head by default.
+enum class ModelFamily { kGpt2, kLlama };
+template <>
+inline constexpr std::array<Named<ModelFamily>, 2> kNames<ModelFamily>{
+    {{ModelFamily::kGpt2, "gpt2"}, {ModelFamily::kLlama, "llama"}}};
+
 struct ModelConfig {
   std::string name = "custom";
+  ModelFamily family = ModelFamily::kGpt2;
   int n_layer = 2;       // L
   int n_embd = 64;       // C
   int n_head = 4;        // NH
   int vocab_size = 256;  // V
   int block_size = 64;   // maximum T
+  // Llama's knobs (GPT-2 takes only their GPT-2 values).
+  int n_kv_head = 0;      // key/value heads (grouped-query attention); 0: n_head
+  int ffn_hidden = 0;     // SwiGLU width F; 0: 8C/3 rounded up to multiple_of
+  int multiple_of = 256;  // the rounding of the default F
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  std::optional<bool> tie_embeddings;  // unset: GPT-2 ties, Llama does not
 
+  // A GPT-2 of these sizes (the family's other knobs at their defaults).
+  static ModelConfig gpt2(int layers, int embd, int heads, int vocab, int block) {
+    ModelConfig m;
+    m.n_layer = layers, m.n_embd = embd, m.n_head = heads, m.vocab_size = vocab;
+    m.block_size = block;
+    return m;
+  }
+  bool llama() const { return family == ModelFamily::kLlama; }
   int head_size() const { return n_embd / n_head; }  // HS
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  bool tied() const { return tie_embeddings.value_or(!llama()); }
+  // The MLP's hidden width: 4C (GPT-2) or F (Llama).
+  int mlp_hidden() const {
+    if (!llama()) return 4 * n_embd;
+    if (ffn_hidden > 0) return ffn_hidden;
+    const int64_t f = 8 * static_cast<int64_t>(n_embd) / 3;
+    return static_cast<int>((f + multiple_of - 1) / multiple_of * multiple_of);
+  }
+  // Columns of the MLP's first (column-parallel) projection: 4C, or gate | up = 2F.
+  int mlp_fc_width() const { return llama() ? 2 * mlp_hidden() : mlp_hidden(); }
+  // Rows of the fused q | k | v projection.
+  int qkv_width() const { return (n_head + 2 * kv_heads()) * head_size(); }
+  // The shape that decides the parameter table, one line: "gpt2 L=12 C=768 NH=12 V=50257
+  // block=1024", Llama adding KVH, F and whether the head is tied. Equal lines, equal tables.
+  std::string shape_line() const {
+    std::string s = std::string(name_of(family)) + " L=" + std::to_string(n_layer) +
+                    " C=" + std::to_string(n_embd) + " NH=" + std::to_string(n_head);
+    if (llama())
+      s += " KVH=" + std::to_string(kv_heads()) + " F=" + std::to_string(mlp_hidden()) +
+           (tied() ? " tied" : " untied");
+    return s + " V=" + std::to_string(vocab_size) + " block=" + std::to_string(block_size);
+  }
 };
 
-// Parameter count of the GPT-2 architecture (tied output projection).
+// Parameter count of the model (its parameter table).
 int64_t parameter_count(const ModelConfig& m);
 
-// Training FLOPs per token: 6 * parameters (matmuls, forward + backward) plus the attention
-// score and value products, 12 * L * C * T (PaLM appendix B). Printed at start-up.
+// Training FLOPs per token: 6 * the parameters that multiply (forward + backward: all of them but
+// an untied input embedding, a lookup; a tied one is the head's matrix) plus the attention score
+// and value products, 12 * L * C * T (PaLM appendix B). Printed at start-up.
 double flops_per_token(const ModelConfig& m, int T);
 
 }  // namespace trident

@@ -17,7 +17,7 @@ int valid_vocab(const StageShape& s) {
 }  // namespace
 
 OutputHead::OutputHead(const StageContext* sc)
-    : lnf(sc->layers, sc->shape->model.n_embd),
+    : lnf(sc->norm()),
       proj(sc->layers, sc->shape->model.n_embd, sc->shape->V_tp()),
       loss(sc->layers, sc->shape->V_tp(), sc->shape->layout.tp_rank * sc->shape->V_tp(),
            valid_vocab(*sc->shape)),
@@ -26,7 +26,7 @@ OutputHead::OutputHead(const StageContext* sc)
 double OutputHead::forward(ActivationSlot& a, const StoredTensor& x, bool with_targets) const {
   const int N = a.B * a.T, rows = sc_->local_rows(N);
   sc_->hooks->need("ln_f.weight", "");
-  sc_->hooks->need("wte", "");
+  sc_->hooks->need(weight_name(), "");
   lnf.forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, rows);
   proj.forward(a.logits, a.lnf, N);
   return with_targets ? loss.forward(a.losses, a.lse, a.logits, a.targets, N) : 0.0;
@@ -38,11 +38,12 @@ void OutputHead::backward(const ActivationSlot& a, float loss_scale, const Defer
   const int N = a.B * a.T, rows = sc_->local_rows(N);
   const size_t rows_c = static_cast<size_t>(rows) * sc_->shape->model.n_embd;
   sc_->hooks->need("ln_f.weight", "");
-  sc_->hooks->need("wte", sc_->hooks->first_backward_unit(sc_->shape->blocks() - 1));
+  sc_->hooks->need(weight_name(), sc_->hooks->first_backward_unit(sc_->shape->blocks() - 1));
   // The gradient replaces the logits, where a deferred weight pass reads it.
   loss.backward(a.logits, a.lse, a.targets, N, loss_scale);
   const StoredTensor dlnf = proj.backward_input(a.logits, N);
   if (!defer) proj.backward_weight(a.logits, a.lnf, N, accumulate);
+  if (!defer && !sc_->shape->model.tied()) sc_->hooks->unit_done("lm_head");
   kernels::zero_stored(sc_->layers->exec, st.dresidual, rows_c);
   const StoredTensor& x = sc_->block_input(a, sc_->shape->blocks());
   lnf.backward_input(st.dresidual, dlnf, x, a.lnf_mean, a.lnf_rstd, rows);
@@ -59,6 +60,7 @@ void OutputHead::backward_weight(const ActivationSlot& a, const DeferredGrads& d
                                  bool accumulate) const {
   const int N = a.B * a.T, rows = sc_->local_rows(N);
   proj.backward_weight(a.logits, a.lnf, N, accumulate);
+  if (!sc_->shape->model.tied()) sc_->hooks->unit_done("lm_head");
   lnf.backward_weight(defer.dlnf, sc_->block_input(a, sc_->shape->blocks()), a.lnf_mean, a.lnf_rstd,
                       rows);
   sc_->hooks->grads_ready_from("ln_f.weight");

@@ -1,5 +1,5 @@
-// The last stage's head as a program over its layers: the final LayerNorm, the output projection
-// (tied to the token embedding) and the vocabulary-parallel loss.
+// The last stage's head as a program over its layers: the final norm, the output projection (the
+// token embedding when tied, else lm_head) and the vocabulary-parallel loss.
 #pragma once
 
 #include "model/transformer_block.hpp"
@@ -10,8 +10,8 @@ class OutputHead {
  public:
   explicit OutputHead(const StageContext* sc);
 
-  LayerNorm lnf;
-  ColumnParallelLinear proj;  // weight: the token embedding (tied)
+  Norm lnf;
+  ColumnParallelLinear proj;  // weight: the token embedding (tied) or lm_head
   VocabParallelCrossEntropy loss;
 
   // Logits of the last block's output x into slot a; with targets, returns the sum of the
@@ -24,6 +24,7 @@ class OutputHead {
   void backward_weight(const ActivationSlot& a, const DeferredGrads& defer, bool accumulate) const;
 
  private:
+  const char* weight_name() const { return sc_->shape->model.tied() ? "wte" : "lm_head"; }
   const StageContext* sc_;
 };
 

@@ -19,23 +19,32 @@ int64_t parameter_count(const ModelConfig& m) {
 }
 
 double flops_per_token(const ModelConfig& m, int T) {
-  return 6.0 * static_cast<double>(parameter_count(m)) +
+  const double lookup = m.tied() ? 0.0 : static_cast<double>(m.vocab_size) * m.n_embd;
+  return 6.0 * (static_cast<double>(parameter_count(m)) - lookup) +
          12.0 * m.n_layer * static_cast<double>(m.n_embd) * T;
 }
 
 ParamTable::ParamTable(const ModelConfig& m) {
-  const int64_t C = m.n_embd, V = m.vocab_size, T = m.block_size;
+  const int64_t C = m.n_embd, V = m.vocab_size, T = m.block_size, F = m.mlp_hidden();
+  const int64_t HS = m.head_size(), q_rows = m.n_head * HS, kv_rows = m.kv_heads() * HS;
   const float std = 0.02f;
   // GPT-2 scales the residual projections so the residual stream's variance does not grow
   // with depth: two residual additions per layer.
   const float residual_std = std / std::sqrt(2.0f * m.n_layer);
-  auto add = [&](std::string name, std::vector<int64_t> shape, int split_dim, int groups, int layer,
+  struct Split {
+    int dim = -1, groups = 1;
+    int64_t piece = 1;  // rows of the smallest part a split may cut out (a key/value head)
+  };
+  const Split replicated, column{0, 1, 1}, row{1, 1, 1};
+  auto add = [&](std::string name, std::vector<int64_t> shape, Split split, int layer,
                  InitKind init, float init_std, bool decay) {
     ParamSpec p;
     p.name = std::move(name);
     p.shape = std::move(shape);
-    p.tp_split_dim = split_dim;
-    p.tp_split_groups = groups;
+    p.tp_split_dim = split.dim;
+    p.tp_split_groups = split.groups;
+    p.tp_split_piece = split.piece;
+    p.vocab_rows = p.name == "wte" || p.name == "lm_head";
     p.layer = layer;
     p.init = init;
     p.init_std = init_std;
@@ -44,25 +53,38 @@ ParamTable::ParamTable(const ModelConfig& m) {
     total_ += p.numel();
     specs_.push_back(std::move(p));
   };
-  add("wte", {V, C}, 0, 1, -1, InitKind::kNormal, std, true);  // vocabulary-parallel
-  add("wpe", {T, C}, -1, 1, -1, InitKind::kNormal, std, true);
+  add("wte", {V, C}, column, -1, InitKind::kNormal, std, true);  // vocabulary-parallel
+  if (!m.llama()) add("wpe", {T, C}, replicated, -1, InitKind::kNormal, std, true);
   for (int l = 0; l < m.n_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    add(h + "ln_1.weight", {C}, -1, 1, l, InitKind::kOnes, 0, false);
-    add(h + "ln_1.bias", {C}, -1, 1, l, InitKind::kZeros, 0, false);
-    add(h + "attn.qkv.weight", {3 * C, C}, 0, 3, l, InitKind::kNormal, std, true);  // column
-    add(h + "attn.qkv.bias", {3 * C}, 0, 3, l, InitKind::kZeros, 0, false);
-    add(h + "attn.proj.weight", {C, C}, 1, 1, l, InitKind::kNormal, residual_std, true);  // row
-    add(h + "attn.proj.bias", {C}, -1, 1, l, InitKind::kZeros, 0, false);
-    add(h + "ln_2.weight", {C}, -1, 1, l, InitKind::kOnes, 0, false);
-    add(h + "ln_2.bias", {C}, -1, 1, l, InitKind::kZeros, 0, false);
-    add(h + "mlp.fc.weight", {4 * C, C}, 0, 1, l, InitKind::kNormal, std, true);  // column
-    add(h + "mlp.fc.bias", {4 * C}, 0, 1, l, InitKind::kZeros, 0, false);
-    add(h + "mlp.proj.weight", {C, 4 * C}, 1, 1, l, InitKind::kNormal, residual_std, true);  // row
-    add(h + "mlp.proj.bias", {C}, -1, 1, l, InitKind::kZeros, 0, false);
+    auto norm = [&](const std::string& name) {
+      add(h + name + ".weight", {C}, replicated, l, InitKind::kOnes, 0, false);
+      if (!m.llama()) add(h + name + ".bias", {C}, replicated, l, InitKind::kZeros, 0, false);
+    };
+    norm("ln_1");
+    if (m.llama()) {
+      // Grouped-query attention: q and k | v are separate tensors, adjacent in the buffer so the
+      // column-parallel GEMM reads them as one [q_rows + 2 kv_rows, C] matrix. When tp exceeds the
+      // key/value heads, each rank holds the one its query heads read (replicated).
+      add(h + "attn.q.weight", {q_rows, C}, column, l, InitKind::kNormal, std, true);
+      add(h + "attn.kv.weight", {2 * kv_rows, C}, {0, 2, HS}, l, InitKind::kNormal, std, true);
+    } else {
+      add(h + "attn.qkv.weight", {3 * C, C}, {0, 3, 1}, l, InitKind::kNormal, std, true);
+      add(h + "attn.qkv.bias", {3 * C}, {0, 3, 1}, l, InitKind::kZeros, 0, false);
+    }
+    add(h + "attn.proj.weight", {C, q_rows}, row, l, InitKind::kNormal, residual_std, true);
+    if (!m.llama()) add(h + "attn.proj.bias", {C}, replicated, l, InitKind::kZeros, 0, false);
+    norm("ln_2");
+    // Llama: gate | up, each split alike (SwiGLU reads a rank's gate and up columns together).
+    const Split fc = m.llama() ? Split{0, 2, 1} : column;
+    add(h + "mlp.fc.weight", {m.mlp_fc_width(), C}, fc, l, InitKind::kNormal, std, true);
+    if (!m.llama()) add(h + "mlp.fc.bias", {4 * C}, column, l, InitKind::kZeros, 0, false);
+    add(h + "mlp.proj.weight", {C, F}, row, l, InitKind::kNormal, residual_std, true);
+    if (!m.llama()) add(h + "mlp.proj.bias", {C}, replicated, l, InitKind::kZeros, 0, false);
   }
-  add("ln_f.weight", {C}, -1, 1, m.n_layer, InitKind::kOnes, 0, false);
-  add("ln_f.bias", {C}, -1, 1, m.n_layer, InitKind::kZeros, 0, false);
+  add("ln_f.weight", {C}, replicated, m.n_layer, InitKind::kOnes, 0, false);
+  if (!m.llama()) add("ln_f.bias", {C}, replicated, m.n_layer, InitKind::kZeros, 0, false);
+  if (!m.tied()) add("lm_head", {V, C}, column, m.n_layer, InitKind::kNormal, std, true);
 }
 
 StageLayout whole_model(const ModelConfig& m) {
@@ -93,11 +115,12 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
                                  const StageLayout& layout, int64_t unit_alignment)
     : layout_(layout) {
   // Unit of a held parameter: 0 for wte, 1 for wpe, 2 + 4l + part for block l, 2 + 4 n_layer
-  // for ln_f. wte is a unit of its own so the first and the last stage, which both hold it, shard
-  // it alike.
+  // for ln_f, and one more for lm_head. wte is a unit of its own so the first and the last stage,
+  // which both hold it, shard it alike.
   auto unit_of = [&](const ParamSpec& spec) {
-    if (spec.layer < 0) return spec.name == "wte" ? 0 : 1;
-    if (spec.layer >= m.n_layer) return 2 + kUnitsPerBlock * m.n_layer;
+    if (spec.layer < 0) return spec.name == "wte" ? 0 : 1;  // wpe
+    if (spec.layer >= m.n_layer)  // ln_f; an untied head is a unit of its own
+      return 2 + kUnitsPerBlock * m.n_layer + (spec.name == "lm_head" ? 1 : 0);
     return 2 + kUnitsPerBlock * spec.layer + block_unit_part(spec.name);
   };
   int current_unit = -1;
@@ -110,7 +133,7 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
   for (const ParamSpec& spec : table.specs()) {
     bool held = false;
     if (spec.name == "wte")
-      held = layout.has_embedding || layout.has_head;  // tied
+      held = layout.has_embedding || (layout.has_head && m.tied());
     else if (spec.layer < 0)
       held = layout.has_embedding;
     else if (spec.layer >= m.n_layer)
@@ -126,11 +149,17 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
     LocalParam p;
     p.spec = &spec;
     p.shape = spec.shape;
+    p.tp_replicas = spec.tp_split_dim >= 0 ? 1 : layout.tp_size;
     if (spec.tp_split_dim >= 0 && layout.tp_size > 1) {
-      p.tp_replicated = false;
       int64_t& dim = p.shape[spec.tp_split_dim];
-      if (spec.name == "wte") dim = padded_vocab(m.vocab_size, layout.tp_size);
-      dim /= layout.tp_size;
+      if (spec.vocab_rows) dim = padded_vocab(m.vocab_size, layout.tp_size);
+      const int64_t pieces = dim / spec.tp_split_groups / spec.tp_split_piece;
+      if (pieces >= layout.tp_size) {
+        dim /= layout.tp_size;
+      } else {  // fewer pieces than ranks: each piece held by tp / pieces ranks
+        p.tp_replicas = static_cast<int>(layout.tp_size / pieces);
+        dim = spec.tp_split_groups * spec.tp_split_piece;
+      }
     }
     p.numel = 1;
     for (int64_t d : p.shape) p.numel *= d;
@@ -143,8 +172,11 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
 
 namespace {
 // Each block unit's parameter prefixes (after "h.<layer>."), the first naming its first parameter.
-constexpr const char* kUnitPrefixes[kUnitsPerBlock][2] = {
-    {"ln_1.", "attn.qkv."}, {"attn.proj.", ""}, {"ln_2.", "mlp.fc."}, {"mlp.proj.", ""}};
+constexpr const char* kUnitPrefixes[kUnitsPerBlock][4] = {
+    {"ln_1.", "attn.qkv.", "attn.q.", "attn.kv."},
+    {"attn.proj.", "", "", ""},
+    {"ln_2.", "mlp.fc.", "", ""},
+    {"mlp.proj.", "", "", ""}};
 }  // namespace
 
 int block_unit_part(const std::string& name) {
@@ -183,8 +215,8 @@ bool LocalParamTable::holds(const std::string& name) const {
 
 int64_t LocalParamTable::global_index(const LocalParam& p, int64_t i) const {
   const ParamSpec& s = *p.spec;
-  if (p.tp_replicated) return i;
-  const int r = layout_.tp_rank;
+  if (p.tp_replicas == layout_.tp_size) return i;
+  const int r = layout_.tp_rank / p.tp_replicas;  // which distinct slice this rank holds
   if (s.tp_split_dim == 0) {
     const int64_t inner = p.numel / p.shape[0];
     const int64_t local_row = i / inner, col = i % inner;

@@ -17,10 +17,14 @@ struct ParamSpec {
   std::vector<int64_t> shape;  // global shape
   int tp_split_dim = -1;       // dimension a tensor-parallel split cuts, -1 = replicated
   int tp_split_groups = 1;  // the split dim holds this many equal blocks, each cut alike (qkv: 3)
-  int layer = -1;           // -1: embeddings (first stage); n_layer: final LayerNorm (last)
+  // Rows of the smallest part a split may cut a block into (a key/value head: HS). A block of
+  // fewer such pieces than tp ranks is not cut finer: each piece is held by tp / pieces ranks.
+  int64_t tp_split_piece = 1;
+  bool vocab_rows = false;  // rows are the vocabulary, padded to a multiple of tp (wte, lm_head)
+  int layer = -1;  // -1: embeddings (first stage); n_layer: final norm and untied head (last)
   InitKind init = InitKind::kNormal;
   float init_std = 0.0f;
-  bool weight_decay = false;  // matrices decay; biases and LayerNorm gains do not
+  bool weight_decay = false;  // matrices decay; biases and norm gains do not
   int64_t offset = 0;         // element offset in this rank's flat parameter buffer
   int64_t numel() const;
 };
@@ -42,7 +46,7 @@ class ParamTable {
 struct StageLayout {
   int first_layer = 0, last_layer = 0;  // [first, last)
   bool has_embedding = true;            // first stage: token and position embeddings
-  bool has_head = true;                 // last stage: final LayerNorm, tied head, loss
+  bool has_head = true;                 // last stage: final norm, output head, loss
   int tp_rank = 0, tp_size = 1;
 };
 StageLayout whole_model(const ModelConfig& m);
@@ -60,20 +64,27 @@ struct LocalParam {
   std::vector<int64_t> shape;  // local shape
   int64_t offset = 0;          // in the rank's flat buffer
   int64_t numel = 0;
-  bool tp_replicated = true;  // every tp rank holds the whole tensor
+  // How many tp ranks hold this same slice: 1 for a split tensor, tp for a replicated one, and in
+  // between for key/value heads shared by several ranks' query heads.
+  int tp_replicas = 1;
+  // Whether tp rank r holds the first copy of its slice: the one that counts it once (norms,
+  // checkpoint writes).
+  bool first_replica(int tp_rank) const { return tp_rank % tp_replicas == 0; }
 };
 
 // A group of consecutive parameters that ZeRO moves together, and that 16-bit storage widens to
 // fp32 together: the token embedding, the position embedding, a quarter of a transformer block
-// (kUnitsPerBlock: each of its four matrices with its bias, the LayerNorm before it joined to
-// the first two), or the final LayerNorm. A unit is what one op reads, so the working buffers
-// hold two of the largest quarter (4h^2/tp), not two blocks (12h^2/tp). Its segment [offset, offset
+// (kUnitsPerBlock: each of its four matrices with its bias, the norm before it joined to the first
+// two; Llama's q and kv together), or the final norm with an untied head. A unit is what one op
+// reads, so the working buffers hold two of the largest quarter (4h^2/tp), not two blocks
+// (12h^2/tp). Its segment [offset, offset
 // + padded) of the flat buffer is padded with zeros to a multiple of the unit alignment (dp under
 // ZeRO), so every dp rank owns an equal, contiguous shard of every unit, and a unit is all-gathered
 // or reduce-scattered as one equal-count collective.
 inline constexpr int kUnitsPerBlock = 4;
 // The unit within its block of a block parameter (its name's part after "h.<layer>."): 0 for
-// ln_1 and attn.qkv, 1 for attn.proj, 2 for ln_2 and mlp.fc, 3 for mlp.proj.
+// ln_1 and attn.qkv (Llama: attn.q, attn.kv), 1 for attn.proj, 2 for ln_2 and mlp.fc, 3 for
+// mlp.proj.
 int block_unit_part(const std::string& name);
 // The first parameter of part `part` (0..kUnitsPerBlock-1) of block `layer`.
 std::string block_unit_first_param(int layer, int part);
@@ -90,6 +101,7 @@ class LocalParamTable {
  public:
   LocalParamTable(const ParamTable& table, const ModelConfig& m, const StageLayout& layout,
                   int64_t unit_alignment = 1);
+  const StageLayout& layout() const { return layout_; }
   const std::vector<LocalParam>& params() const { return params_; }
   const std::vector<ParamUnit>& units() const { return units_; }
   // Index into units() of the unit holding p.

@@ -13,7 +13,19 @@ namespace trident {
 BlockExtents StageShape::extents(int B, int T) const {
   const size_t N = static_cast<size_t>(B) * T, C = model.n_embd;
   const size_t rows = sequence_parallel() ? N / layout.tp_size : N;
-  return {rows * C, N * 3 * C_tp(), N * heads_tp(), N * C_tp(), N * F_tp(), rows};
+  return {rows * C, N * qkv_tp(), N * heads_tp(), N * C_tp(), N * fc_tp(), N * F_tp(), rows};
+}
+
+AttentionHeads StageShape::attention_heads() const {
+  AttentionHeads h;
+  h.heads = heads_tp();
+  h.kv_heads = kv_heads_tp();
+  h.head_size = model.head_size();
+  h.replicas = kv_replicas();
+  h.global_kv_heads = model.kv_heads();
+  h.kv_head = layout.tp_rank / h.replicas;
+  h.rope = model.llama();
+  return h;
 }
 
 namespace {
@@ -22,19 +34,20 @@ namespace {
 BlockActivations block_internals(const StageShape& s, const BlockExtents& e, MemCategory c,
                                  BufferList& list) {
   const Precision p = s.buffers.precision;
+  const bool layernorm = !s.model.llama();  // RMSNorm keeps no mean
   BlockActivations b;
   b.ln1 = list.stored("ln1", c, e.rows_c, p);
-  b.ln1_mean = list.f32("ln1_mean", c, e.stats);
+  if (layernorm) b.ln1_mean = list.f32("ln1_mean", c, e.stats);
   b.ln1_rstd = list.f32("ln1_rstd", c, e.stats);
   b.qkv = list.stored("qkv", c, e.qkv, p);
   b.att_lse = list.f32("att_lse", c, e.heads);
   b.atty = list.stored("atty", c, e.atty, p);
   b.res_attn = list.stored("res_attn", c, e.rows_c, p);
   b.ln2 = list.stored("ln2", c, e.rows_c, p);
-  b.ln2_mean = list.f32("ln2_mean", c, e.stats);
+  if (layernorm) b.ln2_mean = list.f32("ln2_mean", c, e.stats);
   b.ln2_rstd = list.f32("ln2_rstd", c, e.stats);
   b.fch = list.stored("fch", c, e.fc, p);
-  b.fch_gelu = list.stored("fch_gelu", c, e.fc, p);
+  b.fch_act = list.stored("fch_act", c, e.act, p);
   return b;
 }
 
@@ -65,7 +78,7 @@ ActivationSlot activation_slot(const StageShape& s, BufferList& list) {
   if (s.layout.has_head) {
     a.lnf = list.stored("lnf", act, e.rows_c, p);
     a.logits = list.stored("logits", act, N * s.V_tp(), p);
-    a.lnf_mean = list.f32("lnf_mean", act, e.stats);
+    if (!s.model.llama()) a.lnf_mean = list.f32("lnf_mean", act, e.stats);
     a.lnf_rstd = list.f32("lnf_rstd", act, e.stats);
     a.losses = list.f32("losses", act, N);
     a.lse = list.f32("lse", act, N);
@@ -112,7 +125,7 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   if (s.sequence_parallel()) {
     ws.gathered = stored("gathered", N * C);
     ws.scattered = stored("scattered", e.rows_c);
-    ws.norm_grad = f32("ln_grad", 2 * C);
+    ws.norm_grad = f32("ln_grad", (s.model.llama() ? 1 : 2) * C);
   }
   ws.row_max = f32("row_max", N);
   ws.row_sums = f32("row_sum", 2 * N);
@@ -121,6 +134,11 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   st.datty = stored("datty", e.atty);
   st.dqkv = stored("dqkv", e.qkv);
   st.dfch = stored("dfch", e.fc);
+  st.dact = s.model.llama() ? stored("dact", e.act) : st.dfch;
+  if (s.model.llama())
+    ws.rope = f32("rope_table", static_cast<size_t>(s.max_seq) * s.model.head_size());
+  if (s.kv_replicas() > 1)
+    ws.kv_sum = stored("kv_sum", N * 2 * s.model.kv_heads() * s.model.head_size());
   ws.attention =
       f32("attention_tiles", kernels::attention_scratch_elements(
                                  s.max_batch, s.heads_tp(), s.model.head_size(), s.max_seq, p));
@@ -129,10 +147,12 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
 // The next backward writes these gradients with its GEMMs (beta 0) instead of adding to zeros.
 bool overwritten_by_backward(const StageShape& s, const LocalParam& p) {
   const std::string& name = p.spec->name;
-  if (name == "wte") return s.layout.has_head;  // the head's GEMM precedes any scatter-add
+  // The tied head's GEMM precedes any scatter-add into wte.
+  if (name == "wte") return s.layout.has_head && s.model.tied();
+  if (name == "lm_head") return true;
   if (p.spec->layer < 0 || p.spec->layer >= s.model.n_layer) return false;
-  for (const char* suffix :
-       {".attn.qkv.weight", ".attn.proj.weight", ".mlp.fc.weight", ".mlp.proj.weight"})
+  for (const char* suffix : {".attn.qkv.weight", ".attn.q.weight", ".attn.kv.weight",
+                             ".attn.proj.weight", ".mlp.fc.weight", ".mlp.proj.weight"})
     if (name.size() > std::strlen(suffix) &&
         name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
       return true;

@@ -2,6 +2,7 @@
 // this description and the memory model sums it, for any layout, without allocating.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -51,7 +52,14 @@ struct StageShape {
   bool half() const { return buffers.precision != Precision::kFp32; }
   int C_tp() const { return model.n_embd / layout.tp_size; }
   int heads_tp() const { return model.n_head / layout.tp_size; }
-  int F_tp() const { return 4 * model.n_embd / layout.tp_size; }
+  // Key/value heads a rank holds: its share, or one shared with kv_replicas() - 1 other ranks.
+  int kv_heads_tp() const { return std::max(1, model.kv_heads() / layout.tp_size); }
+  int kv_replicas() const { return std::max(1, layout.tp_size / model.kv_heads()); }
+  int qkv_tp() const { return (heads_tp() + 2 * kv_heads_tp()) * model.head_size(); }
+  int F_tp() const { return model.mlp_hidden() / layout.tp_size; }     // the activation's width
+  int fc_tp() const { return model.mlp_fc_width() / layout.tp_size; }  // the first projection's
+  // This rank's attention heads (layers.hpp).
+  AttentionHeads attention_heads() const;
   int V_tp() const { return padded_vocab(model.vocab_size, layout.tp_size) / layout.tp_size; }
   // The extents of one block's tensors for a micro-batch of B sequences of T tokens.
   BlockExtents extents(int B, int T) const;
@@ -67,8 +75,9 @@ struct StageStorage {
   BlockActivations shared;
   LayerWorkspace layers;
   // Backward: d/d(residual stream) [local rows, C], and the tensor-parallel regions' gradients,
-  // in the storage format.
-  StoredTensor dresidual, datty, dqkv, dfch;  // [N,C], [N,C_tp], [N,3C_tp], [N,4C_tp]
+  // in the storage format: [N,C_tp], [N,qkv_tp], [N,fc_tp], and d/d(the MLP activation) [N,F_tp]
+  // (GPT-2's GELU works in place: dact is dfch).
+  StoredTensor dresidual, datty, dqkv, dfch, dact;
 };
 
 // Describes (and, when `list` has a ledger, allocates) every buffer of a stage of `shape` whose

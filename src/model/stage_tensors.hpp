@@ -12,20 +12,22 @@
 namespace trident {
 
 // One transformer block's local tensors.
+// One transformer block's local tensors (Llama: no biases; its q and kv tensors read as one).
 struct BlockTensors {
   NormParams ln1;       // [C]
-  LinearParams qkv;     // [3C_tp, C], [3C_tp]  column-parallel, q|k|v of this rank's heads
-  LinearParams proj;    // [C, C_tp], [C]       row-parallel, bias replicated
+  LinearParams qkv;     // [qkv_tp, C], [qkv_tp]  column-parallel, q|k|v of this rank's heads
+  LinearParams proj;    // [C, C_tp], [C]         row-parallel, bias replicated
   NormParams ln2;       // [C]
-  LinearParams fc;      // [4C_tp, C], [4C_tp]  column-parallel
-  LinearParams fcproj;  // [C, 4C_tp], [C]      row-parallel
+  LinearParams fc;      // [fc_tp, C], [fc_tp]    column-parallel (Llama: gate | up)
+  LinearParams fcproj;  // [C, F_tp], [C]         row-parallel
 };
 
 struct StageTensors {
-  StoredTensor wte;                  // [V_tp, C] vocabulary slice; also the tied output projection
-  StoredTensor wpe;                  // [block_size, C]
+  StoredTensor wte;                  // [V_tp, C] vocabulary slice
+  StoredTensor wpe;                  // [block_size, C] (GPT-2)
   std::vector<BlockTensors> blocks;  // this stage's layers, in order
   NormParams lnf;                    // [C]
+  StoredTensor head;                 // [V_tp, C] the output projection: wte when tied, or lm_head
 };
 
 // The stage's tensors (its layers, embedding and head as the layout says), each parameter's

@@ -16,6 +16,12 @@ void TensorParallel::allreduce_sum(const View1& buf, size_t n) {
   comm_->allreduce_sum(window(buf, 0, n));
 }
 
+void TensorParallel::allreduce_sum(const StoredTensor& t, size_t n) {
+  if (size_ == 1) return;
+  ScopedPhase phase(timer_, Phase::kTpComm);
+  comm_->allreduce_sum(CommBuffer(t).window(0, n));
+}
+
 void TensorParallel::allreduce_max(const View1& buf, size_t n) {
   if (size_ == 1) return;
   ScopedPhase phase(timer_, Phase::kTpComm);

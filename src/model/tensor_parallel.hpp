@@ -35,6 +35,8 @@ class TensorParallel {
   // Returns the buffer with the sum (made in fp32 and rounded to the storage format).
   StoredTensor sum_rows(const StoredTensor& partial, int N, const StoredTensor& scattered);
   void allreduce_sum(const View1& buf, size_t n);
+  // The first n elements of t summed over tp, in place (in t's format, summed in fp32).
+  void allreduce_sum(const StoredTensor& t, size_t n);
   void allreduce_max(const View1& buf, size_t n);
 
  private:

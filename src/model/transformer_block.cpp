@@ -13,15 +13,20 @@ const StoredTensor& StageContext::block_input(const ActivationSlot& a, int i) co
   return i == 0 ? a.input : a.blocks[i - 1].res_mlp;
 }
 
+Norm StageContext::norm() const {
+  const ModelConfig& m = shape->model;
+  return Norm(layers, m.n_embd, m.llama(), static_cast<float>(m.norm_eps));
+}
+
 TransformerBlock::TransformerBlock(const StageContext* sc, int index)
-    : ln1(sc->layers, sc->shape->model.n_embd),
-      qkv(sc->layers, sc->shape->model.n_embd, 3 * sc->shape->C_tp()),
-      attention(sc->layers, sc->shape->heads_tp(), sc->shape->model.head_size()),
+    : ln1(sc->norm()),
+      qkv(sc->layers, sc->shape->model.n_embd, sc->shape->qkv_tp()),
+      attention(sc->layers, sc->shape->attention_heads()),
       proj(sc->layers, sc->shape->C_tp(), sc->shape->model.n_embd),
       residual(sc->layers),
-      ln2(sc->layers, sc->shape->model.n_embd),
-      fc(sc->layers, sc->shape->model.n_embd, sc->shape->F_tp()),
-      gelu(sc->layers),
+      ln2(sc->norm()),
+      fc(sc->layers, sc->shape->model.n_embd, sc->shape->fc_tp()),
+      act(sc->layers, sc->shape->model.llama(), sc->shape->F_tp()),
       fcproj(sc->layers, sc->shape->F_tp(), sc->shape->model.n_embd),
       sc_(sc),
       index_(index) {}
@@ -40,10 +45,10 @@ void TransformerBlock::forward(const BlockActivations& b, const StoredTensor& x,
   hooks.need(unit(2), complete ? unit(3) : next);
   ln2.forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.res_attn, rows);
   fc.forward(b.fch, b.ln2, N);
-  gelu.forward(b.fch_gelu, b.fch, static_cast<size_t>(N) * sc_->shape->F_tp());
+  act.forward(b.fch_act, b.fch, N);
   if (!complete) return;
   hooks.need(unit(3), next);
-  residual.forward(b.res_mlp, b.res_attn, fcproj.forward(b.fch_gelu, N), rows_c);
+  residual.forward(b.res_mlp, b.res_attn, fcproj.forward(b.fch_act, N), rows_c);
 }
 
 // Each unit's gradients are final (unit_done) before the next but one is written: ZeRO-2/3
@@ -61,12 +66,12 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   hooks.need(unit(3), unit(2));
   // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
   const StoredTensor dout = fcproj.gather_output_grad(dres, N);
-  fcproj.backward_input(st.dfch, dout, N);
+  fcproj.backward_input(st.dact, dout, N);
   if (kept) sc_->keep(kept->out, dres, e.rows_c);
-  if (!kept) fcproj.backward_weight(dout, b.fch_gelu, N, accumulate);
+  if (!kept) fcproj.backward_weight(dout, b.fch_act, N, accumulate);
   if (!kept) hooks.unit_done(unit(3));
   hooks.need(unit(2), unit(1));
-  gelu.backward(st.dfch, b.fch, e.fc);
+  act.backward(st.dfch, st.dact, b.fch, N);
   const StoredTensor dln2 = fc.backward_input(st.dfch, N);
   if (kept) sc_->keep(kept->dfch, st.dfch, e.fc);
   if (!kept) fc.backward_weight(st.dfch, b.ln2, N, accumulate);
@@ -84,6 +89,7 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   attention.backward(st.dqkv, st.datty, b.qkv, b.atty, b.att_lse, a.B, a.T);
   hooks.need(unit(0), hooks.first_backward_unit(index_ - 1));
   const StoredTensor dln1 = qkv.backward_input(st.dqkv, N);
+  attention.sum_kv_replicas(st.dqkv, N);  // after the input gradient, before the weights'
   if (kept) sc_->keep(kept->dqkv, st.dqkv, e.qkv);
   if (!kept) qkv.backward_weight(st.dqkv, b.ln1, N, accumulate);
   ln1.backward_input(dres, dln1, x, b.ln1_mean, b.ln1_rstd, rows);
@@ -106,7 +112,7 @@ void TransformerBlock::backward_weight(const ActivationSlot& a, const DeferredGr
       index_ > 0 && sc_->shape->buffers.recompute.full_block(index_ - 1);
   const std::string next = previous_recomputed ? hooks.unit_param(index_ - 1, 0) : "";
   const BlockActivations b = activations_for_backward(a, x, next);
-  fcproj.backward_weight(fcproj.gather_output_grad(kept.out, N), b.fch_gelu, N, accumulate);
+  fcproj.backward_weight(fcproj.gather_output_grad(kept.out, N), b.fch_act, N, accumulate);
   hooks.unit_done(unit(3));
   fc.backward_weight(kept.dfch, b.ln2, N, accumulate);
   ln2.backward_weight(kept.dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
@@ -139,7 +145,7 @@ BlockActivations TransformerBlock::working(const ActivationSlot& a,
   or_shared(b.qkv, s.qkv), or_shared(b.att_lse, s.att_lse), or_shared(b.atty, s.atty);
   or_shared(b.res_attn, s.res_attn);
   or_shared(b.ln2, s.ln2), or_shared(b.ln2_mean, s.ln2_mean), or_shared(b.ln2_rstd, s.ln2_rstd);
-  or_shared(b.fch, s.fch), or_shared(b.fch_gelu, s.fch_gelu);
+  or_shared(b.fch, s.fch), or_shared(b.fch_act, s.fch_act);
   return b;
 }
 

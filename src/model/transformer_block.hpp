@@ -23,6 +23,8 @@ struct StageContext {
   PhaseTimer* timer = nullptr;
 
   int local_rows(int n) const { return layers->tp->local_rows(n); }
+  // The stage's norm (LayerNorm or RMSNorm) over C channels.
+  Norm norm() const;
   // Copies src[0, n) into dst (the same format): what a deferred weight pass will read.
   void keep(const StoredTensor& dst, const StoredTensor& src, size_t n) const;
   // Block i's input for backward (i = number of blocks: the last block's output).
@@ -34,17 +36,17 @@ class TransformerBlock {
   // Local block `index` of the stage `sc` describes.
   TransformerBlock(const StageContext* sc, int index);
 
-  LayerNorm ln1;
+  Norm ln1;
   ColumnParallelLinear qkv;
   Attention attention;
   RowParallelLinear proj;
   Residual residual;
-  LayerNorm ln2;
+  Norm ln2;
   ColumnParallelLinear fc;
-  Gelu gelu;
+  MlpActivation act;
   RowParallelLinear fcproj;
 
-  // From x into b (b.res_mlp is the output); `complete` false stops after the GELU (what
+  // From x into b (b.res_mlp is the output); `complete` false stops after the activation (what
   // backward needs when recomputing). `next` is the unit needed after this block's.
   void forward(const BlockActivations& b, const StoredTensor& x, int B, int T, bool complete,
                const std::string& next) const;

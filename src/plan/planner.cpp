@@ -22,6 +22,9 @@ double layer_activation_bytes(const PlanModel& m, int b, int t, bool sp,
   const RecomputePolicy policy = recompute == "full"        ? RecomputePolicy::kFull
                                  : recompute == "selective" ? RecomputePolicy::kSelective
                                                             : RecomputePolicy::kNone;
+  if (m.llama)
+    return llama_layer_activation_bytes(m.seq, b, m.hidden, m.heads, m.kv(), m.ffn_width(), t, sp,
+                                        policy);
   return paper_layer_activation_bytes(m.seq, b, m.hidden, m.heads, t, sp, policy);
 }
 
@@ -64,7 +67,13 @@ std::string percent(double slower) {
 
 double PlanModel::param_count() const {
   if (params > 0) return params;
-  return 12.0 * layers * static_cast<double>(hidden) * hidden + static_cast<double>(vocab) * hidden;
+  const double h = hidden, embedding = static_cast<double>(vocab) * h;
+  if (!llama) return 12.0 * layers * h * h + embedding;
+  // Per layer: two RMSNorm gains, q and o (h x h), k and v (h x kv h/heads each), gate, up and
+  // down (h x F each); then the final norm, the embedding and an untied head.
+  const double kv_rows = static_cast<double>(kv()) * (hidden / heads);
+  const double layer = 2 * h + 2 * h * h + 2 * h * kv_rows + 3 * h * ffn_width();
+  return layers * layer + h + embedding * (tied ? 1 : 2);
 }
 
 std::string PlanCandidate::describe() const {
@@ -78,9 +87,15 @@ namespace {
 // What every candidate shares: the model's sizes and per-token costs, the usable memory.
 struct PlanBasis {
   double psi = 0, h = 0, s = 0, V = 0;
-  // The embedding (wte, wpe) sits on the first stage and, tied, feeds the head on the last; the
-  // blocks are split evenly over the stages.
-  double psi_embedding = 0, psi_blocks = 0;
+  // The embedding (wte, wpe) sits on the first stage and, tied, feeds the head on the last; an
+  // untied head (Llama) is as large and sits on the last stage alone; the blocks are split evenly
+  // over the stages.
+  double psi_embedding = 0, psi_head = 0, psi_blocks = 0;
+  // Parameters of the largest rank's model chunk: the blocks of a stage with the embedding (or
+  // the untied head, as large), both when one stage holds everything, over tp.
+  double psi_rank(int tp, int pp) const {
+    return (psi_blocks / pp + psi_embedding + (pp == 1 ? psi_head : 0)) / tp;
+  }
   double layer_flops = 0, head_flops = 0;  // per token, forward (GEMMs and the attention core)
   double usable_gb = 0;
   long long sequences = 0;  // per step
@@ -122,8 +137,9 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
   b.h = m.hidden;
   b.s = m.seq;
   b.V = m.vocab;
-  b.psi_embedding = std::min(b.psi, (b.V + b.s) * b.h);
-  b.psi_blocks = b.psi - b.psi_embedding;
+  b.psi_embedding = std::min(b.psi, (m.llama ? b.V : b.V + b.s) * b.h);
+  b.psi_head = m.llama && !m.tied ? std::min(b.psi - b.psi_embedding, b.V * b.h + b.h) : 0;
+  b.psi_blocks = b.psi - b.psi_embedding - b.psi_head;
   b.layer_flops = 2 * b.psi_blocks / m.layers + 4 * b.h * b.s;
   b.head_flops = 2 * b.V * b.h;  // last stage
   b.usable_gb = kPlanUsableMemoryFraction * c.gpu_mem_gb;
@@ -148,7 +164,7 @@ ModelParallelShape model_parallel_shape(const PlanModel& m, const PlanCluster& c
   x.dp = dp > 0 ? dp : c.gpus / (tp * pp);
   while (dp == 0 && b.sequences % x.dp != 0) --x.dp;
   x.layers = m.layers / pp;
-  x.psi_rank = (b.psi_blocks / pp + b.psi_embedding) / tp;
+  x.psi_rank = b.psi_rank(tp, pp);
   x.block_params = b.psi_blocks / m.layers / tp;
   // dp groups are contiguous after tp: they stay on NVLink while tp * dp fits a node. Stage
   // neighbours are tp * dp ranks apart: some hop crosses nodes unless the whole world fits one.
@@ -173,8 +189,10 @@ void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basi
   k.params_gb = 2 * psi_rank / (zero >= 3 ? dp : 1) / kGB;
   k.grads_gb = 2 * psi_rank / (zero >= 2 ? dp : 1) / kGB;
   k.optimizer_gb = offload == "host" ? 0 : 12 * psi_rank / shard / kGB;
-  // Two of a block's largest unit (ln_2 with mlp.fc: a third of the block) and the embedding.
-  const double unit_buffers = 2 * (2 * block_params / 3 + psi_embedding / tp);
+  // Two of a block's largest unit (ln_2 with mlp.fc: a third of a GPT-2 block, Llama's gate | up
+  // 2 h F of it) and the embedding.
+  const double largest_unit = m.llama ? 2.0 * m.hidden * m.ffn_width() / tp : block_params / 3;
+  const double unit_buffers = 2 * (2 * largest_unit + psi_embedding / tp);
   k.buffers_gb = (zero >= 2 ? unit_buffers : 0) + (zero >= 3 ? unit_buffers : 0);
   k.buffers_gb /= kGB;
   const bool sp = k.sequence_parallel;
@@ -267,6 +285,7 @@ Evaluated evaluate_layouts(const PlanModel& m, const PlanCluster& c, const PlanB
   Evaluated out;
   for (int tp = 1; tp <= std::min(8, c.gpus); tp *= 2) {
     if (m.heads % tp != 0 || tp > c.gpus_per_node) continue;  // tp stays inside a node
+    if (m.llama && ((m.kv() % tp != 0 && tp % m.kv() != 0) || m.ffn_width() % tp != 0)) continue;
     for (int pp = 1; pp <= m.layers; ++pp) {
       if (m.layers % pp != 0 || tp * pp > c.gpus) continue;
       const ModelParallelShape x = model_parallel_shape(m, c, basis, tp, pp);
@@ -458,8 +477,7 @@ class Explanation {
   }
 
   std::string zero() const {
-    const double replicated_gb =
-        16 * (basis_.psi_blocks / best_.pp + basis_.psi_embedding) / best_.tp / kGB;
+    const double replicated_gb = 16 * basis_.psi_rank(best_.tp, best_.pp) / kGB;
     std::string line;
     if (best_.zero == 0)
       line = best_.dp == 1 ? std::string("no ZeRO: a single data-parallel replica")
@@ -546,6 +564,23 @@ double paper_layer_activation_bytes(double s, double b, double h, double a, int 
       return sequence_parallel ? 34 * sbh / t : sbh * (10 + 24.0 / t);
     default:
       return (sequence_parallel ? 34 * sbh / t : sbh * (10 + 24.0 / t)) + scores;
+  }
+}
+
+double llama_layer_activation_bytes(double s, double b, double h, double a, double kv, double F,
+                                    int t, bool sequence_parallel, RecomputePolicy recompute) {
+  const double sb = s * b, outside = 8 * sb * h / (sequence_parallel ? t : 1);
+  const double kv_rank = std::max(kv / t, 1.0);
+  const double inside =
+      (2 * sb * h + 2 * sb * h + 4 * sb * F + 2 * sb * F) / t + 4 * sb * kv_rank * h / a;
+  const double scores = 2 * a * s * s * b / t;
+  switch (recompute) {
+    case RecomputePolicy::kFull:
+      return 2 * sb * h / (sequence_parallel ? t : 1);
+    case RecomputePolicy::kSelective:
+      return outside + inside;
+    default:
+      return outside + inside + scores;
   }
 }
 

@@ -14,8 +14,16 @@ namespace trident {
 // bytes per parameter before sharding. (Megatron-LM accumulates bf16 gradients in fp32, 2 more
 // bytes where the gradient is replicated; not modelled.)
 struct PlanModel {
-  double params = 0;  // Psi; 0: 12 L h^2 + V h
+  double params = 0;  // Psi; 0: from the shape (GPT-2: 12 L h^2 + V h; Llama: exact)
   int layers = 0, hidden = 0, heads = 0, seq = 2048, vocab = 50257;
+  // The Llama family: no biases, RMSNorm, grouped-query attention over kv_heads (0: heads), a
+  // SwiGLU MLP of width ffn (three h x ffn matrices; 0: 8h/3 rounded up to 256) and an output
+  // head of its own unless tied.
+  bool llama = false;
+  int kv_heads = 0, ffn = 0;
+  bool tied = false;
+  int kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int ffn_width() const { return ffn > 0 ? ffn : (8 * hidden / 3 + 255) / 256 * 256; }
   double param_count() const;
 };
 
@@ -157,6 +165,15 @@ PlanResult plan_layouts(const PlanModel& model, const PlanCluster& cluster,
 // input, 2 s b h (/t with sequence parallelism).
 double paper_layer_activation_bytes(double s, double b, double h, double a, int t,
                                     bool sequence_parallel, RecomputePolicy recompute);
+// The same accounting for a Llama layer (16-bit, no dropout): outside the tensor-parallel regions
+// the inputs of the two RMSNorms and of the qkv and gate | up GEMMs, 8 s b h (/t with sequence
+// parallelism); inside, q (2 s b h), k and v (4 s b kv_rank h/a, kv_rank = max(kv/t, 1): a rank
+// keeps at least one key/value head), the attention output (2 s b h), gate and up (4 s b F) and the
+// SwiGLU output (2 s b F), each / t but k and v, and the softmax output 2 a s^2 b / t, which
+// selective recomputation drops; full recomputation keeps the layer input, 2 s b h (/t with
+// sequence parallelism).
+double llama_layer_activation_bytes(double s, double b, double h, double a, double kv, double F,
+                                    int t, bool sequence_parallel, RecomputePolicy recompute);
 // The memory and time model applied to one layout as written (a run config's: dp, tp, pp, ZeRO,
 // offload, recompute, micro-batch and sequence parallelism taken from `layout`) for
 // `global_batch_tokens` per step. Throws InputError for a layout that does not split the model

@@ -62,6 +62,14 @@ void generate(const GenerateOptions& o, const std::function<void(const std::stri
   std::vector<int32_t> context;
   for (unsigned char ch : o.prompt) context.push_back(ch);
   if (context.empty()) context.push_back('\n');
+  if (o.print_logits) {
+    const int T = std::min<int>(static_cast<int>(context.size()), m.block_size);
+    model.forward(0, context.data() + context.size() - T, nullptr, 1, T);
+    const size_t V = model.logits(0).size() / m.block_size;  // the padded vocabulary
+    for (const float v : host_values(model.logits(0), (T - 1) * V, m.vocab_size))
+      emit(fmt::format("{:.9g}\n", v));
+    return;
+  }
   emit(o.prompt);
   uint64_t counter = 0;
   std::vector<float> probs(m.vocab_size);

@@ -14,6 +14,9 @@ struct GenerateOptions {
   double temperature = 0.8;
   int top_k = 40;
   uint64_t seed = 0;
+  // Instead of sampling: the prompt's next-token logits, one per line (%.9g), to check a model
+  // against a reference.
+  bool print_logits = false;
 };
 
 // Passes the prompt, then each sampled byte as it comes, to `emit` (byte-level models), so a long

@@ -165,6 +165,7 @@ void PipelineRunner::wait_for_sends() {
 // Summing over them commutes with the dp sum, so it may come after it.
 void PipelineRunner::sum_tied_embedding_gradient() {
   if (!embedding_ || embedding_->size() == 1) return;
+  if (!chunks_.front().stage->config().tied()) return;  // an untied head has its own matrix
   ScopedPhase wait(timer_, Phase::kPpWait);
   for (ModelChunk& ch : chunks_)
     if (ch.first || ch.last)

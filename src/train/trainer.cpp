@@ -91,13 +91,10 @@ void check_resume_compatible(const Config& ours, const std::string& path, bool a
                              const std::string& data_identity, const Console& console) {
   const Config theirs = read_checkpoint_config(path);
   const ModelConfig &a = ours.model, &b = theirs.model;
-  if (a.n_layer != b.n_layer || a.n_embd != b.n_embd || a.n_head != b.n_head ||
-      a.vocab_size != b.vocab_size || a.block_size != b.block_size)
-    throw InputError(fmt::format(
-        "checkpoint '{}' holds a different model (L={} C={} NH={} V={} block={}) than the "
-        "config (L={} C={} NH={} V={} block={})",
-        path, b.n_layer, b.n_embd, b.n_head, b.vocab_size, b.block_size, a.n_layer, a.n_embd,
-        a.n_head, a.vocab_size, a.block_size));
+  if (a.shape_line() != b.shape_line())
+    throw InputError(
+        fmt::format("checkpoint '{}' holds a different model ({}) than the config ({})", path,
+                    b.shape_line(), a.shape_line()));
   const std::vector<ConfigChange> changes = config_changes(theirs, ours);
   std::string math;
   for (const ConfigChange& c : changes)
@@ -461,13 +458,13 @@ bool Trainer::train_step(int step, StepOutcome& out) {
 }
 
 double Trainer::clip_and_step(double lr, double grad_scale) {
-  // One model replica's norm, each tensor counted once: tensors replicated over tp only on tp
-  // rank 0, the tied embedding only on the first stage.
+  // One model replica's norm, each tensor counted once: a slice held by several tp ranks only on
+  // the first of them, the tied embedding only on the first stage.
   double squares = 0.0;
   const int tp_rank = grid_.coord().tp;
   for (const ModelChunk& ch : chunks_)
     ch.dp->add_grad_squares(squares, [&](const LocalParam& p) {
-      return (!p.tp_replicated || tp_rank == 0) && (ch.first || p.spec->name != "wte");
+      return p.first_replica(tp_rank) && (ch.first || p.spec->name != "wte");
     });
   // Summed over pp x tp, and over dp too when dp ranks hold different shards of the gradient.
   squares =
@@ -742,9 +739,8 @@ void Trainer::print_banner(int start_step) const {
   const Config& c = config_;
   const int T = c.train.seq_len;
   const int micro_batches = c.train.batch_size / c.parallel.dp / c.train.micro_batch_size;
-  console_.line(fmt::format("trident {} | model {} L={} C={} NH={} V={} T={} | {:.3f}M parameters",
-                            git_revision(), c.model.name, c.model.n_layer, c.model.n_embd,
-                            c.model.n_head, c.model.vocab_size, T,
+  console_.line(fmt::format("trident {} | model {} {} T={} | {:.3f}M parameters", git_revision(),
+                            c.model.name, c.model.shape_line(), T,
                             ParamTable(c.model).total_numel() / 1e6));
   console_.line(fmt::format(
       "layout {} | {} ranks | global batch {} x {} = {} tokens | {} micro-batches per pipeline",

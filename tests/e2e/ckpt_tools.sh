@@ -10,7 +10,7 @@ mpirun -np 4 --oversubscribe "$trident" train --config inputs/tiny.toml --set ru
   --set run.out_dir="$work/run" > "$work/train.log"
 ckpt=$work/run/tiny/checkpoints/step_000004.h5
 "$trident" ckpt info "$ckpt" | tee "$work/info.txt"
-grep -q "model        tiny: L=4 C=32 NH=4 V=256 block=32, 60096 parameters" "$work/info.txt"
+grep -q "model        tiny: gpt2 L=4 C=32 NH=4 V=256 block=32, 60096 parameters" "$work/info.txt"
 grep -q "written by   dp=2 tp=2 pp=1" "$work/info.txt"
 grep -q "step         4 " "$work/info.txt"
 "$trident" ckpt verify "$ckpt" | tee "$work/verify.txt"

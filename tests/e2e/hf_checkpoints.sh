@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hugging Face GPT2LMHeadModel directories in and out: round trips byte for byte (fp32, bf16,
-# sharded), greedy tokens equal to an independent float64 GPT-2 reading the same files, the
-# import training on any layout, and hostile safetensors files refused with exit 2 naming the
+# sharded), greedy tokens and logits (to 1e-5) equal to an independent float64 GPT-2 reading the
+# same files, the import training on any layout, and hostile safetensors files refused with exit 2 naming the
 # tensor, nothing written, under a 4 GiB address-space limit.
 set -uo pipefail
 trident=$1 src=$2 work=$3
@@ -37,6 +37,17 @@ got=$("$trident" generate --ckpt "$work/wide.h5" --prompt "And God said" --token
   2>/dev/null | head -c 52 | tail -c 40 | od -An -tx1 | tr -d ' \n')
 [ "$got" = "$want" ] || fail "greedy tokens differ: trident $got, reference $want"
 echo "greedy decoding equals the float64 reference: $got"
+# And its next-token logits on the prompt, within 1e-5 of the largest.
+$files logits "$work/wide" "And God said" >"$work/wide_ref.txt" || fail "the reference logits"
+"$trident" generate --ckpt "$work/wide.h5" --prompt "And God said" --print-logits \
+  2>/dev/null >"$work/wide_trident.txt" || fail "trident's logits"
+error=$(/usr/bin/python3 -c 'import sys, numpy as np
+t, r = np.loadtxt(sys.argv[1]), np.loadtxt(sys.argv[2])
+assert t.shape == r.shape == (256,), (t.shape, r.shape)
+e = np.abs(t - r).max() / np.abs(r).max()
+print(f"{e:.3g}")
+sys.exit(int(e > 1e-5))' "$work/wide_trident.txt" "$work/wide_ref.txt") || fail "logits differ: $error"
+echo "logits on the prompt: max |trident - reference| / max |reference| = $error"
 
 # The import trains on any layout: serial and dp1 x tp2 x pp2 from it give the same losses.
 model=(--set model.n_layer=2 --set model.n_embd=32 --set model.n_head=4 --set model.vocab_size=256

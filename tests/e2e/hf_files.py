@@ -6,6 +6,8 @@
                                   prints "<case> <text the error must contain>" per case
   hf_files.py compare A B         every parameter of directory A equals B's byte for byte
                                   (names compared without the "transformer." prefix)
+  hf_files.py logits DIR PROMPT   the next-token logits of PROMPT's bytes by the same float64
+                                  GPT-2 (below), one a line
   hf_files.py greedy DIR PROMPT N the N tokens greedy decoding appends to PROMPT's bytes, by a
                                   float64 GPT-2 written here from Hugging Face's definition
                                   (Conv1D x @ W + b, gelu_new, LayerNorm eps 1e-5, tied head),
@@ -187,7 +189,8 @@ def hostile(src, out):
          entries_=entries + [("lm_head.weight", "F32", (V, C), b"\1" * (4 * V * C))])
     case("erf_gelu", "activation_function 'gelu'",
          config=lambda c: c.update(activation_function="gelu"))
-    case("llama", "model_type 'llama' is not supported", config=lambda c: c.update(model_type="llama"))
+    case("gpt_neox", "model_type 'gpt_neox' is not supported",
+         config=lambda c: c.update(model_type="gpt_neox"))
     for name, expect in cases:
         print(f"{name}\t{expect}")
 
@@ -199,7 +202,8 @@ def decode(dtype, shape, data):
     return bits.view(np.float32).astype(np.float64).reshape(shape)
 
 
-def greedy(path, prompt, count):
+def gpt2_logits(path):
+    """The float64 GPT-2 of the directory: a function from token ids to the last one's logits."""
     cfg = json.load(open(os.path.join(path, "config.json")))
     w = {k[len("transformer."):] if k.startswith("transformer.") else k: decode(*v)
          for k, v in read_dir(path).items()}
@@ -232,6 +236,11 @@ def greedy(path, prompt, count):
             x = x + conv1d(f, h + "mlp.c_proj")
         return norm(x, "ln_f")[-1] @ w["wte.weight"].T
 
+    return logits, cfg["n_positions"]
+
+
+def greedy(path, prompt, count):
+    logits, block = gpt2_logits(path)
     context, out, margin = list(prompt.encode()), [], np.inf
     for _ in range(count):
         last = logits(context[-block:])
@@ -241,6 +250,13 @@ def greedy(path, prompt, count):
         out.append(best)
     print(bytes(out).hex())
     print(f"smallest margin {margin:.3g}", file=sys.stderr)
+    return 0
+
+
+def logits_of(path, prompt):
+    logits, block = gpt2_logits(path)
+    for value in logits(list(prompt.encode())[-block:]):
+        print(f"{value:.17g}")
     return 0
 
 
@@ -281,6 +297,9 @@ def main():
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")
+    lg = sub.add_parser("logits")
+    lg.add_argument("dir")
+    lg.add_argument("prompt")
     g = sub.add_parser("greedy")
     g.add_argument("dir")
     g.add_argument("prompt")
@@ -291,6 +310,8 @@ def main():
         return 0
     if args.command == "greedy":
         return greedy(args.dir, args.prompt, args.count)
+    if args.command == "logits":
+        return logits_of(args.dir, args.prompt)
     if args.command == "hostile":
         shutil.rmtree(args.out, ignore_errors=True)
         hostile(args.src, args.out)

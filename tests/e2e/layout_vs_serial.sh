@@ -9,11 +9,12 @@
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0} offload=${10:-none}
 sp=${11:-0}
+run_config=${TRIDENT_TEST_RUN:-tiny}  # inputs/<run_config>.toml: tiny (GPT-2) or llama-tiny
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
 ranks=$((dp * tp * pp))
 layers=$((pp * v > 4 ? pp * v : 4))  # the tiny model has 4 layers; interleaving at pp 4 needs 8
-common=(--config inputs/tiny.toml --set run.steps=20 --set run.eval_every=0
+common=(--config inputs/$run_config.toml --set run.steps=20 --set run.eval_every=0
         --set run.checkpoint_every=0 --set train.batch_size=8 --set model.n_layer="$layers")
 "$trident" train "${common[@]}" --set run.out_dir="$work/serial" \
   --dump-grads "$work/serial_grads.h5" > "$work/serial.log"
@@ -28,7 +29,7 @@ mpirun -np "$ranks" --oversubscribe "$trident" train "${common[@]}" \
   --set parallel.sequence_parallel="$([ "$sp" = 1 ] && echo true || echo false)" \
   --dump-grads "$work/layout_grads.h5" > "$work/layout.log"
 grep "^layout" "$work/layout.log"
-$check schema "$work/layout/tiny/timings.h5" --steps 20 --ranks "$ranks"
-$check compare "$work/serial/tiny/timings.h5" "$work/layout/tiny/timings.h5" --min-steps 20 --rtol 1e-5 --norms
+$check schema "$work/layout/$run_config/timings.h5" --steps 20 --ranks "$ranks"
+$check compare "$work/serial/$run_config/timings.h5" "$work/layout/$run_config/timings.h5" --min-steps 20 --rtol 1e-5 --norms
 $check grads "$work/serial_grads.h5" "$work/layout_grads.h5" --rtol 1e-5
-$check memory "$work/layout/tiny/timings.h5" --all-exact
+$check memory "$work/layout/$run_config/timings.h5" --all-exact

@@ -8,9 +8,10 @@
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0}
 sp=$([ "${10:-}" = sp ] && echo true || echo false)
+run_config=${TRIDENT_TEST_RUN:-tiny}  # inputs/<run_config>.toml: tiny (GPT-2) or llama-tiny
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
-common=(--config inputs/tiny.toml --set run.steps=50 --set run.eval_every=0
+common=(--config inputs/$run_config.toml --set run.steps=50 --set run.eval_every=0
         --set run.checkpoint_every=0 --set model.n_layer=8 --set train.batch_size=8)
 for p in fp32 bf16 fp16; do
   "$trident" train "${common[@]}" --set precision.compute=$p --set run.out_dir="$work/serial_$p" \
@@ -24,9 +25,9 @@ for p in bf16 fp16; do
     --set parallel.virtual_stages="$v" --set train.micro_batch_size="$micro" \
     --set zero.stage="$zero" --set parallel.sequence_parallel="$sp" > "$work/layout_$p.log"
   grep "^precision:" "$work/layout_$p.log"
-  $check memory "$work/layout_$p/tiny/timings.h5" --all-exact
+  $check memory "$work/layout_$p/$run_config/timings.h5" --all-exact
 done
-t() { echo "$work/$1/tiny/timings.h5"; }
+t() { echo "$work/$1/$run_config/timings.h5"; }
 echo "bf16 vs fp32:"; $check compare "$(t serial_fp32)" "$(t layout_bf16)" --min-steps 50 --rtol 2e-3
 echo "fp16 vs fp32:"; $check compare "$(t serial_fp32)" "$(t layout_fp16)" --min-steps 50 --rtol 2e-4
 echo "bf16 layout vs serial:"; $check compare "$(t serial_bf16)" "$(t layout_bf16)" --min-steps 50 --rtol 5e-4

@@ -9,6 +9,7 @@
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0} precision=${10:-fp32}
 sp=$([ "${11:-}" = sp ] && echo true || echo false)
+run_config=${TRIDENT_TEST_RUN:-tiny}  # inputs/<run_config>.toml: tiny (GPT-2) or llama-tiny
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
 ranks=$((dp * tp * pp))
@@ -17,7 +18,7 @@ micro=$((8 / dp / (pp > 1 ? (v > 1 ? 2 * pp : pp) : 1)))
 run() {  # name, extra --set arguments
   local name=$1
   shift
-  mpirun -np "$ranks" --oversubscribe "$trident" train --config inputs/tiny.toml \
+  mpirun -np "$ranks" --oversubscribe "$trident" train --config inputs/$run_config.toml \
     --set run.steps=8 --set run.eval_every=0 --set run.checkpoint_every=0 \
     --set train.batch_size=8 --set model.n_layer="$layers" --set run.out_dir="$work/$name" \
     --set parallel.dp="$dp" --set parallel.tp="$tp" --set parallel.pp="$pp" \
@@ -25,7 +26,7 @@ run() {  # name, extra --set arguments
     --set train.micro_batch_size="$micro" --set zero.stage="$zero" \
     --set precision.compute="$precision" --set parallel.sequence_parallel="$sp" "$@" \
     --dump-grads "$work/$name.grads.h5" > "$work/$name.log"
-  $check memory "$work/$name/tiny/timings.h5" --all-exact
+  $check memory "$work/$name/$run_config/timings.h5" --all-exact
 }
 run none
 run selective --set recompute.policy=selective
@@ -33,10 +34,10 @@ run full --set recompute.policy=full
 run full1 --set recompute.policy=full --set recompute.layers=1
 for name in selective full full1; do
   echo "== $name"
-  $check compare "$work/none/tiny/timings.h5" "$work/$name/tiny/timings.h5" --min-steps 8 --exact --norms
+  $check compare "$work/none/$run_config/timings.h5" "$work/$name/$run_config/timings.h5" --min-steps 8 --exact --norms
   $check grads "$work/none.grads.h5" "$work/$name.grads.h5" --rtol 0
 done
-for name in full full1; do $check phase-positive "$work/$name/tiny/timings.h5" recompute; done
-for name in none selective; do $check phase-zero "$work/$name/tiny/timings.h5" recompute; done
-$check activations-less "$work/none/tiny/timings.h5" "$work/full/tiny/timings.h5"
-$check activations-less "$work/full1/tiny/timings.h5" "$work/full/tiny/timings.h5"
+for name in full full1; do $check phase-positive "$work/$name/$run_config/timings.h5" recompute; done
+for name in none selective; do $check phase-zero "$work/$name/$run_config/timings.h5" recompute; done
+$check activations-less "$work/none/$run_config/timings.h5" "$work/full/$run_config/timings.h5"
+$check activations-less "$work/full1/$run_config/timings.h5" "$work/full/$run_config/timings.h5"

@@ -5,9 +5,10 @@
 # same layout, to 1e-5 across layouts).
 set -euo pipefail
 trident=$1 src=$2 work=$3
+run_config=${TRIDENT_TEST_RUN:-tiny}  # inputs/<run_config>.toml: tiny (GPT-2) or llama-tiny
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
-common=(--config inputs/tiny.toml --set run.steps=20 --set run.checkpoint_every=10
+common=(--config inputs/$run_config.toml --set run.steps=20 --set run.checkpoint_every=10
         --set run.eval_every=0 --set train.batch_size=8)
 train() {  # name ranks dp tp pp zero [extra...]
   local name=$1 ranks=$2 dp=$3 tp=$4 pp=$5 zero=$6; shift 6
@@ -16,31 +17,31 @@ train() {  # name ranks dp tp pp zero [extra...]
     --set parallel.pp="$pp" --set zero.stage="$zero" "$@" > "$work/$name.log"
 }
 train full 8 2 2 2 1
-ckpt="$work/full/tiny/checkpoints/step_000010.h5"
+ckpt="$work/full/$run_config/checkpoints/step_000010.h5"
 train same 8 2 2 2 1 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/same/tiny/timings.h5" --from-step 11 --min-steps 10 --exact
+$check compare "$work/full/$run_config/timings.h5" "$work/same/$run_config/timings.h5" --from-step 11 --min-steps 10 --exact
 train serial 1 1 1 1 0 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/serial/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/serial/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp4_zero1 4 4 1 1 1 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/dp4_zero1/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/dp4_zero1/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp2_zero2 8 2 2 2 2 --resume "$ckpt" --set parallel.schedule=interleaved \
   --set parallel.virtual_stages=2 --set train.micro_batch_size=1
-$check compare "$work/full/tiny/timings.h5" "$work/dp2_zero2/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/dp2_zero2/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp4_zero3 8 4 1 2 3 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/dp4_zero3/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/dp4_zero3/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train zero3_offload 8 2 2 2 3 --resume "$ckpt" --set offload.optimizer=nvme \
   --set offload.params=nvme --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01
-$check compare "$work/full/tiny/timings.h5" "$work/zero3_offload/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/zero3_offload/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train tp4_pp2_zero3 8 1 4 2 3 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/tp4_pp2_zero3/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/tp4_pp2_zero3/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp4_pp2_zero2 8 4 1 2 2 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/dp4_pp2_zero2/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/dp4_pp2_zero2/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp8 8 8 1 1 0 --resume "$ckpt"
-$check compare "$work/full/tiny/timings.h5" "$work/dp8/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/dp8/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train tp4_pp2 8 1 4 2 0 --resume "$ckpt" --set parallel.schedule=gpipe
-$check compare "$work/full/tiny/timings.h5" "$work/tp4_pp2/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/tp4_pp2/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 train dp2_nvme 2 2 1 1 1 --resume "$ckpt" --set offload.optimizer=nvme \
   --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01
-$check compare "$work/full/tiny/timings.h5" "$work/dp2_nvme/tiny/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
+$check compare "$work/full/$run_config/timings.h5" "$work/dp2_nvme/$run_config/timings.h5" --from-step 11 --min-steps 10 --rtol 1e-5
 if ls "$work"/*.m "$work"/*.v > /dev/null 2>&1; then echo "FAIL: offload files left behind"; exit 1; fi
 echo "resume across layouts: ok"

@@ -181,6 +181,12 @@ int run(const std::string& out_path, const std::string& config_path) {
   trident::h5::write_attr(file, "n_head", static_cast<int64_t>(m.n_head));
   trident::h5::write_attr(file, "vocab_size", static_cast<int64_t>(m.vocab_size));
   trident::h5::write_attr(file, "block_size", static_cast<int64_t>(m.block_size));
+  trident::h5::write_attr(file, "family", std::string(trident::name_of(m.family)));
+  trident::h5::write_attr(file, "n_kv_head", static_cast<int64_t>(m.kv_heads()));
+  trident::h5::write_attr(file, "ffn_hidden", static_cast<int64_t>(m.mlp_hidden()));
+  trident::h5::write_attr(file, "rope_theta", m.rope_theta);
+  trident::h5::write_attr(file, "norm_eps", m.norm_eps);
+  trident::h5::write_attr(file, "tie_embeddings", static_cast<int64_t>(m.tied()));
   trident::h5::write_attr(file, "init_seed", static_cast<int64_t>(kInitSeed));
   trident::h5::write_attr(file, "lr", kLr);
   trident::h5::write_attr(file, "beta1", adam.beta1);

@@ -124,7 +124,7 @@ TEST(Config, BadInputNamesTheKey) {
   expect_error("[model]\nblock_size = 16\n[train]\nseq_len = 32\n",
                "train.seq_len = 32 must be between 1 and model.block_size = 16");
   expect_error("[model]\nn_layer = -2\n", "model.n_layer");
-  expect_error("[model]\nvocab_size = 70000\n", "model.vocab_size");
+  expect_error("[model]\nvocab_size = 20000000\n", "model.vocab_size");
   expect_error("[optim]\nlr = -1.0\n", "optim.lr");
   expect_error("[optim]\nbeta2 = 1.0\n", "optim.beta2");
   expect_error("[run]\nsteps = -5\n", "run.steps");

@@ -19,7 +19,10 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/residual.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
 #include "kernels/streaming.hpp"
+#include "kernels/swiglu.hpp"
 #include "test_space.hpp"
 
 using namespace trident;
@@ -195,6 +198,84 @@ TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
   expect_matches_finite_differences(b, db, f);
 }
 
+// RMSNorm in both kernel shapes: the formula (eps 1e-6, a Llama default) and both gradients.
+TEST(Kernels, RmsNormMatchesFormulaAndFiniteDifferences) {
+  const int N = 4, C = 7;
+  const float eps = 1e-6f;
+  for (const Shape shape : {Shape::kCpu, Shape::kGpu}) {
+    SCOPED_TRACE(shape == Shape::kGpu ? "gpu shape" : "cpu shape");
+    TestBuf x = random_view(N * C, 41, 2.0f), w = random_view(C, 42), r = random_view(N * C, 43);
+    TestBuf y("y", N * C), rstd("s", N);
+    auto f = [&] {
+      rmsnorm_forward(exec(), window(y, 0, N, C), rstd, window(x, 0, N, C), w, eps, shape);
+      exec().fence();
+      return dot(y, r);
+    };
+    f();
+    for (int n = 0; n < N; ++n) {
+      double squares = 0;
+      for (int c = 0; c < C; ++c) squares += double(x(n * C + c)) * x(n * C + c);
+      for (int c = 0; c < C; ++c)
+        EXPECT_NEAR(y(n * C + c), x(n * C + c) / std::sqrt(squares / C + eps) * w(c), 1e-5);
+    }
+    TestBuf dx("dx", N * C), dw("dw", C);
+    fill(dx, 0.0f);
+    fill(dw, 0.0f);
+    rmsnorm_backward_input(exec(), window(dx, 0, N, C), window(r, 0, N, C), window(x, 0, N, C), w,
+                           rstd, shape);
+    rmsnorm_backward_params(exec(), dw, window(r, 0, N, C), window(x, 0, N, C), rstd, shape);
+    exec().fence();
+    expect_matches_finite_differences(x, dx, f);
+    expect_matches_finite_differences(w, dw, f);
+  }
+}
+
+// RoPE: forward rotates each pair (i, i + HS/2) by t theta^(-2i/HS), the backward's -angle
+// rotation undoes it exactly (up to rounding), and position 0 is left alone.
+TEST(Kernels, RopeRotatesPairsAndItsTransposeUndoesIt) {
+  const int B = 2, T = 5, heads = 3, HS = 4, W = heads * HS + 2, N = B * T;  // 2 columns untouched
+  TestBuf table("table", T * HS);  // host-addressable (TestSpace)
+  fill_rope_table(table.data(), T, HS, 10000.0);
+  const TestBuf x0 = random_view(N * W, 44);
+  TestBuf x = copy_of(x0);
+  rope_rotate(exec(), window(x, 0, N, W), T, heads, HS, table, 1.0f);
+  exec().fence();
+  for (int n = 0; n < N; ++n)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < HS / 2; ++i) {
+        const double angle = (n % T) * std::pow(10000.0, -2.0 * i / HS);
+        const double a = x0(n * W + h * HS + i), b = x0(n * W + h * HS + i + HS / 2);
+        EXPECT_NEAR(x(n * W + h * HS + i), a * std::cos(angle) - b * std::sin(angle), 1e-6);
+        EXPECT_NEAR(x(n * W + h * HS + i + HS / 2), b * std::cos(angle) + a * std::sin(angle),
+                    1e-6);
+      }
+  for (int n = 0; n < N; ++n)
+    for (int c = heads * HS; c < W; ++c) EXPECT_EQ(x(n * W + c), x0(n * W + c));
+  rope_rotate(exec(), window(x, 0, N, W), T, heads, HS, table, -1.0f);
+  exec().fence();
+  for (int i = 0; i < N * W; ++i) EXPECT_NEAR(x(i), x0(i), 1e-6);
+}
+
+TEST(Kernels, SwigluMatchesFormulaAndFiniteDifferences) {
+  const int N = 3, F = 5;
+  TestBuf fc = random_view(N * 2 * F, 45, 2.0f), y("y", N * F), r = random_view(N * F, 46);
+  auto f = [&] {
+    swiglu_forward(exec(), window(y, 0, N, F), window(fc, 0, N, 2 * F));
+    exec().fence();
+    return dot(y, r);
+  };
+  f();
+  for (int n = 0; n < N; ++n)
+    for (int j = 0; j < F; ++j) {
+      const double gate = fc(n * 2 * F + j), up = fc(n * 2 * F + F + j);
+      EXPECT_NEAR(y(n * F + j), gate / (1 + std::exp(-gate)) * up, 1e-5);
+    }
+  TestBuf dfc("dfc", N * 2 * F);
+  swiglu_backward(exec(), window(dfc, 0, N, 2 * F), window(r, 0, N, F), window(fc, 0, N, 2 * F));
+  exec().fence();
+  expect_matches_finite_differences(fc, dfc, f);
+}
+
 TEST(Kernels, GeluMatchesFormulaAndFiniteDifferences) {
   const int n = 50;
   TestBuf x = random_view(n, 18, 2.0f), y("y", n), r = random_view(n, 19);
@@ -319,6 +400,13 @@ TEST(Kernels, EmbeddingForwardAndBackward) {
 // Shapes with one block of query rows, and with several and a partial last one (T = 70 against
 // 32 query rows per block on host builds).
 const AttentionShape kAttentionShapes[] = {{2, 5, 2, 3}, {1, 70, 2, 4}};
+// Grouped-query shapes: 4 query heads on 2 key/value heads, 6 on 1 (multi-query).
+const AttentionShape kGroupedShapes[] = {{2, 9, 4, 3, 2}, {1, 19, 6, 2, 1}};
+
+// Columns of the packed q | k | v.
+int qkv_width(const AttentionShape& s) {
+  return (s.NH + 2 * s.kv_heads()) * s.HS;
+}
 
 // Which attention a test runs: this build's (its own tiles), or one shape with the given tiles,
 // small enough that a short sequence crosses several query blocks and key tiles, so that the online
@@ -343,7 +431,7 @@ void run_attention_forward(const AttentionRun& run, const AttentionShape& s, con
   const int C = s.NH * s.HS, N = s.B * s.T;
   TestBuf scratch("scratch", scratch_elements(run, s));
   fill(scratch, 7.0f);  // stale values: nothing is read before it is written
-  const Mat o = window(out, 0, N, C), q = window(qkv, 0, N, 3 * C);
+  const Mat o = window(out, 0, N, C), q = window(qkv, 0, N, qkv_width(s));
   if (run.kernel == AttentionKernel::kBuild) attention_forward(exec(), o, lse, scratch, q, s);
 #if !defined(KOKKOS_ENABLE_CUDA)
   if (run.kernel == AttentionKernel::kTiled)
@@ -360,8 +448,8 @@ void run_attention_backward(const AttentionRun& run, const AttentionShape& s, co
   const int C = s.NH * s.HS, N = s.B * s.T;
   TestBuf scratch("scratch", scratch_elements(run, s));
   fill(scratch, 7.0f);
-  const Mat d = window(dqkv, 0, N, 3 * C), g = window(dout, 0, N, C);
-  const Mat q = window(qkv, 0, N, 3 * C), o = window(out, 0, N, C);
+  const Mat d = window(dqkv, 0, N, qkv_width(s)), g = window(dout, 0, N, C);
+  const Mat q = window(qkv, 0, N, qkv_width(s)), o = window(out, 0, N, C);
   if (run.kernel == AttentionKernel::kBuild)
     attention_backward(exec(), d, scratch, g, q, o, lse, s);
 #if !defined(KOKKOS_ENABLE_CUDA)
@@ -391,26 +479,27 @@ std::string describe(const AttentionRun& run, const AttentionShape& s) {
   const char* names[] = {"build", "tiled", "batched"};
   return std::string(names[static_cast<int>(run.kernel)]) + " tiles " +
          std::to_string(run.tiles.rows) + "x" + std::to_string(run.tiles.keys) +
-         " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH);
+         " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH) +
+         " KVH=" + std::to_string(s.kv_heads());
 }
 
 TEST(Kernels, AttentionForwardMatchesNaiveLoop) {
   for (const AttentionRun& run : attention_runs())
     for (const AttentionShape& s :
-         {kAttentionShapes[0], kAttentionShapes[1], AttentionShape{2, 23, 3, 4}}) {
-      const int C = s.NH * s.HS, N = s.B * s.T;
-      TestBuf qkv = random_view(N * 3 * C, 25), out("o", N * C), lse("lse", N * s.NH);
+         {kAttentionShapes[0], kAttentionShapes[1], AttentionShape{2, 23, 3, 4}, kGroupedShapes[0],
+          kGroupedShapes[1]}) {
+      const int C = s.NH * s.HS, N = s.B * s.T, W = qkv_width(s), G = s.group();
+      TestBuf qkv = random_view(N * W, 25), out("o", N * C), lse("lse", N * s.NH);
       fill(out, 7.0f);  // stale values: every output is written
       fill(lse, 7.0f);
       run_attention_forward(run, s, out, lse, qkv);
-      auto q = [&](int b, int t, int h, int i) {
-        return qkv((b * s.T + t) * 3 * C + h * s.HS + i);
-      };
+      // Query head h reads key/value head h / G.
+      auto q = [&](int b, int t, int h, int i) { return qkv((b * s.T + t) * W + h * s.HS + i); };
       auto k = [&](int b, int t, int h, int i) {
-        return qkv((b * s.T + t) * 3 * C + C + h * s.HS + i);
+        return qkv((b * s.T + t) * W + C + h / G * s.HS + i);
       };
       auto v = [&](int b, int t, int h, int i) {
-        return qkv((b * s.T + t) * 3 * C + 2 * C + h * s.HS + i);
+        return qkv((b * s.T + t) * W + C + (s.kv_heads() + h / G) * s.HS + i);
       };
       for (int b = 0; b < s.B; ++b)
         for (int h = 0; h < s.NH; ++h)
@@ -439,16 +528,17 @@ TEST(Kernels, AttentionForwardMatchesNaiveLoop) {
 
 TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
   for (const AttentionRun& run : attention_runs())
-    for (const AttentionShape& s : {kAttentionShapes[0], AttentionShape{1, 19, 2, 3}}) {
+    for (const AttentionShape& s :
+         {kAttentionShapes[0], AttentionShape{1, 19, 2, 3}, kGroupedShapes[0], kGroupedShapes[1]}) {
       const int C = s.NH * s.HS, N = s.B * s.T;
-      TestBuf qkv = random_view(N * 3 * C, 26), out("o", N * C), lse("lse", N * s.NH);
+      TestBuf qkv = random_view(N * qkv_width(s), 26), out("o", N * C), lse("lse", N * s.NH);
       TestBuf r = random_view(N * C, 27);
       auto f = [&] {
         run_attention_forward(run, s, out, lse, qkv);
         return dot(out, r);
       };
       f();
-      TestBuf dqkv("dqkv", N * 3 * C);
+      TestBuf dqkv("dqkv", N * qkv_width(s));
       fill(dqkv, 7.0f);  // stale values: the gradient is overwritten, not added to
       run_attention_backward(run, s, dqkv, r, qkv, out, lse);
       SCOPED_TRACE(describe(run, s));
@@ -460,21 +550,22 @@ TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
 // cuBLAS gets) computes what the host's per-(sequence, head) shape does, whatever the tiles of
 // either: tiling changes only the order of the sums.
 TEST(Kernels, AttentionShapesAgree) {
-  const AttentionShape s{3, 37, 3, 4};
-  const int C = s.NH * s.HS, N = s.B * s.T;
-  const TestBuf qkv = random_view(N * 3 * C, 30), dout = random_view(N * C, 31);
-  TestBuf out("o", N * C), lse("lse", N * s.NH), dqkv("d", N * 3 * C);
-  run_attention_forward(kBuildAttention, s, out, lse, qkv);
-  run_attention_backward(kBuildAttention, s, dqkv, dout, qkv, out, lse);
-  for (const AttentionRun& run : attention_runs()) {
-    TestBuf out_b("ob", N * C), lse_b("lb", N * s.NH), dqkv_b("db", N * 3 * C);
-    for (const TestBuf& v : {out_b, lse_b, dqkv_b}) fill(v, 7.0f);  // stale
-    run_attention_forward(run, s, out_b, lse_b, qkv);
-    run_attention_backward(run, s, dqkv_b, dout, qkv, out_b, lse_b);
-    for (int i = 0; i < N * s.NH; ++i) ASSERT_NEAR(lse_b(i), lse(i), 1e-5) << describe(run, s);
-    for (int i = 0; i < N * C; ++i) ASSERT_NEAR(out_b(i), out(i), 1e-5) << describe(run, s);
-    for (int i = 0; i < N * 3 * C; ++i)
-      ASSERT_NEAR(dqkv_b(i), dqkv(i), 1e-5 * (1.0 + std::fabs(dqkv(i)))) << describe(run, s);
+  for (const AttentionShape& s : {AttentionShape{3, 37, 3, 4}, AttentionShape{2, 37, 6, 4, 2}}) {
+    const int C = s.NH * s.HS, N = s.B * s.T, W = qkv_width(s);
+    const TestBuf qkv = random_view(N * W, 30), dout = random_view(N * C, 31);
+    TestBuf out("o", N * C), lse("lse", N * s.NH), dqkv("d", N * W);
+    run_attention_forward(kBuildAttention, s, out, lse, qkv);
+    run_attention_backward(kBuildAttention, s, dqkv, dout, qkv, out, lse);
+    for (const AttentionRun& run : attention_runs()) {
+      TestBuf out_b("ob", N * C), lse_b("lb", N * s.NH), dqkv_b("db", N * W);
+      for (const TestBuf& v : {out_b, lse_b, dqkv_b}) fill(v, 7.0f);  // stale
+      run_attention_forward(run, s, out_b, lse_b, qkv);
+      run_attention_backward(run, s, dqkv_b, dout, qkv, out_b, lse_b);
+      for (int i = 0; i < N * s.NH; ++i) ASSERT_NEAR(lse_b(i), lse(i), 1e-5) << describe(run, s);
+      for (int i = 0; i < N * C; ++i) ASSERT_NEAR(out_b(i), out(i), 1e-5) << describe(run, s);
+      for (int i = 0; i < N * W; ++i)
+        ASSERT_NEAR(dqkv_b(i), dqkv(i), 1e-5 * (1.0 + std::fabs(dqkv(i)))) << describe(run, s);
+    }
   }
 }
 

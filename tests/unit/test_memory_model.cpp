@@ -18,7 +18,7 @@ TEST(MemoryModel, ReproducesZeroPaperFigure1) {
 namespace {
 MemoryQuery gpt2_query() {
   MemoryQuery q;
-  q.model = ModelConfig{"custom", 12, 768, 12, 50257, 1024};  // L, C, NH, V, block
+  q.model = ModelConfig::gpt2(12, 768, 12, 50257, 1024);  // L, C, NH, V, block
   q.micro_batch = 4;
   q.seq_len = 64;
   q.micro_batches = 1;

@@ -13,7 +13,7 @@ using namespace trident;
 namespace {
 
 ModelConfig tiny() {
-  return ModelConfig{"custom", 2, 16, 2, 11, 8};  // L, C, NH, V, block
+  return ModelConfig::gpt2(2, 16, 2, 11, 8);  // L, C, NH, V, block
 }
 
 void batch(int B, int T, int V, std::vector<int32_t>& in, std::vector<int32_t>& tg) {
@@ -115,7 +115,7 @@ TEST(Gpt, InitialLossIsNearLogVocabAndRunsAreDeterministic) {
 // recomputation policy, on first, middle-less, last and whole stages, with two micro-batches'
 // weight passes pending at once.
 TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
-  const ModelConfig m{"custom", 2, 16, 2, 11, 8};
+  const ModelConfig m = ModelConfig::gpt2(2, 16, 2, 11, 8);
   const int B = 2, T = 6, N = B * T;
   std::vector<int32_t> in[2], tg[2];
   batch(B, T, m.vocab_size, in[0], tg[0]);

@@ -33,7 +33,7 @@ TEST(FileStore, StartsZeroRoundTripsAndRemovesItsFile) {
 }
 
 TEST(AdamWOffload, StreamedMomentsMatchResidentOnesBitForBit) {
-  const ModelConfig m{"custom", 2, 16, 2, 40, 8};  // L, C, NH, V, block
+  const ModelConfig m = ModelConfig::gpt2(2, 16, 2, 40, 8);  // L, C, NH, V, block
   const ParamTable table(m);
   // Whole buffer (no ZeRO), and rank 1's shard of every unit when dp = 3.
   for (auto [dp, rank] : {std::pair{1, 0}, std::pair{3, 1}}) {

@@ -11,7 +11,7 @@ using namespace trident;
 
 namespace {
 ModelConfig gpt2_124m() {
-  return ModelConfig{"custom", 12, 768, 12, 50257, 1024};  // L, C, NH, V, block
+  return ModelConfig::gpt2(12, 768, 12, 50257, 1024);  // L, C, NH, V, block
 }
 }  // namespace
 
@@ -87,7 +87,7 @@ TEST(ModelConfigTest, FlopsPerTokenFollowsPalmFormula) {
 namespace {
 ModelConfig small_vocab_model() {
   // L, C, NH, V, block; V is not a multiple of tp: exercises vocabulary padding.
-  return ModelConfig{"custom", 4, 8, 4, 13, 6};
+  return ModelConfig::gpt2(4, 8, 4, 13, 6);
 }
 }  // namespace
 
@@ -140,8 +140,8 @@ TEST(LocalParams, QkvSliceHoldsTheSameHeadsOfQKAndV) {
   EXPECT_EQ(proj.shape, (std::vector<int64_t>{8, 4}));
   EXPECT_EQ(local.global_index(proj, 0), 4);
   EXPECT_EQ(local.global_index(proj, 5), 8 + 5);
-  EXPECT_TRUE(local.at("h.0.attn.proj.bias").tp_replicated);
-  EXPECT_FALSE(local.at("wte").tp_replicated);
+  EXPECT_EQ(local.at("h.0.attn.proj.bias").tp_replicas, 2);
+  EXPECT_EQ(local.at("wte").tp_replicas, 1);
   EXPECT_EQ(local.at("wte").shape, (std::vector<int64_t>{7, 8}));  // padded 14 / 2
 }
 
@@ -222,4 +222,111 @@ TEST(LocalParams, UnitsArePaddedForZeroAndShardedEvenly) {
       EXPECT_EQ(padded.global_index(p, p.numel - 1), plain.global_index(q, q.numel - 1));
     }
   }
+}
+
+namespace {
+// Llama 3 8B's published shape (Hugging Face Meta-Llama-3-8B config.json).
+ModelConfig llama3_8b() {
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.n_layer = 32;
+  m.n_embd = 4096;
+  m.n_head = 32;
+  m.n_kv_head = 8;
+  m.ffn_hidden = 14336;
+  m.vocab_size = 128256;
+  m.block_size = 8192;
+  return m;
+}
+
+// A tiny Llama with fewer key/value heads (2) than some tp sizes: C 16, 4 heads of 4 channels.
+ModelConfig tiny_llama() {
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.n_layer = 2;
+  m.n_embd = 16;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.ffn_hidden = 24;
+  m.vocab_size = 13;
+  m.block_size = 8;
+  return m;
+}
+}  // namespace
+
+TEST(ParamTable, LlamaHasThePublishedParameterCounts) {
+  EXPECT_EQ(ParamTable(llama3_8b()).total_numel(), 8030261248);  // Llama 3 8B
+  ModelConfig m70 = llama3_8b();
+  m70.n_layer = 80;
+  m70.n_embd = 8192;
+  m70.n_head = 64;
+  m70.ffn_hidden = 28672;
+  EXPECT_EQ(ParamTable(m70).total_numel(), 70553706496);  // Llama 3 70B
+  // The Llama default width: 8C/3 rounded up to multiple_of (Llama 2 7B: 11008).
+  ModelConfig llama2 = llama3_8b();
+  llama2.ffn_hidden = 0;
+  EXPECT_EQ(llama2.mlp_hidden(), 11008);
+}
+
+TEST(ParamTable, LlamaRowsHaveNoBiasesAndAnUntiedHead) {
+  const ModelConfig m = llama3_8b();
+  const ParamTable t(m);
+  EXPECT_EQ(t.specs().size(), 1u + 32u * 7u + 2u);  // wte; 7 per layer; ln_f, lm_head
+  for (const ParamSpec& p : t.specs()) EXPECT_EQ(p.name.find("bias"), std::string::npos) << p.name;
+  EXPECT_EQ(t.at("h.0.attn.q.weight").shape, (std::vector<int64_t>{4096, 4096}));
+  const ParamSpec& kv = t.at("h.0.attn.kv.weight");
+  EXPECT_EQ(kv.shape, (std::vector<int64_t>{2 * 8 * 128, 4096}));
+  EXPECT_EQ(kv.tp_split_groups, 2);
+  EXPECT_EQ(kv.tp_split_piece, 128);  // a key/value head is never cut
+  EXPECT_EQ(t.at("h.0.mlp.fc.weight").shape, (std::vector<int64_t>{2 * 14336, 4096}));
+  EXPECT_EQ(t.at("h.0.mlp.proj.weight").shape, (std::vector<int64_t>{4096, 14336}));
+  EXPECT_EQ(t.at("lm_head").layer, 32);
+  EXPECT_TRUE(t.at("lm_head").weight_decay);
+  EXPECT_FALSE(t.at("h.0.ln_1.weight").weight_decay);
+  EXPECT_THROW(t.at("wpe"), std::out_of_range);
+  ModelConfig tied = m;
+  tied.tie_embeddings = true;
+  EXPECT_THROW(ParamTable(tied).at("lm_head"), std::out_of_range);
+}
+
+TEST(LocalParams, KeyValueHeadsSplitOrReplicateOverTp) {
+  const ModelConfig m = tiny_llama();
+  const ParamTable table(m);
+  // tp 2: each rank one of the two key/value heads; its k rows then its v rows.
+  const LocalParamTable half(table, m, stage_layout(m, 1, 1, 0, 0, 2, 1));
+  const LocalParam& kv2 = half.at("h.0.attn.kv.weight");
+  EXPECT_EQ(kv2.tp_replicas, 1);
+  EXPECT_EQ(kv2.shape, (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(half.global_index(kv2, 0) / 16, 4);        // k head 1
+  EXPECT_EQ(half.global_index(kv2, 4 * 16) / 16, 12);  // v head 1
+  // tp 4: two ranks per key/value head; ranks 2 and 3 both hold head 1, rank 2 writes it.
+  for (int r = 0; r < 4; ++r) {
+    const LocalParamTable quarter(table, m, stage_layout(m, 1, 1, 0, 0, 4, r));
+    const LocalParam& kv4 = quarter.at("h.0.attn.kv.weight");
+    EXPECT_EQ(kv4.tp_replicas, 2);
+    EXPECT_EQ(kv4.shape, (std::vector<int64_t>{8, 16}));
+    EXPECT_EQ(quarter.global_index(kv4, 0) / 16, 4 * (r / 2)) << "rank " << r;
+    EXPECT_EQ(kv4.first_replica(r), r % 2 == 0);
+    const LocalParam& q = quarter.at("h.0.attn.q.weight");  // query heads split 4 ways
+    EXPECT_EQ(q.tp_replicas, 1);
+    EXPECT_EQ(quarter.global_index(q, 0) / 16, 4 * r);
+    // q and kv are adjacent (the column-parallel GEMM reads them as one matrix).
+    EXPECT_EQ(kv4.offset, q.offset + q.numel);
+    EXPECT_EQ(quarter.unit_of(q), quarter.unit_of(kv4));
+    const LocalParam& fc = quarter.at("h.0.mlp.fc.weight");  // gate | up, each split alike
+    EXPECT_EQ(fc.shape, (std::vector<int64_t>{12, 16}));
+    EXPECT_EQ(quarter.global_index(fc, 6 * 16) / 16, 24 + 6 * r);  // first up row
+  }
+}
+
+TEST(LocalParams, UntiedHeadSitsOnTheLastStageOnly) {
+  const ModelConfig m = tiny_llama();
+  const ParamTable table(m);
+  const LocalParamTable first(table, m, stage_layout(m, 2, 1, 0, 0, 1, 0));
+  const LocalParamTable last(table, m, stage_layout(m, 2, 1, 1, 0, 1, 0));
+  EXPECT_TRUE(first.holds("wte"));
+  EXPECT_FALSE(first.holds("lm_head"));
+  EXPECT_FALSE(last.holds("wte"));
+  EXPECT_TRUE(last.holds("lm_head"));
+  EXPECT_NE(last.unit_of(last.at("lm_head")), last.unit_of(last.at("ln_f.weight")));
 }

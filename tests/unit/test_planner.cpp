@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "model/params.hpp"
 #include "plan/planner.hpp"
 
 using namespace trident;
@@ -312,4 +313,78 @@ TEST(Planner, PaperStepFlopsFollowEquationThree) {
   const double f = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
   EXPECT_DOUBLE_EQ(paper_step_flops(m, B), f);
   EXPECT_NEAR(f, 5.14e19, 0.01e19);
+}
+
+namespace {
+// The planner's Llama from a model config's shape.
+PlanModel plan_llama(const ModelConfig& c) {
+  PlanModel m = model(c.n_layer, c.n_embd, c.n_head);
+  m.llama = true;
+  m.kv_heads = c.kv_heads();
+  m.ffn = c.mlp_hidden();
+  m.tied = c.tied();
+  m.vocab = c.vocab_size;
+  m.seq = 8192;
+  return m;
+}
+
+ModelConfig llama3(int layers, int embd, int heads, int ffn) {
+  ModelConfig c;
+  c.family = ModelFamily::kLlama;
+  c.n_layer = layers;
+  c.n_embd = embd;
+  c.n_head = heads;
+  c.n_kv_head = 8;
+  c.ffn_hidden = ffn;
+  c.vocab_size = 128256;
+  c.block_size = 8192;
+  return c;
+}
+}  // namespace
+
+TEST(Planner, LlamaParameterCountIsTheParameterTables) {
+  for (const ModelConfig& c : {llama3(32, 4096, 32, 14336), llama3(80, 8192, 64, 28672)}) {
+    EXPECT_EQ(plan_llama(c).param_count(), static_cast<double>(parameter_count(c)));
+    ModelConfig tied = c;
+    tied.tie_embeddings = true;
+    EXPECT_EQ(plan_llama(tied).param_count(), static_cast<double>(parameter_count(tied)));
+  }
+}
+
+TEST(Planner, LlamaThreeEightBillionOnEightNodesIsShardedDataParallel) {
+  // Replicated, its model states (16 bytes a parameter, 128 GB) do not fit: ZeRO-2 or 3.
+  const PlanCandidate best =
+      recommend(plan_llama(llama3(32, 4096, 32, 14336)), nodes_of_eight(8), 4 * kMillion);
+  EXPECT_EQ(best.tp * best.pp, 1) << best.describe();
+  EXPECT_GE(best.zero, 2) << best.describe();
+}
+
+TEST(Planner, LlamaThreeSeventyBillionOnOneNodeFitsOnlyWithOffload) {
+  // ZeRO-3 over 8 GPUs still leaves 141 GB of model states per GPU: only host offload fits.
+  const PlanResult r =
+      plan_layouts(plan_llama(llama3(80, 8192, 64, 28672)), nodes_of_eight(1), 4 * kMillion);
+  ASSERT_FALSE(r.feasible.empty()) << r.reasons;
+  for (const PlanCandidate& k : r.feasible) EXPECT_EQ(k.offload, "host") << k.describe();
+  const PlanResult more =
+      plan_layouts(plan_llama(llama3(80, 8192, 64, 28672)), nodes_of_eight(8), 4 * kMillion);
+  ASSERT_FALSE(more.feasible.empty()) << more.reasons;
+  EXPECT_EQ(more.feasible.front().offload, "none") << more.recommendation;
+}
+
+TEST(Planner, LlamaLayerActivationsCountGroupedQueryAttention) {
+  const double s = 4096, b = 1, h = 4096, a = 32, F = 14336;
+  const auto bytes = [&](double kv, int t, RecomputePolicy p) {
+    return llama_layer_activation_bytes(s, b, h, a, kv, F, t, false, p);
+  };
+  // 8 key/value heads keep a quarter of multi-head attention's k and v: 4 s b h (1 - 1/4) less.
+  EXPECT_DOUBLE_EQ(bytes(32, 1, RecomputePolicy::kNone) - bytes(8, 1, RecomputePolicy::kNone),
+                   4 * s * b * h * 0.75);
+  // Selective drops exactly the softmax output, 2 a s^2 b / t; full keeps the input alone.
+  EXPECT_DOUBLE_EQ(bytes(8, 2, RecomputePolicy::kNone) - bytes(8, 2, RecomputePolicy::kSelective),
+                   2 * a * s * s * b / 2);
+  EXPECT_DOUBLE_EQ(bytes(8, 2, RecomputePolicy::kFull), 2 * s * b * h);
+  // Past tp = kv each rank keeps one key/value head, whatever tp.
+  const double kv_share_16 = bytes(8, 16, RecomputePolicy::kSelective) - 8 * s * b * h -
+                             (4 * s * b * h + 6 * s * b * F) / 16;
+  EXPECT_DOUBLE_EQ(kv_share_16, 4 * s * b * h / a);
 }

@@ -1,0 +1,332 @@
+# Tiny LlamaForCausalLM directories (config.json + safetensors), hostile variants, a float64 forward, tensor compares.
+"""Usage:
+  hf_llama.py make DIR [--dtype F32|BF16] [--shards N] [--tied] [--extras] [--seed S]
+                       [--scale K]      matrices drawn K times wider (distinct greedy tokens)
+                       L=2, hidden 32, 4 heads, 2 key/value heads (grouped-query attention),
+                       intermediate 88, vocab 256, 16 positions, rms_norm_eps 1e-5,
+                       rope_theta 10000; an untied lm_head unless --tied. --extras adds what
+                       checkpoints carry besides the parameters: each layer's
+                       self_attn.rotary_emb.inv_freq, and with --tied a copy of the embedding
+                       as lm_head.weight
+  hf_llama.py logits DIR PROMPT   the next-token logits after PROMPT's bytes, one per line, by a
+                                  float64 PyTorch LlamaForCausalLM written here from its
+                                  definition (RMSNorm, rotate-half RoPE, grouped-query attention,
+                                  SwiGLU), the context cut to the last max_position_embeddings
+                                  tokens as trident generate does
+  hf_llama.py greedy DIR PROMPT N the N tokens greedy decoding appends to PROMPT's bytes by the
+                                  same forward, as hex; the smallest margin between the best and
+                                  second-best logit on stderr
+  hf_llama.py compare A B         every tensor of directory A equals B's byte for byte (names as
+                                  they are; rotary_emb.inv_freq ignored, and lm_head.weight too
+                                  when A's config ties it), and the config keys trident reads
+                                  agree
+  hf_llama.py hostile SRC OUT     variants of SRC (an untied F32 model, one model.safetensors)
+                                  under OUT/<case>/; prints "<case>\t<text the error must
+                                  contain>" per case
+
+The safetensors files are written by hf_files.py's writer (from the format's specification), and
+the forward from Hugging Face's modeling_llama definition, both independently of trident.
+"""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_files import decode, encode, read_dir, read_safetensors, write_safetensors  # noqa: E402
+
+L, C, NH, KVH, FF, V, T = 2, 32, 4, 2, 88, 256, 16
+HS = C // NH
+
+
+def llama_tensors(rng, scale=1.0, tied=False):
+    """LlamaForCausalLM's parameters in its state dict's order; Linear weights [out, in]."""
+    def matrix(rows, cols):
+        return rng.normal(0, 0.02 * scale, (rows, cols))
+
+    t = {"model.embed_tokens.weight": matrix(V, C)}
+    for layer in range(L):
+        p = f"model.layers.{layer}."
+        t[p + "self_attn.q_proj.weight"] = matrix(NH * HS, C)
+        t[p + "self_attn.k_proj.weight"] = matrix(KVH * HS, C)
+        t[p + "self_attn.v_proj.weight"] = matrix(KVH * HS, C)
+        t[p + "self_attn.o_proj.weight"] = matrix(C, NH * HS)
+        t[p + "mlp.gate_proj.weight"] = matrix(FF, C)
+        t[p + "mlp.up_proj.weight"] = matrix(FF, C)
+        t[p + "mlp.down_proj.weight"] = matrix(C, FF)
+        t[p + "input_layernorm.weight"] = 1 + rng.normal(0, 0.1, C)
+        t[p + "post_attention_layernorm.weight"] = 1 + rng.normal(0, 0.1, C)
+    t["model.norm.weight"] = 1 + rng.normal(0, 0.1, C)
+    if not tied:
+        t["lm_head.weight"] = matrix(V, C)
+    return t
+
+
+def config_json(dtype, tied=False):
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V,
+            "hidden_size": C, "intermediate_size": FF, "num_hidden_layers": L,
+            "num_attention_heads": NH, "num_key_value_heads": KVH, "head_dim": HS,
+            "max_position_embeddings": T, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "rope_scaling": None, "hidden_act": "silu", "attention_bias": False,
+            "attention_dropout": 0.0, "mlp_bias": False, "initializer_range": 0.02,
+            "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": tied,
+            "torch_dtype": "float32" if dtype == "F32" else "bfloat16"}
+
+
+def make(out, dtype="F32", shards=1, tied=False, extras=False, seed=0, scale=1.0):
+    os.makedirs(out, exist_ok=True)
+    tensors = llama_tensors(np.random.default_rng(seed), scale, tied)
+    entries = [(k, dtype, v.shape, encode(v, dtype)) for k, v in tensors.items()]
+    if extras:  # what older transformers saved besides the parameters
+        inv_freq = 1.0 / 10000.0 ** (np.arange(0, HS, 2) / HS)
+        for layer in range(L):
+            entries.append((f"model.layers.{layer}.self_attn.rotary_emb.inv_freq", "F32",
+                            inv_freq.shape, encode(inv_freq, "F32")))
+        if tied:
+            entries.append(("lm_head.weight", dtype, (V, C),
+                            encode(tensors["model.embed_tokens.weight"], dtype)))
+    json.dump(config_json(dtype, tied), open(os.path.join(out, "config.json"), "w"), indent=2)
+    if shards == 1:
+        write_safetensors(os.path.join(out, "model.safetensors"), entries)
+        return
+    weight_map = {}
+    for k in range(shards):
+        name = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = entries[k::shards]
+        write_safetensors(os.path.join(out, name), part)
+        weight_map.update({e[0]: name for e in part})
+    json.dump({"metadata": {}, "weight_map": weight_map},
+              open(os.path.join(out, "model.safetensors.index.json"), "w"))
+
+
+def forward(path):
+    """A function from token ids to the last position's logits (float64 torch tensor)."""
+    import torch
+
+    cfg = json.load(open(os.path.join(path, "config.json")))
+    w = {k: torch.from_numpy(decode(*v).copy()) for k, v in read_dir(path).items()
+         if not k.endswith(".rotary_emb.inv_freq")}
+    heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hidden = cfg["hidden_size"]
+    hs = hidden // heads
+    eps, theta = cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 10000.0)
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+
+    def rms_norm(x, name):  # LlamaRMSNorm: x / sqrt(mean(x^2) + eps) * weight
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w[name]
+
+    def linear(x, name):  # nn.Linear without bias: x @ W^T
+        return x @ w[name].T
+
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def logits(ids):
+        n = len(ids)
+        x = w["model.embed_tokens.weight"][torch.tensor(ids)]
+        inv_freq = 1.0 / theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+        freqs = torch.outer(torch.arange(n, dtype=torch.float64), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()  # [n, hs]
+        mask = torch.triu(torch.full((n, n), float("-inf"), dtype=torch.float64), 1)
+        for layer in range(cfg["num_hidden_layers"]):
+            p = f"model.layers.{layer}."
+            h = rms_norm(x, p + "input_layernorm.weight")
+            q = linear(h, p + "self_attn.q_proj.weight").view(n, heads, hs).transpose(0, 1)
+            k = linear(h, p + "self_attn.k_proj.weight").view(n, kv_heads, hs).transpose(0, 1)
+            v = linear(h, p + "self_attn.v_proj.weight").view(n, kv_heads, hs).transpose(0, 1)
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            # repeat_kv: query head j reads key/value head j // (heads / kv_heads)
+            k = k.repeat_interleave(heads // kv_heads, dim=0)
+            v = v.repeat_interleave(heads // kv_heads, dim=0)
+            att = torch.softmax(q @ k.transpose(1, 2) / hs ** 0.5 + mask, dim=-1)
+            y = (att @ v).transpose(0, 1).reshape(n, heads * hs)
+            x = x + linear(y, p + "self_attn.o_proj.weight")
+            h = rms_norm(x, p + "post_attention_layernorm.weight")
+            f = torch.nn.functional.silu(linear(h, p + "mlp.gate_proj.weight")) * \
+                linear(h, p + "mlp.up_proj.weight")
+            x = x + linear(f, p + "mlp.down_proj.weight")
+        return rms_norm(x, "model.norm.weight")[-1] @ head.T
+
+    return logits, cfg["max_position_embeddings"]
+
+
+def logits(path, prompt):
+    fn, block = forward(path)
+    context = list(prompt.encode()) or [ord("\n")]
+    for value in fn(context[-block:]).tolist():
+        print(f"{value:.17g}")
+    return 0
+
+
+def greedy(path, prompt, count):
+    fn, block = forward(path)
+    context, out, margin = list(prompt.encode()), [], np.inf
+    for _ in range(count):
+        last = fn(context[-block:]).numpy()
+        best = int(np.argmax(last))
+        margin = min(margin, float(last[best] - np.partition(last, -2)[-2]))
+        context.append(best)
+        out.append(best)
+    print(bytes(out).hex())
+    print(f"smallest margin {margin:.3g}", file=sys.stderr)
+    return 0
+
+
+CONFIG_KEYS = {"model_type": None, "hidden_size": None, "intermediate_size": None,
+               "num_attention_heads": None, "num_hidden_layers": None,
+               "num_key_value_heads": None, "vocab_size": None, "max_position_embeddings": None,
+               "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+               "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+               "rope_scaling": None}
+
+
+def compare(a, b):
+    ca = json.load(open(os.path.join(a, "config.json")))
+    cb = json.load(open(os.path.join(b, "config.json")))
+    tied = ca.get("tie_word_embeddings", False)
+
+    def keep(t):
+        return {k: v for k, v in t.items()
+                if not k.endswith(".rotary_emb.inv_freq") and not (tied and k == "lm_head.weight")}
+    ta, tb = keep(read_dir(a)), keep(read_dir(b))
+    problems = [f"{k}: only in {a}" for k in ta if k not in tb]
+    problems += [f"{k}: only in {b}" for k in tb if k not in ta]
+    for k in ta:
+        if k in tb and ta[k] != tb[k]:
+            problems.append(f"{k}: {ta[k][:2]} vs {tb[k][:2]}, bytes equal: {ta[k][2] == tb[k][2]}")
+    for key, default in CONFIG_KEYS.items():
+        if ca.get(key, default) != cb.get(key, default):
+            problems.append(f"config.json {key}: {ca.get(key, default)!r} vs "
+                            f"{cb.get(key, default)!r}")
+    for p in problems:
+        print("DIFF", p)
+    print(f"{len(ta)} tensors and {len(CONFIG_KEYS)} config keys compared, {len(problems)} differ")
+    return 1 if problems else 0
+
+
+def hostile(src, out):
+    """Each case: a copy of src with one thing wrong; prints the case and what the error names."""
+    entries = [(k, d, s, b) for k, (d, s, b) in read_safetensors(
+        os.path.join(src, "model.safetensors")).items()]
+    base = json.load(open(os.path.join(src, "config.json")))
+    cases = []
+
+    def case(name, expect, entries_=None, override=None, config=None):
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        cfg = dict(base)
+        if config:
+            config(cfg)
+        json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+        write_safetensors(os.path.join(d, "model.safetensors"),
+                          entries if entries_ is None else entries_, override)
+        cases.append((name, expect))
+
+    def without(name):
+        return [e for e in entries if e[0] != name]
+
+    def reshaped(name, shape):
+        n = int(np.prod(shape)) * 4
+        return [(k, d, shape, (b * 2)[:n]) if k == name else (k, d, s, b) for k, d, s, b in entries]
+
+    k_proj = "model.layers.1.self_attn.k_proj.weight"
+    case("k_proj_missing", f"tensor '{k_proj}' is missing", entries_=without(k_proj))
+    head = "lm_head.weight"
+    case("head_missing", f"tensor '{head}' is missing", entries_=without(head))
+    # v_proj sized for 4 key/value heads (multi-head attention) where the config says 2.
+    v_proj = "model.layers.0.self_attn.v_proj.weight"
+    case("v_proj_kv_heads", f"tensor '{v_proj}' has shape [{NH * HS}, {C}], the config gives "
+         f"[{KVH * HS}, {C}]", entries_=reshaped(v_proj, (NH * HS, C)))
+    up = "model.layers.1.mlp.up_proj.weight"
+    case("up_proj_transposed", f"tensor '{up}' has shape [{C}, {FF}]",
+         entries_=reshaped(up, (C, FF)))
+    extra = "model.layers.0.self_attn.q_proj.bias"
+    case("extra_tensor", f"tensor '{extra}' is not a LlamaForCausalLM parameter",
+         entries_=entries + [(extra, "F32", (C,), b"\0" * 4 * C)])
+    prefixed = "model.embed_tokens.weight"
+    case("gpt2_prefix", f"tensor '{prefixed}' is missing",
+         entries_=[("transformer." + k if k == prefixed else k, d, s, b)
+                   for k, d, s, b in entries])
+    # Tensors consistent with 3 key/value heads, which do not divide the 4 query heads.
+    kv3 = [(k, d, (3 * HS, C), (b * 2)[:4 * 3 * HS * C])
+           if k.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight")) else (k, d, s, b)
+           for k, d, s, b in entries]
+    case("kv_heads_not_dividing", "config.json: model.n_kv_head = 3 must divide model.n_head = 4", entries_=kv3,
+         config=lambda c: c.update(num_key_value_heads=3))
+    q_proj = "model.layers.0.self_attn.q_proj.weight"
+    case("q_proj_int32", f"tensor '{q_proj}' has dtype I32",
+         override=lambda h: h[q_proj].update(dtype="I32"))
+    first, second = entries[0][0], entries[1][0]
+
+    def overlap(h):
+        h[second]["data_offsets"] = [h[first]["data_offsets"][0] + 4,
+                                     h[first]["data_offsets"][0] + 4 + 4 * NH * HS * C]
+    case("overlap", "overlaps", override=overlap)
+    case("rope_scaling", "rope_scaling",
+         config=lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    case("attention_bias", "attention_bias is set", config=lambda c: c.update(attention_bias=True))
+    case("mlp_bias", "mlp_bias is set", config=lambda c: c.update(mlp_bias=True))
+    case("gelu", "hidden_act 'gelu' is not silu", config=lambda c: c.update(hidden_act="gelu"))
+    case("head_dim", "head_dim 16", config=lambda c: c.update(head_dim=16))
+    case("no_layers_key", "num_hidden_layers must be a positive integer",
+         config=lambda c: c.pop("num_hidden_layers"))
+    case("eps_string", "rms_norm_eps must be a positive number",
+         config=lambda c: c.update(rms_norm_eps="1e-5"))
+    case("tied_head_differs", "lm_head.weight differs from model.embed_tokens.weight",
+         config=lambda c: c.update(tie_word_embeddings=True))
+    emb = dict((k, b) for k, _, _, b in entries)["model.embed_tokens.weight"]
+    case("tied_head_bf16", "lm_head.weight differs from model.embed_tokens.weight",
+         entries_=[(k, "BF16", s, encode(decode("F32", s, emb), "BF16")) if k == head
+                   else (k, d, s, b) for k, d, s, b in entries],
+         config=lambda c: c.update(tie_word_embeddings=True))
+    for name, expect in cases:
+        print(f"{name}\t{expect}")
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("dir")
+    m.add_argument("--dtype", default="F32", choices=["F32", "BF16"])
+    m.add_argument("--shards", type=int, default=1)
+    m.add_argument("--tied", action="store_true")
+    m.add_argument("--extras", action="store_true")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--scale", type=float, default=1.0)
+    lg = sub.add_parser("logits")
+    lg.add_argument("dir")
+    lg.add_argument("prompt")
+    g = sub.add_parser("greedy")
+    g.add_argument("dir")
+    g.add_argument("prompt")
+    g.add_argument("count", type=int)
+    c = sub.add_parser("compare")
+    c.add_argument("a")
+    c.add_argument("b")
+    h = sub.add_parser("hostile")
+    h.add_argument("src")
+    h.add_argument("out")
+    args = ap.parse_args()
+    if args.command == "make":
+        make(args.dir, args.dtype, args.shards, args.tied, args.extras, args.seed, args.scale)
+        return 0
+    if args.command == "logits":
+        return logits(args.dir, args.prompt)
+    if args.command == "greedy":
+        return greedy(args.dir, args.prompt, args.count)
+    if args.command == "hostile":
+        shutil.rmtree(args.out, ignore_errors=True)
+        hostile(args.src, args.out)
+        return 0
+    return compare(args.a, args.b)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Hugging Face LlamaForCausalLM directories in and out: round trips byte for byte (fp32, bf16,
+# sharded, tied), logits and greedy tokens equal to an independent float64 Llama reading the same
+# files, the import training on any layout (tp 4 > 2 key/value heads too), a trained checkpoint
+# exported and re-imported, and hostile files refused with exit 2 naming their cause, nothing
+# written, under a 4 GiB address-space limit.
+set -uo pipefail
+trident=$1 src=$2 work=$3
+llama="/usr/bin/python3 $src/tests/e2e/hf_llama.py"
+check="/usr/bin/python3 $src/tests/e2e/check_run.py"
+rm -rf "$work" && mkdir -p "$work" && cd "$src"
+fail() { echo "FAIL: $*"; exit 1; }
+quiet() { grep -v '^ *Kokkos::\|^  *Detected\|^  *Requested' || true; }
+# max|trident - reference| / max|reference| over the 256 logits of two files, one a line.
+relative_error() {
+  /usr/bin/python3 -c 'import sys, numpy as np
+t, r = np.loadtxt(sys.argv[1]), np.loadtxt(sys.argv[2])
+assert t.shape == r.shape == (256,), f"logits shapes {t.shape} and {r.shape}"
+print(f"{np.abs(t - r).max() / np.abs(r).max():.3g}")' "$1" "$2"
+}
+within() {
+  /usr/bin/python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= float(sys.argv[2]))' "$1" "$2"
+}
+
+# Round trips: fp32 untied in one file; bf16 with each layer's rotary_emb.inv_freq in 3 shards,
+# exported as bf16 in 2+; a tied model (no lm_head.weight in the files, none written back).
+$llama make "$work/f32" || fail "writing the fp32 model"
+"$trident" ckpt import --hf "$work/f32" --out "$work/f32.h5" || fail "importing fp32"
+"$trident" ckpt verify "$work/f32.h5" | tail -n 1
+"$trident" ckpt export "$work/f32.h5" --hf "$work/f32_out" >/dev/null || fail "exporting fp32"
+$llama compare "$work/f32" "$work/f32_out" || fail "fp32 round trip differs"
+$llama make "$work/bf16" --dtype BF16 --shards 3 --extras --seed 1 || fail "writing the bf16 model"
+"$trident" ckpt import --hf "$work/bf16" --out "$work/bf16.h5" >/dev/null ||
+  fail "importing sharded bf16"
+"$trident" ckpt export "$work/bf16.h5" --hf "$work/bf16_out" --dtype bf16 --max-shard-mb 0.02 \
+  >/dev/null || fail "exporting bf16 in shards"
+shards=$(ls "$work/bf16_out"/model-*-of-*.safetensors | wc -l)
+((shards >= 2)) && [ -f "$work/bf16_out/model.safetensors.index.json" ] ||
+  fail "no sharded export ($shards shards)"
+$llama compare "$work/bf16" "$work/bf16_out" || fail "bf16 round trip differs"
+$llama make "$work/tied" --tied --seed 2 || fail "writing the tied model"
+"$trident" ckpt import --hf "$work/tied" --out "$work/tied.h5" >/dev/null || fail "importing tied"
+"$trident" ckpt export "$work/tied.h5" --hf "$work/tied_out" >/dev/null || fail "exporting tied"
+$llama compare "$work/tied" "$work/tied_out" || fail "tied round trip differs"
+$llama make "$work/tied_copy" --tied --extras --seed 2 || fail "writing the tied model with a head"
+"$trident" ckpt import --hf "$work/tied_copy" --out "$work/tied_copy.h5" >/dev/null ||
+  fail "importing a tied model that saved its head"
+echo "round trips: fp32, bf16 ($shards shards) and tied byte for byte"
+
+# The imported weights compute what Hugging Face's definition computes: the next-token logits of
+# a prompt longer than the 16-token window and of a short one, and 40 greedy tokens past the
+# window, against float64 PyTorch reading the safetensors directly.
+$llama make "$work/wide" --scale 10 --seed 6 || fail "writing the wide model"
+"$trident" ckpt import --hf "$work/wide" --out "$work/wide.h5" >/dev/null || fail "importing"
+n=0
+for prompt in "In the beginning God created the heaven and the earth." "And God said"; do
+  n=$((n + 1))
+  "$trident" generate --ckpt "$work/wide.h5" --prompt "$prompt" --print-logits \
+    >"$work/logits$n.trident" 2>/dev/null || fail "trident generate --print-logits"
+  $llama logits "$work/wide" "$prompt" >"$work/logits$n.ref" || fail "the reference logits"
+  err=$(relative_error "$work/logits$n.trident" "$work/logits$n.ref") || fail "reading the logits"
+  echo "logits of '$prompt': max|trident - reference| / max|reference| = $err"
+  within "$err" 1e-5 || fail "logits differ from the reference by $err (relative)"
+done
+prompt="And God said"
+want=$($llama greedy "$work/wide" "$prompt" 40) || fail "the reference"
+got=$("$trident" generate --ckpt "$work/wide.h5" --prompt "$prompt" --tokens 40 --top-k 1 \
+  2>/dev/null | head -c $((${#prompt} + 40)) | tail -c 40 | od -An -tx1 | tr -d ' \n')
+[ "$got" = "$want" ] || fail "greedy tokens differ: trident $got, reference $want"
+echo "greedy decoding equals the float64 reference: $got"
+
+# The import trains on any layout: serial, tp 4 (more ranks than the 2 key/value heads, which
+# are replicated) and dp1 x tp2 x pp2 from it give the same losses.
+model=(--set model.n_layer=2 --set model.n_embd=32 --set model.n_head=4 --set model.n_kv_head=2
+       --set model.ffn_hidden=88 --set model.block_size=16)
+for layout in serial tp4 tp2pp2; do
+  launch=() sets=()
+  [ $layout = tp4 ] && launch=(mpirun -np 4 --oversubscribe) && sets=(--set parallel.tp=4)
+  [ $layout = tp2pp2 ] && launch=(mpirun -np 4 --oversubscribe) &&
+    sets=(--set parallel.tp=2 --set parallel.pp=2)
+  ${launch[@]+"${launch[@]}"} "$trident" train --config inputs/llama-tiny.toml "${model[@]}" \
+    ${sets[@]+"${sets[@]}"} --set run.steps=4 --set run.checkpoint_every=0 \
+    --set run.out_dir="$work/$layout" \
+    --set run.init_from="$work/wide.h5" >"$work/$layout.log" 2>&1 ||
+    { tail "$work/$layout.log"; fail "training from the import ($layout)"; }
+  grep -q "run.init_from: weights of $work/wide.h5" "$work/$layout.log" ||
+    fail "$layout: no run.init_from line"
+done
+for layout in tp4 tp2pp2; do
+  $check compare "$work/serial/llama-tiny/timings.h5" "$work/$layout/llama-tiny/timings.h5" \
+    --min-steps 4 || fail "the import trains differently on $layout"
+done
+echo "the import trains alike serially, on tp 4 and on tp 2 x pp 2"
+
+# A trained checkpoint exports to a directory that re-imports, exports again byte for byte, and
+# computes what trident computes (the tp 4 one too: its replicated key/value heads gathered).
+for layout in serial tp4; do
+  ckpt="$work/$layout/llama-tiny/checkpoints/step_000004.h5"
+  "$trident" ckpt export "$ckpt" --hf "$work/${layout}_hf" >/dev/null ||
+    fail "exporting the $layout-trained checkpoint"
+  "$trident" ckpt import --hf "$work/${layout}_hf" --out "$work/${layout}_again.h5" >/dev/null ||
+    fail "re-importing the $layout export"
+  "$trident" ckpt export "$work/${layout}_again.h5" --hf "$work/${layout}_hf_again" >/dev/null ||
+    fail "exporting the re-import"
+  $llama compare "$work/${layout}_hf" "$work/${layout}_hf_again" >/dev/null ||
+    fail "the re-import of the $layout export exports differently"
+  "$trident" generate --ckpt "$ckpt" --prompt "$prompt" --print-logits \
+    >"$work/$layout.trident" 2>/dev/null || fail "trident generate on the $layout checkpoint"
+  $llama logits "$work/${layout}_hf" "$prompt" >"$work/$layout.ref" || fail "the reference"
+  err=$(relative_error "$work/$layout.trident" "$work/$layout.ref") || fail "reading the logits"
+  within "$err" 1e-5 || fail "the $layout-trained export computes otherwise: $err (relative)"
+done
+echo "trained checkpoints (serial, tp 4) export, re-import and compute what trident computes"
+
+# Hostile files: exit 2, the tensor (or config key) named, no checkpoint written.
+$llama hostile "$work/f32" "$work/hostile" >"$work/cases.txt" || fail "writing hostile files"
+cases=0
+while IFS=$'\t' read -r name expect; do
+  out=$( (ulimit -v 4194304; "$trident" ckpt import --hf "$work/hostile/$name" \
+    --out "$work/hostile/$name.h5") 2>&1)
+  rc=$?
+  [ $rc = 2 ] || fail "$name: exit $rc, not 2: $(quiet <<<"$out" | tail -n 2)"
+  grep -qF -- "$expect" <<<"$out" ||
+    fail "$name: the error does not say '$expect': $(quiet <<<"$out")"
+  [ ! -e "$work/hostile/$name.h5" ] || fail "$name: a checkpoint was written"
+  cases=$((cases + 1))
+done <"$work/cases.txt"
+((cases >= 9)) || fail "only $cases hostile cases"
+echo "$cases hostile directories refused with exit 2, each naming its cause"
+echo "hf llama: ok"
