@@ -3,13 +3,9 @@
 # sharded), greedy tokens and logits (to 1e-5) equal to an independent float64 GPT-2 reading the
 # same files, the import training on any layout, and hostile safetensors files refused with exit 2 naming the
 # tensor, nothing written, under a 4 GiB address-space limit.
-set -uo pipefail
-trident=$1 src=$2 work=$3
+# shellcheck source=tests/e2e/hf_common.sh
+source "$(dirname "$0")/hf_common.sh" "$@"
 files="/usr/bin/python3 $src/tests/e2e/hf_files.py"
-check="/usr/bin/python3 $src/tests/e2e/check_run.py"
-rm -rf "$work" && mkdir -p "$work" && cd "$src"
-fail() { echo "FAIL: $*"; exit 1; }
-quiet() { grep -v '^ *Kokkos::\|^  *Detected\|^  *Requested' || true; }
 
 # Round trips: fp32 with GPT2LMHeadModel's "transformer." names, one file; bf16 with the Hub's
 # GPT2Model names, the causal-mask buffers and a tied lm_head, in 3 shards, exported in 2+.
@@ -41,12 +37,8 @@ echo "greedy decoding equals the float64 reference: $got"
 $files logits "$work/wide" "And God said" >"$work/wide_ref.txt" || fail "the reference logits"
 "$trident" generate --ckpt "$work/wide.h5" --prompt "And God said" --print-logits \
   2>/dev/null >"$work/wide_trident.txt" || fail "trident's logits"
-error=$(/usr/bin/python3 -c 'import sys, numpy as np
-t, r = np.loadtxt(sys.argv[1]), np.loadtxt(sys.argv[2])
-assert t.shape == r.shape == (256,), (t.shape, r.shape)
-e = np.abs(t - r).max() / np.abs(r).max()
-print(f"{e:.3g}")
-sys.exit(int(e > 1e-5))' "$work/wide_trident.txt" "$work/wide_ref.txt") || fail "logits differ: $error"
+error=$(relative_error "$work/wide_trident.txt" "$work/wide_ref.txt" 1e-5) ||
+  fail "logits differ: $error"
 echo "logits on the prompt: max |trident - reference| / max |reference| = $error"
 
 # The import trains on any layout: serial and dp1 x tp2 x pp2 from it give the same losses.
@@ -101,18 +93,7 @@ echo "run.init_from: equal to resuming, on dp2 x tp2 ZeRO-3 too; the recipe ran 
 
 # Hostile files: exit 2, the tensor (or header) named, no checkpoint written.
 $files hostile "$work/f32" "$work/hostile" >"$work/cases.txt" || fail "writing hostile files"
-cases=0
-while IFS=$'\t' read -r name expect; do
-  out=$( (ulimit -v 4194304; "$trident" ckpt import --hf "$work/hostile/$name" \
-    --out "$work/hostile/$name.h5") 2>&1)
-  rc=$?
-  [ $rc = 2 ] || fail "$name: exit $rc, not 2: $(quiet <<<"$out" | tail -n 2)"
-  grep -qF -- "$expect" <<<"$out" || fail "$name: the error does not say '$expect': $(quiet <<<"$out")"
-  [ ! -e "$work/hostile/$name.h5" ] || fail "$name: a checkpoint was written"
-  cases=$((cases + 1))
-done <"$work/cases.txt"
-((cases >= 18)) || fail "only $cases hostile cases"
-echo "$cases hostile directories refused with exit 2, each naming its cause"
+hostile_refused "$work/cases.txt" "$work/hostile" 18
 
 "$trident" ckpt export "$work/f32.h5" >/dev/null 2>&1
 [ $? = 2 ] || fail "ckpt export without --llmc or --hf did not exit 2"

@@ -17,7 +17,10 @@
 
 The safetensors layout is written here from its specification (8-byte little-endian header
 length, JSON header of dtype / shape / data_offsets, then the data), independently of trident.
+hf_llama.py uses the same reader and writers, hostile-case writer, greedy loop, tensor comparison
+and command line (cli).
 """
+import copy
 import json
 import os
 import shutil
@@ -114,7 +117,13 @@ def make(out, dtype="F32", prefix="", shards=1, extras=False, seed=0, scale=1.0)
             entries.append((f"{prefix}h.{layer}.attn.bias", "F32", mask.shape, mask.tobytes()))
             entries.append((f"{prefix}h.{layer}.attn.masked_bias", "F32", (), encode(-1e4, "F32")))
         entries.append(("lm_head.weight", dtype, (V, C), encode(tensors["wte.weight"], dtype)))
-    json.dump(config_json(dtype), open(os.path.join(out, "config.json"), "w"))
+    write_dir(out, config_json(dtype), entries, shards)
+
+
+def write_dir(out, config, entries, shards=1, indent=None):
+    """A Hugging Face directory: config.json, and entries [(name, dtype, shape, bytes)] in
+    model.safetensors, or with shards > 1 dealt round-robin into that many files and an index."""
+    json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=indent)
     if shards == 1:
         write_safetensors(os.path.join(out, "model.safetensors"), entries)
         return
@@ -128,16 +137,22 @@ def make(out, dtype="F32", prefix="", shards=1, extras=False, seed=0, scale=1.0)
               open(os.path.join(out, "model.safetensors.index.json"), "w"))
 
 
-def hostile(src, out):
-    """Each case: a copy of src with one thing wrong; prints the case and what the error names."""
-    entries = [(k, d, s, b) for k, (d, s, b) in read_safetensors(
-        os.path.join(src, "model.safetensors")).items()]
-    cases = []
+class HostileCases:
+    """Hostile directories OUT/<case>/, each a copy of a model (its model.safetensors entries
+    [(name, dtype, shape, bytes)] and config.json) with one thing wrong."""
 
-    def case(name, expect, entries_=None, override=None, raw=None, config=None):
-        d = os.path.join(out, name)
+    def __init__(self, src, out, config):
+        self.entries = [(k, d, s, b) for k, (d, s, b) in read_safetensors(
+            os.path.join(src, "model.safetensors")).items()]
+        self.out, self.config, self.cases = out, config, []
+
+    def __call__(self, name, expect, entries_=None, override=None, raw=None, config=None):
+        """Writes case `name`, whose import error must contain `expect`: the entries (or
+        entries_), override(header) applied to the safetensors header, or the file's bytes
+        `raw`; config(cfg) applied to a copy of the config."""
+        d = os.path.join(self.out, name)
         os.makedirs(d, exist_ok=True)
-        cfg = config_json("F32")
+        cfg = copy.deepcopy(self.config)
         if config:
             config(cfg)
         json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
@@ -145,15 +160,30 @@ def hostile(src, out):
         if raw is not None:
             open(path, "wb").write(raw)
         else:
-            write_safetensors(path, entries if entries_ is None else entries_, override)
-        cases.append((name, expect))
+            write_safetensors(path, self.entries if entries_ is None else entries_, override)
+        self.cases.append((name, expect))
 
+    def overlap(self):
+        """Case "overlap": the second tensor's bytes start 4 bytes into the first's."""
+        (first, _, _, _), (second, _, _, data) = self.entries[:2]
+
+        def move(h):
+            start = h[first]["data_offsets"][0] + 4
+            h[second]["data_offsets"] = [start, start + len(data)]
+        self("overlap", "overlaps", override=move)
+
+    def print(self):
+        """One line per case: "<case>\t<text the error must contain>"."""
+        for name, expect in self.cases:
+            print(f"{name}\t{expect}")
+
+
+def hostile(src, out):
+    """Each case: a copy of src with one thing wrong; prints the case and what the error names."""
+    case = HostileCases(src, out, config_json("F32"))
+    entries = case.entries
     first, second = entries[0][0], entries[1][0]
-
-    def overlap(h):
-        h[second]["data_offsets"] = [h[first]["data_offsets"][0] + 4,
-                                     h[first]["data_offsets"][0] + 4 + 4 * T * C]
-    case("overlap", "overlaps", override=overlap)
+    case.overlap()
     last = entries[-1][0]
     case("past_end", f"tensor '{last}'",
          override=lambda h: h[last].update(data_offsets=[h[last]["data_offsets"][0] + 8,
@@ -191,8 +221,7 @@ def hostile(src, out):
          config=lambda c: c.update(activation_function="gelu"))
     case("gpt_neox", "model_type 'gpt_neox' is not supported",
          config=lambda c: c.update(model_type="gpt_neox"))
-    for name, expect in cases:
-        print(f"{name}\t{expect}")
+    case.print()
 
 
 def decode(dtype, shape, data):
@@ -241,6 +270,13 @@ def gpt2_logits(path):
 
 def greedy(path, prompt, count):
     logits, block = gpt2_logits(path)
+    return greedy_decode(logits, block, prompt, count)
+
+
+def greedy_decode(logits, block, prompt, count):
+    """Prints the `count` tokens greedy decoding appends to prompt's bytes as hex, and on stderr
+    the smallest margin between the best and second-best logit. logits(ids): the last position's
+    logits (numpy), given at most the last `block` ids."""
     context, out, margin = list(prompt.encode()), [], np.inf
     for _ in range(count):
         last = logits(context[-block:])
@@ -267,26 +303,43 @@ def compare(a, b):
                                               k.endswith(".attn.masked_bias") or
                                               k == "lm_head.weight")}
     ta, tb = strip(read_dir(a)), strip(read_dir(b))
+    return report(tensor_differences(a, b, ta, tb), f"{len(ta)} tensors")
+
+
+def tensor_differences(a, b, ta, tb):
+    """What differs between directory a's tensors ta and b's tb ({name: (dtype, shape, bytes)}):
+    tensors only in one, or with another dtype, shape or bytes."""
     problems = [f"{k}: only in {a}" for k in ta if k not in tb]
     problems += [f"{k}: only in {b}" for k in tb if k not in ta]
     for k in ta:
         if k in tb and ta[k] != tb[k]:
             problems.append(f"{k}: {ta[k][:2]} vs {tb[k][:2]}, bytes equal: {ta[k][2] == tb[k][2]}")
+    return problems
+
+
+def report(problems, compared):
+    """Prints a DIFF line per problem and a count; the exit status (1 if any)."""
     for p in problems:
         print("DIFF", p)
-    print(f"{len(ta)} tensors compared, {len(problems)} differ")
+    print(f"{compared} compared, {len(problems)} differ")
     return 1 if problems else 0
 
 
-def main():
+def cli(doc, make, make_options, logits, greedy, compare, hostile):
+    """The command line of hf_files.py and hf_llama.py (their docstring `doc`): make DIR [options],
+    logits DIR PROMPT, greedy DIR PROMPT N, compare A B, hostile SRC OUT (OUT emptied first);
+    runs the one given with these functions and returns the exit status. make_options: (flag,
+    add_argument keywords) pairs besides --dtype, --shards, --extras, --seed and --scale; make
+    gets every option by name."""
     import argparse
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     m = sub.add_parser("make")
     m.add_argument("dir")
     m.add_argument("--dtype", default="F32", choices=["F32", "BF16"])
-    m.add_argument("--prefix", default="")
+    for flag, options in make_options:
+        m.add_argument(flag, **options)
     m.add_argument("--shards", type=int, default=1)
     m.add_argument("--extras", action="store_true")
     m.add_argument("--seed", type=int, default=0)
@@ -306,12 +359,12 @@ def main():
     g.add_argument("count", type=int)
     args = ap.parse_args()
     if args.command == "make":
-        make(args.dir, args.dtype, args.prefix, args.shards, args.extras, args.seed, args.scale)
+        make(args.dir, **{k: v for k, v in vars(args).items() if k not in ("command", "dir")})
         return 0
     if args.command == "greedy":
         return greedy(args.dir, args.prompt, args.count)
     if args.command == "logits":
-        return logits_of(args.dir, args.prompt)
+        return logits(args.dir, args.prompt)
     if args.command == "hostile":
         shutil.rmtree(args.out, ignore_errors=True)
         hostile(args.src, args.out)
@@ -320,4 +373,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli(__doc__, make, [("--prefix", {"default": ""})], logits_of, greedy, compare,
+                 hostile))

@@ -29,13 +29,13 @@ the forward from Hugging Face's modeling_llama definition, both independently of
 """
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_files import decode, encode, read_dir, read_safetensors, write_safetensors  # noqa: E402
+from hf_files import (HostileCases, cli, decode, encode, greedy_decode, read_dir,  # noqa: E402
+                      report, tensor_differences, write_dir)
 
 L, C, NH, KVH, FF, V, T = 2, 32, 4, 2, 88, 256, 16
 HS = C // NH
@@ -87,18 +87,7 @@ def make(out, dtype="F32", shards=1, tied=False, extras=False, seed=0, scale=1.0
         if tied:
             entries.append(("lm_head.weight", dtype, (V, C),
                             encode(tensors["model.embed_tokens.weight"], dtype)))
-    json.dump(config_json(dtype, tied), open(os.path.join(out, "config.json"), "w"), indent=2)
-    if shards == 1:
-        write_safetensors(os.path.join(out, "model.safetensors"), entries)
-        return
-    weight_map = {}
-    for k in range(shards):
-        name = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
-        part = entries[k::shards]
-        write_safetensors(os.path.join(out, name), part)
-        weight_map.update({e[0]: name for e in part})
-    json.dump({"metadata": {}, "weight_map": weight_map},
-              open(os.path.join(out, "model.safetensors.index.json"), "w"))
+    write_dir(out, config_json(dtype, tied), entries, shards, indent=2)
 
 
 def forward(path):
@@ -164,16 +153,7 @@ def logits(path, prompt):
 
 def greedy(path, prompt, count):
     fn, block = forward(path)
-    context, out, margin = list(prompt.encode()), [], np.inf
-    for _ in range(count):
-        last = fn(context[-block:]).numpy()
-        best = int(np.argmax(last))
-        margin = min(margin, float(last[best] - np.partition(last, -2)[-2]))
-        context.append(best)
-        out.append(best)
-    print(bytes(out).hex())
-    print(f"smallest margin {margin:.3g}", file=sys.stderr)
-    return 0
+    return greedy_decode(lambda ids: fn(ids).numpy(), block, prompt, count)
 
 
 CONFIG_KEYS = {"model_type": None, "hidden_size": None, "intermediate_size": None,
@@ -193,38 +173,18 @@ def compare(a, b):
         return {k: v for k, v in t.items()
                 if not k.endswith(".rotary_emb.inv_freq") and not (tied and k == "lm_head.weight")}
     ta, tb = keep(read_dir(a)), keep(read_dir(b))
-    problems = [f"{k}: only in {a}" for k in ta if k not in tb]
-    problems += [f"{k}: only in {b}" for k in tb if k not in ta]
-    for k in ta:
-        if k in tb and ta[k] != tb[k]:
-            problems.append(f"{k}: {ta[k][:2]} vs {tb[k][:2]}, bytes equal: {ta[k][2] == tb[k][2]}")
+    problems = tensor_differences(a, b, ta, tb)
     for key, default in CONFIG_KEYS.items():
         if ca.get(key, default) != cb.get(key, default):
             problems.append(f"config.json {key}: {ca.get(key, default)!r} vs "
                             f"{cb.get(key, default)!r}")
-    for p in problems:
-        print("DIFF", p)
-    print(f"{len(ta)} tensors and {len(CONFIG_KEYS)} config keys compared, {len(problems)} differ")
-    return 1 if problems else 0
+    return report(problems, f"{len(ta)} tensors and {len(CONFIG_KEYS)} config keys")
 
 
 def hostile(src, out):
     """Each case: a copy of src with one thing wrong; prints the case and what the error names."""
-    entries = [(k, d, s, b) for k, (d, s, b) in read_safetensors(
-        os.path.join(src, "model.safetensors")).items()]
-    base = json.load(open(os.path.join(src, "config.json")))
-    cases = []
-
-    def case(name, expect, entries_=None, override=None, config=None):
-        d = os.path.join(out, name)
-        os.makedirs(d, exist_ok=True)
-        cfg = dict(base)
-        if config:
-            config(cfg)
-        json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
-        write_safetensors(os.path.join(d, "model.safetensors"),
-                          entries if entries_ is None else entries_, override)
-        cases.append((name, expect))
+    case = HostileCases(src, out, json.load(open(os.path.join(src, "config.json"))))
+    entries = case.entries
 
     def without(name):
         return [e for e in entries if e[0] != name]
@@ -260,12 +220,7 @@ def hostile(src, out):
     q_proj = "model.layers.0.self_attn.q_proj.weight"
     case("q_proj_int32", f"tensor '{q_proj}' has dtype I32",
          override=lambda h: h[q_proj].update(dtype="I32"))
-    first, second = entries[0][0], entries[1][0]
-
-    def overlap(h):
-        h[second]["data_offsets"] = [h[first]["data_offsets"][0] + 4,
-                                     h[first]["data_offsets"][0] + 4 + 4 * NH * HS * C]
-    case("overlap", "overlaps", override=overlap)
+    case.overlap()
     case("rope_scaling", "rope_scaling",
          config=lambda c: c.update(rope_scaling={"rope_type": "linear", "factor": 2.0}))
     case("attention_bias", "attention_bias is set", config=lambda c: c.update(attention_bias=True))
@@ -283,50 +238,9 @@ def hostile(src, out):
          entries_=[(k, "BF16", s, encode(decode("F32", s, emb), "BF16")) if k == head
                    else (k, d, s, b) for k, d, s, b in entries],
          config=lambda c: c.update(tie_word_embeddings=True))
-    for name, expect in cases:
-        print(f"{name}\t{expect}")
-
-
-def main():
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("make")
-    m.add_argument("dir")
-    m.add_argument("--dtype", default="F32", choices=["F32", "BF16"])
-    m.add_argument("--shards", type=int, default=1)
-    m.add_argument("--tied", action="store_true")
-    m.add_argument("--extras", action="store_true")
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--scale", type=float, default=1.0)
-    lg = sub.add_parser("logits")
-    lg.add_argument("dir")
-    lg.add_argument("prompt")
-    g = sub.add_parser("greedy")
-    g.add_argument("dir")
-    g.add_argument("prompt")
-    g.add_argument("count", type=int)
-    c = sub.add_parser("compare")
-    c.add_argument("a")
-    c.add_argument("b")
-    h = sub.add_parser("hostile")
-    h.add_argument("src")
-    h.add_argument("out")
-    args = ap.parse_args()
-    if args.command == "make":
-        make(args.dir, args.dtype, args.shards, args.tied, args.extras, args.seed, args.scale)
-        return 0
-    if args.command == "logits":
-        return logits(args.dir, args.prompt)
-    if args.command == "greedy":
-        return greedy(args.dir, args.prompt, args.count)
-    if args.command == "hostile":
-        shutil.rmtree(args.out, ignore_errors=True)
-        hostile(args.src, args.out)
-        return 0
-    return compare(args.a, args.b)
+    case.print()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli(__doc__, make, [("--tied", {"action": "store_true"})], logits, greedy, compare,
+                 hostile))

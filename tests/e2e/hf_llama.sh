@@ -4,20 +4,10 @@
 # files, the import training on any layout (tp 4 > 2 key/value heads too), a trained checkpoint
 # exported and re-imported, and hostile files refused with exit 2 naming their cause, nothing
 # written, under a 4 GiB address-space limit.
-set -uo pipefail
-trident=$1 src=$2 work=$3
+# shellcheck source=tests/e2e/hf_common.sh
+source "$(dirname "$0")/hf_common.sh" "$@"
 llama="/usr/bin/python3 $src/tests/e2e/hf_llama.py"
-check="/usr/bin/python3 $src/tests/e2e/check_run.py"
-rm -rf "$work" && mkdir -p "$work" && cd "$src"
-fail() { echo "FAIL: $*"; exit 1; }
-quiet() { grep -v '^ *Kokkos::\|^  *Detected\|^  *Requested' || true; }
-# max|trident - reference| / max|reference| over the 256 logits of two files, one a line.
-relative_error() {
-  /usr/bin/python3 -c 'import sys, numpy as np
-t, r = np.loadtxt(sys.argv[1]), np.loadtxt(sys.argv[2])
-assert t.shape == r.shape == (256,), f"logits shapes {t.shape} and {r.shape}"
-print(f"{np.abs(t - r).max() / np.abs(r).max():.3g}")' "$1" "$2"
-}
+# within ERROR LIMIT: ERROR (as relative_error printed it) is at most LIMIT.
 within() {
   /usr/bin/python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= float(sys.argv[2]))' "$1" "$2"
 }
@@ -114,17 +104,5 @@ echo "trained checkpoints (serial, tp 4) export, re-import and compute what trid
 
 # Hostile files: exit 2, the tensor (or config key) named, no checkpoint written.
 $llama hostile "$work/f32" "$work/hostile" >"$work/cases.txt" || fail "writing hostile files"
-cases=0
-while IFS=$'\t' read -r name expect; do
-  out=$( (ulimit -v 4194304; "$trident" ckpt import --hf "$work/hostile/$name" \
-    --out "$work/hostile/$name.h5") 2>&1)
-  rc=$?
-  [ $rc = 2 ] || fail "$name: exit $rc, not 2: $(quiet <<<"$out" | tail -n 2)"
-  grep -qF -- "$expect" <<<"$out" ||
-    fail "$name: the error does not say '$expect': $(quiet <<<"$out")"
-  [ ! -e "$work/hostile/$name.h5" ] || fail "$name: a checkpoint was written"
-  cases=$((cases + 1))
-done <"$work/cases.txt"
-((cases >= 9)) || fail "only $cases hostile cases"
-echo "$cases hostile directories refused with exit 2, each naming its cause"
+hostile_refused "$work/cases.txt" "$work/hostile" 9
 echo "hf llama: ok"

@@ -170,3 +170,29 @@ TEST(Config, ChangesThatAlterTheRemainingRunAreToldApartFromLayout) {
   EXPECT_EQ(config_hash(before), config_hash(resolve(load_config(write_config(""), {}), 4)));
   EXPECT_NE(config_hash(before), config_hash(after));
 }
+
+// The Llama family's keys: defaults, what each family accepts, and the tp rules for its heads.
+TEST(Config, LlamaKeysAreReadAndChecked) {
+  const std::string llama = "[model]\nfamily = \"llama\"\nn_embd = 64\nn_head = 8\nn_kv_head = 2\n";
+  const Config c = resolve(load_config(write_config(llama), {}), 1);
+  EXPECT_TRUE(c.model.llama());
+  EXPECT_EQ(c.model.kv_heads(), 2);
+  EXPECT_FALSE(c.model.tied());          // Llama's default: an untied head
+  EXPECT_EQ(c.model.mlp_hidden(), 256);  // 8 * 64 / 3 = 170, rounded up to 256
+  EXPECT_TRUE(resolve(load_config(write_config("[model]\n"), {}), 1).model.tied());  // GPT-2's
+  const Config tied = load_config(write_config(llama), {"model.tie_embeddings=true"});
+  EXPECT_TRUE(tied.model.tied());
+  expect_error("[model]\nfamily = \"mamba\"\n", "model.family = 'mamba' must be gpt2 or llama");
+  expect_error("[model]\nn_kv_head = 2\n", "apply to model.family = 'llama' only");
+  expect_error("[model]\ntie_embeddings = false\n", "apply to model.family = 'llama' only");
+  expect_error(llama + "tie_embeddings = 1\n", "model.tie_embeddings' must be true or false");
+  expect_error("[model]\nfamily = \"llama\"\nn_embd = 64\nn_head = 8\nn_kv_head = 3\n",
+               "model.n_kv_head = 3 must divide model.n_head = 8");
+  expect_error("[model]\nfamily = \"llama\"\nn_embd = 24\nn_head = 8\n", "must be even");
+  // tp 4 over 2 key/value heads replicates them; tp 4 over 6 neither splits nor replicates.
+  EXPECT_EQ(error_of(llama, {"parallel.tp=4"}, 4), "");
+  expect_error("[model]\nfamily = \"llama\"\nn_embd = 96\nn_head = 12\nn_kv_head = 6\n",
+               "parallel.tp = 4 and model.n_kv_head = 6: one must divide the other",
+               {"parallel.tp=4"}, 4);
+  expect_error(llama + "ffn_hidden = 90\n", "must divide the MLP width 90", {"parallel.tp=4"}, 4);
+}
