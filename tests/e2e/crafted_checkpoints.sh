@@ -20,7 +20,8 @@ if [ "$mode" = sanitized ]; then
   # OpenMPI and HDF5 keep allocations until exit: no leak report; everything else is an error.
   export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  ldd "$trident" | grep -q libasan || fail "$trident is not an AddressSanitizer build"
+  # grep reads all of ldd's output: with -q it may exit first, and pipefail would see SIGPIPE.
+  ldd "$trident" | grep libasan >/dev/null || fail "$trident is not an AddressSanitizer build"
 fi
 run=(--config inputs/tiny.toml --set run.steps=2 --set run.checkpoint_every=2 --set run.eval_every=0)
 "$trident" train "${run[@]}" --set run.out_dir="$work/valid" > "$work/valid.log" 2>&1 ||
