@@ -64,7 +64,7 @@ void Norm::backward_weight(const StoredTensor& dout, const StoredTensor& x, cons
   const View1& sum = ctx_->ws->norm_grad;  // under SP: this rank's rows' share, then the tp sum
   if (sp) Kokkos::deep_copy(exec, window(sum, 0, static_cast<size_t>(n_params) * C_), 0.0f);
   const Vec dw = sp ? window(sum, 0, C_) : grad_vec(grads.weight, C_);
-  const Vec db = sp ? window(sum, C_, C_) : grad_vec(grads.bias, C_);
+  const Vec db = rms_ ? Vec() : sp ? window(sum, C_, C_) : grad_vec(grads.bias, C_);
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
     if (rms_)
