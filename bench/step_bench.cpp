@@ -275,8 +275,8 @@ int run(const Options& o) {
   GptStage model(m, whole_model(m), nullptr, ledger, o.B, o.T, 1, buffers);
   model.init_params(1337);
   AdamW optimizer(model.local(), ledger, AdamWSettings{});
-  // 16-bit storage: AdamW updates fp32 master weights, rounded into the parameters after each
-  // step.
+  // 16-bit storage: AdamW updates fp32 master weights and writes them rounded into the 16-bit
+  // parameters in the same pass, as the trainer's data-parallel strategies do.
   std::unique_ptr<MasterWeights> master;
   if (o.precision != Precision::kFp32) {
     master =
@@ -327,9 +327,9 @@ int run(const Options& o) {
       if (norm > o.max_norm) clip = static_cast<float>(o.max_norm / (norm + 1e-6));
     }
     if (master) {
+      const RoundedCopy params16{model.params16(), Placement::kFlat, o.precision};
       optimizer.step(master->values(), Placement::kCompact, model.grads(), Placement::kFlat, 6e-4,
-                     clip);
-      master->round_into(model.params16(), o.precision);
+                     clip, &params16);
     } else {
       optimizer.step(model.params(), model.grads(), 6e-4, clip);
     }

@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -137,6 +138,34 @@ void run_matmul(const ShapeKey& key, const void* A, const void* B, void* C, cons
   cpu_stream().wait();
 }
 
+// oneDNN 2.6's matmul blocks a C of many rows badly: the weight gradient of GPT-2's token
+// embedding (50257 x 768) runs much faster as a few row chunks (bench/RESULTS.md). So a taller C
+// is computed in equal chunks of at most kMaxRows rows (a multiple of 64), each its own
+// primitive; an element's sum over K does not depend on which chunk holds its row.
+constexpr int kMaxRows = 16384;
+
+// Runs the matmul for `key` on row chunks of C: A's rows (columns when transposed) and C's rows
+// offset alike, B whole.
+void run_row_chunks(const ShapeKey& key, const void* A, const void* B, void* C, const void* bias) {
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, format, c_format, with_bias] = key;
+  if (m <= kMaxRows) {
+    run_matmul(key, A, B, C, bias);
+    return;
+  }
+  const int chunks = (m + kMaxRows - 1) / kMaxRows;
+  const int rows = ((m + chunks - 1) / chunks + 63) / 64 * 64;
+  const size_t a_bytes = format == Precision::kFp32 ? 4 : 2;
+  const size_t c_bytes = c_format == Precision::kFp32 ? 4 : 2;
+  for (int r0 = 0; r0 < m; r0 += rows) {
+    const int part = std::min(rows, m - r0);
+    ShapeKey chunk = key;
+    std::get<2>(chunk) = part;
+    const size_t a_offset = ta == 'T' ? static_cast<size_t>(r0) : static_cast<size_t>(r0) * lda;
+    run_matmul(chunk, static_cast<const char*>(A) + a_offset * a_bytes, B,
+               static_cast<char*>(C) + static_cast<size_t>(r0) * ldc * c_bytes, bias);
+  }
+}
+
 // fp16 without oneDNN's fp16 matmul: A and B widened into fp32 copies kept per shape, and
 // C (fp32, ldc) = alpha op(A) op(B) + beta C by CBLAS.
 void widened_gemm(const ShapeKey& key, const void* A, const void* B, float beta, float* C, int ldc,
@@ -164,7 +193,7 @@ void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const vo
     widened_gemm(key, A, B, beta, C, ldc, widened[key]);
     return;
   }
-  run_matmul(key, A, B, C, nullptr);
+  run_row_chunks(key, A, B, C, nullptr);
 }
 
 void gemm_to_half(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A,
@@ -192,7 +221,7 @@ void gemm_to_half(char trans_a, char trans_b, int m, int n, int k, float alpha, 
     Kokkos::DefaultHostExecutionSpace().fence();
     return;
   }
-  run_matmul(key, A, B, C, bias);
+  run_row_chunks(key, A, B, C, bias);
 }
 
 std::string cpu_isa() {

@@ -33,7 +33,7 @@ AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s
 
 void AdamW::update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
                    int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base,
-                   int64_t param_base) {
+                   int64_t param_base, const RoundedCopy* rounded, int64_t rounded_base) {
   for (const LocalParam& p : table_.params()) {
     const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
     if (a >= b) continue;
@@ -45,9 +45,14 @@ void AdamW::update(const View1& params, const View1& grads, double lr, float gra
                                 decay,
                                 step_};
     const size_t count = static_cast<size_t>(b - a), moment = static_cast<size_t>(a - base);
-    kernels::adamw_update(exec_, window(params, a - param_base, count), window(m, moment, count),
-                          window(v, moment, count), window(grads, a - grad_base, count), h,
-                          grad_scale);
+    const Vec param = window(params, a - param_base, count);
+    const Vec m_part = window(m, moment, count), v_part = window(v, moment, count);
+    const Vec grad = window(grads, a - grad_base, count);
+    if (rounded)
+      kernels::adamw_update(exec_, param, m_part, v_part, grad, h, grad_scale,
+                            window(rounded->values, a - rounded_base, count), rounded->format);
+    else
+      kernels::adamw_update(exec_, param, m_part, v_part, grad, h, grad_scale);
   }
 }
 
@@ -80,14 +85,16 @@ void AdamW::for_streamed_blocks(bool params, F&& f) {
 }
 
 void AdamW::step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
-                 double lr, float grad_scale) {
+                 double lr, float grad_scale, const RoundedCopy* rounded) {
   const bool compact_params = params_at == Placement::kCompact;
   const bool compact_grads = grads_at == Placement::kCompact;
+  const bool compact_rounded = rounded && rounded->at == Placement::kCompact;
   ++step_;
   if (!streamed()) {
     for_pieces(0, count_, [&](int64_t flat, int64_t n, int64_t moment) {
       update(params, grads, lr, grad_scale, flat, flat + n, moment_m_, moment_v_, flat - moment,
-             compact_grads ? flat - moment : 0, compact_params ? flat - moment : 0);
+             compact_grads ? flat - moment : 0, compact_params ? flat - moment : 0, rounded,
+             compact_rounded ? flat - moment : 0);
     });
     exec_.fence();
     return;
@@ -100,7 +107,8 @@ void AdamW::step(const View1& params, Placement params_at, const View1& grads, P
              moment_m_, moment_v_, flat - (moment - lo), compact_grads ? flat - moment : 0,
              stream_params    ? flat - (moment - lo)
              : compact_params ? flat - moment
-                              : 0);
+                              : 0,
+             rounded, compact_rounded ? flat - moment : 0);
     });
   });
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/file_store.hpp"
+#include "core/half.hpp"
 #include "core/memory.hpp"
 #include "model/params.hpp"
 #include "model/partition.hpp"
@@ -34,6 +35,14 @@ struct MomentStorage {
 // owned segments one after another, as the moments are: a ZeRO shard, fp32 master weights).
 enum class Placement { kFlat, kCompact };
 
+// The 16-bit compute copy of the parameters a step also writes: each updated fp32 master value,
+// rounded to `format`, at its position of `values` (flat, or compact like a ZeRO-3 shard).
+struct RoundedCopy {
+  HalfView1 values;
+  Placement at = Placement::kFlat;
+  Precision format = Precision::kBf16;
+};
+
 class AdamW {
  public:
   // Updates the `owned` segments of the flat buffers (every unit whole when empty).
@@ -41,9 +50,10 @@ class AdamW {
         std::vector<Segment> owned = {}, const MomentStorage& storage = {});
 
   // One step on `params` from `grads`, the gradient first multiplied by `grad_scale` (clipping).
-  // Only this optimizer's owned elements are touched.
+  // Only this optimizer's owned elements are touched. With `rounded`, the same pass writes the
+  // new values rounded to 16 bits there (fp32 master weights and their compute copy).
   void step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
-            double lr, float grad_scale);
+            double lr, float grad_scale, const RoundedCopy* rounded = nullptr);
   // The same on whole flat buffers.
   void step(const View1& params, const View1& grads, double lr, float grad_scale) {
     step(params, Placement::kFlat, grads, Placement::kFlat, lr, grad_scale);
@@ -62,10 +72,10 @@ class AdamW {
 
  private:
   // Updates flat [lo, hi) with moments m(i - base), v(i - base), gradient grads(i - grad_base),
-  // parameter params(i - param_base).
+  // parameter params(i - param_base), and with `rounded` its element i - rounded_base.
   void update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
               int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base,
-              int64_t param_base);
+              int64_t param_base, const RoundedCopy* rounded, int64_t rounded_base);
   // Streamed moments: for each block of the files, reads moments [lo, lo + n) (and, with
   // `params`, the streamed parameters) into the streaming buffers, calls f(lo, n), and writes
   // them back.

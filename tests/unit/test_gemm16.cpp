@@ -104,6 +104,47 @@ TEST(Gemm16, Fp16MatchesTheExactProducts) {
     }
 }
 
+// A C taller than oneDNN's row chunk (kMaxRows = 16384 in kernels/onednn.cpp, as the token
+// embedding's weight gradient is): every row of every chunk, with A plain and transposed, fp32 C
+// accumulated (alpha 0.5, beta 1) and 16-bit C with a bias, against the double sums.
+TEST(Gemm16, TallOutputsAreRightInEveryRowChunk) {
+  const int m = 2 * 16384 + 101, n = 3, k = 5;
+  const Precision format = Precision::kBf16;
+  const Matrix<uint16_t> B = random_half(k, n, 8, format), bias = random_half(1, n, 9, format);
+  for (const char ta : {'N', 'T'}) {
+    const Matrix<uint16_t> A = random_half(ta == 'T' ? k : m, ta == 'T' ? m : k, 7, format);
+    Matrix<float> C(m, n);
+    Matrix<uint16_t> C16(m, n);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) C.at(i, j) = 0.125f * static_cast<float>((i + j) % 17);
+    std::vector<double> start(static_cast<size_t>(m) * n);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) start[static_cast<size_t>(i) * n + j] = C.at(i, j);
+    kernels::gemm16(Exec(), ta, 'N', 0.5f, as_mat(A), as_mat(B), format, 1.0f,
+                    Mat(C.data.data(), m, n));
+    kernels::gemm16(Exec(), ta, 'N', 1.0f, as_mat(A), as_mat(B), format, 0.0f,
+                    HalfMat(C16.data.data(), m, n), ConstHalfVec(bias.data.data(), n));
+    Exec().fence();
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int p = 0; p < k; ++p) {
+          const double product = op_at(A, ta, i, p, format) * op_at(B, 'N', p, j, format);
+          sum += product;
+          magnitude += std::fabs(product);
+        }
+        const double before = start[static_cast<size_t>(i) * n + j];
+        ASSERT_NEAR(C.at(i, j), 0.5 * sum + before, (k + 2) * 6e-8 * (magnitude + before) + 1e-7)
+            << ta << " fp32 C at row " << i << ", column " << j;
+        const double with_bias = sum + from_half(bias.at(0, j), format);
+        // One rounding to bf16 (2^-8 relative) after the fp32 sum.
+        ASSERT_NEAR(from_half(C16.at(i, j), format), with_bias,
+                    std::fabs(with_bias) * 4e-3 + (k + 2) * 6e-8 * magnitude + 1e-7)
+            << ta << " bf16 C at row " << i << ", column " << j;
+      }
+  }
+}
+
 // Batched over three items (as attention batches its heads): each item's result is its own
 // gemm16's, bit for bit, and the beta term reads each item's C.
 TEST(Gemm16, StridedBatchedIsEachItemsGemm) {

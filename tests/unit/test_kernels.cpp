@@ -646,6 +646,29 @@ TEST(Kernels, AdamWMatchesReferenceUpdate) {
   }
 }
 
+// The fused update on master weights gives the plain update's bits, and writes each new value
+// rounded to bf16 / fp16 into the compute copy (what a separate rounding pass wrote before).
+TEST(Kernels, AdamWWithRoundedCopyIsThePlainUpdateThenRounding) {
+  const int n = 37;
+  const AdamWHyper h{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2};
+  for (const Precision format : {Precision::kBf16, Precision::kFp16}) {
+    TestBuf p = random_view(n, 50), g = random_view(n, 51), m = random_view(n, 52, 0.1f);
+    TestBuf v("v", n);
+    for (int i = 0; i < n; ++i) v(i) = 0.02f * (i + 1);
+    TestBuf p2 = copy_of(p), m2 = copy_of(m), v2 = copy_of(v);
+    TestBuffer<uint16_t, HalfVec, ConstHalfVec> rounded("rounded", n);
+    adamw_update(exec(), p, m, v, g, h, 0.7f);
+    adamw_update(exec(), p2, m2, v2, g, h, 0.7f, rounded, format);
+    exec().fence();
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(float_bits(p2(i)), float_bits(p(i))) << i;
+      EXPECT_EQ(float_bits(m2(i)), float_bits(m(i))) << i;
+      EXPECT_EQ(float_bits(v2(i)), float_bits(v(i))) << i;
+      EXPECT_EQ(rounded(i), to_half(p(i), format)) << i;
+    }
+  }
+}
+
 TEST(Kernels, SumOfSquares) {
   TestBuf x = random_view(100, 33);
   // Float partial sums over 16-element chunks, accumulated in double: ~1e-7 relative at worst.

@@ -108,6 +108,10 @@ void DataParallelStrategy::refresh_half_params() {
   master_->round_into(stage_.params16(), settings_.precision);
 }
 
+RoundedCopy DataParallelStrategy::half_params() const {
+  return {stage_.params16(), Placement::kFlat, settings_.precision};
+}
+
 void DataParallelStrategy::gather_updated_shards() {
   if (dp_.size() == 1) return;
   ScopedPhase phase(timer_, Phase::kZeroGather);
@@ -157,9 +161,9 @@ void PlainDataParallel::add_grad_squares(double& sum, const ParamFilter& counted
 
 void PlainDataParallel::step(double lr, float grad_scale) {
   if (master_) {  // 16-bit storage: AdamW updates the fp32 master weights
+    const RoundedCopy params16 = half_params();
     optimizer_->step(master_->values(), Placement::kCompact, stage_.grads(), Placement::kFlat, lr,
-                     grad_scale);
-    refresh_half_params();
+                     grad_scale, &params16);
   } else {
     optimizer_->step(stage_.params(), stage_.grads(), lr, grad_scale);
   }
@@ -242,9 +246,9 @@ void Zero2::add_grad_squares(double& sum, const ParamFilter& counted) const {
 
 void Zero2::step(double lr, float grad_scale) {
   if (master_) {
+    const RoundedCopy params16 = half_params();
     optimizer_->step(master_->values(), Placement::kCompact, grad_shards_->shard(),
-                     Placement::kCompact, lr, grad_scale);
-    refresh_half_params();
+                     Placement::kCompact, lr, grad_scale, &params16);
   } else {
     optimizer_->step(stage_.params(), Placement::kFlat, grad_shards_->shard(), Placement::kCompact,
                      lr, grad_scale);
@@ -266,10 +270,11 @@ View1 Zero2::gradients_at_flat_positions() const {
 
 void Zero3::step(double lr, float grad_scale) {
   if (master_) {
+    const RoundedCopy params16 = half_params();
     optimizer_->step(master_->values(), Placement::kCompact, grad_shards_->shard(),
-                     Placement::kCompact, lr, grad_scale);
-    refresh_half_params();
-  } else {  // parameters, gradients and moments all sharded
+                     Placement::kCompact, lr, grad_scale, &params16);
+    param_shards_->invalidate();  // gathered again when next needed
+  } else {                        // parameters, gradients and moments all sharded
     optimizer_->step(param_shards_->shard(), Placement::kCompact, grad_shards_->shard(),
                      Placement::kCompact, lr, grad_scale);
     param_shards_->invalidate();
@@ -292,6 +297,10 @@ void Zero3::refresh_half_params() {
   // The 16-bit shard, gathered again when next needed.
   master_->round_into_compact(param_shards_->shard16(), settings_.precision);
   param_shards_->invalidate();
+}
+
+RoundedCopy Zero3::half_params() const {
+  return {param_shards_->shard16(), Placement::kCompact, settings_.precision};
 }
 
 }  // namespace trident
