@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/precision.hpp"
 #include "core/types.hpp"
@@ -34,6 +35,16 @@ inline void set_gemm_math(GemmMath math) {
 }
 inline GemmMath gemm_math() {
   return gemm_math_setting();
+}
+
+// Whether 16-bit GEMMs add a residual in their epilogue (gemm16's `residual`): oneDNN's binary
+// post-op on CPUs. cuBLAS has no such epilogue, so GPU builds add the residual in its own kernel.
+constexpr bool fused_residual_add() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return false;
+#else
+  return true;
+#endif
 }
 inline const char* describe(GemmMath math) {
   switch (math) {
@@ -119,14 +130,21 @@ inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, co
 // C (16-bit, in `format`) = alpha * op(A) * op(B) + bias + beta * C, summed in fp32 and rounded
 // once into C: a 16-bit layer's output. bias: [n] in `format` added to every row, or empty (only
 // with beta 0). oneDNN adds it in the matmul's epilogue; cuBLAS adds the product to C filled with
-// it (exact: the bias already holds 16-bit values).
+// it (exact: the bias already holds 16-bit values). `residual` ([m, n] like C, or empty; CPUs
+// only, with beta 0) is added in the same epilogue: a row-parallel layer's output and the residual
+// stream in one rounding (fused_residual_add()).
 inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, const ConstHalfMat& A,
                    const ConstHalfMat& B, Precision format, float beta, const HalfMat& C,
-                   const ConstHalfVec& bias = ConstHalfVec()) {
+                   const ConstHalfVec& bias = ConstHalfVec(),
+                   const ConstHalfMat& residual = ConstHalfMat()) {
   Region region("trident::gemm16");
   const auto leading = [](auto view) { return std::max<int>(1, static_cast<int>(view.stride(0))); };
   const int m = static_cast<int>(C.extent(0)), n = static_cast<int>(C.extent(1));
   const int k = static_cast<int>(trans_a == 'T' ? A.extent(0) : A.extent(1));
+  const bool adds_residual = residual.extent(0) > 0;
+  if (adds_residual && (residual.extent(0) != C.extent(0) || residual.extent(1) != C.extent(1) ||
+                        leading(residual) != leading(C) || beta != 0.0f || !fused_residual_add()))
+    throw std::logic_error("gemm16: a residual must be laid out like C, with beta 0, on a CPU");
 #if defined(KOKKOS_ENABLE_CUDA)
   if (bias.extent(0) > 0) {
     Kokkos::parallel_for(
@@ -143,7 +161,7 @@ inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, co
   exec.fence();
   onednn::gemm_to_half(trans_a, trans_b, m, n, k, alpha, A.data(), leading(A), B.data(), leading(B),
                        beta, C.data(), leading(C), bias.extent(0) > 0 ? bias.data() : nullptr,
-                       format);
+                       adds_residual ? residual.data() : nullptr, format);
 #endif
 }
 

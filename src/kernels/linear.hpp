@@ -46,6 +46,18 @@ inline void linear_forward(const Exec& exec, const MatOf<E>& out, const ConstMat
   }
 }
 
+// out[N,OC] = inp[N,IC] * weight[OC,IC]^T + bias[OC] + residual[N,OC], summed in fp32 and rounded
+// once: a 16-bit layer's output added to the residual stream in the GEMM's epilogue, where
+// fused_residual_add() (CPUs).
+template <class E>
+inline void linear_forward_residual(const Exec& exec, const MatOf<E>& out, const ConstMatOf<E>& inp,
+                                    const ConstMatOf<E>& weight, const ConstVecOf<E>& bias,
+                                    const ConstMatOf<E>& residual) {
+  static_assert(!kFp32Elements<E>, "fp32 layers add the residual in its own kernel");
+  Region region("trident::linear_forward");
+  gemm16(exec, 'N', 'T', 1.0f, inp, weight, E::format, 0.0f, out, bias, residual);
+}
+
 // dinp[N,IC] (+)= dout * weight: the input-gradient half of a linear layer's backward.
 // `accumulate_dinp` chooses += (the input feeds several consumers) or = (it feeds only this one).
 template <class E = Fp32Elements>

@@ -32,10 +32,11 @@ dnnl::stream& cpu_stream() {
 }
 
 // Everything that selects a primitive. alpha and beta are baked into it (output scale, sum
-// post-op), as the few values trident uses (1 and 0 or 1) make few primitives. The last two: the
-// format of C (fp32 or the operands') and whether a bias is added.
-using ShapeKey =
-    std::tuple<char, char, int, int, int, int, int, int, float, float, Precision, Precision, bool>;
+// post-op), as the few values trident uses (1 and 0 or 1) make few primitives. The last three: the
+// format of C (fp32 or the operands'), whether a bias is added, and whether a residual (a matrix
+// laid out like C, in C's format) is added in the epilogue.
+using ShapeKey = std::tuple<char, char, int, int, int, int, int, int, float, float, Precision,
+                            Precision, bool, bool>;
 
 // The logical [rows, cols] operand stored row-major with leading dimension `ld`, transposed when
 // `trans` is 'T' (then the stored matrix is [cols, ld]).
@@ -48,7 +49,7 @@ memory::desc operand(int rows, int cols, int ld, char trans, memory::data_type t
 // scratchpad, so an execution allocates nothing.
 struct Matmul {
   dnnl::matmul primitive;
-  memory a, b, c, bias, scratchpad;
+  memory a, b, c, bias, residual, scratchpad;
 };
 
 memory::data_type data_type(Precision format) {
@@ -64,7 +65,8 @@ memory::data_type data_type(Precision format) {
 }
 
 std::unique_ptr<Matmul> make_matmul(const ShapeKey& key) {
-  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, format, c_format, with_bias] = key;
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, format, c_format, with_bias,
+              with_residual] = key;
   const memory::data_type type = data_type(format);
   const memory::desc a = operand(m, k, lda, ta, type), b = operand(k, n, ldb, tb, type);
   const memory::desc c({m, n}, data_type(c_format), memory::dims{ldc, 1});
@@ -73,11 +75,10 @@ std::unique_ptr<Matmul> make_matmul(const ShapeKey& key) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops sum;
-    sum.append_sum(beta);
-    attr.set_post_ops(sum);
-  }
+  dnnl::post_ops post;
+  if (beta != 0.0f) post.append_sum(beta);
+  if (with_residual) post.append_binary(dnnl::algorithm::binary_add, c);  // in fp32, then rounded
+  attr.set_post_ops(post);
   const dnnl::matmul::desc desc =
       with_bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c);
   const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
@@ -87,6 +88,7 @@ std::unique_ptr<Matmul> make_matmul(const ShapeKey& key) {
   mm->b = memory(b, cpu_engine(), DNNL_MEMORY_NONE);
   mm->c = memory(c, cpu_engine(), DNNL_MEMORY_NONE);
   if (with_bias) mm->bias = memory(bias, cpu_engine(), DNNL_MEMORY_NONE);
+  if (with_residual) mm->residual = memory(c, cpu_engine(), DNNL_MEMORY_NONE);
   mm->scratchpad = memory(pd.scratchpad_desc(), cpu_engine());
   return mm;
 }
@@ -108,8 +110,8 @@ void widen(const uint16_t* src, std::vector<float>& dst, Precision format) {
 bool fp16_matmul_available() {
   static const bool available = [] {
     try {
-      make_matmul(
-          {'N', 'N', 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, Precision::kFp16, Precision::kFp16, true});
+      make_matmul({'N', 'N', 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, Precision::kFp16, Precision::kFp16,
+                   true, false});
       return true;
     } catch (const dnnl::error&) {
       return false;
@@ -118,8 +120,9 @@ bool fp16_matmul_available() {
   return available;
 }
 
-// The matmul for `key` (made on first use), run on A, B, C and the bias.
-void run_matmul(const ShapeKey& key, const void* A, const void* B, void* C, const void* bias) {
+// The matmul for `key` (made on first use), run on A, B, C, the bias and the residual.
+void run_matmul(const ShapeKey& key, const void* A, const void* B, void* C, const void* bias,
+                const void* residual) {
   static std::map<ShapeKey, std::unique_ptr<Matmul>> matmuls;
   std::unique_ptr<Matmul>& mm = matmuls[key];
   if (!mm) mm = make_matmul(key);
@@ -134,6 +137,12 @@ void run_matmul(const ShapeKey& key, const void* A, const void* B, void* C, cons
     mm->bias.set_data_handle(const_cast<void*>(bias));
     args.emplace(DNNL_ARG_BIAS, mm->bias);
   }
+  if (residual) {
+    mm->residual.set_data_handle(const_cast<void*>(residual));
+    // The binary post-op is the last one: after the sum, when there is one.
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(std::get<9>(key) != 0.0f ? 1 : 0) | DNNL_ARG_SRC_1,
+                 mm->residual);
+  }
   mm->primitive.execute(cpu_stream(), args);
   cpu_stream().wait();
 }
@@ -144,12 +153,14 @@ void run_matmul(const ShapeKey& key, const void* A, const void* B, void* C, cons
 // primitive; an element's sum over K does not depend on which chunk holds its row.
 constexpr int kMaxRows = 16384;
 
-// Runs the matmul for `key` on row chunks of C: A's rows (columns when transposed) and C's rows
-// offset alike, B whole.
-void run_row_chunks(const ShapeKey& key, const void* A, const void* B, void* C, const void* bias) {
-  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, format, c_format, with_bias] = key;
+// Runs the matmul for `key` on row chunks of C: A's rows (columns when transposed), C's and the
+// residual's rows offset alike, B whole.
+void run_row_chunks(const ShapeKey& key, const void* A, const void* B, void* C, const void* bias,
+                    const void* residual) {
+  const auto [ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, format, c_format, with_bias,
+              with_residual] = key;
   if (m <= kMaxRows) {
-    run_matmul(key, A, B, C, bias);
+    run_matmul(key, A, B, C, bias, residual);
     return;
   }
   const int chunks = (m + kMaxRows - 1) / kMaxRows;
@@ -161,8 +172,10 @@ void run_row_chunks(const ShapeKey& key, const void* A, const void* B, void* C, 
     ShapeKey chunk = key;
     std::get<2>(chunk) = part;
     const size_t a_offset = ta == 'T' ? static_cast<size_t>(r0) : static_cast<size_t>(r0) * lda;
+    const size_t c_offset = static_cast<size_t>(r0) * ldc * c_bytes;
     run_matmul(chunk, static_cast<const char*>(A) + a_offset * a_bytes, B,
-               static_cast<char*>(C) + static_cast<size_t>(r0) * ldc * c_bytes, bias);
+               static_cast<char*>(C) + c_offset, bias,
+               residual ? static_cast<const char*>(residual) + c_offset : nullptr);
   }
 }
 
@@ -170,9 +183,9 @@ void run_row_chunks(const ShapeKey& key, const void* A, const void* B, void* C, 
 // C (fp32, ldc) = alpha op(A) op(B) + beta C by CBLAS.
 void widened_gemm(const ShapeKey& key, const void* A, const void* B, float beta, float* C, int ldc,
                   Widened& w) {
-  const auto [ta, tb, m, n, k, lda, ldb, ldc_key, alpha, beta_key, format, c_format, with_bias] =
-      key;
-  (void)ldc_key, (void)beta_key, (void)c_format, (void)with_bias;
+  const auto [ta, tb, m, n, k, lda, ldb, ldc_key, alpha, beta_key, format, c_format, with_bias,
+              with_residual] = key;
+  (void)ldc_key, (void)beta_key, (void)c_format, (void)with_bias, (void)with_residual;
   w.a.resize(static_cast<size_t>(ta == 'T' ? k : m) * lda);
   w.b.resize(static_cast<size_t>(tb == 'T' ? n : k) * ldb);
   widen(static_cast<const uint16_t*>(A), w.a, format);
@@ -186,26 +199,38 @@ void widened_gemm(const ShapeKey& key, const void* A, const void* B, float beta,
 
 void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A, int lda,
           const void* B, int ldb, float beta, float* C, int ldc, Precision format) {
-  const ShapeKey key{trans_a, trans_b,          m,    n, k, lda, ldb, ldc, alpha, beta,
-                     format,  Precision::kFp32, false};
+  const ShapeKey key{trans_a, trans_b,          m,     n,    k, lda, ldb, ldc, alpha, beta,
+                     format,  Precision::kFp32, false, false};
   if (format == Precision::kFp16 && !fp16_matmul_available()) {
     static std::map<ShapeKey, Widened> widened;
     widened_gemm(key, A, B, beta, C, ldc, widened[key]);
     return;
   }
-  run_row_chunks(key, A, B, C, nullptr);
+  run_row_chunks(key, A, B, C, nullptr, nullptr);
 }
 
 void gemm_to_half(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A,
                   int lda, const void* B, int ldb, float beta, uint16_t* C, int ldc,
-                  const uint16_t* bias, Precision format) {
-  const ShapeKey key{trans_a, trans_b,        m, n, k, lda, ldb, ldc, alpha, beta, format,
-                     format,  bias != nullptr};
+                  const uint16_t* bias, const uint16_t* residual, Precision format) {
+  const ShapeKey key{trans_a,
+                     trans_b,
+                     m,
+                     n,
+                     k,
+                     lda,
+                     ldb,
+                     ldc,
+                     alpha,
+                     beta,
+                     format,
+                     format,
+                     bias != nullptr,
+                     residual != nullptr};
   if (format == Precision::kFp16 && !fp16_matmul_available()) {
     static std::map<ShapeKey, Widened> widened;
     Widened& w = widened[key];
     w.c.resize(static_cast<size_t>(m) * n);
-    // The fp32 product, then + bias + beta C, rounded once.
+    // The fp32 product, then + bias + beta C + residual, rounded once.
     widened_gemm(key, A, B, 0.0f, w.c.data(), n, w);
     const float* product = w.c.data();
     Kokkos::parallel_for(
@@ -216,12 +241,13 @@ void gemm_to_half(char trans_a, char trans_b, int m, int n, int k, float alpha, 
           uint16_t& c = C[i * ldc + j];
           float sum = product[e] + (bias ? from_half(bias[j], format) : 0.0f);
           if (beta != 0.0f) sum += beta * from_half(c, format);
+          if (residual) sum += from_half(residual[i * ldc + j], format);
           c = to_half(sum, format);
         });
     Kokkos::DefaultHostExecutionSpace().fence();
     return;
   }
-  run_row_chunks(key, A, B, C, bias);
+  run_row_chunks(key, A, B, C, bias, residual);
 }
 
 std::string cpu_isa() {

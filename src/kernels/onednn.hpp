@@ -19,12 +19,14 @@ void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const vo
           const void* B, int ldb, float beta, float* C, int ldc, Precision format);
 
 // The same with C in `format` too (bf16 / fp16 bit patterns), plus `bias` ([n] in `format`, or
-// null; only with beta 0) added to every row: the fp32 sum alpha op(A) op(B) + bias + beta C is
-// rounded once into C. oneDNN adds the bias in the matmul's epilogue; where fp16 is widened, the
-// fp32 product goes through a buffer kept per shape.
+// null; only with beta 0) added to every row and `residual` (null, or [m, n] in `format` with
+// C's leading dimension) added element by element: the fp32 sum alpha op(A) op(B) + bias +
+// beta C + residual is rounded once into C. oneDNN adds the bias and the residual in the matmul's
+// epilogue (a binary post-op); where fp16 is widened, the fp32 product goes through a buffer kept
+// per shape.
 void gemm_to_half(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A,
                   int lda, const void* B, int ldb, float beta, uint16_t* C, int ldc,
-                  const uint16_t* bias, Precision format);
+                  const uint16_t* bias, const uint16_t* residual, Precision format);
 
 // The instruction set oneDNN's kernels use on this CPU ("avx512_core_bf16", "avx512_core_amx",
 // ...): what decides whether bf16 GEMMs beat fp32 ones.

@@ -125,6 +125,27 @@ StoredTensor RowParallelLinear::forward(const StoredTensor& x, int N) const {
   return ctx_->tp->sum_rows(partial, N, ctx_->ws->scattered);
 }
 
+void RowParallelLinear::forward_residual(const StoredTensor& out, const StoredTensor& x,
+                                         const StoredTensor& residual, int N) const {
+  const TensorParallel& tp = *ctx_->tp;
+  if (kernels::fused_residual_add() && tp.size() == 1 && out.format != Precision::kFp32) {
+    ctx_->dispatch([&](auto e) {
+      using E = decltype(e);
+      if constexpr (!kFp32Elements<E>)
+        linear_forward_residual<E>(ctx_->exec, mat_of<E>(out, N, out_), mat_of<E>(x, N, in_),
+                                   mat_of<E>(weights.weight, out_, in_),
+                                   vec_of<E>(weights.bias, out_), mat_of<E>(residual, N, out_));
+    });
+    return;
+  }
+  const StoredTensor y = forward(x, N);
+  const size_t n = static_cast<size_t>(tp.local_rows(N)) * out_;
+  ctx_->dispatch([&](auto e) {
+    using E = decltype(e);
+    residual_forward<E>(ctx_->exec, vec_of<E>(out, n), vec_of<E>(residual, n), vec_of<E>(y, n));
+  });
+}
+
 StoredTensor RowParallelLinear::gather_output_grad(const StoredTensor& dout_rows, int N) const {
   return ctx_->tp->gather_rows(dout_rows, N, ctx_->ws->partial);
 }
@@ -225,14 +246,6 @@ void MlpActivation::backward(const StoredTensor& dfc, const StoredTensor& dout,
                          mat_of<E>(fc, N, 2 * F_));
     else
       gelu_backward<E>(ctx_->exec, vec_of<E>(dfc, n), vec_of<E>(fc, n), vec_of<E>(dout, n));
-  });
-}
-
-void Residual::forward(const StoredTensor& out, const StoredTensor& a, const StoredTensor& b,
-                       size_t n) const {
-  ctx_->dispatch([&](auto e) {
-    using E = decltype(e);
-    residual_forward<E>(ctx_->exec, vec_of<E>(out, n), vec_of<E>(a, n), vec_of<E>(b, n));
   });
 }
 

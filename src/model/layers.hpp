@@ -111,6 +111,12 @@ class RowParallelLinear {
   LinearParams weights, grads;
   // This rank's rows of the output [local_rows(N), out] from x [N, in_tp]: returns their buffer.
   StoredTensor forward(const StoredTensor& x, int N) const;
+  // out = residual + this rank's rows of the output (the residual stream after the layer; out may
+  // alias residual only when forward() would run). On one tp rank with 16-bit tensors where
+  // GEMMs have the epilogue (CPUs), the residual is added inside the GEMM, rounded once with the
+  // output; otherwise forward(), summed over tp, then added element-wise.
+  void forward_residual(const StoredTensor& out, const StoredTensor& x,
+                        const StoredTensor& residual, int N) const;
   // All N rows of an output gradient held as this rank's rows (gathered under SP).
   StoredTensor gather_output_grad(const StoredTensor& dout_rows, int N) const;
   // dx [N, in_tp] = dout W, from all rows of dout.
@@ -175,17 +181,6 @@ class MlpActivation {
   const LayerContext* ctx_;
   bool swiglu_;
   int F_;
-};
-
-// out = a + b (the residual stream), element-wise; out may alias a.
-class Residual {
- public:
-  explicit Residual(const LayerContext* ctx) : ctx_(ctx) {}
-  void forward(const StoredTensor& out, const StoredTensor& a, const StoredTensor& b,
-               size_t n) const;
-
- private:
-  const LayerContext* ctx_;
 };
 
 // Token and (GPT-2) position embeddings with the vocabulary split over tp: each rank embeds the

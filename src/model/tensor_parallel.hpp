@@ -19,6 +19,7 @@ class TensorParallel {
   TensorParallel(Communicator* comm, int size, int rank, bool sequence_parallel, size_t width);
 
   int rank() const { return rank_; }
+  int size() const { return size_; }
   bool sequence_parallel() const { return sp_; }
   // The token rows of n this rank holds outside the tensor-parallel regions: n, or its 1/tp
   // block under sequence parallelism (rows [rank*n/tp, (rank+1)*n/tp)).

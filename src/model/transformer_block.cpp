@@ -23,7 +23,6 @@ TransformerBlock::TransformerBlock(const StageContext* sc, int index)
       qkv(sc->layers, sc->shape->model.n_embd, sc->shape->qkv_tp()),
       attention(sc->layers, sc->shape->attention_heads()),
       proj(sc->layers, sc->shape->C_tp(), sc->shape->model.n_embd),
-      residual(sc->layers),
       ln2(sc->norm()),
       fc(sc->layers, sc->shape->model.n_embd, sc->shape->fc_tp()),
       act(sc->layers, sc->shape->model.llama(), sc->shape->F_tp()),
@@ -35,20 +34,19 @@ void TransformerBlock::forward(const BlockActivations& b, const StoredTensor& x,
                                bool complete, const std::string& next) const {
   UnitHooks& hooks = *sc_->hooks;
   const int N = B * T, rows = sc_->local_rows(N);
-  const size_t rows_c = static_cast<size_t>(rows) * sc_->shape->model.n_embd;
   hooks.need(unit(0), unit(1));
   ln1.forward(b.ln1, b.ln1_mean, b.ln1_rstd, x, rows);
   qkv.forward(b.qkv, b.ln1, N);
   attention.forward(b.atty, b.att_lse, b.qkv, B, T);
   hooks.need(unit(1), unit(2));
-  residual.forward(b.res_attn, x, proj.forward(b.atty, N), rows_c);
+  proj.forward_residual(b.res_attn, b.atty, x, N);
   hooks.need(unit(2), complete ? unit(3) : next);
   ln2.forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.res_attn, rows);
   fc.forward(b.fch, b.ln2, N);
   act.forward(b.fch_act, b.fch, N);
   if (!complete) return;
   hooks.need(unit(3), next);
-  residual.forward(b.res_mlp, b.res_attn, fcproj.forward(b.fch_act, N), rows_c);
+  fcproj.forward_residual(b.res_mlp, b.fch_act, b.res_attn, N);
 }
 
 // Each unit's gradients are final (unit_done) before the next but one is written: ZeRO-2/3

@@ -40,7 +40,6 @@ class TransformerBlock {
   ColumnParallelLinear qkv;
   Attention attention;
   RowParallelLinear proj;
-  Residual residual;
   Norm ln2;
   ColumnParallelLinear fc;
   MlpActivation act;

@@ -145,6 +145,59 @@ TEST(Gemm16, TallOutputsAreRightInEveryRowChunk) {
   }
 }
 
+// A residual added in the epilogue (a row-parallel layer writing the residual stream): C = op(A)
+// op(B) + bias + residual, summed in fp32 and rounded once, for bf16 and fp16; a residual laid out
+// unlike C, or with beta 1, is refused.
+TEST(Gemm16, ResidualIsAddedBeforeTheOneRounding) {
+  const int m = 9, n = 6, k = 21;
+  for (const Precision format : {Precision::kBf16, Precision::kFp16}) {
+    const Matrix<uint16_t> A = random_half(m, k, 11, format), B = random_half(n, k, 12, format);
+    const Matrix<uint16_t> bias = random_half(1, n, 13, format);
+    const Matrix<uint16_t> residual = random_half(m, n, 14, format);
+    Matrix<uint16_t> C(m, n);
+    if (!kernels::fused_residual_add()) {  // GPU builds: the layers add it in their own kernel
+      EXPECT_THROW(kernels::gemm16(Exec(), 'N', 'T', 1.0f, as_mat(A), as_mat(B), format, 0.0f,
+                                   HalfMat(C.data.data(), m, n), ConstHalfVec(), as_mat(residual)),
+                   std::logic_error);
+      continue;
+    }
+    kernels::gemm16(Exec(), 'N', 'T', 1.0f, as_mat(A), as_mat(B), format, 0.0f,
+                    HalfMat(C.data.data(), m, n), ConstHalfVec(bias.data.data(), n),
+                    as_mat(residual));
+    Exec().fence();
+    int off_by_rounding = 0;
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) {
+        double sum = from_half(bias.at(0, j), format) + from_half(residual.at(i, j), format);
+        double magnitude = std::fabs(sum);
+        for (int p = 0; p < k; ++p) {
+          const double product = op_at(A, 'N', i, p, format) * op_at(B, 'T', p, j, format);
+          sum += product;
+          magnitude += std::fabs(product);
+        }
+        // The fp32 sum is within (k + 3) roundings of the exact one; rounded once to 16 bits it is
+        // the exact sum's rounding, or a neighbour when the fp32 error crossed a midpoint.
+        const uint16_t exact = to_half(static_cast<float>(sum), format);
+        const uint16_t got = C.at(i, j);
+        if (got != exact) {
+          ++off_by_rounding;
+          ASSERT_NEAR(from_half(got, format), sum,
+                      std::fabs(sum) * (format == Precision::kBf16 ? 8e-3 : 1e-3) +
+                          (k + 3) * 6e-8 * magnitude)
+              << "at " << i << "," << j;
+        }
+      }
+    EXPECT_LE(off_by_rounding, m * n / 10) << "most elements are the exact sum rounded once";
+    Matrix<uint16_t> narrow(m, n - 1);
+    EXPECT_THROW(kernels::gemm16(Exec(), 'N', 'T', 1.0f, as_mat(A), as_mat(B), format, 0.0f,
+                                 HalfMat(C.data.data(), m, n), ConstHalfVec(), as_mat(narrow)),
+                 std::logic_error);
+    EXPECT_THROW(kernels::gemm16(Exec(), 'N', 'T', 1.0f, as_mat(A), as_mat(B), format, 1.0f,
+                                 HalfMat(C.data.data(), m, n), ConstHalfVec(), as_mat(residual)),
+                 std::logic_error);
+  }
+}
+
 // Batched over three items (as attention batches its heads): each item's result is its own
 // gemm16's, bit for bit, and the beta term reads each item's C.
 TEST(Gemm16, StridedBatchedIsEachItemsGemm) {
