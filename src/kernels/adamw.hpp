@@ -2,7 +2,6 @@
 #pragma once
 
 #include <stdexcept>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -62,36 +61,53 @@ inline void adamw_update(const Exec& exec, const Vec& param, const Vec& m, const
 // The same on fp32 master weights, also writing each new value rounded to `format` into
 // `rounded` (the 16-bit compute copy): one pass over memory instead of two. Each work item
 // updates a block, then rounds it while it is still in cache: two inner loops that each
-// vectorise (one loop over all five arrays did not, at a third of the speed).
+// vectorise on CPUs (one loop over all five arrays did not, at a third of the speed). GPUs take
+// one element per thread.
 constexpr size_t kAdamWBlock = 2048;
+
+template <class E>
+inline void adamw_update_rounded(const Exec& exec, const Vec& param, const Vec& m, const Vec& v,
+                                 const ConstVec& grad, const AdamWElement& update,
+                                 const VecOf<E>& rounded) {
+  const size_t n = param.extent(0);
+  if (kBuildShape == Shape::kGpu) {  // one element per thread: neighbours read neighbours
+    Kokkos::parallel_for(
+        "adamw_update_rounded", Kokkos::RangePolicy<Exec>(exec, 0, n), KOKKOS_LAMBDA(size_t i) {
+          float mi = m(i), vi = v(i);
+          const float p = update(param(i), mi, vi, grad(i));
+          param(i) = p;
+          m(i) = mi;
+          v(i) = vi;
+          rounded(i) = E::store(p);
+        });
+    return;
+  }
+  const size_t blocks = (n + kAdamWBlock - 1) / kAdamWBlock;
+  Kokkos::parallel_for(
+      "adamw_update_rounded", Kokkos::RangePolicy<Exec>(exec, 0, blocks), KOKKOS_LAMBDA(size_t b) {
+        const size_t begin = b * kAdamWBlock;
+        const size_t end = begin + kAdamWBlock < n ? begin + kAdamWBlock : n;
+        for (size_t i = begin; i < end; ++i) {
+          float mi = m(i), vi = v(i);
+          param(i) = update(param(i), mi, vi, grad(i));
+          m(i) = mi;
+          v(i) = vi;
+        }
+        for (size_t i = begin; i < end; ++i) rounded(i) = E::store(param(i));
+      });
+}
 
 inline void adamw_update(const Exec& exec, const Vec& param, const Vec& m, const Vec& v,
                          const ConstVec& grad, AdamWHyper h, float grad_scale,
                          const HalfVec& rounded, Precision format) {
   Region region("trident::adamw_update");
   const AdamWElement update(h, grad_scale);
-  const size_t n = param.extent(0);
-  const size_t blocks = (n + kAdamWBlock - 1) / kAdamWBlock;
-  with_elements(format, [&](auto e) {
-    using E = decltype(e);
-    if constexpr (!std::is_same_v<E, Fp32Elements>) {
-      Kokkos::parallel_for(
-          "adamw_update_rounded", Kokkos::RangePolicy<Exec>(exec, 0, blocks),
-          KOKKOS_LAMBDA(size_t b) {
-            const size_t begin = b * kAdamWBlock;
-            const size_t end = begin + kAdamWBlock < n ? begin + kAdamWBlock : n;
-            for (size_t i = begin; i < end; ++i) {
-              float mi = m(i), vi = v(i);
-              param(i) = update(param(i), mi, vi, grad(i));
-              m(i) = mi;
-              v(i) = vi;
-            }
-            for (size_t i = begin; i < end; ++i) rounded(i) = E::store(param(i));
-          });
-    } else {
-      throw std::logic_error("adamw_update: an fp32 rounded copy");
-    }
-  });
+  if (format == Precision::kBf16)
+    adamw_update_rounded<Bf16Elements>(exec, param, m, v, grad, update, rounded);
+  else if (format == Precision::kFp16)
+    adamw_update_rounded<Fp16Elements>(exec, param, m, v, grad, update, rounded);
+  else
+    throw std::logic_error("adamw_update: an fp32 rounded copy");
 }
 
 // The squares of kSquareSegments contiguous segments of x, one work item each, reduced as an
