@@ -39,12 +39,6 @@ void MasterWeights::round_into(const HalfView1& params16, Precision p) const {
   Exec().fence();
 }
 
-void MasterWeights::round_into_compact(const HalfView1& shard16, Precision p) const {
-  kernels::store_half(Exec(), shard16, 0, window(values_, 0, values_.extent(0)), values_.extent(0),
-                      p);
-  Exec().fence();
-}
-
 void MasterWeights::read_full(const View1& full) const {
   int64_t compact = 0;
   for (const Segment& s : owned_) {

@@ -20,8 +20,6 @@ class MasterWeights {
   const View1& values() const { return values_; }
   // Writes round(master) into the owned positions of the 16-bit flat buffer.
   void round_into(const HalfView1& params16, Precision p) const;
-  // The same into a compact 16-bit shard laid out like values() (ZeRO-3).
-  void round_into_compact(const HalfView1& shard16, Precision p) const;
   // Owned positions of a full-layout fp32 buffer <- / -> the master values.
   void read_full(const View1& full) const;
   void write_full(const View1& full);

@@ -293,12 +293,6 @@ void Zero3::restore_params(const View1& full) {
   if (master_) master_->write_full(full);
 }
 
-void Zero3::refresh_half_params() {
-  // The 16-bit shard, gathered again when next needed.
-  master_->round_into_compact(param_shards_->shard16(), settings_.precision);
-  param_shards_->invalidate();
-}
-
 RoundedCopy Zero3::half_params() const {
   return {param_shards_->shard16(), Placement::kCompact, settings_.precision};
 }

@@ -108,8 +108,8 @@ class DataParallelStrategy {
   // positions, valid where owned; and their loaded values back into every buffer that holds them.
   virtual View1 owned_params_at_flat_positions() const;
   virtual void restore_params(const View1& full);
-  // The 16-bit parameters rounded from the master weights.
-  virtual void refresh_half_params();
+  // The 16-bit parameters rounded from the master weights (after local SGD averages them).
+  void refresh_half_params();
   // Where a step on the master weights writes the 16-bit parameters in the same pass.
   virtual RoundedCopy half_params() const;
   // ZeRO-1/2: every replica all-gathers the updated shards of every unit.
@@ -187,7 +187,6 @@ class Zero3 final : public Zero2 {
  protected:
   View1 owned_params_at_flat_positions() const override;
   void restore_params(const View1& full) override;
-  void refresh_half_params() override;
   RoundedCopy half_params() const override;
 };
 
