@@ -12,6 +12,7 @@
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/cast.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
@@ -387,6 +388,41 @@ void BM_AdamW(benchmark::State& state) {
   set_bytes(state, 7 * static_cast<int64_t>(n) * kF);  // read p, g, m, v; write p, m, v
 }
 
+// AdamW on 16-bit training's master weights: fp16's fp32 values beside an fp16 copy written in
+// the same pass, and bf16's split halves (the compute copy and the low halves, core/half.hpp).
+void BM_AdamWRoundedFp16(benchmark::State& state) {
+  const Exec exec;
+  const size_t n = static_cast<size_t>(state.range(0));
+  View1 param = random_view("param", n, -0.05f, 0.05f, 21);
+  const View1 grad = random_view("grad", n, -0.01f, 0.01f, 22);
+  View1 m("m", n), v("v", n);
+  HalfView1 copy("copy", n);
+  int step = 0;
+  for (auto _ : state) {
+    const kernels::AdamWHyper h{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step};
+    kernels::adamw_update(exec, param, m, v, grad, h, 1.0f, copy);
+    exec.fence();
+  }
+  set_bytes(state, (7 * kF + 2) * static_cast<int64_t>(n));  // and write the copy
+}
+
+void BM_AdamWSplitBf16(benchmark::State& state) {
+  const Exec exec;
+  const size_t n = static_cast<size_t>(state.range(0));
+  const View1 param = random_view("param", n, -0.05f, 0.05f, 21);
+  const View1 grad = random_view("grad", n, -0.01f, 0.01f, 22);
+  View1 m("m", n), v("v", n);
+  HalfView1 high("high", n), low("low", n);
+  kernels::store_compute_half(exec, high, 0, param, n, Precision::kBf16);
+  int step = 0;
+  for (auto _ : state) {
+    const kernels::AdamWHyper h{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step};
+    kernels::adamw_update_split(exec, high, low, m, v, grad, h, 1.0f);
+    exec.fence();
+  }
+  set_bytes(state, (5 * kF + 4 * 2) * static_cast<int64_t>(n));  // g, m, v; both halves in, out
+}
+
 void BM_SumOfSquares(benchmark::State& state) {
   const Exec exec;
   const size_t n = static_cast<size_t>(state.range(0));
@@ -423,6 +459,8 @@ TRIDENT_BENCH(BM_GeluBackward);
 TRIDENT_BENCH(BM_CrossEntropyForward);
 TRIDENT_BENCH(BM_CrossEntropyBackward);
 TRIDENT_BENCH(BM_AdamW)->ArgName("n")->Arg(kBlockParams)->Arg(kModelParams);
+TRIDENT_BENCH(BM_AdamWRoundedFp16)->ArgName("n")->Arg(kModelParams);
+TRIDENT_BENCH(BM_AdamWSplitBf16)->ArgName("n")->Arg(kModelParams);
 TRIDENT_BENCH(BM_SumOfSquares)->ArgName("n")->Arg(kModelParams);
 TRIDENT_BENCH(BM_ZeroFill)->ArgName("n")->Arg(kModelParams);
 

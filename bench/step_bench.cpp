@@ -275,12 +275,13 @@ int run(const Options& o) {
   GptStage model(m, whole_model(m), nullptr, ledger, o.B, o.T, 1, buffers);
   model.init_params(1337);
   AdamW optimizer(model.local(), ledger, AdamWSettings{});
-  // 16-bit storage: AdamW updates fp32 master weights and writes them rounded into the 16-bit
-  // parameters in the same pass, as the trainer's data-parallel strategies do.
+  // 16-bit storage: AdamW updates the master weights and their 16-bit compute copy in one pass,
+  // as the trainer's data-parallel strategies do (bf16: the two halves of each fp32 value).
   std::unique_ptr<MasterWeights> master;
   if (o.precision != Precision::kFp32) {
-    master =
-        std::make_unique<MasterWeights>(model.local(), zero_shard(model.local(), 1, 0), ledger);
+    master = std::make_unique<MasterWeights>(
+        model.local(), zero_shard(model.local(), 1, 0),
+        RoundedCopy{model.params16(), Placement::kFlat, o.precision}, ledger);
     master->init(1337);
   }
   GemmOnly gemms(model, ledger, N);
@@ -327,9 +328,7 @@ int run(const Options& o) {
       if (norm > o.max_norm) clip = static_cast<float>(o.max_norm / (norm + 1e-6));
     }
     if (master) {
-      const RoundedCopy params16{model.params16(), Placement::kFlat, o.precision};
-      optimizer.step(master->values(), Placement::kCompact, model.grads(), Placement::kFlat, 6e-4,
-                     clip, &params16);
+      optimizer.step(master->params(), model.grads(), Placement::kFlat, 6e-4, clip);
     } else {
       optimizer.step(model.params(), model.grads(), 6e-4, clip);
     }

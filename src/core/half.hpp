@@ -1,5 +1,5 @@
-// 16-bit floating-point formats (bf16, IEEE fp16): round-to-nearest-even conversions from fp32
-// and exact conversions back, usable inside kernels.
+// 16-bit floating-point formats (bf16, IEEE fp16): round-to-nearest-even conversions from fp32,
+// exact conversions back and bf16's lossless split of fp32 master weights, usable in kernels.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -75,6 +75,33 @@ KOKKOS_INLINE_FUNCTION uint16_t to_half(float f, Precision p) {
 }
 KOKKOS_INLINE_FUNCTION float from_half(uint16_t h, Precision p) {
   return p == Precision::kBf16 ? from_bf16(h) : from_fp16(h);
+}
+
+// bf16 master weights in two 16-bit halves, losslessly: `high` is the value rounded to bf16 with
+// ties away from zero (the compute copy forward and backward read) and `low` the difference of
+// the two bit patterns. That difference lies in [-2^15, 2^15) and fits 16 signed bits exactly
+// because ties round away from zero: ties to even would need one value more. join_bf16 gives
+// back the fp32 bits, so the two halves are the fp32 master weight in 4 bytes, beside no other
+// copy. A NaN stays a NaN.
+KOKKOS_INLINE_FUNCTION uint16_t bf16_high(float f) {
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return to_bf16(f);
+  return static_cast<uint16_t>((u + 0x8000u) >> 16);
+}
+
+KOKKOS_INLINE_FUNCTION uint16_t bf16_low(float f, uint16_t high) {
+  return static_cast<uint16_t>(float_bits(f) - (static_cast<uint32_t>(high) << 16));
+}
+
+KOKKOS_INLINE_FUNCTION float join_bf16(uint16_t high, uint16_t low) {
+  const int32_t difference = static_cast<int16_t>(low);
+  return bits_float((static_cast<uint32_t>(high) << 16) + static_cast<uint32_t>(difference));
+}
+
+// A parameter's 16-bit compute copy: bf16 rounds as bf16_high (the upper half of its master
+// weight), fp16 to nearest even (beside fp32 master weights).
+KOKKOS_INLINE_FUNCTION uint16_t to_compute_half(float f, Precision p) {
+  return p == Precision::kBf16 ? bf16_high(f) : to_fp16(f);
 }
 
 // The nearest value representable in `p` (the identity for fp32).

@@ -92,8 +92,8 @@ struct OffloadSection {
 };
 
 struct PrecisionSection {
-  // fp32, or bf16 / fp16 storage of parameters and activations with fp32 arithmetic, fp32
-  // gradients and fp32 master weights in the optimizer.
+  // fp32, or bf16 / fp16 parameters and activations with fp32 sums, fp32 gradients and fp32
+  // master weights in the optimizer (bf16: the parameter and its low 16 bits).
   Precision compute = Precision::kFp32;
   // fp32 runs on GPUs: GEMM operands exact (ieee) or rounded to TF32 on tensor cores (tf32).
   Fp32Matmul fp32_matmul = Fp32Matmul::kIeee;

@@ -58,17 +58,17 @@ inline void adamw_update(const Exec& exec, const Vec& param, const Vec& m, const
       });
 }
 
-// The same on fp32 master weights, also writing each new value rounded to `format` into
-// `rounded` (the 16-bit compute copy): one pass over memory instead of two. Each work item
-// updates a block, then rounds it while it is still in cache: two inner loops that each
-// vectorise on CPUs (one loop over all five arrays did not, at a third of the speed). GPUs take
-// one element per thread.
+// The same on fp32 master weights, also writing each new value rounded to fp16 into `rounded`
+// (the compute copy): one pass over memory instead of two. Each work item updates a block, then
+// rounds it while it is still in cache: two inner loops that each vectorise on CPUs (one loop
+// over all five arrays did not, at a third of the speed). GPUs take one element per thread.
 constexpr size_t kAdamWBlock = 2048;
 
-template <class E>
-inline void adamw_update_rounded(const Exec& exec, const Vec& param, const Vec& m, const Vec& v,
-                                 const ConstVec& grad, const AdamWElement& update,
-                                 const VecOf<E>& rounded) {
+inline void adamw_update(const Exec& exec, const Vec& param, const Vec& m, const Vec& v,
+                         const ConstVec& grad, AdamWHyper h, float grad_scale,
+                         const HalfVec& rounded) {
+  Region region("trident::adamw_update");
+  const AdamWElement update(h, grad_scale);
   const size_t n = param.extent(0);
   if (kBuildShape == Shape::kGpu) {  // one element per thread: neighbours read neighbours
     Kokkos::parallel_for(
@@ -78,7 +78,7 @@ inline void adamw_update_rounded(const Exec& exec, const Vec& param, const Vec& 
           param(i) = p;
           m(i) = mi;
           v(i) = vi;
-          rounded(i) = E::store(p);
+          rounded(i) = to_fp16(p);
         });
     return;
   }
@@ -93,21 +93,50 @@ inline void adamw_update_rounded(const Exec& exec, const Vec& param, const Vec& 
           m(i) = mi;
           v(i) = vi;
         }
-        for (size_t i = begin; i < end; ++i) rounded(i) = E::store(param(i));
+        for (size_t i = begin; i < end; ++i) rounded(i) = to_fp16(param(i));
       });
 }
 
-inline void adamw_update(const Exec& exec, const Vec& param, const Vec& m, const Vec& v,
-                         const ConstVec& grad, AdamWHyper h, float grad_scale,
-                         const HalfVec& rounded, Precision format) {
+// The same on bf16 master weights split in two halves (core/half.hpp): each value is joined from
+// `high` (the compute copy) and `low`, updated, and split back into both. Blocked on CPUs as
+// above, so that each inner loop vectorises.
+inline void adamw_update_split(const Exec& exec, const HalfVec& high, const HalfVec& low,
+                               const Vec& m, const Vec& v, const ConstVec& grad, AdamWHyper h,
+                               float grad_scale) {
   Region region("trident::adamw_update");
   const AdamWElement update(h, grad_scale);
-  if (format == Precision::kBf16)
-    adamw_update_rounded<Bf16Elements>(exec, param, m, v, grad, update, rounded);
-  else if (format == Precision::kFp16)
-    adamw_update_rounded<Fp16Elements>(exec, param, m, v, grad, update, rounded);
-  else
-    throw std::logic_error("adamw_update: an fp32 rounded copy");
+  const size_t n = high.extent(0);
+  if (kBuildShape == Shape::kGpu) {
+    Kokkos::parallel_for(
+        "adamw_update_split", Kokkos::RangePolicy<Exec>(exec, 0, n), KOKKOS_LAMBDA(size_t i) {
+          float mi = m(i), vi = v(i);
+          const float p = update(join_bf16(high(i), low(i)), mi, vi, grad(i));
+          m(i) = mi;
+          v(i) = vi;
+          const uint16_t upper = bf16_high(p);
+          high(i) = upper;
+          low(i) = bf16_low(p, upper);
+        });
+    return;
+  }
+  const size_t blocks = (n + kAdamWBlock - 1) / kAdamWBlock;
+  Kokkos::parallel_for(
+      "adamw_update_split", Kokkos::RangePolicy<Exec>(exec, 0, blocks), KOKKOS_LAMBDA(size_t b) {
+        const size_t begin = b * kAdamWBlock;
+        const size_t end = begin + kAdamWBlock < n ? begin + kAdamWBlock : n;
+        float updated[kAdamWBlock];
+        for (size_t i = begin; i < end; ++i) {
+          float mi = m(i), vi = v(i);
+          updated[i - begin] = update(join_bf16(high(i), low(i)), mi, vi, grad(i));
+          m(i) = mi;
+          v(i) = vi;
+        }
+        for (size_t i = begin; i < end; ++i) {
+          const uint16_t upper = bf16_high(updated[i - begin]);
+          high(i) = upper;
+          low(i) = bf16_low(updated[i - begin], upper);
+        }
+      });
 }
 
 // The squares of kSquareSegments contiguous segments of x, one work item each, reduced as an

@@ -20,6 +20,15 @@ inline void store_half(const Exec& exec, const HalfView1& out, size_t out_offset
       KOKKOS_LAMBDA(size_t i) { out(out_offset + i) = to_half(in(i), p); });
 }
 
+// out[i] = to_compute_half(in[i]) for i < n, written at out_offset: parameters' compute copy.
+inline void store_compute_half(const Exec& exec, const HalfView1& out, size_t out_offset,
+                               const ConstVec& in, size_t n, Precision p) {
+  Region region("trident::store_compute_half");
+  Kokkos::parallel_for(
+      "store_compute_half", Kokkos::RangePolicy<Exec>(exec, 0, n),
+      KOKKOS_LAMBDA(size_t i) { out(out_offset + i) = to_compute_half(in(i), p); });
+}
+
 // out[i] = from_half(in[in_offset + i]) for i < n.
 inline void load_half(const Exec& exec, const Vec& out, const HalfView1& in, size_t in_offset,
                       size_t n, Precision p) {

@@ -185,7 +185,7 @@ void init_stage_params(const StageShape& s, const LocalParamTable& local, const 
     Kokkos::deep_copy(view, host);
   };
   if (s.half())
-    fill(st.params.f16, [&](float v) { return to_half(v, s.buffers.precision); });
+    fill(st.params.f16, [&](float v) { return to_compute_half(v, s.buffers.precision); });
   else
     fill(st.params.f32, [](float v) { return v; });
 }

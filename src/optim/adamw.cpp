@@ -31,31 +31,6 @@ AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s
   }
 }
 
-void AdamW::update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
-                   int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base,
-                   int64_t param_base, const RoundedCopy* rounded, int64_t rounded_base) {
-  for (const LocalParam& p : table_.params()) {
-    const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-    if (a >= b) continue;
-    const float decay = p.spec->weight_decay ? static_cast<float>(settings_.weight_decay) : 0.0f;
-    const kernels::AdamWHyper h{static_cast<float>(lr),
-                                static_cast<float>(settings_.beta1),
-                                static_cast<float>(settings_.beta2),
-                                static_cast<float>(settings_.eps),
-                                decay,
-                                step_};
-    const size_t count = static_cast<size_t>(b - a), moment = static_cast<size_t>(a - base);
-    const Vec param = window(params, a - param_base, count);
-    const Vec m_part = window(m, moment, count), v_part = window(v, moment, count);
-    const Vec grad = window(grads, a - grad_base, count);
-    if (rounded)
-      kernels::adamw_update(exec_, param, m_part, v_part, grad, h, grad_scale,
-                            window(rounded->values, a - rounded_base, count), rounded->format);
-    else
-      kernels::adamw_update(exec_, param, m_part, v_part, grad, h, grad_scale);
-  }
-}
-
 template <class F>
 void AdamW::for_streamed_blocks(bool params, F&& f) {
   const int64_t block = static_cast<int64_t>(moment_m_.extent(0));
@@ -84,32 +59,66 @@ void AdamW::for_streamed_blocks(bool params, F&& f) {
   }
 }
 
-void AdamW::step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
-                 double lr, float grad_scale, const RoundedCopy* rounded) {
-  const bool compact_params = params_at == Placement::kCompact;
-  const bool compact_grads = grads_at == Placement::kCompact;
-  const bool compact_rounded = rounded && rounded->at == Placement::kCompact;
+template <class F>
+void AdamW::for_each_piece(const View1& grads, Placement grads_at, double lr, bool stream_params,
+                           F&& update) {
   ++step_;
-  if (!streamed()) {
-    for_pieces(0, count_, [&](int64_t flat, int64_t n, int64_t moment) {
-      update(params, grads, lr, grad_scale, flat, flat + n, moment_m_, moment_v_, flat - moment,
-             compact_grads ? flat - moment : 0, compact_params ? flat - moment : 0, rounded,
-             compact_rounded ? flat - moment : 0);
+  const bool compact_grads = grads_at == Placement::kCompact;
+  // Owned elements [lo, hi), whose moments sit at [lo - buffer_begin, ...) of the buffers.
+  const auto pieces = [&](int64_t lo, int64_t hi, int64_t buffer_begin) {
+    for_pieces(lo, hi, [&](int64_t flat, int64_t n, int64_t compact) {
+      for (const LocalParam& p : table_.params()) {
+        const int64_t a = std::max(flat, p.offset), b = std::min(flat + n, p.offset + p.numel);
+        if (a >= b) continue;
+        const float decay =
+            p.spec->weight_decay ? static_cast<float>(settings_.weight_decay) : 0.0f;
+        const kernels::AdamWHyper h{static_cast<float>(lr),
+                                    static_cast<float>(settings_.beta1),
+                                    static_cast<float>(settings_.beta2),
+                                    static_cast<float>(settings_.eps),
+                                    decay,
+                                    step_};
+        const int64_t piece = compact + (a - flat), buffered = piece - buffer_begin;
+        const size_t count = static_cast<size_t>(b - a);
+        update(h, PieceAt{a, piece, buffered, count, window(moment_m_, buffered, count),
+                          window(moment_v_, buffered, count),
+                          window(grads, compact_grads ? piece : a, count)});
+      }
     });
+  };
+  if (!streamed()) {
+    pieces(0, count_, 0);
     exec_.fence();
     return;
   }
-  const bool stream_params = param_file_ != nullptr && compact_params;
-  for_streamed_blocks(stream_params, [&](int64_t lo, int64_t n) {
-    // Buffer element j holds moment (and streamed parameter) lo + j.
-    for_pieces(lo, lo + n, [&](int64_t flat, int64_t len, int64_t moment) {
-      update(stream_params ? param_stream_ : params, grads, lr, grad_scale, flat, flat + len,
-             moment_m_, moment_v_, flat - (moment - lo), compact_grads ? flat - moment : 0,
-             stream_params    ? flat - (moment - lo)
-             : compact_params ? flat - moment
-                              : 0,
-             rounded, compact_rounded ? flat - moment : 0);
-    });
+  for_streamed_blocks(stream_params, [&](int64_t lo, int64_t n) { pieces(lo, lo + n, lo); });
+}
+
+void AdamW::step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
+                 double lr, float grad_scale) {
+  const bool compact_params = params_at == Placement::kCompact;
+  const bool stream_params = streamed() && param_file_ != nullptr && compact_params;
+  for_each_piece(grads, grads_at, lr, stream_params,
+                 [&](const kernels::AdamWHyper& h, const PieceAt& at) {
+                   const Vec param = stream_params    ? window(param_stream_, at.buffered, at.count)
+                                     : compact_params ? window(params, at.compact, at.count)
+                                                      : window(params, at.flat, at.count);
+                   kernels::adamw_update(exec_, param, at.m, at.v, at.grad, h, grad_scale);
+                 });
+}
+
+void AdamW::step(const MasterParams& params, const View1& grads, Placement grads_at, double lr,
+                 float grad_scale) {
+  const RoundedCopy& compute = params.compute;
+  const bool compact_copy = compute.at == Placement::kCompact;
+  for_each_piece(grads, grads_at, lr, false, [&](const kernels::AdamWHyper& h, const PieceAt& at) {
+    const HalfVec copy = window(compute.values, compact_copy ? at.compact : at.flat, at.count);
+    if (compute.format == Precision::kBf16)
+      kernels::adamw_update_split(exec_, copy, window(params.low, at.compact, at.count), at.m, at.v,
+                                  at.grad, h, grad_scale);
+    else
+      kernels::adamw_update(exec_, window(params.values, at.compact, at.count), at.m, at.v, at.grad,
+                            h, grad_scale, copy);
   });
 }
 

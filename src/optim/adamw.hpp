@@ -35,12 +35,30 @@ struct MomentStorage {
 // owned segments one after another, as the moments are: a ZeRO shard, fp32 master weights).
 enum class Placement { kFlat, kCompact };
 
-// The 16-bit compute copy of the parameters a step also writes: each updated fp32 master value,
-// rounded to `format`, at its position of `values` (flat, or compact like a ZeRO-3 shard).
+// The 16-bit compute copy of the parameters (flat, or compact like a ZeRO-3 shard).
 struct RoundedCopy {
   HalfView1 values;
   Placement at = Placement::kFlat;
   Precision format = Precision::kBf16;
+};
+
+// 16-bit training's parameters as AdamW updates them: fp32 master weights (compact) beside the
+// compute copy, each new value rounded into it in the same pass (fp16); or, for bf16, master
+// weights split losslessly between the compute copy and their low halves (compact;
+// core/half.hpp), 4 bytes a parameter in all.
+struct MasterParams {
+  RoundedCopy compute;
+  View1 values;   // fp16: the fp32 master weights
+  HalfView1 low;  // bf16: the low halves
+};
+
+// Where one piece of a tensor's owned elements lies: at `flat` of the flat buffers, at `compact`
+// among the owned elements, at `buffered` of the moment buffers (compact, or its place in the
+// streaming block); its moments and gradient windowed.
+struct PieceAt {
+  int64_t flat, compact, buffered;
+  size_t count;
+  Vec m, v, grad;
 };
 
 class AdamW {
@@ -49,15 +67,17 @@ class AdamW {
   AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s,
         std::vector<Segment> owned = {}, const MomentStorage& storage = {});
 
-  // One step on `params` from `grads`, the gradient first multiplied by `grad_scale` (clipping).
-  // Only this optimizer's owned elements are touched. With `rounded`, the same pass writes the
-  // new values rounded to 16 bits there (fp32 master weights and their compute copy).
+  // One step on fp32 `params` from `grads`, the gradient first multiplied by `grad_scale`
+  // (clipping). Only this optimizer's owned elements are touched.
   void step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
-            double lr, float grad_scale, const RoundedCopy* rounded = nullptr);
+            double lr, float grad_scale);
   // The same on whole flat buffers.
   void step(const View1& params, const View1& grads, double lr, float grad_scale) {
     step(params, Placement::kFlat, grads, Placement::kFlat, lr, grad_scale);
   }
+  // The same on 16-bit training's master weights and their compute copy.
+  void step(const MasterParams& params, const View1& grads, Placement grads_at, double lr,
+            float grad_scale);
 
   // Copies the owned moments into / out of full-layout buffers (flat-buffer positions).
   void read_moments(const View1& m, const View1& v) const;
@@ -71,11 +91,12 @@ class AdamW {
   void set_steps_taken(int s) { step_ = s; }
 
  private:
-  // Updates flat [lo, hi) with moments m(i - base), v(i - base), gradient grads(i - grad_base),
-  // parameter params(i - param_base), and with `rounded` its element i - rounded_base.
-  void update(const View1& params, const View1& grads, double lr, float grad_scale, int64_t lo,
-              int64_t hi, const View1& m, const View1& v, int64_t base, int64_t grad_base,
-              int64_t param_base, const RoundedCopy* rounded, int64_t rounded_base);
+  // Counts the step, then calls update(h, at) for every piece of one tensor among the owned
+  // elements: its hyperparameters, and where the piece lies (PieceAt). Streamed moments go block
+  // by block through the streaming buffers (with `stream_params`, the offloaded parameters too).
+  template <class F>
+  void for_each_piece(const View1& grads, Placement grads_at, double lr, bool stream_params,
+                      F&& update);
   // Streamed moments: for each block of the files, reads moments [lo, lo + n) (and, with
   // `params`, the streamed parameters) into the streaming buffers, calls f(lo, n), and writes
   // them back.

@@ -51,8 +51,8 @@ void add(MemoryPrediction& p, const BufferList& list) {
 }
 
 // What the data-parallel strategy holds for one chunk beyond the stage's own buffers: ZeRO's
-// shards and unit working buffers (ZeRO-2/3 gradients, ZeRO-3 parameters), the fp32 master
-// weights and moments of its shard, and its communication buffers.
+// shards and unit working buffers (ZeRO-2/3 gradients, ZeRO-3 parameters), the master weights
+// and moments of its shard, and its communication buffers.
 void add_strategy(const MemoryQuery& q, const LocalParamTable& local, int dp_rank,
                   MemoryPrediction& p) {
   const auto add_bytes = [&](MemCategory c, double bytes) {
@@ -89,7 +89,9 @@ void add_strategy(const MemoryQuery& q, const LocalParamTable& local, int dp_ran
   } else if (q.zero_stage >= 3) {  // the shard and the gathered units, in the storage width
     add_bytes(MemCategory::kParams, stored * (shard + working));
   }
-  if (q.precision != Precision::kFp32) add_bytes(MemCategory::kMasterWeights, f * shard);
+  // Master weights: bf16 keeps their low halves (the compute copy is the upper), fp16 fp32 ones.
+  if (q.precision != Precision::kFp32)
+    add_bytes(MemCategory::kMasterWeights, (q.precision == Precision::kBf16 ? 2 : f) * shard);
   add_bytes(MemCategory::kOptimizer,
             2 * f * (q.offload_nvme ? std::min<double>(shard, q.offload_buffer_elements) : shard));
   // async: the gradient in flight (local_sgd averages its moments where they are).

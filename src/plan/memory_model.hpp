@@ -53,9 +53,9 @@ struct MemoryPrediction {
 // times the schedule's in-flight micro-batches for that chunk. Selective recomputation drops
 // a*N*s/t per layer and adds one shared copy per chunk; a block recomputed whole keeps only its
 // output (N*h) and the chunk adds one shared set of the rest. With bf16 / fp16 storage the
-// parameters and the kept activations take 2 bytes (statistics, token ids and losses stay 4), the
-// fp32 master weights cover the rank's shard, and the fp32 working copies (parameter units, one
-// block's activations, the head) are workspace. Megatron's published reference
+// parameters and the kept activations take 2 bytes (statistics, token ids and losses stay 4), and
+// the master weights cover the rank's shard: 4 bytes each under fp16, 2 under bf16 (their low
+// halves; the compute copy is the upper). Megatron's published reference
 // for one layer in fp16 with dropout is s*b*h*(34 + 5*a*s/h) bytes.
 MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank);
 

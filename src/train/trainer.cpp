@@ -762,8 +762,11 @@ void Trainer::print_banner(int start_step) const {
   if (c.precision.compute != Precision::kFp32)
     console_.line(fmt::format(
         "precision: {0} parameters, activations and their gradients; {0} GEMMs with fp32 sums; "
-        "fp32 statistics, weight gradients and master weights{1}",
+        "fp32 statistics, weight gradients and master weights{1}{2}",
         name_of(c.precision.compute),
+        c.precision.compute == Precision::kBf16
+            ? " (each the bf16 parameter and its low 16 bits: 4 bytes, no fp32 copy)"
+            : "",
         scaler_.enabled() ? fmt::format("; dynamic loss scale from {:g}", scaler_.scale())
                           : std::string()));
   console_.line(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),

@@ -5,7 +5,10 @@
 #    dp 2 (ZeRO-0 and ZeRO-1 with tp 2) it matches the serial delayed run to 1e-5;
 #  - local_sgd with local_steps = 1 is sync bit for bit at dp 2; at dp 1 any local_steps is;
 #  - local_sgd with local_steps = 2 at dp 2 takes different (local) steps, yet tracks sync, the
-#    same bits with its moments offloaded (averaged block by block), and memory as predicted.
+#    same bits with its moments offloaded (averaged block by block), and memory as predicted;
+#  - local_sgd under bf16 averages the master weights (the fp32 values their two halves hold)
+#    into every replica: a run resumed from the checkpoint after an average (which holds one
+#    replica's weights) ends with the bits of the run that went on; memory as predicted.
 set -euo pipefail
 trident=$1 src=$2 work=$3
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
@@ -31,6 +34,11 @@ run local2_dp2 2 --set dp.sync=local_sgd --set dp.local_steps=2 --set parallel.d
 mkdir -p "$work/nvme"
 run local2_dp2_nvme 2 --set dp.sync=local_sgd --set dp.local_steps=2 --set parallel.dp=2 \
   --set offload.optimizer=nvme --set offload.nvme_dir="$work/nvme" --set offload.buffer_mb=0.01
+local_bf16=(--set dp.sync=local_sgd --set dp.local_steps=3 --set parallel.dp=2
+            --set precision.compute=bf16 --set run.steps=10 --set run.checkpoint_every=5)
+run local3_dp2_bf16 2 "${local_bf16[@]}"
+run local3_dp2_bf16_resumed 2 "${local_bf16[@]}" \
+  --resume "$work/local3_dp2_bf16/tiny/checkpoints/step_000005.h5"
 t() { echo "$work/$1/tiny/timings.h5"; }
 $check delayed "$(t sync1)" "$(t async1)"
 $check compare "$(t async1)" "$(t async2)" --min-steps 20 --rtol 1e-5 --norms
@@ -42,3 +50,6 @@ $check compare "$(t sync2)" "$(t local2_dp2)" --min-steps 20 --rtol 0.05
 $check compare "$(t local2_dp2)" "$(t local2_dp2_nvme)" --min-steps 20 --exact --norms
 $check memory "$(t async2)" --all-exact
 $check memory "$(t local2_dp2)" --all-exact
+$check params-equal "$work/local3_dp2_bf16/tiny/checkpoints/step_000010.h5" \
+  "$work/local3_dp2_bf16_resumed/tiny/checkpoints/step_000010.h5"
+$check memory "$(t local3_dp2_bf16)" --all-exact

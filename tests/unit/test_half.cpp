@@ -1,8 +1,10 @@
-// bf16 and fp16 conversions: round to nearest even, subnormals, overflow, NaN, exact round trips.
+// bf16 and fp16 conversions: round to nearest even, subnormals, overflow, NaN, exact round trips,
+// and bf16's lossless split of fp32 master weights.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/half.hpp"
 
@@ -52,6 +54,43 @@ TEST(Half, EveryHalfValueRoundTripsExactly) {
       EXPECT_EQ(to_bf16(bf), h) << std::hex << bits;
     }
   }
+}
+
+// Every fp32 bit pattern in a sweep (all low halves under a spread of upper halves: signs,
+// zeros, subnormals, the largest finite values, infinities) is joined back exactly from its
+// two halves; the upper half is the nearest bf16 value (to_bf16 but at exact ties, which round
+// away from zero); NaNs stay NaNs.
+TEST(Half, Bf16SplitIsLosslessAndItsUpperHalfRoundsToNearest) {
+  std::vector<uint32_t> uppers = {0x0000, 0x0001, 0x007F, 0x0080, 0x3F7F, 0x3F80,
+                                  0x3F81, 0x7F7E, 0x7F7F, 0x7F80, 0x7FC0, 0x7FFF};
+  for (uint32_t u = 0x0000; u < 0x8000; u += 0x0137) uppers.push_back(u);
+  int64_t ties = 0;
+  for (const uint32_t upper : uppers) {
+    for (const uint32_t sign : {0x0000u, 0x8000u}) {
+      for (uint32_t lower = 0; lower < 0x10000; ++lower) {
+        const uint32_t bits = ((upper | sign) << 16) | lower;
+        const float x = bits_float(bits);
+        const uint16_t high = bf16_high(x), low = bf16_low(x, high);
+        if (std::isnan(x)) {
+          ASSERT_TRUE(std::isnan(from_bf16(high))) << std::hex << bits;
+          ASSERT_TRUE(std::isnan(join_bf16(high, low))) << std::hex << bits;
+          continue;
+        }
+        ASSERT_EQ(float_bits(join_bf16(high, low)), bits) << std::hex << bits;
+        ASSERT_EQ(to_compute_half(x, Precision::kBf16), high);
+        if (lower == 0x8000) {  // a tie: away from zero
+          ASSERT_EQ(high, static_cast<uint16_t>((bits >> 16) + 1)) << std::hex << bits;
+          ++ties;
+        } else {
+          ASSERT_EQ(high, to_bf16(x)) << std::hex << bits;
+        }
+      }
+    }
+  }
+  EXPECT_GT(ties, 100);
+  EXPECT_EQ(bf16_high(1.0f + std::ldexp(1.0f, -8)), 0x3F81);   // to_bf16 gives 0x3F80
+  EXPECT_EQ(bf16_high(-1.0f - std::ldexp(1.0f, -8)), 0xBF81);  // away from zero
+  EXPECT_EQ(to_compute_half(1.0f + std::ldexp(1.0f, -11), Precision::kFp16), 0x3C00);  // fp16: even
 }
 
 TEST(Half, RoundingPicksTheNearestRepresentableValue) {

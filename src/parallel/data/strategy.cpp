@@ -49,11 +49,12 @@ DataParallelStrategy::DataParallelStrategy(GptStage& stage, Communicator& dp,
   }
 }
 
-void DataParallelStrategy::build_optimizer(MemoryLedger& ledger, FileStore* offloaded_params) {
+void DataParallelStrategy::build_optimizer(MemoryLedger& ledger, FileStore* offloaded_params,
+                                           const RoundedCopy& compute) {
   const LocalParamTable& local = stage_.local();
   const std::vector<Segment> owned = zero_shard(local, shard_count_, shard_index_);
   if (settings_.precision != Precision::kFp32) {
-    master_ = std::make_unique<MasterWeights>(local, owned, ledger);
+    master_ = std::make_unique<MasterWeights>(local, owned, compute, ledger);
     master_->init(settings_.seed);
   }
   MomentStorage storage = settings_.moments;
@@ -99,17 +100,10 @@ View1 DataParallelStrategy::owned_params_at_flat_positions() const {
 void DataParallelStrategy::restore_params(const View1& full) {
   if (!master_) return;
   master_->write_full(full);
-  kernels::store_half(Exec(), stage_.params16(), 0, window(full, 0, full.extent(0)), full.extent(0),
-                      settings_.precision);
+  // Every position, owned or not: ZeRO-1/2 gather the others only after the next step.
+  kernels::store_compute_half(Exec(), stage_.params16(), 0, window(full, 0, full.extent(0)),
+                              full.extent(0), settings_.precision);
   Exec().fence();
-}
-
-void DataParallelStrategy::refresh_half_params() {
-  master_->round_into(stage_.params16(), settings_.precision);
-}
-
-RoundedCopy DataParallelStrategy::half_params() const {
-  return {stage_.params16(), Placement::kFlat, settings_.precision};
 }
 
 void DataParallelStrategy::gather_updated_shards() {
@@ -136,7 +130,7 @@ PlainDataParallel::PlainDataParallel(GptStage& stage, Communicator& dp,
                                      PhaseTimer& timer)
     : DataParallelStrategy(stage, dp, settings, timer) {
   stage.init_params(settings.seed);
-  build_optimizer(ledger, nullptr);
+  build_optimizer(ledger, nullptr, {stage.params16(), Placement::kFlat, settings.precision});
   buckets_ = std::make_unique<GradBuckets>(stage.grads(), settings.bucket_elements, &dp,
                                            settings.grad_reduce, &ledger);
   stage.set_grad_ready_hook([b = buckets_.get()](int64_t from) { b->ready_from(from); });
@@ -160,10 +154,8 @@ void PlainDataParallel::add_grad_squares(double& sum, const ParamFilter& counted
 }
 
 void PlainDataParallel::step(double lr, float grad_scale) {
-  if (master_) {  // 16-bit storage: AdamW updates the fp32 master weights
-    const RoundedCopy params16 = half_params();
-    optimizer_->step(master_->values(), Placement::kCompact, stage_.grads(), Placement::kFlat, lr,
-                     grad_scale, &params16);
+  if (master_) {  // 16-bit storage: AdamW updates the master weights and their compute copy
+    optimizer_->step(master_->params(), stage_.grads(), Placement::kFlat, lr, grad_scale);
   } else {
     optimizer_->step(stage_.params(), stage_.grads(), lr, grad_scale);
   }
@@ -186,15 +178,21 @@ void PlainDataParallel::average_replicas() {
     dp_.allreduce_sum(x);
     kernels::scale(Exec(), x, inverse);
   };
-  // ZeRO-0: the master weights cover the whole flat buffer, in its order; every replica's
-  // moments are laid out alike, so they are averaged where they are.
-  average(master_ ? master_->values() : stage_.params());
+  // ZeRO-0: every replica's moments are laid out alike, so they are averaged where they are.
+  // The master weights are averaged as fp32 values in the gradient buffer, spent by now (bf16
+  // keeps no fp32 copy of them), and written back with their compute copy.
+  if (master_) {
+    master_->read_full(stage_.grads());
+    average(stage_.grads());
+    master_->write_full(stage_.grads());
+  } else {
+    average(stage_.params());
+  }
   optimizer_->transform_moments([&](const Vec& m, const Vec& v) {
     average(m);
     average(v);
   });
   Exec().fence();
-  if (master_) refresh_half_params();
 }
 
 // ---- ZeRO-2 and ZeRO-3 ----
@@ -210,7 +208,10 @@ Zero2::Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& sett
   } else {
     stage.init_params(settings.seed);
   }
-  build_optimizer(ledger, param_shards_ ? param_shards_->store() : nullptr);
+  const RoundedCopy compute =
+      param_shards_ ? RoundedCopy{param_shards_->shard16(), Placement::kCompact, settings.precision}
+                    : RoundedCopy{stage.params16(), Placement::kFlat, settings.precision};
+  build_optimizer(ledger, param_shards_ ? param_shards_->store() : nullptr, compute);
   grad_shards_ =
       std::make_unique<GradShards>(stage, shard_count_, &dp, ledger, &timer, settings.grad_reduce);
 }
@@ -246,9 +247,7 @@ void Zero2::add_grad_squares(double& sum, const ParamFilter& counted) const {
 
 void Zero2::step(double lr, float grad_scale) {
   if (master_) {
-    const RoundedCopy params16 = half_params();
-    optimizer_->step(master_->values(), Placement::kCompact, grad_shards_->shard(),
-                     Placement::kCompact, lr, grad_scale, &params16);
+    optimizer_->step(master_->params(), grad_shards_->shard(), Placement::kCompact, lr, grad_scale);
   } else {
     optimizer_->step(stage_.params(), Placement::kFlat, grad_shards_->shard(), Placement::kCompact,
                      lr, grad_scale);
@@ -269,16 +268,12 @@ View1 Zero2::gradients_at_flat_positions() const {
 }
 
 void Zero3::step(double lr, float grad_scale) {
-  if (master_) {
-    const RoundedCopy params16 = half_params();
-    optimizer_->step(master_->values(), Placement::kCompact, grad_shards_->shard(),
-                     Placement::kCompact, lr, grad_scale, &params16);
-    param_shards_->invalidate();  // gathered again when next needed
-  } else {                        // parameters, gradients and moments all sharded
+  if (master_)  // the compute copy is the 16-bit shard
+    optimizer_->step(master_->params(), grad_shards_->shard(), Placement::kCompact, lr, grad_scale);
+  else  // parameters, gradients and moments all sharded
     optimizer_->step(param_shards_->shard(), Placement::kCompact, grad_shards_->shard(),
                      Placement::kCompact, lr, grad_scale);
-    param_shards_->invalidate();
-  }
+  param_shards_->invalidate();  // gathered again when next needed
 }
 
 View1 Zero3::owned_params_at_flat_positions() const {
@@ -291,10 +286,6 @@ View1 Zero3::owned_params_at_flat_positions() const {
 void Zero3::restore_params(const View1& full) {
   param_shards_->scatter_full(full);
   if (master_) master_->write_full(full);
-}
-
-RoundedCopy Zero3::half_params() const {
-  return {param_shards_->shard16(), Placement::kCompact, settings_.precision};
 }
 
 }  // namespace trident

@@ -29,7 +29,7 @@ using ParamFilter = std::function<bool(const LocalParam&)>;
 
 struct DataParallelSettings {
   ZeroStage zero = ZeroStage::kNone;
-  Precision precision = Precision::kFp32;    // 16-bit parameters: fp32 master weights
+  Precision precision = Precision::kFp32;    // 16-bit parameters: master weights beside them
   Precision grad_reduce = Precision::kFp32;  // the format gradients are summed in over dp
   DpSync sync = DpSync::kSync;
   size_t bucket_elements = 1;  // ZeRO 0/1: gradient elements per all-reduce bucket
@@ -101,17 +101,15 @@ class DataParallelStrategy {
  protected:
   DataParallelStrategy(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
                        PhaseTimer& timer);
-  // Builds master weights (16-bit storage) and AdamW over this rank's owned segments; called by
-  // the concrete strategies once the parameters are initialised.
-  void build_optimizer(MemoryLedger& ledger, FileStore* offloaded_params);
+  // Builds master weights (16-bit storage, around the `compute` copy of the parameters) and AdamW
+  // over this rank's owned segments; called by the concrete strategies once the parameters are
+  // initialised.
+  void build_optimizer(MemoryLedger& ledger, FileStore* offloaded_params,
+                       const RoundedCopy& compute);
   // The parameters a checkpoint stores (fp32 master weights under 16-bit storage) at flat
   // positions, valid where owned; and their loaded values back into every buffer that holds them.
   virtual View1 owned_params_at_flat_positions() const;
   virtual void restore_params(const View1& full);
-  // The 16-bit parameters rounded from the master weights (after local SGD averages them).
-  void refresh_half_params();
-  // Where a step on the master weights writes the 16-bit parameters in the same pass.
-  virtual RoundedCopy half_params() const;
   // ZeRO-1/2: every replica all-gathers the updated shards of every unit.
   void gather_updated_shards();
 
@@ -120,7 +118,7 @@ class DataParallelStrategy {
   DataParallelSettings settings_;
   PhaseTimer& timer_;
   int shard_count_ = 1, shard_index_ = 0;  // every unit split into shard_count_ parts; ours
-  std::unique_ptr<MasterWeights> master_;  // 16-bit storage: the fp32 weights AdamW updates
+  std::unique_ptr<MasterWeights> master_;  // 16-bit storage: the weights AdamW updates
   std::unique_ptr<AdamW> optimizer_;
   mutable kernels::SquareSums squares_;  // add_grad_squares: one slot per local parameter
 };
@@ -187,7 +185,6 @@ class Zero3 final : public Zero2 {
  protected:
   View1 owned_params_at_flat_positions() const override;
   void restore_params(const View1& full) override;
-  RoundedCopy half_params() const override;
 };
 
 }  // namespace trident

@@ -57,7 +57,7 @@ void ParamShards::init(uint64_t seed) {
   }
   if (precision_ != Precision::kFp32) {
     auto host16 = Kokkos::create_mirror_view(shard16_);
-    for (int64_t i = 0; i < total; ++i) host16(i) = to_half(host(i), precision_);
+    for (int64_t i = 0; i < total; ++i) host16(i) = to_compute_half(host(i), precision_);
     Kokkos::deep_copy(shard16_, host16);
   } else if (store_) {
     store_->write(0, total, host.data());
@@ -131,8 +131,8 @@ void ParamShards::scatter_full(const View1& full) {
     const ParamUnit& unit = local.units()[u];
     const int64_t part = unit.padded / dp_, at = unit.offset + dp_rank_ * part;
     if (precision_ != Precision::kFp32) {
-      kernels::store_half(Exec(), shard16_, static_cast<size_t>(shard_offset_[u]),
-                          window(full, at, part), part, precision_);
+      kernels::store_compute_half(Exec(), shard16_, static_cast<size_t>(shard_offset_[u]),
+                                  window(full, at, part), part, precision_);
       continue;
     }
     if (store_) {
