@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/half.hpp"
 #include "core/stored.hpp"
@@ -118,6 +119,10 @@ class Communicator {
   virtual Request iallreduce_sum(CommBuffer buf) = 0;
   // recv = this rank's part of the sum of every rank's send.
   virtual void reduce_scatter_sum(CommBuffer send, CommBuffer recv) = 0;
+  // Uneven parts: send holds `counts[r]` elements for each rank r in rank order (a count may be
+  // 0), and recv this rank's counts[rank()] elements of their sum.
+  virtual void reduce_scatter_sum(CommBuffer send, CommBuffer recv,
+                                  const std::vector<size_t>& counts) = 0;
   // recv = every rank's send, in rank order. In place when send is this rank's part of recv.
   virtual void allgather(CommBuffer send, CommBuffer recv) = 0;
   virtual Request iallgather(CommBuffer send, CommBuffer recv) = 0;
@@ -156,6 +161,8 @@ class MpiCommunicator final : public Communicator {
   void allreduce_max(CommBuffer buf) override;
   Request iallreduce_sum(CommBuffer buf) override;
   void reduce_scatter_sum(CommBuffer send, CommBuffer recv) override;
+  void reduce_scatter_sum(CommBuffer send, CommBuffer recv,
+                          const std::vector<size_t>& counts) override;
   void allgather(CommBuffer send, CommBuffer recv) override;
   Request iallgather(CommBuffer send, CommBuffer recv) override;
   void broadcast(CommBuffer buf, int root) override;

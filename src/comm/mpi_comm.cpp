@@ -252,6 +252,27 @@ void MpiCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv) {
   out.copy_out();
 }
 
+void MpiCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv,
+                                         const std::vector<size_t>& counts) {
+  check_same_format(send, recv, "MPI_Reduce_scatter");
+  size_t whole = 0;
+  for (size_t c : counts) whole += c;
+  if (counts.size() != static_cast<size_t>(size_) || whole != send.count() ||
+      counts[rank_] != recv.count())
+    fatal("MPI_Reduce_scatter", __FILE__, __LINE__,
+          "send of " + std::to_string(send.count()) + " and recv of " +
+              std::to_string(recv.count()) + " elements against the counts given",
+          "give one count per rank, summing to the send buffer, this rank's the recv buffer's");
+  std::vector<int> parts(counts.size());
+  for (size_t r = 0; r < counts.size(); ++r) parts[r] = count_of(counts[r]);
+  count_of(whole);
+  const MpiBuffer in(staging_for(send, true), send, true),
+      out(staging_for(recv, true), recv, false);
+  TRIDENT_MPI(MPI_Reduce_scatter(in.data(), out.data(), parts.data(), datatype_of(recv),
+                                 sum_of(recv), comm_));
+  out.copy_out();
+}
+
 namespace {
 
 // All-gather, blocking (request null) or not. In place when this rank's part already sits at

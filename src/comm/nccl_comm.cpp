@@ -237,6 +237,30 @@ void NcclCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv) {
   finish();
 }
 
+// NCCL has no uneven reduce-scatter: one reduce per rank with a part, to that rank, grouped into
+// one launch.
+void NcclCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv,
+                                          const std::vector<size_t>& counts) {
+  size_t whole = 0;
+  for (size_t c : counts) whole += c;
+  if (send.format() != recv.format() || counts.size() != static_cast<size_t>(size_) ||
+      whole != send.count() || counts[rank_] != recv.count())
+    fatal("ncclReduce", __FILE__, __LINE__, "send and recv do not match the counts given",
+          "give one count per rank, summing to the send buffer, this rank's the recv buffer's");
+  inputs_ready();
+  TRIDENT_NCCL(ncclGroupStart());
+  size_t first = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (counts[r] > 0)
+      TRIDENT_NCCL(ncclReduce(send.window(first, counts[r]).data(),
+                              r == rank_ ? recv.data() : nullptr, counts[r], datatype_of(recv),
+                              ncclSum, r, comm_, stream_));
+    first += counts[r];
+  }
+  TRIDENT_NCCL(ncclGroupEnd());
+  finish();
+}
+
 void NcclCommunicator::allgather(CommBuffer send, CommBuffer recv) {
   enqueue_allgather(send, recv);
   finish();

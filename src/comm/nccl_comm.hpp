@@ -41,6 +41,8 @@ class NcclCommunicator final : public Communicator {
   void allreduce_max(CommBuffer buf) override;
   Request iallreduce_sum(CommBuffer buf) override;
   void reduce_scatter_sum(CommBuffer send, CommBuffer recv) override;
+  void reduce_scatter_sum(CommBuffer send, CommBuffer recv,
+                          const std::vector<size_t>& counts) override;
   void allgather(CommBuffer send, CommBuffer recv) override;
   Request iallgather(CommBuffer send, CommBuffer recv) override;
   void broadcast(CommBuffer buf, int root) override;

@@ -72,7 +72,7 @@ struct ParallelSection {
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
   // Sequence parallelism: activations outside the tp regions split along the tokens over tp.
   bool sequence_parallel = false;
-  double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size over dp (MiB)
+  double dp_bucket_mb = kDefaultDpBucketMb;  // gradient bucket over dp (MiB)
   // Collectives backend per axis. kAuto is NCCL for node-local axes on a CUDA build with NCCL,
   // MPI otherwise.
   CollectiveBackend backend_tp = CollectiveBackend::kAuto;

@@ -62,18 +62,19 @@ inline void embedding_backward(const Exec& exec, const Mat& dwte, const Mat& dwp
   if (shape == Shape::kGpu) {
     const int C = static_cast<int>(dout.extent(1));
     const int block_rows = (rows + kEmbeddingGpuRowBlocks - 1) / kEmbeddingGpuRowBlocks;
-    Kokkos::parallel_for(
-        "embedding_backward_tokens",
-        Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(kEmbeddingGpuRowBlocks) * C),
-        KOKKOS_LAMBDA(size_t i) {
-          const int c = static_cast<int>(i % C);
-          const int first = static_cast<int>(i / C) * block_rows;
-          for (int n = 0; n < N; ++n) {
-            const int row = tokens(n) - vocab_start;
-            if (row >= first && row < first + block_rows && row < rows)
-              dwte(row, c) += E::load(dout(n, c));
-          }
-        });
+    if (rows > 0)
+      Kokkos::parallel_for(
+          "embedding_backward_tokens",
+          Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(kEmbeddingGpuRowBlocks) * C),
+          KOKKOS_LAMBDA(size_t i) {
+            const int c = static_cast<int>(i % C);
+            const int first = static_cast<int>(i / C) * block_rows;
+            for (int n = 0; n < N; ++n) {
+              const int row = tokens(n) - vocab_start;
+              if (row >= first && row < first + block_rows && row < rows)
+                dwte(row, c) += E::load(dout(n, c));
+            }
+          });
     if (with_positions)
       Kokkos::parallel_for(
           "embedding_backward_positions",

@@ -1,6 +1,7 @@
 // Fully connected layer y = x W^T + b with W stored [out, in] (PyTorch's nn.Linear layout).
 #pragma once
 
+#include <stdexcept>
 #include <type_traits>
 
 #include "core/math.hpp"
@@ -79,10 +80,12 @@ inline void linear_backward_weight(const Exec& exec, const Mat& dweight, const V
                                    bool accumulate_dweight = true, Shape shape = kBuildShape) {
   Region region("trident::linear_backward_weight");
   const float beta = accumulate_dweight ? 1.0f : 0.0f;
-  if constexpr (kFp32Elements<E>)
+  if (dweight.extent(0) == 0) {  // streamed (linear_weight_grad_rows): the bias alone
+  } else if constexpr (kFp32Elements<E>) {
     gemm(exec, 'T', 'N', 1.0f, dout, inp, beta, dweight);
-  else
+  } else {
     gemm16(exec, 'T', 'N', 1.0f, dout, inp, E::format, beta, dweight);
+  }
   if (dbias.extent(0) > 0 && shape == Shape::kGpu) {
     column_sums_teams<1>(
         exec, "linear_backward_bias", {dbias}, static_cast<int>(dout.extent(0)),
@@ -105,6 +108,24 @@ inline void linear_backward_weight(const Exec& exec, const Mat& dweight, const V
           for (int j = 0; j < width; ++j) dbias(o0 + j) += sum[j];
         });
   }
+}
+
+// Rows [first, first + rows) of dout^T * inp into block [rows, IC] (overwritten): a block of a
+// weight gradient streamed out of the GEMM (ZeRO-2/3), from the same operands as the whole one.
+template <class E = Fp32Elements>
+inline void linear_weight_grad_rows(const Exec& exec, const View1& block, const ConstMatOf<E>& dout,
+                                    const ConstMatOf<E>& inp, int first, int rows) {
+  Region region("trident::linear_weight_grad_rows");
+  const int N = static_cast<int>(dout.extent(0)), OC = static_cast<int>(dout.extent(1));
+  const int IC = static_cast<int>(inp.extent(1));
+  if (static_cast<size_t>(rows) * IC > block.extent(0) || first + rows > OC)
+    throw std::logic_error("linear_weight_grad_rows: the rows do not fit the block or the matrix");
+  if constexpr (kFp32Elements<E>)
+    gemm_strided_batched(exec, 'T', 'N', rows, IC, N, 1.0f, dout.data() + first, OC, 0, inp.data(),
+                         IC, 0, 0.0f, block.data(), IC, 0, 1);
+  else
+    gemm16_strided_batched(exec, 'T', 'N', rows, IC, N, 1.0f, dout.data() + first, OC, 0,
+                           inp.data(), IC, 0, E::format, 0.0f, block.data(), IC, 0, 1);
 }
 
 // Both halves: dinp (+)= dout * weight, dweight += dout^T * inp, dbias += column sums.

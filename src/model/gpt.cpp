@@ -2,6 +2,7 @@
 // the embedding, the blocks (model/transformer_block.cpp) and the head (model/output_head.cpp).
 #include "model/gpt.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/error.hpp"
@@ -60,6 +61,32 @@ void GptStage::bind(const StageTensors& t, bool grads) {
 
 void GptStage::redirect_grads(const TensorLocator& where) {
   bind(stage_tensors(local_, shape_.layout, where), true);
+}
+
+void GptStage::stream_weight_grads(GradSink* sink) {
+  std::vector<std::string> bound;
+  const auto stream = [&](const std::vector<std::string>& names) {
+    bound.insert(bound.end(), names.begin(), names.end());
+    return GradStream{sink, local_.at(names[0]).offset};  // q and kv: one matrix from q's first
+  };
+  if (shape_.layout.has_embedding) embedding_.wte_grad_stream = stream({"wte"});
+  if (shape_.layout.has_head)
+    head_.proj.weight_grad_stream = stream({local_.holds("lm_head") ? "lm_head" : "wte"});
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const std::string h = "h." + std::to_string(shape_.layout.first_layer + i) + ".";
+    TransformerBlock& b = blocks_[i];
+    b.qkv.weight_grad_stream =
+        stream(local_.holds(h + "attn.qkv.weight")
+                   ? std::vector<std::string>{h + "attn.qkv.weight"}
+                   : std::vector<std::string>{h + "attn.q.weight", h + "attn.kv.weight"});
+    b.proj.weight_grad_stream = stream({h + "attn.proj.weight"});
+    b.fc.weight_grad_stream = stream({h + "mlp.fc.weight"});
+    b.fcproj.weight_grad_stream = stream({h + "mlp.proj.weight"});
+  }
+  // A streamed parameter no layer sends would keep no gradient at all.
+  for (const LocalParam& p : local_.params())
+    if (streams_grad(*p.spec) && std::find(bound.begin(), bound.end(), p.spec->name) == bound.end())
+      throw std::logic_error("GptStage::stream_weight_grads: no layer streams " + p.spec->name);
 }
 
 void GptStage::redirect_params(const TensorLocator& where) {

@@ -45,6 +45,9 @@ class GptStage {
   void set_grad_ready_hook(std::function<void(int64_t)> f) { hooks_.on_grads_ready = std::move(f); }
   // Backward writes parameter p's gradient at where(p) instead of grads().
   void redirect_grads(const TensorLocator& where);
+  // Sends the gradients of the parameters streams_grad names to `sink` a block of rows at a time
+  // (their locator gives them no tensor): ZeRO-2/3.
+  void stream_weight_grads(GradSink* sink);
   // Forward and backward read parameter p at where(p) instead of params().
   void redirect_params(const TensorLocator& where);
   // Called before forward or backward reads a unit's parameters, with the unit the pass will

@@ -27,6 +27,28 @@ Mat grad_mat(const StoredTensor& t, size_t rows, size_t cols) {
   return mat_of<Fp32Elements>(t, rows, cols);
 }
 
+// The weight gradient dout^T x [out, in] to `stream` a block of rows at a time (each block's GEMM
+// writes it whole), and the bias gradient (+)= as when the weight gradient is kept.
+void stream_weight_grad(const LayerContext& ctx, const GradStream& stream,
+                        const StoredTensor& dbias, const StoredTensor& dout, const StoredTensor& x,
+                        int N, int out, int in) {
+  ctx.dispatch([&](auto e) {
+    using E = decltype(e);
+    linear_backward_weight<E>(ctx.exec, Mat(), grad_vec(dbias, out), mat_of<E>(dout, N, out),
+                              mat_of<E>(x, N, in));
+  });
+  const int64_t block = stream.sink->rows_per_block(in);
+  for (int64_t first = 0; first < out; first += block) {
+    const int rows = static_cast<int>(std::min<int64_t>(block, out - first));
+    ctx.dispatch([&](auto e) {
+      using E = decltype(e);
+      linear_weight_grad_rows<E>(ctx.exec, stream.sink->rows_buffer(), mat_of<E>(dout, N, out),
+                                 mat_of<E>(x, N, in), static_cast<int>(first), rows);
+    });
+    stream.sink->take_rows(stream.param_offset, first, rows, in);
+  }
+}
+
 }  // namespace
 
 void Norm::forward(const StoredTensor& out, const View1& mean, const View1& rstd,
@@ -102,6 +124,8 @@ StoredTensor ColumnParallelLinear::backward_input(const StoredTensor& dout, int 
 void ColumnParallelLinear::backward_weight(const StoredTensor& dout, const StoredTensor& x_rows,
                                            int N, bool accumulate) const {
   const StoredTensor x = ctx_->tp->gather_rows(x_rows, N, ctx_->ws->gathered);
+  if (weight_grad_stream)
+    return stream_weight_grad(*ctx_, weight_grad_stream, grads.bias, dout, x, N, out_, in_);
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
     linear_backward_weight<E>(ctx_->exec, grad_mat(grads.weight, out_, in_),
@@ -161,6 +185,8 @@ void RowParallelLinear::backward_input(const StoredTensor& dx, const StoredTenso
 
 void RowParallelLinear::backward_weight(const StoredTensor& dout, const StoredTensor& x, int N,
                                         bool accumulate) const {
+  if (weight_grad_stream)
+    return stream_weight_grad(*ctx_, weight_grad_stream, grads.bias, dout, x, N, out_, in_);
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
     linear_backward_weight<E>(ctx_->exec, grad_mat(grads.weight, out_, in_),
@@ -269,10 +295,32 @@ void VocabParallelEmbedding::backward_weight(const StoredTensor& dout_rows, cons
   const int N = B * T;
   const StoredTensor dout = ctx_->tp->gather_rows(dout_rows, N, ctx_->ws->partial);
   const auto table = [&](const StoredTensor& t) { return grad_mat(t, t.size() / C_, C_); };
+  if (!wte_grad_stream) {
+    ctx_->dispatch([&](auto e) {
+      using E = decltype(e);
+      embedding_backward<E>(ctx_->exec, table(grads.wte), table(grads.wpe), mat_of<E>(dout, N, C_),
+                            tokens, T, vocab_start_);
+    });
+    return;
+  }
+  // Streamed: the position table as kept, then the token table a block of rows at a time, each
+  // block cleared and scatter-added from every token.
+  GradSink& sink = *wte_grad_stream.sink;
+  const int64_t rows = static_cast<int64_t>(weights.wte.size()) / C_;
+  const int64_t block = sink.rows_per_block(C_);
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    embedding_backward<E>(ctx_->exec, table(grads.wte), table(grads.wpe), mat_of<E>(dout, N, C_),
-                          tokens, T, vocab_start_);
+    if (!grads.wpe.empty())
+      embedding_backward<E>(ctx_->exec, Mat(), table(grads.wpe), mat_of<E>(dout, N, C_), tokens, T,
+                            vocab_start_);
+    for (int64_t first = 0; first < rows; first += block) {
+      const int64_t n = std::min(block, rows - first);
+      const View1 part = window(sink.rows_buffer(), 0, static_cast<size_t>(n * C_));
+      Kokkos::deep_copy(ctx_->exec, part, 0.0f);
+      embedding_backward<E>(ctx_->exec, Mat(part.data(), n, C_), Mat(), mat_of<E>(dout, N, C_),
+                            tokens, T, vocab_start_ + static_cast<int>(first));
+      sink.take_rows(wte_grad_stream.param_offset, first, n, C_);
+    }
   });
 }
 

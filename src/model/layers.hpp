@@ -14,6 +14,7 @@
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/elements.hpp"
+#include "model/grad_sink.hpp"
 #include "model/tensor_parallel.hpp"
 
 namespace trident {
@@ -87,6 +88,7 @@ class ColumnParallelLinear {
   ColumnParallelLinear(const LayerContext* ctx, int in, int out_tp)
       : ctx_(ctx), in_(in), out_(out_tp) {}
   LinearParams weights, grads;
+  GradStream weight_grad_stream;  // ZeRO-2/3: the weight gradient goes there, not to grads.weight
   // out [N, out_tp] from this rank's rows of x [local_rows(N), in].
   void forward(const StoredTensor& out, const StoredTensor& x_rows, int N) const;
   // This rank's rows of d/dx (the tp sum of dout W): returns the buffer that holds them.
@@ -109,6 +111,7 @@ class RowParallelLinear {
   RowParallelLinear(const LayerContext* ctx, int in_tp, int out)
       : ctx_(ctx), in_(in_tp), out_(out) {}
   LinearParams weights, grads;
+  GradStream weight_grad_stream;  // ZeRO-2/3: the weight gradient goes there, not to grads.weight
   // This rank's rows of the output [local_rows(N), out] from x [N, in_tp]: returns their buffer.
   StoredTensor forward(const StoredTensor& x, int N) const;
   // out = residual + this rank's rows of the output (the residual stream after the layer; out may
@@ -195,6 +198,7 @@ class VocabParallelEmbedding {
     StoredTensor wpe;  // [block_size, C]
   };
   Tables weights, grads;
+  GradStream wte_grad_stream;  // ZeRO-2/3: the token table's gradient goes there, not to grads.wte
   // This rank's rows of the embeddings [local_rows(B*T), C] into `out`.
   void forward(const StoredTensor& out, const IntView1& tokens, int B, int T) const;
   // Scatter-adds the rows of dout (this rank's; all of them gathered under SP).

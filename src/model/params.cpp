@@ -179,6 +179,10 @@ constexpr const char* kUnitPrefixes[kUnitsPerBlock][4] = {
     {"mlp.proj.", "", "", ""}};
 }  // namespace
 
+bool streams_grad(const ParamSpec& spec) {
+  return spec.shape.size() == 2 && spec.name != "wpe";
+}
+
 int block_unit_part(const std::string& name) {
   const size_t layer_end = name.find('.', 2);  // "h.<layer>."
   if (name.rfind("h.", 0) != 0 || layer_end == std::string::npos)

@@ -89,6 +89,11 @@ int block_unit_part(const std::string& name);
 // The first parameter of part `part` (0..kUnitsPerBlock-1) of block `layer`.
 std::string block_unit_first_param(int layer, int part);
 
+// Whether ZeRO-2/3 streams this parameter's gradient out of its GEMM a block of rows at a time
+// (model/grad_sink.hpp) instead of keeping it until its unit is done: the linear layers' matrices,
+// the token table and an untied head; not the position table, the norms or the biases.
+bool streams_grad(const ParamSpec& spec);
+
 struct ParamUnit {
   int64_t offset = 0, numel = 0, padded = 0;
 };

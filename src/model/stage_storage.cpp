@@ -1,6 +1,8 @@
 // The one description of a stage's buffers (see stage_storage.hpp).
 #include "model/stage_storage.hpp"
 
+#include <algorithm>
+
 #include <cstring>
 #include <stdexcept>
 
@@ -131,10 +133,16 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   ws.row_sums = f32("row_sum", 2 * N);
   st.dresidual = stored("dresidual", e.rows_c);
   ws.dinput = stored("dln", N * C);
-  st.datty = stored("datty", e.atty);
-  st.dqkv = stored("dqkv", e.qkv);
-  st.dfch = stored("dfch", e.fc);
-  st.dact = s.model.llama() ? stored("dact", e.act) : st.dfch;
+  // A block's backward is done with the MLP's gradients (dfch, and Llama's dact) before it writes
+  // the attention's (datty, dqkv): both pairs share one buffer.
+  const size_t mlp = e.fc + (s.model.llama() ? e.act : 0), attention = e.atty + e.qkv;
+  st.block_grads = stored("block_grads", std::max(mlp, attention));
+  if (!st.block_grads.empty()) {  // else described only
+    st.dfch = st.block_grads.window(0, e.fc);
+    st.dact = s.model.llama() ? st.block_grads.window(e.fc, e.act) : st.dfch;
+    st.datty = st.block_grads.window(0, e.atty);
+    st.dqkv = st.block_grads.window(e.atty, e.qkv);
+  }
   if (s.model.llama())
     ws.rope = f32("rope_table", static_cast<size_t>(s.max_seq) * s.model.head_size());
   if (s.kv_replicas() > 1)

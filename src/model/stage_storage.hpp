@@ -76,8 +76,10 @@ struct StageStorage {
   LayerWorkspace layers;
   // Backward: d/d(residual stream) [local rows, C], and the tensor-parallel regions' gradients,
   // in the storage format: [N,C_tp], [N,qkv_tp], [N,fc_tp], and d/d(the MLP activation) [N,F_tp]
-  // (GPT-2's GELU works in place: dact is dfch).
+  // (GPT-2's GELU works in place: dact is dfch). The last four are windows of block_grads: the
+  // MLP's two share it with the attention's two, whose backward comes after theirs.
   StoredTensor dresidual, datty, dqkv, dfch, dact;
+  StoredTensor block_grads;
 };
 
 // Describes (and, when `list` has a ledger, allocates) every buffer of a stage of `shape` whose

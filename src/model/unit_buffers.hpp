@@ -18,6 +18,26 @@ struct UnitBufferPlan {
   std::vector<int64_t> buffer_sizes;
 };
 UnitBufferPlan plan_unit_buffers(const LocalParamTable& local, int n_layer);
+// The same for units of `unit_sizes` elements each (by index into local.units()).
+UnitBufferPlan plan_unit_buffers(const LocalParamTable& local, int n_layer,
+                                 const std::vector<int64_t>& unit_sizes);
+
+// ZeRO-2/3 gradients: the streamed matrices (streams_grad) pass through one buffer of rows; the
+// rest of each unit (norms, biases, the position table) is kept in the unit's working buffer,
+// packed, until the unit is done. A pure function of the table and the bucket, shared by the
+// runtime and the memory model.
+struct KeptGradPlan {
+  struct Run {  // consecutive kept parameters: elements [unit_offset, + count) of their unit
+    int64_t unit_offset = 0, kept_offset = 0, count = 0;
+  };
+  std::vector<std::vector<Run>> runs;  // by unit
+  UnitBufferPlan buffers;              // of the kept elements
+  // The rows buffer: the largest block any streamed matrix sends, grad_rows_per_block rows of it
+  // (bounded by the streamed elements of its unit).
+  int64_t rows_elements = 0;
+  int64_t largest_run = 0;
+};
+KeptGradPlan plan_kept_grads(const LocalParamTable& local, int n_layer, int64_t bucket_elements);
 
 // Where unit u's part starts in a compact shard of `local` split dp ways.
 std::vector<int64_t> unit_shard_offsets(const LocalParamTable& local, int dp);

@@ -63,18 +63,22 @@ void add_strategy(const MemoryQuery& q, const LocalParamTable& local, int dp_ran
   double shard = 0;
   for (const Segment& seg : zero_shard(local, sharded ? q.dp : 1, sharded ? dp_rank : 0))
     shard += seg.size();
-  double working = 0, largest_part = 0, largest_unit = 0;
+  double working = 0, largest_part = 0;
   for (int64_t size : plan_unit_buffers(local, q.model.n_layer).buffer_sizes) working += size;
-  for (const ParamUnit& u : local.units()) {
+  for (const ParamUnit& u : local.units())
     largest_part = std::max<double>(largest_part, u.padded / q.dp);
-    largest_unit = std::max<double>(largest_unit, u.padded);
-  }
-  if (q.zero_stage >= 2) {  // the reduced shard and the unit working buffers
-    add_bytes(MemCategory::kGrads, f * (shard + working));
-    // The reduce-scatter's result; in 16 bits also the unit rounded for it.
-    add_bytes(MemCategory::kCommBuffers, q.grad_reduce == Precision::kFp32
-                                             ? f * largest_part
-                                             : 2 * (largest_unit + largest_part));
+  if (q.zero_stage >= 2) {
+    // The reduced shard, the kept gradients of the units in use and one block of streamed rows.
+    const KeptGradPlan kept = plan_kept_grads(
+        local, q.model.n_layer, static_cast<int64_t>(dp_bucket_elements(q.dp_bucket_mb)));
+    double kept_elements = 0;
+    for (int64_t size : kept.buffers.buffer_sizes) kept_elements += size;
+    add_bytes(MemCategory::kGrads, f * (shard + kept_elements + kept.rows_elements));
+    // The reduce-scatter's result; in 16 bits also the part rounded for it.
+    add_bytes(MemCategory::kCommBuffers,
+              q.grad_reduce == Precision::kFp32
+                  ? f * largest_part
+                  : 2 * (std::max(kept.rows_elements, kept.largest_run) + largest_part));
   } else if (q.grad_reduce != Precision::kFp32 && q.dp > 1) {
     // A 16-bit dp reduction rounds the buckets into a 2-byte copy of the gradient.
     add_bytes(MemCategory::kCommBuffers, 2.0 * local.total_numel());
@@ -161,6 +165,7 @@ MemoryQuery memory_query(const Config& c) {
   q.dp_sync = c.dp.sync;
   q.precision = c.precision.compute;
   q.grad_reduce = c.precision.grad_reduce;
+  q.dp_bucket_mb = par.dp_bucket_mb;
   q.offload_nvme = c.offload.optimizer == OffloadTarget::kNvme;
   q.offload_params_nvme = c.offload.params == OffloadTarget::kNvme;
   q.offload_buffer_elements =

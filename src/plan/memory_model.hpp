@@ -30,6 +30,7 @@ struct MemoryQuery {
   DpSync dp_sync = DpSync::kSync;  // async holds an extra gradient-sized buffer
   Precision precision = Precision::kFp32;
   Precision grad_reduce = Precision::kFp32;  // 16-bit: gradients rounded into 2-byte buffers
+  double dp_bucket_mb = kDefaultDpBucketMb;  // ZeRO-2/3: the block of streamed gradient rows
 };
 
 struct MemoryPrediction {
@@ -41,8 +42,9 @@ struct MemoryPrediction {
 // Bytes the rank at `rank` (its dp, tp, pp coordinates) allocates, by category, for trident as
 // built. Model states: every chunk's tp slice of the parameter table (vocabulary padded to tp, each
 // unit padded to dp under ZeRO) as parameters; gradients likewise, or under ZeRO-2 the rank's
-// shard plus working buffers for wte, wpe, ln_f and two blocks; AdamW's two moments over the
-// rank's ZeRO shard (or only the streaming buffers with nvme offload). Activations per in-flight
+// shard, the kept gradients (norms, biases, the position table) of the units in use and one block
+// of the streamed matrices' rows; AdamW's two moments over the rank's ZeRO shard (or only the
+// streaming buffers with nvme offload). Activations per in-flight
 // micro-batch (N = b*s tokens, h channels, a heads, t = tp, V_t the vocabulary slice), in fp32
 // bytes:
 //   per layer   4 * (4*N*h + 4*N*h/t + 8*N*h/t + a*N*s/t + 4*N)

@@ -237,8 +237,7 @@ DataParallelSettings data_parallel_settings(const Config& c, int rank, int chunk
   s.precision = c.precision.compute;
   s.grad_reduce = c.precision.grad_reduce;
   s.sync = c.dp.sync;
-  s.bucket_elements =
-      std::max<size_t>(1, static_cast<size_t>(c.parallel.dp_bucket_mb * 1048576.0 / sizeof(float)));
+  s.bucket_elements = dp_bucket_elements(c.parallel.dp_bucket_mb);
   s.adamw = {c.optim.beta1, c.optim.beta2, c.optim.eps, c.optim.weight_decay};
   // Files are per rank and chunk, named after the run so that runs sharing a directory differ.
   const std::string files = fmt::format("{}.chunk{}", offload_prefix(c, rank), chunk);

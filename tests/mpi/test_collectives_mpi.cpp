@@ -99,6 +99,31 @@ TEST_P(MpiCollectives, GathersAndReduceScatterSizeTheirBuffersByRanks) {
   comm.reduce_scatter_sum(send, part);
   auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), part);
   EXPECT_EQ(hp(0), static_cast<float>(n * rank));
+  // Uneven parts, some empty: rank r gets r + 1 elements, but the last rank none.
+  std::vector<size_t> counts(n);
+  size_t total = 0, first = 0;
+  for (int r = 0; r < n; ++r) {
+    counts[r] = r + 1 < n || n == 1 ? r + 1 : 0;
+    if (r < rank) first += counts[r];
+    total += counts[r];
+  }
+  View1 uneven = filled(
+      total, [](int r, size_t i) { return static_cast<float>(i) + 0.5f * r; }, rank);
+  View1 mine_sum("mine_sum", counts[rank]);
+  comm.reduce_scatter_sum(uneven, mine_sum, counts);
+  auto hs = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mine_sum);
+  for (size_t i = 0; i < counts[rank]; ++i)
+    EXPECT_EQ(hs(i), static_cast<float>(n * (first + i)) + 0.25f * n * (n - 1));
+  // The same in bf16: small integers and halves are exact.
+  HalfView1 uneven16("uneven16", total), mine16("mine16", counts[rank]);
+  auto h16 = Kokkos::create_mirror_view(uneven16);
+  for (size_t i = 0; i < total; ++i) h16(i) = to_bf16(static_cast<float>(i % 8) + 0.5f * rank);
+  Kokkos::deep_copy(uneven16, h16);
+  comm.reduce_scatter_sum(CommBuffer(uneven16, Precision::kBf16),
+                          CommBuffer(mine16, Precision::kBf16), counts);
+  auto hm = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mine16);
+  for (size_t i = 0; i < counts[rank]; ++i)
+    EXPECT_EQ(from_bf16(hm(i)), static_cast<float>(n * ((first + i) % 8)) + 0.25f * n * (n - 1));
 }
 
 TEST_P(MpiCollectives, PointToPointAndBroadcastMoveEveryElement) {

@@ -1,7 +1,9 @@
 // The typed choices of data-parallel training: ZeRO stage, offload target, update synchrony.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 
 #include "core/names.hpp"
 
@@ -12,9 +14,17 @@ namespace trident {
 enum class ZeroStage : int {
   kNone = 0,        // everything replicated
   kOptimizer = 1,   // AdamW moments (and fp32 master weights)
-  kGradients = 2,   // + gradients, reduce-scattered unit by unit during backward
+  kGradients = 2,   // + gradients, reduce-scattered during backward as they are made
   kParameters = 3,  // + parameters, gathered unit by unit just before use
 };
+
+// The gradient bucket over dp, `[parallel] dp_bucket_mb`: ZeRO 0/1 all-reduce buckets of it,
+// ZeRO-2/3 reduce-scatter the large matrices' gradients in blocks of rows of about its size.
+inline constexpr double kDefaultDpBucketMb = 25.0;
+// Its fp32 gradient elements, at least 1.
+inline size_t dp_bucket_elements(double bucket_mb) {
+  return std::max<size_t>(1, static_cast<size_t>(bucket_mb * 1048576.0 / sizeof(float)));
+}
 
 enum class OffloadTarget { kNone, kHost, kNvme };
 template <>

@@ -212,8 +212,9 @@ Zero2::Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& sett
       param_shards_ ? RoundedCopy{param_shards_->shard16(), Placement::kCompact, settings.precision}
                     : RoundedCopy{stage.params16(), Placement::kFlat, settings.precision};
   build_optimizer(ledger, param_shards_ ? param_shards_->store() : nullptr, compute);
-  grad_shards_ =
-      std::make_unique<GradShards>(stage, shard_count_, &dp, ledger, &timer, settings.grad_reduce);
+  grad_shards_ = std::make_unique<GradShards>(stage, shard_count_, &dp, ledger, &timer,
+                                              static_cast<int64_t>(settings.bucket_elements),
+                                              settings.grad_reduce);
 }
 
 void Zero2::zero_grads() {

@@ -32,7 +32,8 @@ struct DataParallelSettings {
   Precision precision = Precision::kFp32;    // 16-bit parameters: master weights beside them
   Precision grad_reduce = Precision::kFp32;  // the format gradients are summed in over dp
   DpSync sync = DpSync::kSync;
-  size_t bucket_elements = 1;  // ZeRO 0/1: gradient elements per all-reduce bucket
+  // Gradient elements per bucket: ZeRO 0/1's all-reduce, ZeRO-2/3's block of streamed rows.
+  size_t bucket_elements = 1;
   AdamWSettings adamw;
   MomentStorage moments;    // resident, or streamed from files (optimizer offload)
   std::string params_file;  // ZeRO-3 parameter offload: the shard's file; empty: resident

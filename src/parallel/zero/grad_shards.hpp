@@ -1,6 +1,6 @@
-// ZeRO-2: every unit's gradient is reduce-scattered over dp as soon as backward has finished it,
-// and accumulated into this rank's shard; only the shard and a few units' working buffers are
-// ever resident, never the whole gradient.
+// ZeRO-2: every gradient is reduce-scattered over dp as soon as backward has made it, and
+// accumulated into this rank's shard; only the shard, the small gradients of the units in use and
+// one block of rows are ever resident, never a whole unit's or matrix's gradient.
 #pragma once
 
 #include <vector>
@@ -13,17 +13,17 @@
 
 namespace trident {
 
-class GradShards {
+class GradShards final : public GradSink {
  public:
-  // Redirects `stage`'s gradients into working buffers: one each for wte, wpe and the final
-  // LayerNorm (wte collects its head and embedding contributions through the whole backward),
-  // and two alternating ones for the blocks, so one block's reduce-scatter can finish while the
-  // next block computes.
-  // `reduce` bf16 / fp16: each unit is rounded to 16 bits, reduce-scattered in that format and
+  // Sends `stage`'s large matrices' gradients here a block of `bucket_elements` at a time (each
+  // block reduce-scattered to the ranks whose shards it covers as soon as its GEMM has made it),
+  // and redirects the rest (norms, biases, the position table) into working buffers: one for each
+  // unit that is not a block, and two alternating ones for the blocks.
+  // `reduce` bf16 / fp16: each part is rounded to 16 bits, reduce-scattered in that format and
   // widened into the fp32 shard.
   GradShards(GptStage& stage, int dp, Communicator* dp_comm, MemoryLedger& ledger,
-             PhaseTimer* timer, Precision reduce = Precision::kFp32);
-  // Reduce-scatters unit `u`'s working buffer, adds this rank's part to the shard, zeroes it.
+             PhaseTimer* timer, int64_t bucket_elements, Precision reduce = Precision::kFp32);
+  // Reduce-scatters unit `u`'s kept gradients, adds this rank's part to the shard, zeroes them.
   void unit_done(int u);
   void zero();
   // The owned gradients, compact in owned-segment order (AdamW::step with Placement::kCompact).
@@ -32,16 +32,29 @@ class GradShards {
   int64_t shard_offset(int u) const { return shard_offset_[u]; }
   int64_t shard_size(int u) const { return stage_.local().units()[u].padded / dp_; }
 
+  // GradSink: blocks of the streamed matrices.
+  const View1& rows_buffer() const override { return rows_; }
+  int64_t bucket_elements() const override { return bucket_elements_; }
+  void take_rows(int64_t param_offset, int64_t first_row, int64_t rows, int64_t cols) override;
+
  private:
+  // Elements [begin, begin + count) of unit u's gradient, in source[0, count): reduce-scattered to
+  // the ranks whose parts of the unit they cover (uneven counts), this rank's added to its shard.
+  void reduce_into_shard(int u, int64_t begin, int64_t count, const Vec& source);
+  StoredTensor locate(const LocalParam& p) const;
+
   GptStage& stage_;
   int dp_;
   Communicator* comm_;
   PhaseTimer* timer_;
-  UnitBuffers buffers_;                // working buffers backward writes into
+  int64_t bucket_elements_;
+  KeptGradPlan plan_;
+  std::vector<View1> kept_;            // the working buffers of the kept gradients
   std::vector<int64_t> shard_offset_;  // unit -> offset in shard_
+  std::vector<size_t> counts_;         // one reduce-scatter's counts, by rank
   Precision reduce_;
-  View1 shard_, received_;         // owned gradients; one unit's reduce-scatter result
-  HalfView1 send16_, received16_;  // 16-bit reduction: one unit, and its reduced part
+  View1 shard_, received_, rows_;  // owned gradients; one reduce-scatter's result; a block
+  HalfView1 send16_, received16_;  // 16-bit reduction: a part, and its reduced share
 };
 
 }  // namespace trident
