@@ -48,8 +48,8 @@ grep -q '^TRIDENT_CUDA:BOOL=ON\|KOKKOS_ENABLE_CUDA' "$build/CMakeCache.txt" "$bu
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/lib/pmix" "$out/share" "$out/lib/$triplet/openmpi/lib"
+# Not stripped: a crash on a machine met for the first time should say where (2.5 MB).
 cp "${programs[@]}" "$out/bin/"
-strip --strip-unneeded "$out"/bin/*  # symbol tables: 2.5 MB of the three programs
 cp "$(readlink -f /usr/bin/orterun)" "$out/bin/orterun"
 ln -s orterun "$out/bin/mpirun"
 cp "$(readlink -f /usr/bin/orted)" "$out/bin/orted"
@@ -137,6 +137,11 @@ fi
 export LD_LIBRARY_PATH="$here/lib${TRIDENT_CUDA_LIBS:+:$TRIDENT_CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$here/bin:$PATH"
 export OPAL_PREFIX="$here"
+# PMIx looks for its plugins under its configured prefix too (Debian's
+# /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix): a machine with another PMIx there (Ubuntu's) would
+# have this one load that one's plugins, which crash it. PMIX_PREFIX moves the prefix here.
+export PMIX_PREFIX="$here" PMIX_EXEC_PREFIX="$here" PMIX_LIBDIR="$here/lib"
+export PMIX_PKGLIBDIR="$here/lib/pmix"
 export PMIX_MCA_mca_base_component_path="$here/lib/pmix"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU bundle (tools/device_bundle.sh) travels as an archive of at most 64 MiB and, unpacked
-# elsewhere, runs with none of this machine's MPI, HDF5, Kokkos, OpenMPI plugins, CUDA toolkit,
-# ssh or rsh: they are hidden in a private mount namespace (root only), NCCL is offered where
-# PyTorch's wheel would put it, and mpirun starts two ranks of the bundle's unit tests, which
-# reach MPI_Init and refuse for want of a GPU; trident itself refuses with exit 2, and so does
-# the bundle's GPU check, before it runs anything.
+# elsewhere, runs with none of this machine's MPI, HDF5, Kokkos, CUDA toolkit, ssh or rsh: they
+# are hidden in a private mount namespace (root only), OpenMPI's and PMIx's plugin trees hold
+# decoys that end whoever loads them (another MPI's plugins there crash the bundle), NCCL is
+# offered where PyTorch's wheel would put it, and mpirun starts two ranks of the bundle's unit
+# tests, which reach MPI_Init and refuse for want of a GPU; trident itself refuses with exit 2,
+# and so does the bundle's GPU check, before it runs anything.
 # (The check's CPU reference losses are left out here: BUNDLE_REFERENCE_STEPS=0.)
 # usage: tests/cuda/bundle.sh REPO BUILD_CUDA WORK_DIR
 set -euo pipefail
@@ -28,6 +29,22 @@ size_kib=$(($(stat -c %s "$work/built.tar.gz") / 1024))
 rm -rf "$work/built" && mkdir "$work/unpacked"
 tar -C "$work/unpacked" -xzf "$work/built.tar.gz" && mv "$work/unpacked/built" "$work/moved"
 
+# Another OpenMPI and PMIx where Debian's install theirs (a GPU image with Ubuntu's, say): their
+# plugin trees hold decoys, which end any process that loads one. The bundle must load its own.
+triplet=$(gcc -print-multiarch)
+printf '%s\n' '#include <stdio.h>' '#include <unistd.h>' \
+  '__attribute__((constructor)) static void loaded(void) {' \
+  '  fputs("DECOY PLUGIN LOADED from the system plugin tree\n", stderr);' '  _exit(99);' '}' \
+  >"$work/decoy.c"
+gcc -shared -fPIC -o "$work/decoy.so" "$work/decoy.c"
+mkdir -p "$work/decoy/openmpi/lib/openmpi3" "$work/decoy/pmix2/lib/pmix"
+for name in mca_btl_decoy mca_pml_decoy mca_ess_decoy; do
+  cp "$work/decoy.so" "$work/decoy/openmpi/lib/openmpi3/$name.so"
+done
+for name in pmix_mca_pcompress_decoy pmix_mca_psec_decoy pmix_mca_gds_decoy; do
+  cp "$work/decoy.so" "$work/decoy/pmix2/lib/pmix/$name.so"
+done
+
 # PyTorch's wheels, as the target has them: nvidia/nccl/lib/libnccl.so.2 under site-packages.
 nccl=$(ldd "$build/src/trident" | sed -n 's/.*libnccl.so.2 => \(\S*\).*/\1/p')
 [[ -n $nccl ]] || fail "the CUDA build does not resolve libnccl.so.2 here"
@@ -45,8 +62,11 @@ for shell in ssh rsh; do
   path=\$(command -v \$shell || true)
   if [[ -n \$path ]]; then mount --bind /dev/null "\$path" && echo "\$path" >>"$work/hidden"; fi
 done
-for dir in /usr/lib/$(gcc -print-multiarch)/openmpi /usr/lib/$(gcc -print-multiarch)/pmix2 \\
-    /usr/share/openmpi /usr/local/cuda "$(readlink -f /usr/local/cuda)" "$build"; do
+for tree in openmpi pmix2; do
+  mount --bind "$work/decoy/\$tree" "/usr/lib/$triplet/\$tree" &&
+    echo "/usr/lib/$triplet/\$tree" >>"$work/hidden"
+done
+for dir in /usr/share/openmpi /usr/local/cuda "$(readlink -f /usr/local/cuda)" "$build"; do
   [[ -d \$dir ]] && mount --bind "$work/empty" "\$dir" && echo "\$dir" >>"$work/hidden"
 done
 cd "$work"
@@ -66,6 +86,10 @@ grep -q "libmpi.so" "$work/hidden" || fail "libmpi was not hidden: $(cat "$work/
 if command -v ssh >/dev/null; then
   grep -q "/ssh$" "$work/hidden" || fail "ssh was not hidden: $(cat "$work/hidden")"
 fi
+for out in mpirun single gpu_check; do
+  ! grep -q "DECOY PLUGIN LOADED" "$work/$out.out" ||
+    fail "the bundle loaded this machine's OpenMPI or PMIx plugin ($out): $(cat "$work/$out.out")"
+done
 refusal="CUDA build and no GPU is usable here"
 # The test programs report on every rank, after MPI_Init and before MPI_Finalize, so both ranks
 # print before either exits.
