@@ -12,8 +12,11 @@ namespace trident::kernels {
 
 namespace {
 
+// Not named bind: with a std::string argument, unqualified bind(...) finds std::bind by
+// argument-dependent lookup, which binds the string literal without decay and so wins overload
+// resolution, and its unused result was optimised away: every pointer stayed null.
 template <class Function>
-void bind(void* library, const char* symbol, Function& out, const std::string& path) {
+void load_symbol(void* library, const char* symbol, Function& out, const std::string& path) {
   out = reinterpret_cast<Function>(dlsym(library, symbol));
   if (!out) fatal("dlsym", __FILE__, __LINE__, std::string(symbol) + " is not in " + path);
 }
@@ -39,13 +42,13 @@ CublasApi open_cublas() {
         "put the directory of libcublas.so.13 or .so.12 on LD_LIBRARY_PATH, or set TRIDENT_CUBLAS "
         "to the library's path");
   CublasApi api;
-  bind(library, "cublasCreate_v2", api.create, path);
-  bind(library, "cublasDestroy_v2", api.destroy, path);
-  bind(library, "cublasSetStream_v2", api.set_stream, path);
-  bind(library, "cublasGetVersion_v2", api.get_version, path);
-  bind(library, "cublasGetStatusString", api.status_string, path);
-  bind(library, "cublasGemmEx", api.gemm_ex, path);
-  bind(library, "cublasGemmStridedBatchedEx", api.gemm_strided_batched_ex, path);
+  load_symbol(library, "cublasCreate_v2", api.create, path);
+  load_symbol(library, "cublasDestroy_v2", api.destroy, path);
+  load_symbol(library, "cublasSetStream_v2", api.set_stream, path);
+  load_symbol(library, "cublasGetVersion_v2", api.get_version, path);
+  load_symbol(library, "cublasGetStatusString", api.status_string, path);
+  load_symbol(library, "cublasGemmEx", api.gemm_ex, path);
+  load_symbol(library, "cublasGemmStridedBatchedEx", api.gemm_strided_batched_ex, path);
   char resolved[4096] = {};
   if (dlinfo(library, RTLD_DI_ORIGIN, resolved) == 0 && path.find('/') == std::string::npos)
     path = std::string(resolved) + "/" + path;

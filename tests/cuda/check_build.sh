@@ -26,6 +26,12 @@ for lib in libnccl.so libkokkoscore.so; do
   grep -q "$lib.* => /" <<<"$libs" || fail "$exe does not link $lib: $(grep "$lib" <<<"$libs")"
 done
 ! readelf -d "$exe" | grep 'NEEDED.*libcublas' >/dev/null || fail "$exe links cuBLAS; it must dlopen it"
+# ... and looks its functions up: a program that never calls dlsym calls null pointers at its first
+# GEMM (an unqualified bind(...) once resolved to std::bind, and nothing was looked up).
+for f in "$exe" "$unit"; do
+  imports=$(nm -D --undefined-only "$f")  # not piped into grep -q: pipefail and SIGPIPE
+  grep -qw dlsym <<<"$imports" || fail "$f never calls dlsym: cuBLAS cannot be bound"
+done
 echo "links: $(grep -o 'lib\(nccl\|kokkoscore\)\.so[.0-9]* => [^ ]*' <<<"$libs" | tr '\n' ' ')"
 
 # Device code: a cubin per arch, and PTX of the newest for GPUs after it.
