@@ -2,7 +2,7 @@
 # Installs the Debian packages trident needs, only those missing (idempotent, no-op when present).
 set -euo pipefail
 packages=(
-  build-essential cmake pkg-config git
+  build-essential cmake ninja-build pkg-config git
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev
   libtrilinos-kokkos-dev libopenblas-dev libopenblas-openmp-dev
   libdnnl-dev ocl-icd-opencl-dev  # oneDNN's CMake config asks for OpenCL (its GPU runtime)

@@ -161,7 +161,7 @@ class MpiRequest final : public Request::Impl {
 };
 
 // fp32 as MPI_FLOAT; bf16 / fp16 bit patterns as MPI_UINT16_T (moved unchanged, summed by sum_op).
-MPI_Datatype datatype_of(const CommBuffer& b) {
+MPI_Datatype mpi_datatype_of(const CommBuffer& b) {
   return b.format() == Precision::kFp32 ? MPI_FLOAT : MPI_UINT16_T;
 }
 
@@ -217,7 +217,7 @@ StagingPool* MpiCommunicator::staging_for(const CommBuffer& buffer, bool sums) c
 void MpiCommunicator::allreduce_sum(CommBuffer buf) {
   if (size_ == 1) return;
   const MpiBuffer b(staging_for(buf, true), buf, true);
-  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, b.data(), count_of(buf.count()), datatype_of(buf),
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, b.data(), count_of(buf.count()), mpi_datatype_of(buf),
                             sum_of(buf), comm_));
   b.copy_out();
 }
@@ -238,7 +238,7 @@ Request MpiCommunicator::iallreduce_sum(CommBuffer buf) {
   auto r = std::make_unique<MpiRequest>();
   r->outputs.emplace_back(staging_for(buf, true), buf, true);
   TRIDENT_MPI(MPI_Iallreduce(MPI_IN_PLACE, r->outputs[0].data(), count_of(buf.count()),
-                             datatype_of(buf), sum_of(buf), comm_, &r->request));
+                             mpi_datatype_of(buf), sum_of(buf), comm_, &r->request));
   return Request(std::move(r));
 }
 
@@ -248,7 +248,7 @@ void MpiCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv) {
   const MpiBuffer in(staging_for(send, true), send, true),
       out(staging_for(recv, true), recv, false);
   TRIDENT_MPI(MPI_Reduce_scatter_block(in.data(), out.data(), count_of(recv.count()),
-                                       datatype_of(recv), sum_of(recv), comm_));
+                                       mpi_datatype_of(recv), sum_of(recv), comm_));
   out.copy_out();
 }
 
@@ -268,7 +268,7 @@ void MpiCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv,
   count_of(whole);
   const MpiBuffer in(staging_for(send, true), send, true),
       out(staging_for(recv, true), recv, false);
-  TRIDENT_MPI(MPI_Reduce_scatter(in.data(), out.data(), parts.data(), datatype_of(recv),
+  TRIDENT_MPI(MPI_Reduce_scatter(in.data(), out.data(), parts.data(), mpi_datatype_of(recv),
                                  sum_of(recv), comm_));
   out.copy_out();
 }
@@ -289,7 +289,7 @@ void gather_all(MPI_Comm comm, int size, int rank, StagingPool* staging, const C
   if (!in_place) r.inputs.emplace_back(staging, send, true);
   const void* src = in_place ? MPI_IN_PLACE : r.inputs[0].data();
   const int count = count_of(send.count());
-  const MPI_Datatype type = datatype_of(send);
+  const MPI_Datatype type = mpi_datatype_of(send);
   if (request) {
     TRIDENT_MPI(
         MPI_Iallgather(src, count, type, r.outputs[0].data(), count, type, comm, &r.request));
@@ -314,18 +314,18 @@ Request MpiCommunicator::iallgather(CommBuffer send, CommBuffer recv) {
 void MpiCommunicator::broadcast(CommBuffer buf, int root) {
   if (size_ == 1) return;
   const MpiBuffer b(staging_for(buf, false), buf, rank_ == root);
-  TRIDENT_MPI(MPI_Bcast(b.data(), count_of(buf.count()), datatype_of(buf), root, comm_));
+  TRIDENT_MPI(MPI_Bcast(b.data(), count_of(buf.count()), mpi_datatype_of(buf), root, comm_));
   if (rank_ != root) b.copy_out();
 }
 
 void MpiCommunicator::send(CommBuffer buf, int peer, int tag) {
   const MpiBuffer b(staging_for(buf, false), buf, true);
-  TRIDENT_MPI(MPI_Send(b.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_));
+  TRIDENT_MPI(MPI_Send(b.data(), count_of(buf.count()), mpi_datatype_of(buf), peer, tag, comm_));
 }
 
 void MpiCommunicator::recv(CommBuffer buf, int peer, int tag) {
   const MpiBuffer b(staging_for(buf, false), buf, false);
-  TRIDENT_MPI(MPI_Recv(b.data(), count_of(buf.count()), datatype_of(buf), peer, tag, comm_,
+  TRIDENT_MPI(MPI_Recv(b.data(), count_of(buf.count()), mpi_datatype_of(buf), peer, tag, comm_,
                        MPI_STATUS_IGNORE));
   b.copy_out();
 }
@@ -333,7 +333,7 @@ void MpiCommunicator::recv(CommBuffer buf, int peer, int tag) {
 Request MpiCommunicator::isend(CommBuffer buf, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
   r->inputs.emplace_back(staging_for(buf, false), buf, true);
-  TRIDENT_MPI(MPI_Isend(r->inputs[0].data(), count_of(buf.count()), datatype_of(buf), peer, tag,
+  TRIDENT_MPI(MPI_Isend(r->inputs[0].data(), count_of(buf.count()), mpi_datatype_of(buf), peer, tag,
                         comm_, &r->request));
   return Request(std::move(r));
 }
@@ -341,8 +341,8 @@ Request MpiCommunicator::isend(CommBuffer buf, int peer, int tag) {
 Request MpiCommunicator::irecv(CommBuffer buf, int peer, int tag) {
   auto r = std::make_unique<MpiRequest>();
   r->outputs.emplace_back(staging_for(buf, false), buf, false);
-  TRIDENT_MPI(MPI_Irecv(r->outputs[0].data(), count_of(buf.count()), datatype_of(buf), peer, tag,
-                        comm_, &r->request));
+  TRIDENT_MPI(MPI_Irecv(r->outputs[0].data(), count_of(buf.count()), mpi_datatype_of(buf), peer,
+                        tag, comm_, &r->request));
   return Request(std::move(r));
 }
 

@@ -186,7 +186,7 @@ void NcclCommunicator::check_peer(int peer, const char* call) const {
 
 namespace {
 
-ncclDataType_t datatype_of(const CommBuffer& b) {
+ncclDataType_t nccl_datatype_of(const CommBuffer& b) {
   switch (b.format()) {
     case Precision::kBf16:
       return ncclBfloat16;
@@ -203,8 +203,8 @@ ncclDataType_t datatype_of(const CommBuffer& b) {
 void NcclCommunicator::allreduce_sum(CommBuffer buf) {
   if (size_ == 1 || buf.count() == 0) return;
   inputs_ready();
-  TRIDENT_NCCL(ncclAllReduce(buf.data(), buf.data(), buf.count(), datatype_of(buf), ncclSum, comm_,
-                             stream_));
+  TRIDENT_NCCL(ncclAllReduce(buf.data(), buf.data(), buf.count(), nccl_datatype_of(buf), ncclSum,
+                             comm_, stream_));
   finish();
 }
 
@@ -222,8 +222,8 @@ void NcclCommunicator::allreduce_max(CommBuffer buf) {
 Request NcclCommunicator::iallreduce_sum(CommBuffer buf) {
   if (size_ == 1 || buf.count() == 0) return Request();
   inputs_ready();
-  TRIDENT_NCCL(ncclAllReduce(buf.data(), buf.data(), buf.count(), datatype_of(buf), ncclSum, comm_,
-                             stream_));
+  TRIDENT_NCCL(ncclAllReduce(buf.data(), buf.data(), buf.count(), nccl_datatype_of(buf), ncclSum,
+                             comm_, stream_));
   return pending();
 }
 
@@ -232,8 +232,8 @@ void NcclCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv) {
     fatal("ncclReduceScatter", __FILE__, __LINE__, "send is not ranks x recv of one format",
           "size the send buffer as ranks x the part");
   inputs_ready();
-  TRIDENT_NCCL(ncclReduceScatter(send.data(), recv.data(), recv.count(), datatype_of(recv), ncclSum,
-                                 comm_, stream_));
+  TRIDENT_NCCL(ncclReduceScatter(send.data(), recv.data(), recv.count(), nccl_datatype_of(recv),
+                                 ncclSum, comm_, stream_));
   finish();
 }
 
@@ -253,7 +253,7 @@ void NcclCommunicator::reduce_scatter_sum(CommBuffer send, CommBuffer recv,
   for (int r = 0; r < size_; ++r) {
     if (counts[r] > 0)
       TRIDENT_NCCL(ncclReduce(send.window(first, counts[r]).data(),
-                              r == rank_ ? recv.data() : nullptr, counts[r], datatype_of(recv),
+                              r == rank_ ? recv.data() : nullptr, counts[r], nccl_datatype_of(recv),
                               ncclSum, r, comm_, stream_));
     first += counts[r];
   }
@@ -277,15 +277,15 @@ void NcclCommunicator::enqueue_allgather(const CommBuffer& send, const CommBuffe
           "size the receive buffer as ranks x the part");
   inputs_ready();
   // A gather moves bits without arithmetic: bf16 and fp16 travel as their own 16-bit types.
-  TRIDENT_NCCL(
-      ncclAllGather(send.data(), recv.data(), send.count(), datatype_of(send), comm_, stream_));
+  TRIDENT_NCCL(ncclAllGather(send.data(), recv.data(), send.count(), nccl_datatype_of(send), comm_,
+                             stream_));
 }
 
 void NcclCommunicator::broadcast(CommBuffer buf, int root) {
   if (size_ == 1 || buf.count() == 0) return;
   inputs_ready();
-  TRIDENT_NCCL(
-      ncclBroadcast(buf.data(), buf.data(), buf.count(), datatype_of(buf), root, comm_, stream_));
+  TRIDENT_NCCL(ncclBroadcast(buf.data(), buf.data(), buf.count(), nccl_datatype_of(buf), root,
+                             comm_, stream_));
   finish();
 }
 
@@ -316,9 +316,9 @@ void NcclCommunicator::enqueue_p2p(const CommBuffer& buf, int peer, bool sending
   inputs_ready();  // a send's data is written; a receive's buffer is no longer read by a kernel
   TRIDENT_NCCL(ncclGroupStart());
   if (sending)
-    TRIDENT_NCCL(ncclSend(buf.data(), buf.count(), datatype_of(buf), peer, comm_, stream_));
+    TRIDENT_NCCL(ncclSend(buf.data(), buf.count(), nccl_datatype_of(buf), peer, comm_, stream_));
   else
-    TRIDENT_NCCL(ncclRecv(buf.data(), buf.count(), datatype_of(buf), peer, comm_, stream_));
+    TRIDENT_NCCL(ncclRecv(buf.data(), buf.count(), nccl_datatype_of(buf), peer, comm_, stream_));
   TRIDENT_NCCL(ncclGroupEnd());
 }
 

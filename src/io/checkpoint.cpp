@@ -161,8 +161,6 @@ void for_each_global(const Selection& sel, int64_t global_cols, F&& f) {
         f(k, static_cast<int64_t>((b.row + r) * global_cols + b.col + c));
 }
 
-const char* kGroups[3] = {"params", "optim/m", "optim/v"};
-
 }  // namespace
 
 uint64_t element_hash(int64_t flat_index, float value) {
@@ -213,7 +211,7 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     h5::Handle optim;
     if (with_moments) optim = h5::create_group(file, "optim");
     for (int k = 0; k < kinds; ++k) {
-      h5::Handle group = h5::create_group(file, kGroups[k]);
+      h5::Handle group = h5::create_group(file, kCheckpointGroups[k]);
       for (const ParamSpec& spec : table.specs()) {
         std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
         h5::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
@@ -236,8 +234,8 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
         TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_UINT64_T, MPI_SUM, world));
         if (static_cast<int64_t>(sums[1]) != spec.numel())
           fatal("save_checkpoint", __FILE__, __LINE__,
-                fmt::format("{} {}: the ranks own {} of {} elements", kGroups[k], spec.name,
-                            sums[1], spec.numel()),
+                fmt::format("{} {}: the ranks own {} of {} elements", kCheckpointGroups[k],
+                            spec.name, sums[1], spec.numel()),
                 "the ownership rule must cover every element once");
         h5::write_attr(dset, "checksum", static_cast<int64_t>(sums[0]));
         if (fault_point && k == 0 && &spec == &table.specs().front()) fault_point();
@@ -371,8 +369,8 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
       host.push_back(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]));
     }
     for (const ParamSpec& spec : table.specs()) {
-      const h5::Handle dset =
-          h5::open_tensor(file, std::string(kGroups[k]) + "/" + spec.name, spec.shape, path);
+      const h5::Handle dset = h5::open_tensor(
+          file, std::string(kCheckpointGroups[k]) + "/" + spec.name, spec.shape, path);
       const int64_t global_cols = spec.shape.size() == 2 ? spec.shape[1] : spec.numel();
       // Every element this rank keeps, chunk by chunk (padding stays zero): all it holds, or
       // only its owned part of what ZeRO shards.
@@ -398,7 +396,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
           h5::QuietErrors quiet;
           if (H5Dread(dset, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, sel.values.data()) < 0)
             throw InputError(fmt::format("checkpoint '{}': cannot read '{}/{}' (truncated?)", path,
-                                         kGroups[k], spec.name));
+                                         kCheckpointGroups[k], spec.name));
         }
         for (size_t i = 0; i < sel.local.size(); ++i)
           host[c](static_cast<size_t>(sel.local[i])) = sel.values[i];
@@ -413,7 +411,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
         });
       TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, world));
       const uint64_t stored = static_cast<uint64_t>(h5::read_attr_int(dset, "checksum", path));
-      if (sum != stored && bad.empty()) bad = std::string(kGroups[k]) + "/" + spec.name;
+      if (sum != stored && bad.empty()) bad = std::string(kCheckpointGroups[k]) + "/" + spec.name;
     }
     for (size_t c = 0; c < mine.size(); ++c) {
       const View1 bufs[3] = {mine[c].params, mine[c].m, mine[c].v};

@@ -18,6 +18,8 @@
 namespace trident {
 
 constexpr int64_t kCheckpointFormatVersion = 2;
+// The HDF5 groups of a checkpoint's three tensors per parameter: the weights and the moments.
+inline constexpr const char* kCheckpointGroups[3] = {"params", "optim/m", "optim/v"};
 
 struct CheckpointMeta {
   int64_t step = 0;         // optimizer steps completed

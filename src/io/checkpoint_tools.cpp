@@ -19,8 +19,6 @@
 namespace trident {
 namespace {
 
-const char* kGroups[3] = {"params", "optim/m", "optim/v"};
-
 h5::Handle open_or_throw(const std::string& path) {
   read_checkpoint_config(path);  // validates existence, HDF5, format version
   return h5::open_file_quiet(path);
@@ -50,7 +48,7 @@ void checkpoint_info(const std::string& path) {
   if (c.precision.compute == Precision::kFp16) std::printf("loss scale   %g\n", meta.loss_scale);
   std::istringstream data(meta.data_identity);
   for (std::string line; std::getline(data, line);) std::printf("data         %s\n", line.c_str());
-  for (const char* group : kGroups) {
+  for (const char* group : kCheckpointGroups) {
     if (!has_link(file, group)) continue;
     std::printf("/%-11s %zu tensors, %.1f MiB fp32\n", group, table.specs().size(),
                 table.total_numel() * 4.0 / 1048576.0);
@@ -84,7 +82,7 @@ int checkpoint_verify(const std::string& path) {
   if (!has_link(file, "params"))
     throw InputError(fmt::format("checkpoint '{}' has no 'params' group", path));
   int failures = 0, total = 0;
-  for (const char* group : kGroups) {
+  for (const char* group : kCheckpointGroups) {
     if (!has_link(file, group)) continue;
     for (const ParamSpec& spec : table.specs()) {
       ++total;
