@@ -28,11 +28,11 @@ echo "plan: ok"
 # checks a config; prepare bounds its input.
 fail() { echo "FAIL: $*"; exit 1; }
 rc=0
-(ulimit -v 4000000 && timeout 15 "$trident" generate --ckpt "$ckpt" --prompt "In the beginning" \
+(ulimit -v 4000000 && timeout 6 "$trident" generate --ckpt "$ckpt" --prompt "In the beginning" \
   --tokens 2000000000 > "$work/stream.txt" 2> "$work/stream.err") || rc=$?
 [ $rc -eq 124 ] || { cat "$work/stream.err"; fail "generate --tokens 2e9: exit status $rc, expected the timeout's 124"; }
 n=$(wc -c < "$work/stream.txt")
-[ "$n" -ge 200 ] || fail "generate --tokens 2e9 printed $n bytes in 15 s: not streamed"
+[ "$n" -ge 200 ] || fail "generate --tokens 2e9 printed $n bytes in 6 s: not streamed"
 expect_2() {  # pattern command...: exits 2 with the pattern on stderr, no crash
   local pattern=$1 rc=0
   shift
