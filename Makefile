@@ -49,6 +49,8 @@ RUN_BLAS_ENV := $(if $(filter-out auto,$(BLAS_KERNEL)),-x OPENBLAS_CORETYPE=$(BL
 # (CMake's unity build): every nvcc unit spends ~11 s on Kokkos' headers alone, and batching
 # halved the tree's build time here (13.5 to 7 min on 2 cores).
 BUILD_CUDA ?= build-cuda
+# What a GPU node runs (the bundle's programs); `cmake --build build-cuda` builds the rest too.
+CUDA_PROGRAMS ?= trident trident_unit_tests trident_step_bench
 CUDA_ROOT ?= /usr/local/cuda
 KOKKOS_CUDA_ROOT ?= $(abspath $(BUILD_CUDA))/_kokkos
 CUDA_HOST_ARCH ?= x86-64-v3
@@ -92,7 +94,7 @@ build-cuda: deps
 	  -DCUDAToolkit_ROOT=$(CUDA_ROOT) -DTRIDENT_HOST_ARCH=$(CUDA_HOST_ARCH) \
 	  -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 > $(BUILD_CUDA).configure.log 2>&1 || \
 	  { cat $(BUILD_CUDA).configure.log; exit 1; }
-	@cmake --build $(BUILD_CUDA) -j $(JOBS)
+	@cmake --build $(BUILD_CUDA) -j $(JOBS) --target $(CUDA_PROGRAMS)
 
 # trident's own code under AddressSanitizer and UndefinedBehaviorSanitizer, in BUILD_SANITIZE,
 # on the same Kokkos: the sanitize.* tests run the crafted-checkpoint corpus through it.

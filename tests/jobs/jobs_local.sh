@@ -301,7 +301,7 @@ grep -q '"exit_code": 4, .*"reason": "stopped early on a signal or run.max_minut
 
 # jobs/train.sh: one run, stopped on the time-limit signal (exit 4, a checkpoint), started again
 # to the end, and once more: already complete.
-train_env=(LAUNCHER=mpirun RANKS=2 STEPS=1500 RUN_NAME=long SETS="run.log_every=10 run.eval_every=0")
+train_env=(LAUNCHER=mpirun RANKS=2 STEPS=400 RUN_NAME=long SETS="run.log_every=10 run.eval_every=0")
 run_dir=$work/runs/train/long
 env "${train_env[@]}" bash jobs/train.sh >"$work/train1.out" 2>&1 &
 job_pid=$!
@@ -316,7 +316,7 @@ cat "$work/train2.out"
 grep -q "^  resumed from $run_dir/checkpoints/step_.*.h5 at step" "$work/train2.out" ||
   fail "train.sh again: did not resume"
 env "${train_env[@]}" bash jobs/train.sh >"$work/train3.out" 2>&1 || fail "train.sh a third time"
-grep -q "^  run $run_dir is already complete at step 1500" "$work/train3.out" ||
+grep -q "^  run $run_dir is already complete at step 400" "$work/train3.out" ||
   { cat "$work/train3.out"; fail "train.sh a third time: not 'already complete'"; }
 [[ -f $run_dir/timings.2.h5 && ! -e $run_dir/timings.3.h5 ]] || fail "train.sh: segments $(ls "$run_dir")"
 echo PASS

@@ -20,7 +20,7 @@ fail() {
 }
 job_field() { scontrol show job "$job" | grep -o " $1=[^ ]*" | head -n 1 | cut -d= -f2; }
 
-steps=4000
+steps=2000
 run=$work/runs/train/requeued
 cd "$src"
 job=$(TRIDENT=$exe CONFIG=inputs/tiny.toml STEPS=$steps RUNS_DIR=$work/runs RUN_NAME=requeued \
