@@ -54,6 +54,22 @@ inline std::vector<float> host_values(const StoredTensor& t, size_t offset, size
   return out;
 }
 
+// t's elements [offset, offset + values.size()) = values, rounded to t's format (tests, imports):
+// through a host copy, so t may live in device memory.
+inline void set_host_values(const StoredTensor& t, size_t offset,
+                            const std::vector<float>& values) {
+  const StoredTensor w = t.window(offset, values.size());
+  if (t.format == Precision::kFp32) {
+    auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), w.f32);
+    for (size_t i = 0; i < values.size(); ++i) host(i) = values[i];
+    Kokkos::deep_copy(w.f32, host);
+  } else {
+    auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), w.f16);
+    for (size_t i = 0; i < values.size(); ++i) host(i) = to_half(values[i], t.format);
+    Kokkos::deep_copy(w.f16, host);
+  }
+}
+
 // A zero-initialised tensor of n elements in `format`, recorded in the ledger.
 inline StoredTensor allocate_stored(MemoryLedger& ledger, MemCategory c, const std::string& label,
                                     size_t n, Precision format) {

@@ -144,6 +144,9 @@ std::vector<Field> run_fields(Config& c) {
       {"model", "norm_eps", &c.model.norm_eps, "llama: RMSNorm epsilon"},
       {"model", "tie_embeddings", tie_choice(&c.model),
        "output head shares the token embedding (default: gpt2 true, llama false)"},
+      {"model", "vocab_padding", &c.model.vocab_padding,
+       "pad each rank's vocabulary slice to a multiple of this (zero rows, masked out of the "
+       "loss and sampling; checkpoints hold V rows); default 128 on GPU builds, 1 on CPUs"},
       {"data", "train", &c.data.train, "training tokens (.bin)"},
       {"data", "val", &c.data.val, "validation tokens (.bin)"},
       {"train", "seq_len", &c.train.seq_len, "sequence length T"},
@@ -221,6 +224,11 @@ std::vector<Field> layout_fields(Config& c) {
       {"recompute", "layers", &c.recompute.layers,
        "full: recompute the first N blocks of each stage (each model chunk under interleaving; "
        "0: all)"},
+      {"attention", "tile_rows", &c.attention.tile_rows,
+       "query rows per attention block (0: the build's default, 32 on CPUs, the whole sequence "
+       "up to 1024 on GPUs); a smaller block takes less scratch, more launches on GPUs"},
+      {"attention", "tile_keys", &c.attention.tile_keys,
+       "keys per attention tile (0: the build's default, 256 on CPUs, 1024 on GPUs)"},
   };
 }
 
@@ -408,7 +416,7 @@ namespace {
 // Keys whose change alters the remaining run's arithmetic or data. Everything else is layout
 // (parallel, zero, offload, recompute, micro-batch) or bookkeeping (names, logging, checkpoints).
 bool changes_math(const Field& f) {
-  if (f.section == "model") return f.key != "name";
+  if (f.section == "model") return f.key != "name" && f.key != "vocab_padding";
   if (f.section == "optim" || f.section == "data" || f.section == "dp") return true;
   if (f.section == "precision") return true;
   if (f.section == "train") return f.key != "micro_batch_size";
@@ -519,6 +527,9 @@ void validate_model_and_run(const Config& c, const Checker& require) {
           fmt::format("model.n_head = {} must divide model.n_embd = {}", m.n_head, m.n_embd));
   require(m.vocab_size >= 2 && m.vocab_size <= 1 << 24,
           fmt::format("model.vocab_size = {} must be between 2 and 16777216", m.vocab_size));
+  require(m.vocab_padding >= 1 && m.vocab_padding <= 65536,
+          fmt::format("model.vocab_padding = {} must be between 1 (no padding) and 65536",
+                      m.vocab_padding));
   if (m.llama()) {
     const int kv = m.kv_heads();
     require(m.n_kv_head >= 0 && kv <= m.n_head && m.n_head % kv == 0,
@@ -636,6 +647,10 @@ void validate_layout(const Config& c, int world_size, const Checker& require) {
                       c.recompute.layers, chunk_layers));
   require(c.recompute.layers == 0 || c.recompute.policy == RecomputePolicy::kFull,
           "recompute.layers applies only to recompute.policy = 'full'");
+  require(c.attention.tile_rows >= 0 && c.attention.tile_keys >= 0,
+          fmt::format("attention.tile_rows = {} and attention.tile_keys = {} must not be negative "
+                      "(0: the build's default)",
+                      c.attention.tile_rows, c.attention.tile_keys));
   const int micro_batches = per_rank / t.micro_batch_size;
   const std::string why =
       pipeline::validate_schedule(p.schedule, p.pp, micro_batches, p.virtual_stages);

@@ -120,6 +120,13 @@ struct RecomputeSection {
   Recompute resolved() const { return {policy, layers}; }
 };
 
+// How attention cuts its (query, key) plane (kernels/attention_tiles.hpp): a layout choice that
+// changes only the summation order and the scratch, never the math.
+struct AttentionSection {
+  int tile_rows = 0;  // query rows per block; 0: the build's default
+  int tile_keys = 0;  // keys per tile; 0: the build's default
+};
+
 struct Config {
   RunSection run;
   ModelConfig model;
@@ -130,6 +137,7 @@ struct Config {
   ZeroSection zero;
   OffloadSection offload;
   RecomputeSection recompute;
+  AttentionSection attention;
   DpSection dp;
   PrecisionSection precision;
   std::string source;  // the file it was read from, for messages

@@ -551,27 +551,31 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
 }
 
 // The attention of this build on tensors stored as E: batched on GPUs, tiled per (sequence, head)
-// on host spaces. scratch: attention_scratch_elements(B, NH, HS, T, E::format) floats.
+// on host spaces, with the tiles `asked` for (attention_tiles; {0, 0}: the build's default).
+// scratch: attention_scratch_elements(B, NH, HS, T, E::format, asked) floats.
 template <class E = Fp32Elements>
 inline void attention_forward(const Exec& exec, const MatOf<E>& out, const Vec& lse,
-                              const Vec& scratch, const ConstMatOf<E>& qkv, AttentionShape s) {
+                              const Vec& scratch, const ConstMatOf<E>& qkv, AttentionShape s,
+                              AttentionTiles asked = {0, 0}) {
   Region region("trident::attention_forward");
 #if defined(KOKKOS_ENABLE_CUDA)
-  attention_forward_batched<E>(exec, out, lse, scratch, qkv, s, attention_tiles(s.T));
+  attention_forward_batched<E>(exec, out, lse, scratch, qkv, s, attention_tiles(s.T, asked));
 #else
-  attention_forward_tiled<E>(exec, out, lse, scratch, qkv, s, attention_tiles(s.T));
+  attention_forward_tiled<E>(exec, out, lse, scratch, qkv, s, attention_tiles(s.T, asked));
 #endif
 }
 
 template <class E = Fp32Elements>
 inline void attention_backward(const Exec& exec, const MatOf<E>& dqkv, const Vec& scratch,
                                const ConstMatOf<E>& dout, const ConstMatOf<E>& qkv,
-                               const ConstMatOf<E>& out, const ConstVec& lse, AttentionShape s) {
+                               const ConstMatOf<E>& out, const ConstVec& lse, AttentionShape s,
+                               AttentionTiles asked = {0, 0}) {
   Region region("trident::attention_backward");
+  const AttentionTiles tiles = attention_tiles(s.T, asked);
 #if defined(KOKKOS_ENABLE_CUDA)
-  attention_backward_batched<E>(exec, dqkv, scratch, dout, qkv, out, lse, s, attention_tiles(s.T));
+  attention_backward_batched<E>(exec, dqkv, scratch, dout, qkv, out, lse, s, tiles);
 #else
-  attention_backward_tiled<E>(exec, dqkv, scratch, dout, qkv, out, lse, s, attention_tiles(s.T));
+  attention_backward_tiled<E>(exec, dqkv, scratch, dout, qkv, out, lse, s, tiles);
 #endif
 }
 

@@ -19,10 +19,13 @@ struct AttentionTiles {
 };
 
 #if defined(KOKKOS_ENABLE_CUDA)
-// GPU builds run one (sequence, query block) at a time, as GEMMs batched over the heads: tiles
-// large enough that each launch has work for the whole device.
-constexpr int kAttentionQueryRows = 256;
-constexpr int kAttentionKeys = 256;
+// GPU builds run one (sequence, query block, key tile) at a time, as GEMMs batched over the heads
+// and a softmax kernel: each tile costs launches, not FLOPs, at GPT-2's sizes. Whole-sequence
+// tiles up to T = 1024 make one block of one tile per sequence (34 launches a sequence and layer
+// in forward at T = 1024 with 256-row tiles, 4 with whole ones), at the price of the masked half
+// of the score products and a [NH, T, T] scratch.
+constexpr int kAttentionQueryRows = 1024;
+constexpr int kAttentionKeys = 1024;
 #else
 // Host builds run one (sequence, head) per thread: 32 rows keep a tile of scores in L2 beside the
 // head's keys; 256 keys per tile make a short sequence (T <= 256) a single tile.
@@ -30,9 +33,12 @@ constexpr int kAttentionQueryRows = 32;
 constexpr int kAttentionKeys = 256;
 #endif
 
-constexpr AttentionTiles attention_tiles(int T) {
-  return {T < kAttentionQueryRows ? T : kAttentionQueryRows,
-          T < kAttentionKeys ? T : kAttentionKeys};
+// The tiles for sequences of T tokens when `asked` for (attention.tile_rows, attention.tile_keys;
+// 0: this build's default), never larger than the sequence.
+constexpr AttentionTiles attention_tiles(int T, AttentionTiles asked = {0, 0}) {
+  const int rows = asked.rows > 0 ? asked.rows : kAttentionQueryRows;
+  const int keys = asked.keys > 0 ? asked.keys : kAttentionKeys;
+  return {T < rows ? T : rows, T < keys ? T : keys};
 }
 
 // Scratch of the per-(sequence, head) shape (host builds), in floats: per work item a tile of
@@ -60,13 +66,14 @@ constexpr size_t attention_batched_scratch(int NH, int HS, int T, AttentionTiles
 }
 
 // The scratch this build's attention takes for B sequences of T tokens, NH heads of HS channels,
-// tensors stored in `format`.
-constexpr size_t attention_scratch_elements(int B, int NH, int HS, int T, Precision format) {
+// tensors stored in `format`, tiles as `asked` (attention_tiles).
+constexpr size_t attention_scratch_elements(int B, int NH, int HS, int T, Precision format,
+                                            AttentionTiles asked = {0, 0}) {
 #if defined(KOKKOS_ENABLE_CUDA)
   (void)B;
-  return attention_batched_scratch(NH, HS, T, attention_tiles(T), format);
+  return attention_batched_scratch(NH, HS, T, attention_tiles(T, asked), format);
 #else
-  return attention_tiled_scratch(B, NH, HS, T, attention_tiles(T), format);
+  return attention_tiled_scratch(B, NH, HS, T, attention_tiles(T, asked), format);
 #endif
 }
 

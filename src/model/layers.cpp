@@ -205,7 +205,7 @@ void Attention::forward(const StoredTensor& out, const View1& lse, const StoredT
       rope_rotate<E>(ctx_->exec, packed, T, h_.heads + h_.kv_heads, h_.head_size, ctx_->ws->rope,
                      1.0f);
     attention_forward<E>(ctx_->exec, mat_of<E>(out, N, C_tp), lse, ctx_->ws->attention, packed,
-                         shape(B, T));
+                         shape(B, T), h_.tiles);
   });
 }
 
@@ -217,7 +217,8 @@ void Attention::backward(const StoredTensor& dqkv, const StoredTensor& dout,
     using E = decltype(e);
     const MatOf<E> dpacked = mat_of<E>(dqkv, N, h_.width());
     attention_backward<E>(ctx_->exec, dpacked, ctx_->ws->attention, mat_of<E>(dout, N, C_tp),
-                          mat_of<E>(qkv, N, h_.width()), mat_of<E>(out, N, C_tp), lse, shape(B, T));
+                          mat_of<E>(qkv, N, h_.width()), mat_of<E>(out, N, C_tp), lse, shape(B, T),
+                          h_.tiles);
     if (h_.rope)  // the rotation's transpose: rotate back by the same angles
       rope_rotate<E>(ctx_->exec, dpacked, T, h_.heads + h_.kv_heads, h_.head_size, ctx_->ws->rope,
                      -1.0f);

@@ -141,6 +141,7 @@ struct AttentionHeads {
   int global_kv_heads = 1;
   int kv_head = 0;    // replicas > 1: the global index of this rank's key/value head
   bool rope = false;  // rotary position embeddings on q and k (table in the workspace)
+  kernels::AttentionTiles tiles{0, 0};  // as asked (kernels/attention_tiles.hpp)
   int width() const { return (heads + 2 * kv_heads) * head_size; }  // of the packed qkv
 };
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "core/build_options.hpp"
 #include "core/names.hpp"
 
 namespace trident {
@@ -19,6 +20,16 @@ enum class ModelFamily { kGpt2, kLlama };
 template <>
 inline constexpr std::array<Named<ModelFamily>, 2> kNames<ModelFamily>{
     {{ModelFamily::kGpt2, "gpt2"}, {ModelFamily::kLlama, "llama"}}};
+
+// model.vocab_padding's default. GPU builds pad the vocabulary to a multiple of 128 (Megatron's
+// make-vocab-size-divisible-by): GPT-2's 50,257 logits make rows that are no multiple of 16 bytes,
+// which cuBLAS's tensor-core kernels and 16-byte loads need. Host builds keep the vocabulary as it
+// is (their BLAS gains nothing from it), so their tables and figures stay as measured.
+#if defined(TRIDENT_GPU_BUILD)
+constexpr int kDefaultVocabPadding = 128;
+#else
+constexpr int kDefaultVocabPadding = 1;
+#endif
 
 struct ModelConfig {
   std::string name = "custom";
@@ -35,6 +46,11 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   std::optional<bool> tie_embeddings;  // unset: GPT-2 ties, Llama does not
+  // Each rank's slice of the vocabulary (token table, untied head, logits) is padded to a multiple
+  // of this: rows past V are zero, stay zero and are masked out of the loss and of sampling, and
+  // nothing outside a rank's buffers sees them (the parameter table, checkpoints and exports hold
+  // V rows). A layout choice, like tp's own padding: it changes no result.
+  int vocab_padding = kDefaultVocabPadding;
 
   // A GPT-2 of these sizes (the family's other knobs at their defaults).
   static ModelConfig gpt2(int layers, int embd, int heads, int vocab, int block) {

@@ -1,6 +1,7 @@
 // Parameter table construction and the counter-based initialiser (GPT-2's scheme).
 #include "model/params.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -107,8 +108,9 @@ StageLayout stage_layout(const ModelConfig& m, int pp, int v, int pp_rank, int c
   return s;
 }
 
-int padded_vocab(int vocab_size, int tp_size) {
-  return (vocab_size + tp_size - 1) / tp_size * tp_size;
+int padded_vocab(const ModelConfig& m, int tp_size) {
+  const int64_t multiple = static_cast<int64_t>(tp_size) * std::max(1, m.vocab_padding);
+  return static_cast<int>((m.vocab_size + multiple - 1) / multiple * multiple);
 }
 
 LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
@@ -150,9 +152,9 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
     p.spec = &spec;
     p.shape = spec.shape;
     p.tp_replicas = spec.tp_split_dim >= 0 ? 1 : layout.tp_size;
-    if (spec.tp_split_dim >= 0 && layout.tp_size > 1) {
+    if (spec.tp_split_dim >= 0 && (layout.tp_size > 1 || spec.vocab_rows)) {
       int64_t& dim = p.shape[spec.tp_split_dim];
-      if (spec.vocab_rows) dim = padded_vocab(m.vocab_size, layout.tp_size);
+      if (spec.vocab_rows) dim = padded_vocab(m, layout.tp_size);
       const int64_t pieces = dim / spec.tp_split_groups / spec.tp_split_piece;
       if (pieces >= layout.tp_size) {
         dim /= layout.tp_size;
@@ -219,7 +221,7 @@ bool LocalParamTable::holds(const std::string& name) const {
 
 int64_t LocalParamTable::global_index(const LocalParam& p, int64_t i) const {
   const ParamSpec& s = *p.spec;
-  if (p.tp_replicas == layout_.tp_size) return i;
+  if (p.tp_replicas == layout_.tp_size && !s.vocab_rows) return i;
   const int r = layout_.tp_rank / p.tp_replicas;  // which distinct slice this rank holds
   if (s.tp_split_dim == 0) {
     const int64_t inner = p.numel / p.shape[0];

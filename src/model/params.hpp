@@ -55,8 +55,9 @@ StageLayout whole_model(const ModelConfig& m);
 // evenly; n_layer must be divisible by pp * v.
 StageLayout stage_layout(const ModelConfig& m, int pp, int v, int pp_rank, int chunk, int tp,
                          int tp_rank);
-// The vocabulary padded to a multiple of tp, so every rank holds an equal slice.
-int padded_vocab(int vocab_size, int tp_size);
+// The vocabulary padded to a multiple of tp * model.vocab_padding, so every rank holds an equal
+// slice, itself a multiple of vocab_padding.
+int padded_vocab(const ModelConfig& m, int tp_size);
 
 // One parameter as a rank holds it: its tensor-parallel slice of the global tensor.
 struct LocalParam {

@@ -27,6 +27,7 @@ AttentionHeads StageShape::attention_heads() const {
   h.global_kv_heads = model.kv_heads();
   h.kv_head = layout.tp_rank / h.replicas;
   h.rope = model.llama();
+  h.tiles = buffers.attention_tiles;
   return h;
 }
 
@@ -147,9 +148,9 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
     ws.rope = f32("rope_table", static_cast<size_t>(s.max_seq) * s.model.head_size());
   if (s.kv_replicas() > 1)
     ws.kv_sum = stored("kv_sum", N * 2 * s.model.kv_heads() * s.model.head_size());
-  ws.attention =
-      f32("attention_tiles", kernels::attention_scratch_elements(
-                                 s.max_batch, s.heads_tp(), s.model.head_size(), s.max_seq, p));
+  ws.attention = f32("attention_tiles", kernels::attention_scratch_elements(
+                                            s.max_batch, s.heads_tp(), s.model.head_size(),
+                                            s.max_seq, p, s.buffers.attention_tiles));
 }
 
 // The next backward writes these gradients with its GEMMs (beta 0) instead of adding to zeros.

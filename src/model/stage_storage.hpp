@@ -37,6 +37,9 @@ struct StageBuffers {
   // outputs, residual stream, stage input and output); column-parallel layers all-gather their
   // input, row-parallel outputs are reduce-scattered. Needs B*T divisible by tp.
   bool sequence_parallel = false;
+  // Attention's tiles as asked (kernels/attention_tiles.hpp; 0: the build's default): they set
+  // the scratch and, on GPUs, the launches.
+  kernels::AttentionTiles attention_tiles{0, 0};
 };
 
 // A stage's extents: the model, its layers and tp slice, the largest micro-batch, how many
@@ -60,7 +63,7 @@ struct StageShape {
   int fc_tp() const { return model.mlp_fc_width() / layout.tp_size; }  // the first projection's
   // This rank's attention heads (layers.hpp).
   AttentionHeads attention_heads() const;
-  int V_tp() const { return padded_vocab(model.vocab_size, layout.tp_size) / layout.tp_size; }
+  int V_tp() const { return padded_vocab(model, layout.tp_size) / layout.tp_size; }
   // The extents of one block's tensors for a micro-batch of B sequences of T tokens.
   BlockExtents extents(int B, int T) const;
 };

@@ -43,6 +43,7 @@ StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slot
   s.buffers.precision = q.precision;
   s.buffers.deferred_sets = deferred;
   s.buffers.sequence_parallel = q.sequence_parallel;
+  s.buffers.attention_tiles = q.attention_tiles;
   return s;
 }
 
@@ -166,6 +167,7 @@ MemoryQuery memory_query(const Config& c) {
   q.precision = c.precision.compute;
   q.grad_reduce = c.precision.grad_reduce;
   q.dp_bucket_mb = par.dp_bucket_mb;
+  q.attention_tiles = {c.attention.tile_rows, c.attention.tile_keys};
   q.offload_nvme = c.offload.optimizer == OffloadTarget::kNvme;
   q.offload_params_nvme = c.offload.params == OffloadTarget::kNvme;
   q.offload_buffer_elements =

@@ -9,6 +9,7 @@
 #include "comm/grid.hpp"
 #include "core/half.hpp"
 #include "core/memory.hpp"
+#include "kernels/attention_tiles.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
 #include "parallel/data/options.hpp"
@@ -29,8 +30,9 @@ struct MemoryQuery {
   Recompute recompute;
   DpSync dp_sync = DpSync::kSync;  // async holds an extra gradient-sized buffer
   Precision precision = Precision::kFp32;
-  Precision grad_reduce = Precision::kFp32;  // 16-bit: gradients rounded into 2-byte buffers
-  double dp_bucket_mb = kDefaultDpBucketMb;  // ZeRO-2/3: the block of streamed gradient rows
+  Precision grad_reduce = Precision::kFp32;       // 16-bit: gradients rounded into 2-byte buffers
+  double dp_bucket_mb = kDefaultDpBucketMb;       // ZeRO-2/3: the block of streamed gradient rows
+  kernels::AttentionTiles attention_tiles{0, 0};  // as asked (0: the build's default)
 };
 
 struct MemoryPrediction {

@@ -634,6 +634,7 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
     buffers.precision = config_.precision.compute;
     buffers.deferred_sets = pipeline::max_deferred_weight_grads(schedule_, chunk);
     buffers.sequence_parallel = par.sequence_parallel;
+    buffers.attention_tiles = {config_.attention.tile_rows, config_.attention.tile_keys};
     deferred_sets.push_back(buffers.deferred_sets);
     ch.stage = std::make_unique<GptStage>(
         config_.model,

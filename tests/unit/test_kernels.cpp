@@ -408,9 +408,10 @@ int qkv_width(const AttentionShape& s) {
   return (s.NH + 2 * s.kv_heads()) * s.HS;
 }
 
-// Which attention a test runs: this build's (its own tiles), or one shape with the given tiles,
-// small enough that a short sequence crosses several query blocks and key tiles, so that the online
-// softmax rescales earlier tiles' output.
+// Which attention a test runs: this build's with the tiles asked for (attention.tile_rows and
+// tile_keys; {0, 0}: its defaults), or one shape with the given tiles, small enough that a short
+// sequence crosses several query blocks and key tiles, so that the online softmax rescales earlier
+// tiles' output.
 enum class AttentionKernel { kBuild, kTiled, kBatched };
 struct AttentionRun {
   AttentionKernel kernel;
@@ -420,7 +421,7 @@ const AttentionRun kBuildAttention{AttentionKernel::kBuild, {0, 0}};
 
 size_t scratch_elements(const AttentionRun& run, const AttentionShape& s) {
   if (run.kernel == AttentionKernel::kBuild)
-    return attention_scratch_elements(s.B, s.NH, s.HS, s.T, Precision::kFp32);
+    return attention_scratch_elements(s.B, s.NH, s.HS, s.T, Precision::kFp32, run.tiles);
   return run.kernel == AttentionKernel::kTiled
              ? attention_tiled_scratch(s.B, s.NH, s.HS, s.T, run.tiles, Precision::kFp32)
              : attention_batched_scratch(s.NH, s.HS, s.T, run.tiles, Precision::kFp32);
@@ -432,7 +433,8 @@ void run_attention_forward(const AttentionRun& run, const AttentionShape& s, con
   TestBuf scratch("scratch", scratch_elements(run, s));
   fill(scratch, 7.0f);  // stale values: nothing is read before it is written
   const Mat o = window(out, 0, N, C), q = window(qkv, 0, N, qkv_width(s));
-  if (run.kernel == AttentionKernel::kBuild) attention_forward(exec(), o, lse, scratch, q, s);
+  if (run.kernel == AttentionKernel::kBuild)
+    attention_forward(exec(), o, lse, scratch, q, s, run.tiles);
 #if !defined(KOKKOS_ENABLE_CUDA)
   if (run.kernel == AttentionKernel::kTiled)
     attention_forward_tiled(exec(), o, lse, scratch, q, s, run.tiles);
@@ -451,7 +453,7 @@ void run_attention_backward(const AttentionRun& run, const AttentionShape& s, co
   const Mat d = window(dqkv, 0, N, qkv_width(s)), g = window(dout, 0, N, C);
   const Mat q = window(qkv, 0, N, qkv_width(s)), o = window(out, 0, N, C);
   if (run.kernel == AttentionKernel::kBuild)
-    attention_backward(exec(), d, scratch, g, q, o, lse, s);
+    attention_backward(exec(), d, scratch, g, q, o, lse, s, run.tiles);
 #if !defined(KOKKOS_ENABLE_CUDA)
   if (run.kernel == AttentionKernel::kTiled)
     attention_backward_tiled(exec(), d, scratch, g, q, o, lse, s, run.tiles);
@@ -461,10 +463,13 @@ void run_attention_backward(const AttentionRun& run, const AttentionShape& s, co
   exec().fence();
 }
 
-// This build's attention, and each shape with tiles smaller than the sequence (rows above, below
-// and equal to the keys per tile, neither dividing T).
+// This build's attention with its default tiles, with whole-sequence tiles (one block of one tile,
+// the GPU's default up to T = 1024) and with small ones asked for at run time; and each shape
+// with tiles smaller than the sequence (rows above, below and equal to the keys per tile, neither
+// dividing T).
 std::vector<AttentionRun> attention_runs() {
-  std::vector<AttentionRun> runs{kBuildAttention};
+  std::vector<AttentionRun> runs{
+      kBuildAttention, {AttentionKernel::kBuild, {1024, 1024}}, {AttentionKernel::kBuild, {3, 7}}};
   for (const AttentionTiles tiles :
        {AttentionTiles{4, 8}, AttentionTiles{8, 4}, AttentionTiles{5, 5}}) {
 #if !defined(KOKKOS_ENABLE_CUDA)

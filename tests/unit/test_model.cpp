@@ -1,5 +1,6 @@
-// The whole GPT on one rank: gradients against finite differences, micro-batching and
-// determinism.
+// The whole GPT on one rank: gradients against finite differences, micro-batching, determinism
+// and vocabulary padding. Parameters and gradients may live in device memory (GPU builds): the
+// tests read and write them through host copies.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,14 @@ namespace {
 
 ModelConfig tiny() {
   return ModelConfig::gpt2(2, 16, 2, 11, 8);  // L, C, NH, V, block
+}
+
+std::vector<float> values(const View1& v) {
+  return host_values(stored_f32(v.data(), v.extent(0)), 0, v.extent(0));
+}
+
+void set_value(const View1& v, size_t i, float value) {
+  set_host_values(stored_f32(v.data(), v.extent(0)), i, {value});
 }
 
 void batch(int B, int T, int V, std::vector<int32_t>& in, std::vector<int32_t>& tg) {
@@ -35,31 +44,35 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
   model.init_params(3);
   // Larger weights than GPT-2's 0.02 so every path contributes visibly to the loss; h = 1e-3
   // and an absolute floor of 5e-2 on the relative error absorb float rounding of the loss.
-  auto p = model.params();
-  for (size_t i = 0; i < p.extent(0); ++i) p(i) *= 10.0f;
+  const View1 p = model.params();
+  std::vector<float> weights = values(p);
+  for (float& w : weights) w *= 10.0f;
+  set_host_values(stored_f32(p.data(), p.extent(0)), 0, weights);
   std::vector<int32_t> in, tg;
   batch(B, T, m.vocab_size, in, tg);
   const float scale = 1.0f / (B * T);
   model.zero_grads();
   model.forward(0, in.data(), tg.data(), B, T);
   model.backward(0, scale, {});
-  auto g = model.grads();
+  const std::vector<float> g = values(model.grads());
   for (const ParamSpec& s : model.table().specs()) {
     // The comparison means something only where the gradient is not ~0: each tensor must have
     // a sampled element that moves the loss visibly (else a path dropped out of backward).
+    // Element e of a tensor is local element e: a padded vocabulary's rows follow the real ones.
+    const int64_t offset = model.local().at(s.name).offset;
     double largest = 0;
     for (int k = 0; k < 3; ++k) {  // three elements of every tensor
-      const int64_t i = s.offset + static_cast<int64_t>(mix64(k * 31 + s.offset) % s.numel());
-      const float saved = p(i), h = 1e-3f;
-      p(i) = saved + h;
+      const int64_t i = offset + static_cast<int64_t>(mix64(k * 31 + s.offset) % s.numel());
+      const float saved = weights[i], h = 1e-3f;
+      set_value(p, i, saved + h);
       const double fp = model.forward(0, in.data(), tg.data(), B, T) * scale;
-      p(i) = saved - h;
+      set_value(p, i, saved - h);
       const double fm = model.forward(0, in.data(), tg.data(), B, T) * scale;
-      p(i) = saved;
+      set_value(p, i, saved);
       const double numeric = (fp - fm) / (2 * h);
-      const double err = std::abs(numeric - g(i)) / std::max(5e-2, std::abs(numeric));
-      EXPECT_LT(err, 5e-2) << s.name << "[" << i - s.offset << "] numeric " << numeric
-                           << " analytic " << g(i);
+      const double err = std::abs(numeric - g[i]) / std::max(5e-2, std::abs(numeric));
+      EXPECT_LT(err, 5e-2) << s.name << "[" << i - offset << "] numeric " << numeric << " analytic "
+                           << g[i];
       largest = std::max(largest, std::abs(numeric));
     }
     EXPECT_GT(largest, 1e-4) << s.name << ": no sampled element moves the loss";
@@ -86,11 +99,11 @@ TEST(Gpt, MicroBatchesAccumulateToTheFullBatchGradient) {
     split.backward(0, 1.0f / (B * T), {});
   }
   EXPECT_NEAR(loss_whole, loss_split, 1e-4 * std::abs(loss_whole));
-  auto a = whole.grads(), b = split.grads();
+  const std::vector<float> a = values(whole.grads()), b = values(split.grads());
   double max_abs = 0, max_diff = 0;
-  for (size_t i = 0; i < a.extent(0); ++i) {
-    max_abs = std::max<double>(max_abs, std::abs(a(i)));
-    max_diff = std::max<double>(max_diff, std::abs(a(i) - b(i)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max<double>(max_abs, std::abs(a[i]));
+    max_diff = std::max<double>(max_diff, std::abs(a[i] - b[i]));
   }
   EXPECT_LT(max_diff, 1e-5 * max_abs + 1e-9);
 }
@@ -107,7 +120,64 @@ TEST(Gpt, InitialLossIsNearLogVocabAndRunsAreDeterministic) {
   EXPECT_NEAR(loss, std::log(m.vocab_size), 0.05);
   EXPECT_EQ(model.forward(0, in.data(), tg.data(), B, T) / (B * T), loss);
   EXPECT_GT(ledger.peak(MemCategory::kParams), 0u);
-  EXPECT_EQ(ledger.peak(MemCategory::kParams), model.table().total_numel() * sizeof(float));
+  EXPECT_EQ(ledger.peak(MemCategory::kParams), model.local().total_numel() * sizeof(float));
+}
+
+// A vocabulary padded to a multiple of 128 (GPU builds' default) computes what the unpadded one
+// does: the same losses and gradients of every real row, on a tied (GPT-2) and an untied (Llama)
+// head; the padded rows start at zero and get zero gradients (so AdamW, with zero moments and
+// decoupled decay, keeps them zero).
+TEST(Gpt, PaddedVocabularyChangesNoResult) {
+  for (const bool llama : {false, true}) {
+    ModelConfig m = tiny();
+    if (llama) {
+      m.family = ModelFamily::kLlama;
+      m.n_kv_head = 1;
+      m.ffn_hidden = 24;
+    }
+    SCOPED_TRACE(llama ? "llama" : "gpt2");
+    const int B = 2, T = 8;
+    std::vector<int32_t> in, tg;
+    batch(B, T, m.vocab_size, in, tg);
+    ModelConfig padded = m;
+    m.vocab_padding = 1;
+    padded.vocab_padding = 128;
+    MemoryLedger l1, l2;
+    GptStage plain(m, whole_model(m), nullptr, l1, B, T, 1);
+    GptStage wide(padded, whole_model(padded), nullptr, l2, B, T, 1);
+    ASSERT_EQ(wide.local().at("wte").shape[0], 128);
+    ASSERT_EQ(plain.local().at("wte").shape[0], m.vocab_size);
+    double losses[2];
+    GptStage* stages[2] = {&plain, &wide};
+    for (int k = 0; k < 2; ++k) {
+      stages[k]->init_params(13);
+      stages[k]->zero_grads();
+      losses[k] = stages[k]->forward(0, in.data(), tg.data(), B, T);
+      stages[k]->backward(0, 1.0f / (B * T), {});
+    }
+    EXPECT_NEAR(losses[1], losses[0], 1e-6 * std::abs(losses[0]));
+    const std::vector<float> p0 = values(plain.params()), p1 = values(wide.params());
+    const std::vector<float> g0 = values(plain.grads()), g1 = values(wide.grads());
+    int64_t padded_rows = 0;
+    for (const LocalParam& q : wide.local().params()) {
+      const LocalParam& r = plain.local().at(q.spec->name);
+      double largest = 0;
+      for (int64_t i = 0; i < r.numel; ++i)
+        largest = std::max<double>(largest, std::abs(g0[r.offset + i]));
+      for (int64_t i = 0; i < q.numel; ++i) {
+        const int64_t global = wide.local().global_index(q, i);
+        if (global < 0) {  // a padded row
+          ++padded_rows;
+          ASSERT_EQ(p1[q.offset + i], 0.0f) << q.spec->name;
+          ASSERT_EQ(g1[q.offset + i], 0.0f) << q.spec->name;
+          continue;
+        }
+        ASSERT_EQ(p1[q.offset + i], p0[r.offset + global]) << q.spec->name;
+        ASSERT_NEAR(g1[q.offset + i], g0[r.offset + global], 1e-6 * largest) << q.spec->name;
+      }
+    }
+    EXPECT_EQ(padded_rows, (128 - m.vocab_size) * m.n_embd * (m.tied() ? 1 : 2));
+  }
 }
 
 // Zero-bubble schedules split backward into an input-gradient pass and a deferred weight-gradient
@@ -160,13 +230,10 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
         const StoredTensor grad_output =
             allocate_stored(received, MemCategory::kCommBuffers, "grad_output",
                             static_cast<size_t>(N) * m.n_embd, precision);
-        for (size_t i = 0; i < grad_output.size(); ++i) {
-          const float v = 1e-3f * static_cast<float>(mix64(i) % 1000) - 0.5f;
-          if (precision == Precision::kFp32)
-            grad_output.f32(i) = v;
-          else
-            grad_output.f16(i) = to_half(v, precision);
-        }
+        std::vector<float> upstream_values(grad_output.size());
+        for (size_t i = 0; i < upstream_values.size(); ++i)
+          upstream_values[i] = 1e-3f * static_cast<float>(mix64(i) % 1000) - 0.5f;
+        set_host_values(grad_output, 0, upstream_values);
         // Where a stage without the head writes its output (the pipeline runner's send buffer).
         MemoryLedger sends;
         const StoredTensor output =
@@ -177,13 +244,14 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
           for (GptStage* s : {&fused, &split}) {
             if (!layout.has_embedding) {  // fp32, or 16-bit patterns under bf16 / fp16
               const CommBuffer x = s->input_buffer(mb);
-              for (size_t i = 0; i < x.count(); ++i) {
-                const float v = 1e-3f * static_cast<float>(mix64(i + 77 * mb) % 2000) - 1.0f;
-                if (x.format() == Precision::kFp32)
-                  static_cast<float*>(x.data())[i] = v;
-                else
-                  static_cast<uint16_t*>(x.data())[i] = to_half(v, x.format());
-              }
+              std::vector<float> input(x.count());
+              for (size_t i = 0; i < input.size(); ++i)
+                input[i] = 1e-3f * static_cast<float>(mix64(i + 77 * mb) % 2000) - 1.0f;
+              set_host_values(
+                  x.format() == Precision::kFp32
+                      ? stored_f32(static_cast<float*>(x.data()), x.count())
+                      : stored_f16(static_cast<uint16_t*>(x.data()), x.count(), x.format()),
+                  0, input);
             }
             s->forward(mb, layout.has_embedding ? in[mb].data() : nullptr,
                        layout.has_head ? tg[mb].data() : nullptr, B, T, output);
@@ -205,12 +273,12 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
         }
         for (int mb = 0; mb < 2; ++mb) split.backward_weight(mb, mb);
         EXPECT_EQ(fused_inputs, split_inputs);
-        const View1 a = fused.grads(), b = split.grads();
-        ASSERT_EQ(a.extent(0), b.extent(0));
+        const std::vector<float> a = values(fused.grads()), b = values(split.grads());
+        ASSERT_EQ(a.size(), b.size());
         double largest = 0;
-        for (size_t i = 0; i < a.extent(0); ++i) {
-          ASSERT_EQ(a(i), b(i)) << "gradient element " << i;
-          largest = std::max<double>(largest, std::abs(a(i)));
+        for (size_t i = 0; i < a.size(); ++i) {
+          ASSERT_EQ(a[i], b[i]) << "gradient element " << i;
+          largest = std::max<double>(largest, std::abs(a[i]));
         }
         EXPECT_GT(largest, 0.0);
         ++compared;
