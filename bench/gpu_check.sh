@@ -13,9 +13,12 @@
 #   2. train    GPT-2 124M, bf16, one rank, B = 16, T = 1024 (inputs/gpu_check.toml): tokens/s,
 #               MFU against the bf16 peak, and the first losses against the CPU run of the same
 #               config packed into the bundle (reference/gpu_check_cpu_losses.txt);
-#   3. tiles    the same run for 10 steps with the attention tiles it replaced (256 x 256; the
+#   3. profile  the same run for 6 steps with step 5 profiled (--profile-step): every kernel,
+#               GEMM and copy by label, its launches and the share of a step they fill; the
+#               table is kept as OUT_DIR/profile_step_5.tsv;
+#   4. tiles    the same run for 10 steps with the attention tiles it replaced (256 x 256; the
 #               default is now the whole sequence up to 1024): old against new in one call;
-#   4. torch    PyTorch on the same shape in its best configuration (bench/torch_gpu_step.py:
+#   5. torch    PyTorch on the same shape in its best configuration (bench/torch_gpu_step.py:
 #               SDPA, bf16 autocast, fused AdamW; eager, then torch.compile): the faster counts.
 # Without a GPU it refuses at once (exit 2). Exit 1 when a stage fails.
 set -uo pipefail
@@ -123,7 +126,22 @@ if [[ $worst == missing ]] || awk -v e="$worst" 'BEGIN { exit !(e > 0.01) }'; th
   failed=1
 fi
 
-echo "== 3. the attention tiles it replaced (256 x 256), 10 steps"
+echo "== 3. one profiled step (step 5 of 6)"
+timeout "$(limit 90)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
+  --set run.out_dir="$work/runs_profile" --set run.steps=6 --profile-step 5 \
+  >"$work/profile.log" 2>&1
+rc=$?
+record profile_exit "$rc"
+((rc == 0)) || { failed=1 && tail -n 20 "$work/profile.log"; }
+profile_line=$work/profile_line.txt
+grep '^PROFILE step=' "$work/profile.log" >"$profile_line"
+for key in launches labels launch_ms gemm_gflop step_ms profiled_step_ms busy_percent; do
+  record "profile_$key" "$(value "$key" "$profile_line")"
+done
+cp "$work/runs_profile/gpu_check/profile_step_5.tsv" "$work/profile_step_5.tsv" 2>/dev/null
+grep -A 21 '^profile of step' "$work/profile.log"
+
+echo "== 4. the attention tiles it replaced (256 x 256), 10 steps"
 timeout "$(limit 90)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
   --set run.out_dir="$work/runs_tiles256" --set run.steps=10 --set attention.tile_rows=256 \
   --set attention.tile_keys=256 >"$work/tiles256.log" 2>&1
@@ -134,7 +152,7 @@ record tiles256_ms_per_step "$(value ms_per_step "$perf")"
 record tiles256_tokens_per_s "$(value tokens_per_s "$perf")"
 ((rc == 0)) || { failed=1 && tail -n 20 "$work/tiles256.log"; }
 
-echo "== 4. PyTorch on the same shape"
+echo "== 5. PyTorch on the same shape"
 best_torch=""
 for mode in eager compile; do
   timeout "$(limit $([[ $mode == eager ]] && echo 90 || echo 200))" \
@@ -168,6 +186,7 @@ printf '%-34s %s\n' "GPU" "$gpu" \
   "unit suites passed (of), tests" "$suites_passed ($(value unit_suites "$results")), $tests_passed" \
   "trident tokens/s, MFU %" "${trident_tok:-none}, $(value trident_mfu_percent "$results")" \
   "ms/step: whole-sequence / 256 tiles" "$(value trident_ms_per_step "$results") / $(value tiles256_ms_per_step "$results")" \
+  "profiled step: launches, busy %" "$(value profile_launches "$results"), $(value profile_busy_percent "$results")" \
   "first losses vs CPU (max rel. err)" "$worst" \
   "PyTorch best tokens/s ($(value torch_best_mode "$results"))" "${best_torch:-none}" \
   "trident / PyTorch" "$ratio" \

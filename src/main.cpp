@@ -6,7 +6,11 @@
 #include <Kokkos_Core.hpp>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
 
 #include "comm/grid.hpp"
 #include "comm/host_comm.hpp"
@@ -23,6 +27,7 @@
 #include "train/faults.hpp"
 #include "train/generate.hpp"
 #include "train/step_allocations.hpp"
+#include "train/step_profiler.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -43,9 +48,37 @@ const CLI::Validator kFinite(
     },
     "FINITE");
 
+// Rank 0 writes the profiled step's table into the run directory and prints its summary and the
+// longest labels.
+void report_profile(const trident::StepProfiler& profiler, const std::filesystem::path& run_dir,
+                    int profile_step) {
+  if (!profiler.profiled()) {
+    std::printf("PROFILE step=%d not reached: the run did not train that step\n", profile_step);
+    return;
+  }
+  const std::filesystem::path path = run_dir / fmt::format("profile_step_{}.tsv", profile_step);
+  const std::string table = profiler.table();
+  std::ofstream out(path);
+  out << table;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+  std::printf("%s\n", profiler.summary_line().c_str());
+  std::printf("profile of step %d (all %zu labels: %s):\n", profile_step,
+              profiler.launches().rows().size(), path.c_str());
+  std::istringstream lines(table);
+  std::string line;
+  int shown = 0;
+  while (std::getline(lines, line) && shown < 16)
+    if (!line.empty() && line[0] != '#') {
+      std::printf("  %s\n", line.c_str());
+      ++shown;
+    }
+  std::fflush(stdout);
+}
+
 int run_train(MPI_Comm world, const std::string& config_path,
               const std::vector<std::string>& overrides, trident::TrainOptions options,
-              const trident::FaultPlan& faults, bool report_allocations) {
+              const trident::FaultPlan& faults, bool report_allocations, int profile_step) {
   int world_size = 0;
   TRIDENT_MPI(MPI_Comm_size(world, &world_size));
   trident::Config config =
@@ -59,20 +92,28 @@ int run_train(MPI_Comm world, const std::string& config_path,
     std::fprintf(stderr,
                  "warning: a tensor-parallel group spans nodes; tp traffic will cross "
                  "the network (place ranks so tp groups share a node)\n");
+  if (profile_step > config.run.steps)
+    throw trident::InputError(
+        fmt::format("--profile-step {} is past the run's last step (run.steps = {})", profile_step,
+                    config.run.steps));
+  const std::filesystem::path run_dir = std::filesystem::path(config.run.out_dir) / config.run.name;
   trident::InjectedFaults injected(faults, grid.rank());
-  options.hooks = &injected;
-  if (!report_allocations) return trident::train(std::move(config), grid, options);
-  trident::StepAllocations allocations(&injected);
-  options.hooks = &allocations;
+  trident::StepHooks* hooks = &injected;
+  std::optional<trident::StepProfiler> profiler;
+  if (profile_step > 0) hooks = &profiler.emplace(hooks, profile_step);
+  std::optional<trident::StepAllocations> allocations;
+  if (report_allocations) hooks = &allocations.emplace(hooks);
+  options.hooks = hooks;
   const int status = trident::train(std::move(config), grid, options);
   // Rank by rank, so that the lines do not interleave.
-  for (int r = 0; r < world_size; ++r) {
+  for (int r = 0; allocations && r < world_size; ++r) {
     if (r == grid.rank()) {
-      std::fputs(allocations.report(grid.rank()).c_str(), stdout);
+      std::fputs(allocations->report(grid.rank()).c_str(), stdout);
       std::fflush(stdout);
     }
     TRIDENT_MPI(MPI_Barrier(world));
   }
+  if (profiler && grid.rank() == 0) report_profile(*profiler, run_dir, profile_step);
   return status;
 }
 
@@ -223,6 +264,7 @@ struct TrainCommand {
   trident::TrainOptions options;
   trident::FaultPlan faults;
   bool report_allocations = false;
+  int profile_step = 0;
 
   void add_to(CLI::App& parent) {
     app = parent.add_subcommand("train", "train a model (run under mpirun for several ranks)");
@@ -248,6 +290,11 @@ struct TrainCommand {
                   "count what Kokkos allocates and frees inside each training step (on a GPU, "
                   "cudaMalloc / cudaFree) and print STEP_ALLOCATIONS lines at the end: after "
                   "the first two steps there should be none");
+    app->add_option("--profile-step", profile_step,
+                    "time every kernel launch, GEMM and copy of step K (1-based) by label; rank 0 "
+                    "writes the table to <run dir>/profile_step_K.tsv and prints a PROFILE line "
+                    "(launches, their time, the share of an unprofiled step they fill)")
+        ->check(CLI::Range(1, 1 << 30));
     app->add_option("--dump-grads", options.dump_grads,
                     "write the first step's gradients, gathered to global shapes, to this .h5 "
                     "(checkpoint schema, /params); for layout checks");
@@ -273,7 +320,8 @@ struct TrainCommand {
         });
   }
   int run() const {
-    return run_train(MPI_COMM_WORLD, config_path, overrides, options, faults, report_allocations);
+    return run_train(MPI_COMM_WORLD, config_path, overrides, options, faults, report_allocations,
+                     profile_step);
   }
 };
 

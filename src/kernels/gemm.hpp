@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/launch_profiler.hpp"
 #include "core/precision.hpp"
 #include "core/types.hpp"
 #include "kernels/region.hpp"
@@ -92,6 +93,8 @@ inline void gemm(const Exec& exec, char trans_a, char trans_b, float alpha, cons
   const auto leading = [](auto view) { return std::max<int>(1, static_cast<int>(view.stride(0))); };
   const int m = static_cast<int>(C.extent(0)), n = static_cast<int>(C.extent(1));
   const int k = static_cast<int>(trans_a == 'T' ? A.extent(0) : A.extent(1));
+  ProfiledCall call;
+  call.open_gemm("gemm", trans_a, trans_b, m, n, k);
 #if defined(KOKKOS_ENABLE_CUDA)
   TRIDENT_CUBLAS(cublas_api().gemm_ex(
       cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m, k, &alpha, B.data(),
@@ -114,6 +117,8 @@ inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, co
   const auto leading = [](auto view) { return std::max<int>(1, static_cast<int>(view.stride(0))); };
   const int m = static_cast<int>(C.extent(0)), n = static_cast<int>(C.extent(1));
   const int k = static_cast<int>(trans_a == 'T' ? A.extent(0) : A.extent(1));
+  ProfiledCall call;
+  call.open_gemm("gemm16", trans_a, trans_b, m, n, k);
 #if defined(KOKKOS_ENABLE_CUDA)
   const cudaDataType_t type = format == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   TRIDENT_CUBLAS(cublas_api().gemm_ex(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m,
@@ -153,12 +158,16 @@ inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, co
     beta = 1.0f;
   }
   const cudaDataType_t type = format == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  ProfiledCall call;
+  call.open_gemm("gemm16_out", trans_a, trans_b, m, n, k);
   TRIDENT_CUBLAS(cublas_api().gemm_ex(cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m,
                                       k, &alpha, B.data(), type, leading(B), A.data(), type,
                                       leading(A), &beta, C.data(), type, leading(C),
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 #else
   exec.fence();
+  ProfiledCall call;
+  call.open_gemm("gemm16_out", trans_a, trans_b, m, n, k);
   onednn::gemm_to_half(trans_a, trans_b, m, n, k, alpha, A.data(), leading(A), B.data(), leading(B),
                        beta, C.data(), leading(C), bias.extent(0) > 0 ? bias.data() : nullptr,
                        adds_residual ? residual.data() : nullptr, format);
@@ -172,6 +181,8 @@ inline void gemm_strided_batched(const Exec& exec, char trans_a, char trans_b, i
                                  float alpha, const float* A, int lda, long long stride_a,
                                  const float* B, int ldb, long long stride_b, float beta, float* C,
                                  int ldc, long long stride_c, int batch) {
+  ProfiledCall call;
+  call.open_gemm("gemm_batched", trans_a, trans_b, m, n, k, batch);
 #if defined(KOKKOS_ENABLE_CUDA)
   TRIDENT_CUBLAS(cublas_api().gemm_strided_batched_ex(
       cublas_on(exec), cublas_op(trans_b), cublas_op(trans_a), n, m, k, &alpha, B, CUDA_R_32F, ldb,
@@ -195,6 +206,8 @@ inline void gemm16_strided_batched(const Exec& exec, char trans_a, char trans_b,
                                    long long stride_b, Precision format, float beta, float* C,
                                    int ldc, long long stride_c, int batch) {
   Region region("trident::gemm16_strided_batched");
+  ProfiledCall call;
+  call.open_gemm("gemm16_batched", trans_a, trans_b, m, n, k, batch);
 #if defined(KOKKOS_ENABLE_CUDA)
   const cudaDataType_t type = format == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   TRIDENT_CUBLAS(cublas_api().gemm_strided_batched_ex(
