@@ -113,12 +113,13 @@ inline void layernorm_backward_input(const Exec& exec, const MatOf<E>& dinp,
       });
 }
 
-// dweight[C] += sum_n dout*xhat; dbias[C] += sum_n dout: the weight-gradient half.
+// dweight[C] += sum_n dout*xhat; dbias[C] += sum_n dout: the weight-gradient half. partials: the
+// GPU shape's second-pass floats (column_sums_teams).
 template <class E = Fp32Elements>
 inline void layernorm_backward_params(const Exec& exec, const Vec& dweight, const Vec& dbias,
                                       const ConstMatOf<E>& dout, const ConstMatOf<E>& inp,
                                       const ConstVec& mean, const ConstVec& rstd,
-                                      Shape shape = kBuildShape) {
+                                      Shape shape = kBuildShape, const Vec& partials = Vec()) {
   Region region("trident::layernorm_backward_params");
   const int N = static_cast<int>(inp.extent(0));
   const int C = static_cast<int>(inp.extent(1));
@@ -129,7 +130,8 @@ inline void layernorm_backward_params(const Exec& exec, const Vec& dweight, cons
           const float g = E::load(dout(n, c));
           t[0] = g * (E::load(inp(n, c)) - mean(n)) * rstd(n);
           t[1] = g;
-        });
+        },
+        partials);
     return;
   }
   // Parameter gradients: kHostColumnBlock channels per work item, rows summed in order
@@ -163,9 +165,9 @@ inline void layernorm_backward(const Exec& exec, const MatOf<E>& dinp, const Vec
                                const Vec& dbias, const ConstMatOf<E>& dout,
                                const ConstMatOf<E>& inp, const ConstVecOf<E>& weight,
                                const ConstVec& mean, const ConstVec& rstd,
-                               Shape shape = kBuildShape) {
+                               Shape shape = kBuildShape, const Vec& partials = Vec()) {
   layernorm_backward_input<E>(exec, dinp, dout, inp, weight, mean, rstd, shape);
-  layernorm_backward_params<E>(exec, dweight, dbias, dout, inp, mean, rstd, shape);
+  layernorm_backward_params<E>(exec, dweight, dbias, dout, inp, mean, rstd, shape, partials);
 }
 
 }  // namespace trident::kernels

@@ -73,11 +73,13 @@ inline void linear_backward_input(const Exec& exec, const MatOf<E>& dinp, const 
 
 // dweight[OC,IC] (+)= dout^T * inp (= without accumulate_dweight: the first write after the
 // gradients were cleared); dbias[OC] += column sums (none when dbias is empty): the
-// weight-gradient half, which a zero-bubble schedule runs later.
+// weight-gradient half, which a zero-bubble schedule runs later. partials: the GPU shape's
+// second-pass floats for the bias (column_sums_teams).
 template <class E = Fp32Elements>
 inline void linear_backward_weight(const Exec& exec, const Mat& dweight, const Vec& dbias,
                                    const ConstMatOf<E>& dout, const ConstMatOf<E>& inp,
-                                   bool accumulate_dweight = true, Shape shape = kBuildShape) {
+                                   bool accumulate_dweight = true, Shape shape = kBuildShape,
+                                   const Vec& partials = Vec()) {
   Region region("trident::linear_backward_weight");
   const float beta = accumulate_dweight ? 1.0f : 0.0f;
   if (dweight.extent(0) == 0) {  // streamed (linear_weight_grad_rows): the bias alone
@@ -90,7 +92,7 @@ inline void linear_backward_weight(const Exec& exec, const Mat& dweight, const V
     column_sums_teams<1>(
         exec, "linear_backward_bias", {dbias}, static_cast<int>(dout.extent(0)),
         static_cast<int>(dout.extent(1)),
-        KOKKOS_LAMBDA(int n, int o, float* t) { t[0] = E::load(dout(n, o)); });
+        KOKKOS_LAMBDA(int n, int o, float* t) { t[0] = E::load(dout(n, o)); }, partials);
   } else if (dbias.extent(0) > 0) {
     // kHostColumnBlock columns per work item, rows summed in order: deterministic, and the inner
     // loop runs along a row, so it vectorises.
@@ -133,9 +135,9 @@ template <class E = Fp32Elements>
 inline void linear_backward(const Exec& exec, const MatOf<E>& dinp, const Mat& dweight,
                             const Vec& dbias, const ConstMatOf<E>& dout, const ConstMatOf<E>& inp,
                             const ConstMatOf<E>& weight, bool accumulate_dinp,
-                            Shape shape = kBuildShape) {
+                            Shape shape = kBuildShape, const Vec& partials = Vec()) {
   linear_backward_input<E>(exec, dinp, dout, weight, accumulate_dinp);
-  linear_backward_weight<E>(exec, dweight, dbias, dout, inp, true, shape);
+  linear_backward_weight<E>(exec, dweight, dbias, dout, inp, true, shape, partials);
 }
 
 }  // namespace trident::kernels

@@ -96,19 +96,22 @@ inline void rmsnorm_backward_input(const Exec& exec, const MatOf<E>& dinp,
       });
 }
 
-// dweight[C] += sum_n dout * inp * rstd: the weight-gradient half.
+// dweight[C] += sum_n dout * inp * rstd: the weight-gradient half. partials: the GPU shape's
+// second-pass floats (column_sums_teams).
 template <class E = Fp32Elements>
 inline void rmsnorm_backward_params(const Exec& exec, const Vec& dweight, const ConstMatOf<E>& dout,
                                     const ConstMatOf<E>& inp, const ConstVec& rstd,
-                                    Shape shape = kBuildShape) {
+                                    Shape shape = kBuildShape, const Vec& partials = Vec()) {
   Region region("trident::rmsnorm_backward_params");
   const int N = static_cast<int>(inp.extent(0));
   const int C = static_cast<int>(inp.extent(1));
   if (shape == Shape::kGpu) {
     column_sums_teams<1>(
-        exec, "rmsnorm_backward_params", {dweight}, N, C, KOKKOS_LAMBDA(int n, int c, float* t) {
+        exec, "rmsnorm_backward_params", {dweight}, N, C,
+        KOKKOS_LAMBDA(int n, int c, float* t) {
           t[0] = E::load(dout(n, c)) * E::load(inp(n, c)) * rstd(n);
-        });
+        },
+        partials);
     return;
   }
   // kHostColumnBlock channels per work item, rows summed in order (deterministic).

@@ -2,6 +2,8 @@
 // compile in every build, so a host test holds the GPU shape to the CPU one.
 #pragma once
 
+#include <algorithm>
+
 #include "core/types.hpp"
 
 namespace trident::kernels {
@@ -57,10 +59,17 @@ KOKKOS_INLINE_FUNCTION float team_max(const TeamMember& team, int n, const Term&
   return m > lowest ? m : lowest;
 }
 
-// Column sums on GPUs: a team per kColumnBlock columns, whose vector lanes read a row's columns
-// side by side (coalesced) and whose kColumnTeamRows threads take every kColumnTeamRows-th row; the
-// threads' partial sums meet in team scratch and are added in thread order.
+// Column sums on GPUs over a 2-D grid of teams, each kColumnBlock columns by a block of rows: its
+// vector lanes read a row's columns side by side (coalesced) and its kColumnTeamRows threads take
+// every kColumnTeamRows-th row of the block; the threads' partial sums meet in team scratch and
+// are added in thread order. With one row block the teams add into the outputs; with several they
+// write `partials` [K, row blocks, cols], and a second kernel adds each column's partials in
+// row-block order. A team per column block alone (one row block) gave GPT-2's LayerNorm
+// gradients 24 teams and each thread 2,048 rows: a few percent of an H200's SMs. The bits depend
+// on the grid (as many row blocks of kColumnRowBlock rows as `partials` holds), never on the
+// order the teams run in.
 constexpr int kColumnBlock = 32;
+constexpr int kColumnRowBlock = 256;
 #if defined(KOKKOS_ENABLE_CUDA)
 constexpr int kColumnTeamRows = 8;
 constexpr int kColumnLanes = kColumnBlock;
@@ -69,24 +78,39 @@ constexpr int kColumnTeamRows = 1;
 constexpr int kColumnLanes = 1;  // a host team walks its columns in order
 #endif
 
+// The floats of `partials` that give K column sums over rows x cols their full grid.
+constexpr size_t column_partials_elements(int K, int rows, int cols) {
+  return static_cast<size_t>(K) * ((rows + kColumnRowBlock - 1) / kColumnRowBlock) * cols;
+}
+
 // outs[k](c) += sum over n < rows of term(n, c, t)[k] for every c < cols, k < K: term writes the K
-// terms of element (n, c) into t.
+// terms of element (n, c) into t. `partials` (column_partials_elements floats, or fewer: fewer
+// row blocks; empty: one) holds the row blocks' sums between the two passes.
 template <int K, class Term>
 inline void column_sums_teams(const Exec& exec, const char* label,
                               const Kokkos::Array<Vec, K>& outs, int rows, int cols,
-                              const Term& term) {
+                              const Term& term, const Vec& partials = Vec()) {
   constexpr int W = kColumnBlock, R = kColumnTeamRows;
   const size_t partial_floats = static_cast<size_t>(K) * R * W;
-  TeamPolicy policy(exec, (cols + W - 1) / W, R, kColumnLanes);
+  const int wanted = (rows + kColumnRowBlock - 1) / kColumnRowBlock;
+  const size_t per_block = static_cast<size_t>(K) * cols;
+  const size_t room = per_block > 0 ? partials.extent(0) / per_block : 0;
+  const int blocks = static_cast<int>(std::max<size_t>(1, std::min<size_t>(wanted, room)));
+  const int block_rows = (rows + blocks - 1) / blocks, column_blocks = (cols + W - 1) / W;
+  TeamPolicy policy(exec, column_blocks * blocks, R, kColumnLanes);
   policy.set_scratch_size(0, Kokkos::PerTeam(partial_floats * sizeof(float)));
+  const Vec sums = partials;
   Kokkos::parallel_for(
       label, policy, KOKKOS_LAMBDA(const TeamMember& team) {
-        const int c0 = team.league_rank() * W, width = cols - c0 < W ? cols - c0 : W;
+        const int block = team.league_rank() / column_blocks;
+        const int c0 = (team.league_rank() % column_blocks) * W,
+                  width = cols - c0 < W ? cols - c0 : W;
+        const int n0 = block * block_rows, n1 = rows < n0 + block_rows ? rows : n0 + block_rows;
         const int r = team.team_rank(), stride = team.team_size();
         ScratchFloats partial(team.team_scratch(0), partial_floats);
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, width), [&](int j) {
           float acc[K] = {};
-          for (int n = r; n < rows; n += stride) {
+          for (int n = n0 + r; n < n1; n += stride) {
             float t[K];
             term(n, c0 + j, t);
             for (int k = 0; k < K; ++k) acc[k] += t[k];
@@ -99,9 +123,22 @@ inline void column_sums_teams(const Exec& exec, const char* label,
             for (int k = 0; k < K; ++k) {
               float sum = 0.0f;
               for (int q = 0; q < stride; ++q) sum += partial((k * R + q) * W + j);
-              outs[k](c0 + j) += sum;
+              if (blocks == 1)
+                outs[k](c0 + j) += sum;
+              else
+                sums((static_cast<size_t>(k) * blocks + block) * cols + c0 + j) = sum;
             }
           });
+      });
+  if (blocks == 1) return;
+  Kokkos::parallel_for(
+      "column_sums_blocks", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(K) * cols),
+      KOKKOS_LAMBDA(size_t e) {
+        const int k = static_cast<int>(e / cols), c = static_cast<int>(e % cols);
+        float sum = 0.0f;
+        for (int b = 0; b < blocks; ++b)
+          sum += sums((static_cast<size_t>(k) * blocks + b) * cols + c);
+        outs[k](c) += sum;
       });
 }
 

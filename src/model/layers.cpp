@@ -35,7 +35,7 @@ void stream_weight_grad(const LayerContext& ctx, const GradStream& stream,
   ctx.dispatch([&](auto e) {
     using E = decltype(e);
     linear_backward_weight<E>(ctx.exec, Mat(), grad_vec(dbias, out), mat_of<E>(dout, N, out),
-                              mat_of<E>(x, N, in));
+                              mat_of<E>(x, N, in), true, kBuildShape, ctx.ws->column_partials);
   });
   const int64_t block = stream.sink->rows_per_block(in);
   for (int64_t first = 0; first < out; first += block) {
@@ -90,10 +90,11 @@ void Norm::backward_weight(const StoredTensor& dout, const StoredTensor& x, cons
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
     if (rms_)
-      rmsnorm_backward_params<E>(exec, dw, mat_of<E>(dout, rows, C_), mat_of<E>(x, rows, C_), rstd);
+      rmsnorm_backward_params<E>(exec, dw, mat_of<E>(dout, rows, C_), mat_of<E>(x, rows, C_), rstd,
+                                 kBuildShape, ctx_->ws->column_partials);
     else
       layernorm_backward_params<E>(exec, dw, db, mat_of<E>(dout, rows, C_), mat_of<E>(x, rows, C_),
-                                   mean, rstd);
+                                   mean, rstd, kBuildShape, ctx_->ws->column_partials);
   });
   if (!sp) return;
   ctx_->tp->allreduce_sum(sum, static_cast<size_t>(n_params) * C_);
@@ -130,7 +131,8 @@ void ColumnParallelLinear::backward_weight(const StoredTensor& dout, const Store
     using E = decltype(e);
     linear_backward_weight<E>(ctx_->exec, grad_mat(grads.weight, out_, in_),
                               grad_vec(grads.bias, out_), mat_of<E>(dout, N, out_),
-                              mat_of<E>(x, N, in_), accumulate);
+                              mat_of<E>(x, N, in_), accumulate, kBuildShape,
+                              ctx_->ws->column_partials);
   });
 }
 
@@ -191,7 +193,8 @@ void RowParallelLinear::backward_weight(const StoredTensor& dout, const StoredTe
     using E = decltype(e);
     linear_backward_weight<E>(ctx_->exec, grad_mat(grads.weight, out_, in_),
                               grad_vec(grads.bias, out_), mat_of<E>(dout, N, out_),
-                              mat_of<E>(x, N, in_), accumulate);
+                              mat_of<E>(x, N, in_), accumulate, kBuildShape,
+                              ctx_->ws->column_partials);
   });
 }
 

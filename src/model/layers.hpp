@@ -32,6 +32,9 @@ struct LayerWorkspace {
   View1 row_sums;       // [2N] its exp sums, then the target logits: one all-reduce for both
   View1 rope;           // rotary embeddings: [max_seq, HS/2, 2] cosines and sines (Llama)
   StoredTensor kv_sum;  // [N, 2 KVH HS] key/value gradients summed over their tp replicas
+  // GPU builds: the row blocks' partial column sums of the bias and norm gradients
+  // (kernels::column_partials_elements for the widest of them); empty on hosts.
+  View1 column_partials;
 };
 
 // What every layer of a stage runs with.

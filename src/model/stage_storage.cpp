@@ -151,6 +151,15 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   ws.attention = f32("attention_tiles", kernels::attention_scratch_elements(
                                             s.max_batch, s.heads_tp(), s.model.head_size(),
                                             s.max_seq, p, s.buffers.attention_tiles));
+  // GPU builds: the row blocks' partial sums of the bias and norm gradients (kernels/shapes.hpp),
+  // for the widest of them: a LayerNorm's two sums over C (RMSNorm's one), GPT-2's qkv or fc bias.
+  if (kernels::kBuildShape == kernels::Shape::kGpu) {
+    const bool biases = !s.model.llama();
+    const int widest = std::max(
+        {(biases ? 2 : 1) * s.model.n_embd, biases ? s.qkv_tp() : 0, biases ? s.fc_tp() : 0});
+    ws.column_partials =
+        f32("column_partials", kernels::column_partials_elements(1, static_cast<int>(N), widest));
+  }
 }
 
 // The next backward writes these gradients with its GEMMs (beta 0) instead of adding to zeros.

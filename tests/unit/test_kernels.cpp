@@ -889,3 +889,63 @@ TEST(Kernels, GpuShapesMatchCpuShapes) {
   }
   EXPECT_NEAR(gpu.squares, cpu.squares, 1e-6 * cpu.squares);
 }
+
+// The GPU shape's column sums run over a 2-D grid: row blocks of kColumnRowBlock rows write their
+// partial sums, which a second pass adds in block order. For the bias, LayerNorm and RMSNorm
+// gradients they give the CPU shape's sums whatever the grid (every row block, two, or one when no
+// partials are given), the same bits run after run for a given grid, and the full grid writes its
+// partials.
+TEST(Kernels, ColumnSumsOverATwoDimensionalGrid) {
+  const int N = 1000, C = 70, OC = 45;  // four row blocks of 256 rows, the last one short
+  const TestBuf x = random_view(N * C, 70, 2.0f), w = random_view(C, 71), b = random_view(C, 72);
+  const TestBuf dout = random_view(N * C, 73), ldout = random_view(N * OC, 74);
+  TestBuf y("y", N * C), mean("mean", N), rstd("rstd", N);
+  layernorm_forward(exec(), window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b, Shape::kCpu);
+  exec().fence();
+  struct Sums {
+    std::vector<float> ln_dw, ln_db, rms_dw, bias;
+  };
+  const auto run = [&](Shape shape, const TestBuf& partials) {
+    TestBuf dw("dw", C), db("db", C), rdw("rdw", C), dbias("dbias", OC);
+    const Vec scratch = partials;
+    layernorm_backward_params(exec(), dw, db, window(dout, 0, N, C), window(x, 0, N, C), mean, rstd,
+                              shape, scratch);
+    rmsnorm_backward_params(exec(), rdw, window(dout, 0, N, C), window(x, 0, N, C), rstd, shape,
+                            scratch);
+    linear_backward_weight(exec(), Mat(), dbias, window(ldout, 0, N, OC), window(x, 0, N, C), true,
+                           shape, scratch);
+    exec().fence();
+    const auto host = [](const TestBuf& v) {
+      return std::vector<float>(v.data(), v.data() + v.extent(0));
+    };
+    return Sums{host(dw), host(db), host(rdw), host(dbias)};
+  };
+  const Sums cpu = run(Shape::kCpu, TestBuf("none", 0));
+  const size_t full = column_partials_elements(2, N, std::max(C, OC));
+  ASSERT_EQ(full, 2u * 4 * 70);
+  TestBuf partials("partials", full);
+  fill(partials, -7.0f);
+  const Sums grid = run(Shape::kGpu, partials);
+  size_t written = 0;
+  for (size_t i = 0; i < full; ++i) written += partials(i) != -7.0f;
+  EXPECT_GE(written, 2u * 4 * C) << "the full grid left its partials unwritten";
+  const Sums again = run(Shape::kGpu, partials);
+  EXPECT_EQ(grid.ln_dw, again.ln_dw);
+  EXPECT_EQ(grid.ln_db, again.ln_db);
+  EXPECT_EQ(grid.rms_dw, again.rms_dw);
+  EXPECT_EQ(grid.bias, again.bias);
+  const Sums two_blocks = run(Shape::kGpu, TestBuf("two", 2 * 2 * std::max(C, OC)));
+  const Sums one_block = run(Shape::kGpu, TestBuf("none", 0));
+  for (const Sums* s : {&grid, &two_blocks, &one_block}) {
+    const auto near = [](const std::vector<float>& got, const std::vector<float>& want,
+                         const char* name) {
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-4 * (1.0 + std::fabs(want[i]))) << name << " i=" << i;
+    };
+    near(s->ln_dw, cpu.ln_dw, "layernorm dweight");
+    near(s->ln_db, cpu.ln_db, "layernorm dbias");
+    near(s->rms_dw, cpu.rms_dw, "rmsnorm dweight");
+    near(s->bias, cpu.bias, "linear dbias");
+  }
+}
