@@ -138,13 +138,18 @@ void print_plan(const trident::PlanModel& m, const trident::PlanCluster& c, doub
       c.gpus, gb(0).c_str(), gb(1).c_str(), gb(2).c_str(), gb(3).c_str());
   std::printf("%d layouts considered, %zu fit; the recommendation, then fastest first:\n",
               r.considered, r.feasible.size());
-  std::printf("%-70s %9s %9s %9s %9s %9s\n", "layout", "mem GB", "states", "activ.", "step s",
-              "tok/s/GPU");
+  // MFU as `train` counts it; HFU counts the recomputed FLOPs too.
+  std::printf("%-70s %9s %9s %9s %9s %9s %6s %6s\n", "layout", "mem GB", "states", "activ.",
+              "step s", "tok/s/GPU", "MFU%", "HFU%");
+  const double peak = c.peak_tflops * 1e12;
   for (int i = 0; i < top && i < static_cast<int>(r.feasible.size()); ++i) {
     const auto& k = r.feasible[i];
-    std::printf("%-70s %9.1f %9.1f %9.1f %9.2f %9.0f\n", k.describe().c_str(), k.memory_gb(),
-                k.params_gb + k.grads_gb + k.optimizer_gb, k.activations_gb, k.step_seconds,
-                batch_tokens / k.step_seconds / c.gpus);
+    const double per_gpu = batch_tokens / k.step_seconds / c.gpus;
+    std::printf("%-70s %9.1f %9.1f %9.1f %9.2f %9.0f %6.1f %6.1f\n", k.describe().c_str(),
+                k.memory_gb(), k.params_gb + k.grads_gb + k.optimizer_gb, k.activations_gb,
+                k.step_seconds, per_gpu,
+                100 * per_gpu * trident::plan_model_flops_per_token(m) / peak,
+                100 * per_gpu * trident::plan_hardware_flops_per_token(m, k.recompute) / peak);
   }
   std::printf("RECOMMEND %s\nwhy: %s\n", r.recommendation.c_str(), r.reasons.c_str());
 }
@@ -245,6 +250,16 @@ void print_config_time(const trident::Config& c, trident::PlanModel m,
   const trident::PlanCandidate k =
       trident::predict_layout(m, on, sequences * c.train.seq_len, layout);
   const double tflops = trident::paper_step_flops(m, sequences) / k.step_seconds / on.gpus / 1e12;
+  // MFU as `train` computes it (6N + 12 L C T a token, no recomputation), and the hardware FLOPs
+  // utilisation that counts the recomputed forwards too.
+  const double tokens = sequences * c.train.seq_len;
+  const double model_flops = trident::flops_per_token(c.model, c.train.seq_len) * tokens;
+  const double recompute_flops =
+      trident::recompute_flops_per_token(c.model, c.train.seq_len, c.recompute.resolved(),
+                                         p.pp * p.virtual_stages) *
+      tokens;
+  const double peak = on.peak_tflops * 1e12 * on.gpus * k.step_seconds;
+  const double mfu = 100 * model_flops / peak, hfu = 100 * (model_flops + recompute_flops) / peak;
   std::printf(
       "time model on %d x %.0f TFLOP/s GPUs (%d per node, %.0f GB/s in a node, %.0f GB/s between "
       "nodes): step %.2f s = compute %.2f (recompute %.2f) + pipeline %.2f + tensor-parallel %.2f "
@@ -252,8 +267,13 @@ void print_config_time(const trident::Config& c, trident::PlanModel m,
       on.gpus, on.peak_tflops, on.gpus_per_node, on.intra_gbs, on.inter_gbs, k.step_seconds,
       k.compute_seconds, k.recompute_seconds, k.bubble_seconds, k.tp_seconds, k.dp_seconds,
       k.dp_traffic_seconds, k.offload_seconds);
-  std::printf("CONFIG_TIME step_s=%.3f tflops_per_gpu=%.1f mfu_percent=%.1f\n", k.step_seconds,
-              tflops, 100 * tflops / on.peak_tflops);
+  std::printf(
+      "utilisation: MFU %.1f%% (train's: 6N + 12LCT FLOPs a token, no recomputation); hardware "
+      "FLOPs utilisation %.1f%% (recomputation counted); %.1f TFLOP/s per GPU by Narayanan et al. "
+      "2021's Eq. 3 (which counts a full recomputation)\n",
+      mfu, hfu, tflops);
+  std::printf("CONFIG_TIME step_s=%.3f tflops_per_gpu=%.1f mfu_percent=%.1f hfu_percent=%.1f\n",
+              k.step_seconds, tflops, mfu, hfu);
 }
 
 // `trident train`: options, then the run on every rank.
@@ -459,6 +479,7 @@ struct PlanCommand {
   trident::PlanCluster cluster;
   std::string config_path;
   std::vector<std::string> overrides;
+  std::string device;
   double batch_tokens = 1 << 20;
   int top = 10;
 
@@ -478,6 +499,13 @@ struct PlanCommand {
     app->add_option("--ffn", model.ffn, "Llama: SwiGLU width (default: 8h/3 rounded up to 256)");
     app->add_option("--seq", model.seq, "sequence length")->capture_default_str();
     app->add_option("--vocab", model.vocab, "vocabulary")->capture_default_str();
+    std::string presets;
+    for (const trident::DevicePreset& d : trident::device_presets())
+      presets += (presets.empty() ? "" : ", ") + std::string(d.name);
+    app->add_option("--device", device,
+                    "a GPU's datasheet figures for --gpu-mem, --peak-tflops, --hbm-bw, --intra-bw "
+                    "and --inter-bw (each option given too wins): " +
+                        presets);
     app->add_option("--gpus", cluster.gpus, "GPUs")->capture_default_str();
     app->add_option("--gpus-per-node", cluster.gpus_per_node, "GPUs per node")
         ->capture_default_str();
@@ -511,8 +539,31 @@ struct PlanCommand {
         ->capture_default_str();
   }
   void run(int rank) {
+    if (!device.empty()) apply_device(rank);
     if (!config_path.empty()) plan_for_config(rank);
     if (rank == 0) print_plan(model, cluster, batch_tokens, top);
+  }
+  // The preset's figures, except where the command line gave its own.
+  void apply_device(int rank) {
+    const trident::PlanCluster given = cluster;
+    cluster = trident::on_device(cluster, trident::device_preset(device));
+    const auto keep = [&](const char* option, double trident::PlanCluster::*field) {
+      if (app->count(option) > 0) cluster.*field = given.*field;
+    };
+    keep("--gpu-mem", &trident::PlanCluster::gpu_mem_gb);
+    keep("--peak-tflops", &trident::PlanCluster::peak_tflops);
+    keep("--hbm-bw", &trident::PlanCluster::hbm_gbs);
+    keep("--intra-bw", &trident::PlanCluster::intra_gbs);
+    keep("--inter-bw", &trident::PlanCluster::inter_gbs);
+    const trident::DevicePreset& d = *cluster.device;
+    if (rank == 0)
+      std::printf(
+          "device %s: %.0f GB, %.1f TFLOP/s bf16 dense, %.0f GB/s HBM, NVLink %.0f GB/s (both "
+          "directions), network %.0f GB/s per GPU (datasheets); planning with %.0f GB, %.1f "
+          "TFLOP/s, %.0f GB/s HBM, %.0f GB/s in a node, %.0f GB/s between nodes\n",
+          d.model, d.memory_gb, d.bf16_tflops, d.hbm_gbs, d.nvlink_gbs, d.network_gbs,
+          cluster.gpu_mem_gb, cluster.peak_tflops, cluster.hbm_gbs, cluster.intra_gbs,
+          cluster.inter_gbs);
   }
   // The config's model, batch and ranks replace the command line's where it gave none.
   void plan_for_config(int rank) {

@@ -6,7 +6,9 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "core/device.hpp"
 #include "core/threads_per_rank.hpp"
@@ -31,6 +33,23 @@ struct NoDeviceExit {
   bool every_rank_says;
 };
 
+// trident's own `--device NAME` (`plan`'s GPU presets) is Kokkos 3.4's deprecated spelling of
+// --kokkos-device-id, which would read NAME as a number and abort: `kokkos_args` gets argv
+// without it, and `hidden` the arguments taken out, to be put back once Kokkos has read the rest.
+inline void hide_trident_args(int argc, char** argv, std::vector<char*>& kokkos_args,
+                              std::vector<char*>& hidden) {
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      hidden.push_back(argv[i]);
+      hidden.push_back(argv[++i]);
+    } else if (std::strncmp(argv[i], "--device=", 9) == 0) {
+      hidden.push_back(argv[i]);
+    } else {
+      kokkos_args.push_back(argv[i]);
+    }
+  }
+}
+
 // Runs body() with MPI and Kokkos up and returns its status. Kokkos takes its own --kokkos-*
 // arguments out of argc/argv first, so a body that captures them by reference sees the rest.
 // Every View must be gone when body returns, since Kokkos finalises right after.
@@ -48,7 +67,18 @@ int with_mpi_and_kokkos(int& argc, char**& argv, NoDeviceExit no_device, Body&& 
   {
     settle_omp_proc_bind();
     choose_threads_per_rank(MPI_COMM_WORLD);
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    std::vector<char*> kokkos_args, hidden;
+    hide_trident_args(argc, argv, kokkos_args, hidden);
+    int kokkos_argc = static_cast<int>(kokkos_args.size());
+    kokkos_args.push_back(nullptr);
+    char** kokkos_argv = kokkos_args.data();
+    Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_argv);
+    // What Kokkos left, then what it was not shown (after the subcommand it followed).
+    std::vector<char*> args(kokkos_argv, kokkos_argv + kokkos_argc);
+    args.insert(args.end(), hidden.begin(), hidden.end());
+    argc = static_cast<int>(args.size());
+    args.push_back(nullptr);
+    argv = args.data();
     status = std::forward<Body>(body)();
   }
   MPI_Finalize();

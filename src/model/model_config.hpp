@@ -9,6 +9,7 @@
 
 #include "core/build_options.hpp"
 #include "core/names.hpp"
+#include "model/recompute.hpp"
 
 namespace trident {
 
@@ -93,5 +94,12 @@ int64_t parameter_count(const ModelConfig& m);
 // an untied input embedding, a lookup; a tied one is the head's matrix) plus the attention score
 // and value products, 12 * L * C * T (PaLM appendix B). Printed at start-up.
 double flops_per_token(const ModelConfig& m, int T);
+
+// What recomputation adds to a token's FLOPs (hardware FLOPs utilisation counts them, MFU does
+// not): each block recomputed whole repeats its forward, 2 x its matrices' parameters plus
+// attention's 4 C T. `chunks` model chunks (pp x virtual stages) each recompute their first
+// r.layers blocks (0: all of theirs); selective recomputation adds nothing (the tiled attention
+// keeps no probabilities to drop).
+double recompute_flops_per_token(const ModelConfig& m, int T, const Recompute& r, int chunks);
 
 }  // namespace trident

@@ -25,6 +25,17 @@ double flops_per_token(const ModelConfig& m, int T) {
          12.0 * m.n_layer * static_cast<double>(m.n_embd) * T;
 }
 
+double recompute_flops_per_token(const ModelConfig& m, int T, const Recompute& r, int chunks) {
+  if (r.policy != RecomputePolicy::kFull) return 0.0;
+  const int per_chunk = m.n_layer / std::max(1, chunks);
+  const int blocks = r.layers == 0 ? m.n_layer : std::min(r.layers, per_chunk) * chunks;
+  double matrices = 0;  // one block's: every 2-D parameter of layer 0
+  const ParamTable table(m);
+  for (const ParamSpec& p : table.specs())
+    if (p.layer == 0 && p.shape.size() == 2) matrices += static_cast<double>(p.numel());
+  return blocks * (2.0 * matrices + 4.0 * static_cast<double>(m.n_embd) * T);
+}
+
 ParamTable::ParamTable(const ModelConfig& m) {
   const int64_t C = m.n_embd, V = m.vocab_size, T = m.block_size, F = m.mlp_hidden();
   const int64_t HS = m.head_size(), q_rows = m.n_head * HS, kv_rows = m.kv_heads() * HS;

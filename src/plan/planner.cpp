@@ -65,6 +65,57 @@ std::string percent(double slower) {
 
 }  // namespace
 
+const std::vector<DevicePreset>& device_presets() {
+  // NVIDIA's datasheets (A100, H100, H200; HGX B200), SXM parts; the network is the DGX systems'
+  // one NIC per GPU: 200 Gb/s HDR InfiniBand on DGX A100, 400 Gb/s NDR on DGX H100/H200/B200.
+  static const std::vector<DevicePreset> presets = {
+      {"a100-40gb", "A100 SXM4 40GB", 40, 312, 1555, 600, 25},
+      {"a100-80gb", "A100 SXM4 80GB", 80, 312, 2039, 600, 25},
+      {"h100", "H100 SXM5 80GB", 80, 989.4, 3350, 900, 50},
+      {"h200", "H200 SXM 141GB", 141, 989.4, 4800, 900, 50},
+      {"b200", "B200 (HGX, 1000 W) 180GB", 180, 2250, 8000, 1800, 50},
+  };
+  return presets;
+}
+
+const DevicePreset& device_preset(const std::string& name) {
+  std::string names;
+  for (const DevicePreset& d : device_presets()) {
+    if (name == d.name) return d;
+    names += (names.empty() ? "" : ", ") + std::string(d.name);
+  }
+  throw InputError(fmt::format("--device '{}' is not a preset; presets: {}", name, names));
+}
+
+double plan_model_flops_per_token(const PlanModel& m) {
+  const double lookup = m.llama && !m.tied ? static_cast<double>(m.vocab) * m.hidden : 0.0;
+  return 6.0 * (m.param_count() - lookup) + 12.0 * m.layers * m.hidden * static_cast<double>(m.seq);
+}
+
+double plan_hardware_flops_per_token(const PlanModel& m, const std::string& recompute) {
+  const double h = m.hidden, s = m.seq, L = m.layers;
+  const double attention_core = 4.0 * L * h * s;
+  double block_matrices = 12.0 * h * h;  // GPT-2: qkv, proj, fc, proj
+  if (m.llama) {
+    const double kv_rows = 2.0 * m.kv() * (h / m.heads);
+    block_matrices = h * (h + kv_rows) + h * h + 3.0 * h * m.ffn_width();
+  }
+  double extra = 0;
+  if (recompute == "full") extra = L * 2.0 * block_matrices + attention_core;
+  if (recompute == "selective") extra = attention_core;
+  return plan_model_flops_per_token(m) + extra;
+}
+
+PlanCluster on_device(PlanCluster c, const DevicePreset& d) {
+  c.gpu_mem_gb = d.memory_gb;
+  c.peak_tflops = d.bf16_tflops;
+  c.hbm_gbs = d.hbm_gbs;
+  c.intra_gbs = kPlanNvlinkShare * d.nvlink_gbs;
+  c.inter_gbs = d.network_gbs;
+  c.device = &d;
+  return c;
+}
+
 double PlanModel::param_count() const {
   if (params > 0) return params;
   const double h = hidden, embedding = static_cast<double>(vocab) * h;

@@ -34,6 +34,25 @@ struct PlanModel {
 inline constexpr double kPlanGemmEfficiency = 0.85;
 inline constexpr double kPlanHbmEfficiency = 0.6;
 
+// A GPU's datasheet figures for `trident plan --device` (docs/zero-and-memory.md names the
+// source of each).
+struct DevicePreset {
+  const char* name;    // what --device takes
+  const char* model;   // what the output calls it
+  double memory_gb;    // HBM, GB (1e9 bytes)
+  double bf16_tflops;  // dense bf16 tensor-core peak (no sparsity)
+  double hbm_gbs;      // HBM bandwidth, GB/s
+  double nvlink_gbs;   // NVLink per GPU, both directions together, GB/s
+  double network_gbs;  // network per GPU (its own NIC), one direction, GB/s
+};
+const std::vector<DevicePreset>& device_presets();
+// The preset called `name`; an InputError naming the presets when none is.
+const DevicePreset& device_preset(const std::string& name);
+// --intra-bw from a preset: NCCL's ring reaches about half of the links' rate in one direction,
+// a quarter of the both-directions figure (the default --intra-bw, 150 GB/s, is that share of an
+// A100's 600 GB/s NVLink).
+inline constexpr double kPlanNvlinkShare = 0.25;
+
 struct PlanCluster {
   int gpus = 8, gpus_per_node = 8;
   double gpu_mem_gb = 80;                      // per GPU, GB (1e9 bytes)
@@ -42,10 +61,21 @@ struct PlanCluster {
   double hbm_gbs = 2039;                       // HBM bandwidth per GPU, GB/s (A100 80 GB)
   double hbm_efficiency = kPlanHbmEfficiency;  // share of it element-wise kernels reach
   double intra_gbs = 150;                      // per-GPU bandwidth inside a node (NVLink), GB/s
-  double inter_gbs = 25;      // per-GPU bandwidth between nodes (e.g. 200 Gb/s), GB/s
-  double pcie_gbs = 25;       // GPU <-> host, for offload
-  double host_adam_gbs = 10;  // host memory streamed by a CPU Adam step, GB/s
+  double inter_gbs = 25;                 // per-GPU bandwidth between nodes (e.g. 200 Gb/s), GB/s
+  double pcie_gbs = 25;                  // GPU <-> host, for offload
+  double host_adam_gbs = 10;             // host memory streamed by a CPU Adam step, GB/s
+  const DevicePreset* device = nullptr;  // the --device these figures came from, if any
 };
+
+// FLOPs a token: the model's (MFU's, as `train` counts them: 6 x the parameters that multiply +
+// 12 L h s) and the hardware's under a layout's recomputation, as the time model charges it
+// ("full": every block's forward again; "selective": the attention core's products again,
+// 4 L h s).
+double plan_model_flops_per_token(const PlanModel& m);
+double plan_hardware_flops_per_token(const PlanModel& m, const std::string& recompute);
+
+// c on `d`: its memory, bf16 peak, HBM bandwidth, NVLink (times kPlanNvlinkShare) and network.
+PlanCluster on_device(PlanCluster c, const DevicePreset& d);
 
 // The assumptions of the model, each a documented constant (README, "Planning a layout").
 //

@@ -84,6 +84,18 @@ TEST(ModelConfigTest, FlopsPerTokenFollowsPalmFormula) {
   EXPECT_DOUBLE_EQ(flops_per_token(m, 64), 6.0 * 124439808 + 12.0 * 12 * 768 * 64);
 }
 
+// Hardware FLOPs utilisation counts each recomputed block's forward once more: GPT-2 124M's
+// block matrices (qkv, proj, fc, proj) are 7,077,888 parameters, its attention core 4 C T.
+TEST(ModelConfigTest, RecomputeFlopsRepeatTheRecomputedBlocksForward) {
+  const ModelConfig m = gpt2_124m();
+  const double block = 2.0 * 7077888 + 4.0 * 768 * 1024;
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(m, 1024, {RecomputePolicy::kFull, 0}, 1), 12 * block);
+  // Two chunks of 6 blocks, each recomputing its first 4.
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(m, 1024, {RecomputePolicy::kFull, 4}, 2), 8 * block);
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(m, 1024, {RecomputePolicy::kSelective, 0}, 1), 0.0);
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(m, 1024, {RecomputePolicy::kNone, 0}, 1), 0.0);
+}
+
 namespace {
 ModelConfig small_vocab_model() {
   // L, C, NH, V, block; V is not a multiple of tp: exercises vocabulary padding.
