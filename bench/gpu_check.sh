@@ -16,11 +16,15 @@
 #   3. profile  the same run for 6 steps with step 5 profiled (--profile-step): every kernel,
 #               GEMM and copy by label, its launches and the share of a step they fill; the
 #               table is kept as OUT_DIR/profile_step_5.tsv;
-#   4. tiles    the same run for 10 steps with the attention tiles it replaced (256 x 256; the
+#   4. ceilings PyTorch's copy bandwidth, bf16 GEMMs (8192^3, and every GEMM label of the profile
+#               at its own shape, beside trident's time: OUT_DIR/gemm_ceilings.tsv) and causal
+#               attention forward and backward (bench/gpu_ceilings.py);
+#   5. tiles    the same run for 10 steps with the attention tiles it replaced (256 x 256; the
 #               default is now the whole sequence up to 1024): old against new in one call;
-#   5. torch    PyTorch on the same shape in its best configuration (bench/torch_gpu_step.py:
+#   6. torch    PyTorch on the same shape in its best configuration (bench/torch_gpu_step.py:
 #               SDPA, bf16 autocast, fused AdamW; eager, then torch.compile): the faster counts.
-# Without a GPU it refuses at once (exit 2). Exit 1 when a stage fails.
+# It ends with one line, VERDICT pass|fail, naming each goal of issue 49 it missed. Without a GPU
+# it refuses at once (exit 2). Exit 1 when a stage fails.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -141,7 +145,15 @@ done
 cp "$work/runs_profile/gpu_check/profile_step_5.tsv" "$work/profile_step_5.tsv" 2>/dev/null
 grep -A 21 '^profile of step' "$work/profile.log"
 
-echo "== 4. the attention tiles it replaced (256 x 256), 10 steps"
+echo "== 4. ceilings (PyTorch): copy, GEMMs at trident's shapes, attention"
+timeout "$(limit 90)" "$python" bench/gpu_ceilings.py --profile "$work/profile_step_5.tsv" \
+  --out "$work/gemm_ceilings.tsv" >"$work/ceilings.log" 2>&1
+rc=$?
+record ceilings_exit "$rc"
+grep '^ceiling_' "$work/ceilings.log" | tee -a "$results"
+((rc == 0)) || tail -n 5 "$work/ceilings.log"
+
+echo "== 5. the attention tiles it replaced (256 x 256), 10 steps"
 timeout "$(limit 90)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
   --set run.out_dir="$work/runs_tiles256" --set run.steps=10 --set attention.tile_rows=256 \
   --set attention.tile_keys=256 >"$work/tiles256.log" 2>&1
@@ -152,7 +164,7 @@ record tiles256_ms_per_step "$(value ms_per_step "$perf")"
 record tiles256_tokens_per_s "$(value tokens_per_s "$perf")"
 ((rc == 0)) || { failed=1 && tail -n 20 "$work/tiles256.log"; }
 
-echo "== 5. PyTorch on the same shape"
+echo "== 6. PyTorch on the same shape"
 best_torch=""
 for mode in eager compile; do
   timeout "$(limit $([[ $mode == eager ]] && echo 90 || echo 200))" \
@@ -191,5 +203,15 @@ printf '%-34s %s\n' "GPU" "$gpu" \
   "PyTorch best tokens/s ($(value torch_best_mode "$results"))" "${best_torch:-none}" \
   "trident / PyTorch" "$ratio" \
   "elapsed s" "$elapsed"
-echo "goals (issue 49): MFU >= 45 % and trident / PyTorch >= 1.2"
+# The goals of issue 49 that this call measures.
+missed=""
+awk -v v="$(value trident_mfu_percent "$results")" 'BEGIN { exit !(v + 0 >= 45) }' || missed+=" mfu<45%"
+awk -v v="$ratio" 'BEGIN { exit !(v + 0 >= 1.2) }' || missed+=" trident/pytorch<1.2"
+awk -v v="$(value profile_busy_percent "$results")" 'BEGIN { exit !(v + 0 >= 90) }' ||
+  missed+=" gpu_busy<90%"
+[[ $worst != missing ]] && awk -v e="$worst" 'BEGIN { exit !(e <= 0.01) }' || missed+=" first_losses"
+((failed == 0)) || missed+=" a_stage_failed"
+verdict="VERDICT $([[ -z $missed ]] && echo pass || echo fail)${missed:+ missed:$missed}"
+record verdict "\"$verdict\""
+echo "$verdict"
 exit "$failed"

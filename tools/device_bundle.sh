@@ -87,7 +87,8 @@ done
 # The GPU check and what it runs.
 mkdir -p "$out/bench" "$out/inputs/models" "$out/data" "$out/reference"
 cp "$root/bench/gpu_check.sh" "$out/gpu_check.sh"
-cp "$root/bench/torch_step.py" "$root/bench/torch_gpu_step.py" "$out/bench/"
+cp "$root/bench/torch_step.py" "$root/bench/torch_gpu_step.py" "$root/bench/gpu_ceilings.py" \
+  "$out/bench/"
 cp "$root/inputs/gpu_check.toml" "$out/inputs/"
 cp "$root/inputs/models/gpt2-124m.toml" "$out/inputs/models/"
 cp "$root/data/kjv_train.bin" "$root/data/kjv_val.bin" "$out/data/"
