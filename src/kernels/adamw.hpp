@@ -139,6 +139,48 @@ inline void adamw_update_split(const Exec& exec, const HalfVec& high, const Half
       });
 }
 
+// One piece of a rank's owned elements for the single-launch update (GPUs): where it starts among
+// the owned elements (`compact`, where its moments are) and in the flat buffers, and whether its
+// tensor takes weight decay. Pieces are in compact order, back to back.
+struct AdamWPiece {
+  int64_t compact, flat;
+  int kind;  // kDecays, kNoDecay, or kPadding: owned elements of no tensor, left as they are
+  static constexpr int kDecays = 0, kNoDecay = 1, kPadding = 2;
+};
+using AdamWPieces = Kokkos::View<const AdamWPiece*, Device>;
+
+// The piece holding owned element j: the last whose start is at or before j.
+KOKKOS_INLINE_FUNCTION AdamWPiece piece_of(const AdamWPieces& pieces, int64_t j) {
+  int lo = 0, hi = static_cast<int>(pieces.extent(0)) - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (pieces(mid).compact <= j)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return pieces(lo);
+}
+
+// Every owned element of every tensor in one launch, one element per thread (GPUs: a launch per
+// tensor was 148 launches a GPT-2 step, most of them biases and gains too small to fill the
+// device). f(j, flat, update) updates owned element j, at `flat` of the flat buffers, with its
+// tensor's update (with or without weight decay): the arithmetic of adamw_update, bit for bit.
+template <class F>
+inline void adamw_update_pieces(const Exec& exec, const char* label, const AdamWPieces& pieces,
+                                int64_t count, AdamWHyper h, float grad_scale, const F& f) {
+  Region region("trident::adamw_update");
+  const AdamWElement decayed(h, grad_scale);
+  h.weight_decay = 0.0f;
+  const AdamWElement plain(h, grad_scale);
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<Exec>(exec, 0, count), KOKKOS_LAMBDA(int64_t j) {
+        const AdamWPiece p = piece_of(pieces, j);
+        if (p.kind != AdamWPiece::kPadding)
+          f(j, p.flat + (j - p.compact), p.kind == AdamWPiece::kDecays ? decayed : plain);
+      });
+}
+
 // The squares of kSquareSegments contiguous segments of x, one work item each, reduced as an
 // array whose slot s only segment s writes: joining per-thread copies adds zeros, so the result is
 // the same bits whatever the number of threads (a scalar parallel_reduce joins partial sums whose

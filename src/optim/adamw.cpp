@@ -8,7 +8,7 @@
 namespace trident {
 
 AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s,
-             std::vector<Segment> owned, const MomentStorage& storage)
+             std::vector<Segment> owned, const MomentStorage& storage, kernels::Shape shape)
     : table_(table), settings_(s), owned_(std::move(owned)) {
   if (owned_.empty()) owned_ = zero_shard(table, 1, 0);
   for (const Segment& seg : owned_) count_ += seg.size();
@@ -29,6 +29,44 @@ AdamW::AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s
     v_host_ = host_side(moment_v_, "adam_v_host");
     param_host_ = host_side(param_stream_, "param_stream_host");
   }
+  // A few bytes a tensor, outside the ledger like SquareSums' slots.
+  if (shape == kernels::Shape::kGpu && !storage.nvme && count_ > 0)
+    pieces_ = single_launch_pieces();
+}
+
+Kokkos::View<kernels::AdamWPiece*, Device> AdamW::single_launch_pieces() const {
+  using kernels::AdamWPiece;
+  std::vector<AdamWPiece> pieces;
+  const auto add = [&](int64_t compact, int64_t flat, int kind) {
+    if (!pieces.empty() && pieces.back().kind == kind && kind == AdamWPiece::kPadding) return;
+    pieces.push_back({compact, flat, kind});
+  };
+  for_pieces(0, count_, [&](int64_t flat, int64_t n, int64_t compact) {
+    int64_t at = flat;  // the segment's elements before `at` have their piece
+    for (const LocalParam& p : table_.params()) {
+      const int64_t a = std::max(flat, p.offset), b = std::min(flat + n, p.offset + p.numel);
+      if (a >= b) continue;
+      if (a > at) add(compact + (at - flat), at, AdamWPiece::kPadding);
+      add(compact + (a - flat), a,
+          p.spec->weight_decay ? AdamWPiece::kDecays : AdamWPiece::kNoDecay);
+      at = b;
+    }
+    if (at < flat + n) add(compact + (at - flat), at, AdamWPiece::kPadding);
+  });
+  Kokkos::View<AdamWPiece*, Device> device("adamw_pieces", pieces.size());
+  auto host = Kokkos::create_mirror_view(device);
+  for (size_t i = 0; i < pieces.size(); ++i) host(i) = pieces[i];
+  Kokkos::deep_copy(device, host);
+  return device;
+}
+
+kernels::AdamWHyper AdamW::hyper(double lr) const {
+  return {static_cast<float>(lr),
+          static_cast<float>(settings_.beta1),
+          static_cast<float>(settings_.beta2),
+          static_cast<float>(settings_.eps),
+          static_cast<float>(settings_.weight_decay),
+          step_};
 }
 
 template <class F>
@@ -97,6 +135,22 @@ void AdamW::for_each_piece(const View1& grads, Placement grads_at, double lr, bo
 void AdamW::step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
                  double lr, float grad_scale) {
   const bool compact_params = params_at == Placement::kCompact;
+  if (pieces_.extent(0) > 0) {  // one launch (GPU shape, resident moments)
+    ++step_;
+    const bool compact_grads = grads_at == Placement::kCompact;
+    const View1 m = moment_m_, v = moment_v_;
+    kernels::adamw_update_pieces(
+        exec_, "adamw_update", pieces_, count_, hyper(lr), grad_scale,
+        KOKKOS_LAMBDA(int64_t j, int64_t flat, const kernels::AdamWElement& update) {
+          float mj = m(j), vj = v(j);
+          float& p = params(compact_params ? j : flat);
+          p = update(p, mj, vj, grads(compact_grads ? j : flat));
+          m(j) = mj;
+          v(j) = vj;
+        });
+    exec_.fence();
+    return;
+  }
   const bool stream_params = streamed() && param_file_ != nullptr && compact_params;
   for_each_piece(grads, grads_at, lr, stream_params,
                  [&](const kernels::AdamWHyper& h, const PieceAt& at) {
@@ -111,6 +165,34 @@ void AdamW::step(const MasterParams& params, const View1& grads, Placement grads
                  float grad_scale) {
   const RoundedCopy& compute = params.compute;
   const bool compact_copy = compute.at == Placement::kCompact;
+  if (pieces_.extent(0) > 0) {  // one launch (GPU shape, resident moments)
+    ++step_;
+    const bool compact_grads = grads_at == Placement::kCompact;
+    const View1 m = moment_m_, v = moment_v_, values = params.values;
+    const HalfView1 copy = compute.values, low = params.low;
+    const bool bf16 = compute.format == Precision::kBf16;
+    kernels::adamw_update_pieces(
+        exec_, bf16 ? "adamw_update_split" : "adamw_update_rounded", pieces_, count_, hyper(lr),
+        grad_scale, KOKKOS_LAMBDA(int64_t j, int64_t flat, const kernels::AdamWElement& update) {
+          float mj = m(j), vj = v(j);
+          uint16_t& half = copy(compact_copy ? j : flat);
+          const float g = grads(compact_grads ? j : flat);
+          if (bf16) {
+            const float p = update(join_bf16(half, low(j)), mj, vj, g);
+            const uint16_t upper = bf16_high(p);
+            half = upper;
+            low(j) = bf16_low(p, upper);
+          } else {
+            const float p = update(values(j), mj, vj, g);
+            values(j) = p;
+            half = to_fp16(p);
+          }
+          m(j) = mj;
+          v(j) = vj;
+        });
+    exec_.fence();
+    return;
+  }
   for_each_piece(grads, grads_at, lr, false, [&](const kernels::AdamWHyper& h, const PieceAt& at) {
     const HalfVec copy = window(compute.values, compact_copy ? at.compact : at.flat, at.count);
     if (compute.format == Precision::kBf16)

@@ -10,6 +10,7 @@
 #include "core/file_store.hpp"
 #include "core/half.hpp"
 #include "core/memory.hpp"
+#include "kernels/adamw.hpp"
 #include "model/params.hpp"
 #include "model/partition.hpp"
 
@@ -63,9 +64,12 @@ struct PieceAt {
 
 class AdamW {
  public:
-  // Updates the `owned` segments of the flat buffers (every unit whole when empty).
+  // Updates the `owned` segments of the flat buffers (every unit whole when empty). The GPU shape
+  // updates every owned element in one launch when the moments are resident (else a launch per
+  // piece of each tensor, as the CPU shape does): the same bits either way.
   AdamW(const LocalParamTable& table, MemoryLedger& ledger, AdamWSettings s,
-        std::vector<Segment> owned = {}, const MomentStorage& storage = {});
+        std::vector<Segment> owned = {}, const MomentStorage& storage = {},
+        kernels::Shape shape = kernels::kBuildShape);
 
   // One step on fp32 `params` from `grads`, the gradient first multiplied by `grad_scale`
   // (clipping). Only this optimizer's owned elements are touched.
@@ -113,6 +117,11 @@ class AdamW {
     }
   }
 
+  // The hyperparameters of this step (the step counted by for_each_piece), without decay.
+  kernels::AdamWHyper hyper(double lr) const;
+  // The single launch's pieces: every owned element, in compact order (kernels::AdamWPiece).
+  Kokkos::View<kernels::AdamWPiece*, Device> single_launch_pieces() const;
+
   const LocalParamTable& table_;
   AdamWSettings settings_;
   std::vector<Segment> owned_;
@@ -125,6 +134,7 @@ class AdamW {
   FileStore* param_file_ = nullptr;
   std::unique_ptr<FileStore> m_file_, v_file_;
   int step_ = 0;
+  kernels::AdamWPieces pieces_;  // GPU shape, resident moments: the single launch's; else empty
 };
 
 }  // namespace trident
