@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "comm/profiled_comm.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
 
@@ -76,12 +77,15 @@ std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, CollectiveBackend
       use_nccl = nccl_usable() && node_local;
       break;
   }
+  // "parallel.backend_tp" -> "tp": the axis the profiler's labels name.
+  const std::string axis = key.substr(key.rfind('_') + 1);
 #ifdef TRIDENT_HAVE_NCCL
-  if (use_nccl) return std::make_unique<NcclCommunicator>(comm);
+  if (use_nccl)
+    return std::make_unique<ProfiledCommunicator>(std::make_unique<NcclCommunicator>(comm), axis);
 #else
   (void)use_nccl;  // never true: NCCL is not usable without the backend
 #endif
-  return std::make_unique<MpiCommunicator>(comm);
+  return std::make_unique<ProfiledCommunicator>(std::make_unique<MpiCommunicator>(comm), axis);
 }
 
 std::string backend_summary() {

@@ -72,8 +72,8 @@ class ProfiledCall {
   }
   ProfiledCall(const ProfiledCall&) = delete;
   ProfiledCall& operator=(const ProfiledCall&) = delete;
-  void open(const std::string& label, double flops) {
-    id_ = LaunchProfiler::open(label, LaunchKind::kLibrary, flops, 0);
+  void open(const std::string& label, double flops, double bytes = 0) {
+    id_ = LaunchProfiler::open(label, LaunchKind::kLibrary, flops, bytes);
     open_ = true;
   }
   // A GEMM (gemm_label) of 2 m n k batch FLOPs, when a profiler listens.

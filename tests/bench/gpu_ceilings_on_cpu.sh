@@ -16,7 +16,7 @@ for key in ceiling_copy_gbs ceiling_gemm8192_tflops ceiling_attention_fwd_ms \
   value=$(sed -n "s/^$key=//p" "$work/ceilings.txt")
   awk -v v="$value" 'BEGIN { exit !(v + 0 > 0) }' || { echo "FAIL: $key='$value', not positive"; exit 1; }
 done
-labels=$(grep -v '^#' "$table" | awk -F'\t' '$2 == "library"' | wc -l)
+labels=$(grep -v '^#' "$table" | awk -F'\t' '$2 == "library" && $1 ~ /^gemm/' | wc -l)
 rows=$(($(wc -l < "$work/gemms.tsv") - 1))
 grep -q "^ceiling_gemm_labels=$labels$" "$work/ceilings.txt" && [[ $rows == "$labels" ]] ||
   { echo "FAIL: $labels GEMM labels in the profile, $rows rows timed"; exit 1; }

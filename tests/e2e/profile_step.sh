@@ -6,7 +6,7 @@
 #   the tied head), and their FLOPs sum to 6 x tokens x (12 L C^2 + V C), the matrices' share of
 #   trident's 6N (attention's products run inside its kernel on CPUs), in fp32 and bf16;
 # - two steps launch the same labels the same number of times, and at dp 2 rank 0's table holds
-#   half the tokens' FLOPs;
+#   half the tokens' FLOPs and its dp collectives ("mpi iallreduce_sum dp") with their bytes;
 # - a step past run.steps is refused before any work (exit 2).
 set -euo pipefail
 trident=$1 src=$2 work=$3
@@ -28,7 +28,7 @@ path, ranks, precision = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 L, C, V, T, B, micro = 4, 32, 256, 16, 8, 4  # inputs/tiny.toml, micro_batch_size 4
 with open(path) as f:
     rows = list(csv.DictReader((line for line in f if not line.startswith("#")), delimiter="\t"))
-gemms = [r for r in rows if r["kind"] == "library"]
+gemms = [r for r in rows if r["kind"] == "library" and r["label"].startswith("gemm")]
 want_prefix = "gemm16" if precision == "bf16" else "gemm "
 bad = [r["label"] for r in gemms if not r["label"].startswith(want_prefix)]
 if bad:
@@ -48,7 +48,13 @@ for name in ["attention_forward", "attention_backward", "layernorm_forward", "ad
         sys.exit(f"FAIL {path}: no {name} kernel in {sorted(kernels)}")
 if any(float(r["total_ms"]) < 0 for r in rows):
     sys.exit(f"FAIL {path}: a negative time")
-print(f"ok   {path.split('/')[-3]}: {calls} GEMM calls, {gflop:.6f} GFLOP, {len(kernels)} kernel labels")
+# Collectives: "<backend> <operation> <axis>" with the bytes they move; dp = 2 reduces gradients.
+collectives = [r for r in rows if r["kind"] == "library" and not r["label"].startswith("gemm")]
+if ranks > 1 and not any(r["label"].startswith("mpi ") and r["label"].endswith(" dp")
+                         and r["gbs"] for r in collectives):
+    sys.exit(f"FAIL {path}: no dp collective with its bytes in {[r['label'] for r in collectives]}")
+print(f"ok   {path.split('/')[-3]}: {calls} GEMM calls, {gflop:.6f} GFLOP, {len(kernels)} kernel "
+      f"labels, collectives {sorted(r['label'] for r in collectives)}")
 EOF
 }
 run plain 1
