@@ -186,10 +186,18 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
   const std::string tmp = path + ".tmp";
   {
     const h5::WritingFile writing(tmp, /*remove_on_failure=*/true);
+    // One rank writes through HDF5's POSIX driver: MPI-IO brings one process nothing, and Open
+    // MPI's shared-file-pointer component would put a file into the job's session directory,
+    // which singletons started with ess_singleton_isolated share (one finishing removed it under
+    // another's open: "unable to open file for mmap").
+    int ranks = 1;
+    TRIDENT_MPI(MPI_Comm_size(world, &ranks));
     h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    TRIDENT_H5(H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL));
-    TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true));
-    TRIDENT_H5(H5Pset_coll_metadata_write(fapl, true));
+    if (ranks > 1) {
+      TRIDENT_H5(H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL));
+      TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true));
+      TRIDENT_H5(H5Pset_coll_metadata_write(fapl, true));
+    }
     h5::Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
     TRIDENT_H5(static_cast<hid_t>(file));
     h5::write_attr(file, "format_version", kCheckpointFormatVersion);
@@ -205,7 +213,7 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     h5::write_attr(file, "loss_scale_hysteresis_left", meta.loss_scale_hysteresis_left);
     if (!meta.data_identity.empty()) h5::write_attr(file, "data_identity", meta.data_identity);
     h5::Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-    TRIDENT_H5(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+    if (ranks > 1) TRIDENT_H5(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
     h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
     TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
     h5::Handle optim;
