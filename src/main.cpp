@@ -63,6 +63,14 @@ void report_profile(const trident::StepProfiler& profiler, const std::filesystem
   out.close();
   if (!out) throw std::runtime_error("cannot write " + path.string());
   std::printf("%s\n", profiler.summary_line().c_str());
+  const std::vector<std::string> mismatched = profiler.mismatched_labels();
+  if (!mismatched.empty()) {
+    std::printf(
+        "launch roofline: %zu labels launched other than predicted (measured vs predicted "
+        "calls):\n",
+        mismatched.size());
+    for (const std::string& m : mismatched) std::printf("  %s\n", m.c_str());
+  }
   std::printf("profile of step %d (all %zu labels: %s):\n", profile_step,
               profiler.launches().rows().size(), path.c_str());
   std::istringstream lines(table);
@@ -100,7 +108,10 @@ int run_train(MPI_Comm world, const std::string& config_path,
   trident::InjectedFaults injected(faults, grid.rank());
   trident::StepHooks* hooks = &injected;
   std::optional<trident::StepProfiler> profiler;
-  if (profile_step > 0) hooks = &profiler.emplace(hooks, profile_step);
+  if (profile_step > 0) {
+    hooks = &profiler.emplace(hooks, profile_step);
+    profiler->predict(config);
+  }
   std::optional<trident::StepAllocations> allocations;
   if (report_allocations) hooks = &allocations.emplace(hooks);
   options.hooks = hooks;

@@ -32,6 +32,19 @@ bool report_missing_device(const char* program, bool print) {
   return !why.empty();
 }
 
+std::string device_name() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  int device = 0;
+  cudaDeviceProp props;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaGetDeviceProperties(&props, device) != cudaSuccess)
+    return "";
+  return props.name;
+#else
+  return "";
+#endif
+}
+
 void choose_device(MPI_Comm world, int argc, char** argv) {
 #if defined(KOKKOS_ENABLE_CUDA)
   bool chosen = std::getenv("KOKKOS_DEVICE_ID") != nullptr;

@@ -15,6 +15,9 @@ std::string missing_device();
 // cannot run here, having printed "PROGRAM: error: WHY" when `print` (rank 0 of a job).
 bool report_missing_device(const char* program, bool print);
 
+// The GPU this rank runs on as CUDA names it ("NVIDIA H200"); empty on host builds.
+std::string device_name();
+
 // The device a rank of a node with `devices` GPUs uses: its rank among the node's ranks, round
 // robin (ranks beyond the device count share, and the banner warns).
 inline int device_for_node_rank(int node_rank, int devices) {

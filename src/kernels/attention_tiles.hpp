@@ -18,26 +18,28 @@ struct AttentionTiles {
   int keys;  // keys per tile
 };
 
-#if defined(KOKKOS_ENABLE_CUDA)
 // GPU builds run one (sequence, query block, key tile) at a time, as GEMMs batched over the heads
 // and a softmax kernel: each tile costs launches, not FLOPs, at GPT-2's sizes. Whole-sequence
 // tiles up to T = 1024 make one block of one tile per sequence (34 launches a sequence and layer
 // in forward at T = 1024 with 256-row tiles, 4 with whole ones), at the price of the masked half
 // of the score products and a [NH, T, T] scratch.
-constexpr int kAttentionQueryRows = 1024;
-constexpr int kAttentionKeys = 1024;
-#else
+constexpr AttentionTiles kGpuAttentionTiles{1024, 1024};
 // Host builds run one (sequence, head) per thread: 32 rows keep a tile of scores in L2 beside the
 // head's keys; 256 keys per tile make a short sequence (T <= 256) a single tile.
-constexpr int kAttentionQueryRows = 32;
-constexpr int kAttentionKeys = 256;
+constexpr AttentionTiles kHostAttentionTiles{32, 256};
+#if defined(KOKKOS_ENABLE_CUDA)
+constexpr AttentionTiles kBuildAttentionTiles = kGpuAttentionTiles;
+#else
+constexpr AttentionTiles kBuildAttentionTiles = kHostAttentionTiles;
 #endif
 
 // The tiles for sequences of T tokens when `asked` for (attention.tile_rows, attention.tile_keys;
-// 0: this build's default), never larger than the sequence.
-constexpr AttentionTiles attention_tiles(int T, AttentionTiles asked = {0, 0}) {
-  const int rows = asked.rows > 0 ? asked.rows : kAttentionQueryRows;
-  const int keys = asked.keys > 0 ? asked.keys : kAttentionKeys;
+// 0: the `defaults`, this build's unless a prediction for another build asks), never larger than
+// the sequence.
+constexpr AttentionTiles attention_tiles(int T, AttentionTiles asked = {0, 0},
+                                         AttentionTiles defaults = kBuildAttentionTiles) {
+  const int rows = asked.rows > 0 ? asked.rows : defaults.rows;
+  const int keys = asked.keys > 0 ? asked.keys : defaults.keys;
   return {T < rows ? T : rows, T < keys ? T : keys};
 }
 

@@ -83,6 +83,15 @@ constexpr size_t column_partials_elements(int K, int rows, int cols) {
   return static_cast<size_t>(K) * ((rows + kColumnRowBlock - 1) / kColumnRowBlock) * cols;
 }
 
+// The row blocks column_sums_teams splits K column sums over rows x cols into, with `partials`
+// floats between its passes: one per kColumnRowBlock rows, as many as fit (at least one).
+constexpr int column_row_blocks(int K, int rows, int cols, size_t partials) {
+  const size_t wanted = static_cast<size_t>((rows + kColumnRowBlock - 1) / kColumnRowBlock);
+  const size_t per_block = static_cast<size_t>(K) * cols;
+  const size_t room = per_block > 0 ? partials / per_block : 0;
+  return static_cast<int>(std::max<size_t>(1, std::min(wanted, room)));
+}
+
 // outs[k](c) += sum over n < rows of term(n, c, t)[k] for every c < cols, k < K: term writes the K
 // terms of element (n, c) into t. `partials` (column_partials_elements floats, or fewer: fewer
 // row blocks; empty: one) holds the row blocks' sums between the two passes.
@@ -92,10 +101,7 @@ inline void column_sums_teams(const Exec& exec, const char* label,
                               const Term& term, const Vec& partials = Vec()) {
   constexpr int W = kColumnBlock, R = kColumnTeamRows;
   const size_t partial_floats = static_cast<size_t>(K) * R * W;
-  const int wanted = (rows + kColumnRowBlock - 1) / kColumnRowBlock;
-  const size_t per_block = static_cast<size_t>(K) * cols;
-  const size_t room = per_block > 0 ? partials.extent(0) / per_block : 0;
-  const int blocks = static_cast<int>(std::max<size_t>(1, std::min<size_t>(wanted, room)));
+  const int blocks = column_row_blocks(K, rows, cols, partials.extent(0));
   const int block_rows = (rows + blocks - 1) / blocks, column_blocks = (cols + W - 1) / W;
   TeamPolicy policy(exec, column_blocks * blocks, R, kColumnLanes);
   policy.set_scratch_size(0, Kokkos::PerTeam(partial_floats * sizeof(float)));

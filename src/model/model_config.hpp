@@ -26,8 +26,9 @@ inline constexpr std::array<Named<ModelFamily>, 2> kNames<ModelFamily>{
 // make-vocab-size-divisible-by): GPT-2's 50,257 logits make rows that are no multiple of 16 bytes,
 // which cuBLAS's tensor-core kernels and 16-byte loads need. Host builds keep the vocabulary as it
 // is (their BLAS gains nothing from it), so their tables and figures stay as measured.
+constexpr int kGpuVocabPadding = 128;
 #if defined(TRIDENT_GPU_BUILD)
-constexpr int kDefaultVocabPadding = 128;
+constexpr int kDefaultVocabPadding = kGpuVocabPadding;
 #else
 constexpr int kDefaultVocabPadding = 1;
 #endif

@@ -113,6 +113,17 @@ void parameters_and_gradients(const StageShape& s, const LocalParamTable& local,
   if (s.buffers.full_grads) st.grads = list.f32("grads", MemCategory::kGrads, local.total_numel());
 }
 
+}  // namespace
+
+size_t column_partial_floats(const StageShape& s) {
+  const bool biases = !s.model.llama();
+  const int widest = std::max(
+      {(biases ? 2 : 1) * s.model.n_embd, biases ? s.qkv_tp() : 0, biases ? s.fc_tp() : 0});
+  return kernels::column_partials_elements(1, s.max_batch * s.max_seq, widest);
+}
+
+namespace {
+
 void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   const BlockExtents e = s.extents(s.max_batch, s.max_seq);
   const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq, C = s.model.n_embd;
@@ -153,13 +164,8 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
                                             s.max_seq, p, s.buffers.attention_tiles));
   // GPU builds: the row blocks' partial sums of the bias and norm gradients (kernels/shapes.hpp),
   // for the widest of them: a LayerNorm's two sums over C (RMSNorm's one), GPT-2's qkv or fc bias.
-  if (kernels::kBuildShape == kernels::Shape::kGpu) {
-    const bool biases = !s.model.llama();
-    const int widest = std::max(
-        {(biases ? 2 : 1) * s.model.n_embd, biases ? s.qkv_tp() : 0, biases ? s.fc_tp() : 0});
-    ws.column_partials =
-        f32("column_partials", kernels::column_partials_elements(1, static_cast<int>(N), widest));
-  }
+  if (kernels::kBuildShape == kernels::Shape::kGpu)
+    ws.column_partials = f32("column_partials", column_partial_floats(s));
 }
 
 // The next backward writes these gradients with its GEMMs (beta 0) instead of adding to zeros.

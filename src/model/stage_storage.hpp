@@ -112,6 +112,11 @@ std::vector<Segment> grads_to_clear(const StageShape& shape, const LocalParamTab
 void init_stage_params(const StageShape& shape, const LocalParamTable& local,
                        const StageStorage& st, uint64_t seed);
 
+// The GPU shape's floats between the two passes of the bias and norm gradients' column sums
+// (kernels::column_sums_teams): for the widest of them, a LayerNorm's two sums over C (RMSNorm's
+// one) or GPT-2's qkv or fc bias, over the largest micro-batch's rows.
+size_t column_partial_floats(const StageShape& s);
+
 // What one activation slot keeps of a block of `shape` with its output: everything its backward
 // reads, or with `internals` false (recomputed whole) the output alone.
 BufferList describe_kept_block(const StageShape& shape, bool internals);

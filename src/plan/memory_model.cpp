@@ -29,9 +29,6 @@ double MemoryPrediction::model_states() const {
          bytes[static_cast<int>(MemCategory::kOptimizer)];
 }
 
-namespace {
-
-// How the trainer builds the stage of `layout` for q (Trainer::build_chunks).
 StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slots, int deferred) {
   StageShape s{q.model,
                layout,
@@ -46,6 +43,8 @@ StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slot
   s.buffers.attention_tiles = q.attention_tiles;
   return s;
 }
+
+namespace {
 
 void add(MemoryPrediction& p, const BufferList& list) {
   for (int c = 0; c < kMemCategories; ++c) p.bytes[c] += list.bytes()[c];

@@ -68,6 +68,12 @@ struct Config;
 // the trainer will run it).
 MemoryQuery memory_query(const Config& c);
 
+// The stage of `layout` as the trainer builds it for q (Trainer::build_chunks), with `slots`
+// micro-batches in flight and `deferred` weight-gradient sets.
+struct StageShape;
+struct StageLayout;
+StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slots, int deferred);
+
 // The rank with the largest predicted total over every (dp, tp, pp) coordinate of q's layout.
 struct BusiestRank {
   GridCoord rank;

@@ -69,11 +69,11 @@ const std::vector<DevicePreset>& device_presets() {
   // NVIDIA's datasheets (A100, H100, H200; HGX B200), SXM parts; the network is the DGX systems'
   // one NIC per GPU: 200 Gb/s HDR InfiniBand on DGX A100, 400 Gb/s NDR on DGX H100/H200/B200.
   static const std::vector<DevicePreset> presets = {
-      {"a100-40gb", "A100 SXM4 40GB", 40, 312, 1555, 600, 25},
-      {"a100-80gb", "A100 SXM4 80GB", 80, 312, 2039, 600, 25},
-      {"h100", "H100 SXM5 80GB", 80, 989.4, 3350, 900, 50},
-      {"h200", "H200 SXM 141GB", 141, 989.4, 4800, 900, 50},
-      {"b200", "B200 (HGX, 1000 W) 180GB", 180, 2250, 8000, 1800, 50},
+      {"a100-40gb", "A100 SXM4 40GB", 40, 312, 19.5, 1555, 600, 25},
+      {"a100-80gb", "A100 SXM4 80GB", 80, 312, 19.5, 2039, 600, 25},
+      {"h100", "H100 SXM5 80GB", 80, 989.4, 67, 3350, 900, 50},
+      {"h200", "H200 SXM 141GB", 141, 989.4, 67, 4800, 900, 50},
+      {"b200", "B200 (HGX, 1000 W) 180GB", 180, 2250, 0, 8000, 1800, 50},
   };
   return presets;
 }
@@ -85,6 +85,16 @@ const DevicePreset& device_preset(const std::string& name) {
     names += (names.empty() ? "" : ", ") + std::string(d.name);
   }
   throw InputError(fmt::format("--device '{}' is not a preset; presets: {}", name, names));
+}
+
+const DevicePreset* preset_for_device_name(const std::string& cuda_name) {
+  const auto has = [&](const char* part) { return cuda_name.find(part) != std::string::npos; };
+  const char* name = has("H200")   ? "h200"
+                     : has("H100") ? "h100"
+                     : has("B200") ? "b200"
+                     : has("A100") ? (has("80G") ? "a100-80gb" : "a100-40gb")
+                                   : nullptr;
+  return name ? &device_preset(name) : nullptr;
 }
 
 double plan_model_flops_per_token(const PlanModel& m) {

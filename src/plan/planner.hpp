@@ -41,6 +41,7 @@ struct DevicePreset {
   const char* model;   // what the output calls it
   double memory_gb;    // HBM, GB (1e9 bytes)
   double bf16_tflops;  // dense bf16 tensor-core peak (no sparsity)
+  double fp32_tflops;  // fp32 without tensor cores (0: not in the sources used)
   double hbm_gbs;      // HBM bandwidth, GB/s
   double nvlink_gbs;   // NVLink per GPU, both directions together, GB/s
   double network_gbs;  // network per GPU (its own NIC), one direction, GB/s
@@ -48,6 +49,10 @@ struct DevicePreset {
 const std::vector<DevicePreset>& device_presets();
 // The preset called `name`; an InputError naming the presets when none is.
 const DevicePreset& device_preset(const std::string& name);
+// The preset of a GPU as CUDA names it ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"), or
+// null for one without a preset. PCIe and NVL parts get their SXM part's preset, whose peaks are
+// higher: a prediction for them is optimistic.
+const DevicePreset* preset_for_device_name(const std::string& cuda_name);
 // --intra-bw from a preset: NCCL's ring reaches about half of the links' rate in one direction,
 // a quarter of the both-directions figure (the default --intra-bw, 150 GB/s, is that share of an
 // A100's 600 GB/s NVLink).

@@ -1,0 +1,209 @@
+// The launch roofline (plan/roofline.hpp): the GPU shape's launches and FLOPs for GPT-2 124M, the
+// batched attention's labels against what the kernels launch, and the timing rules.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/launch_profiler.hpp"
+#include "kernels/attention.hpp"
+#include "plan/planner.hpp"
+#include "plan/roofline.hpp"
+#include "test_space.hpp"
+
+using namespace trident;
+
+namespace {
+
+// GPT-2 124M as bench/gpu_check.sh trains it: bf16, B = 16, T = 1024, one micro-batch.
+MemoryQuery gpt2_124m_step() {
+  MemoryQuery q;
+  q.model = ModelConfig::gpt2(12, 768, 12, 50257, 1024);
+  q.model.vocab_padding = kGpuVocabPadding;
+  q.micro_batch = 16;
+  q.seq_len = 1024;
+  q.micro_batches = 1;
+  q.precision = Precision::kBf16;
+  return q;
+}
+
+int64_t calls_named(const StepLaunches& s, const std::string& prefix) {
+  int64_t n = 0;
+  for (const PredictedLaunch& r : s.rows())
+    if (r.label.rfind(prefix, 0) == 0) n += r.calls;
+  return n;
+}
+
+int64_t calls_of(const StepLaunches& s, const std::string& label) {
+  const PredictedLaunch* r = s.find(label);
+  return r ? r->calls : 0;
+}
+
+}  // namespace
+
+// The counts the review made by reading the code: with whole-sequence tiles a layer's
+// attention is 4 launches a sequence forward and 10 backward (bf16), 2,688 a step; the 16-bit
+// GEMMs with a bias fill their output first; one AdamW launch; 148 norm reductions.
+TEST(Roofline, GpuShapeOfTheGpt2Step) {
+  const StepLaunches s = predict_step_launches(gpt2_124m_step(), LaunchTarget{});
+  const int64_t attention = calls_named(s, "attention_") + calls_named(s, "gemm16_batched");
+  EXPECT_EQ(attention, 2688);
+  // Scores: once forward, again backward with dout v^T beside them.
+  EXPECT_EQ(calls_of(s, "gemm16_batched NT 1024x1024x64 x12"), 12 * 16 * 3);
+  EXPECT_EQ(calls_of(s, "gemm16_bias"), 12 * 4);  // qkv, proj, fc, fcproj
+  EXPECT_EQ(calls_of(s, "residual_forward"), 12 * 2);
+  EXPECT_EQ(calls_of(s, "gemm16_out NT 16384x50304x768"), 1);  // the padded head
+  EXPECT_EQ(calls_of(s, "adamw_update_split"), 1);
+  EXPECT_EQ(calls_of(s, "sum_of_squares"), 148);
+  // A LayerNorm's and a bias's column sums over 16,384 rows: 64 row blocks, a second pass each.
+  EXPECT_EQ(calls_of(s, "column_sums_blocks"), (2 * 12 + 1) + 4 * 12);
+  EXPECT_EQ(calls_of(s, "attention_softmax"), 12 * 16);
+  // Forward: the embedding, 77 a layer (2 norms, 4 GEMMs, 4 bias fills, 2 residual adds, GELU,
+  // 64 attention launches), the final norm, the head and 4 loss kernels. Backward: 6 at the head,
+  // 183 a layer (8 GEMMs, 4 bias and 2 norm column sums of 2 passes each, 2 norm inputs, GELU,
+  // 160 attention launches), 2 into the embeddings. Then 148 norms, AdamW, and the gradient
+  // clearing: d/d(residual) and 49 runs of biases and norms (wpe to layer 0's ln_1, then 4 a
+  // layer, the last joined to ln_f).
+  EXPECT_EQ(s.launches(), (1 + 77 * 12 + 6) + (6 + 183 * 12 + 2) + 149 + 1 + 49);
+}
+
+// The GEMMs' FLOPs are 6 x tokens x the multiplying parameters (the head at its padded width) plus
+// attention's products: trident's 12 L C T a token of the MFU formula, plus backward's recomputed
+// scores (2 L C T); whole-sequence tiles compute the masked half too.
+TEST(Roofline, GemmFlopsAreSixNPlusTheAttentionProducts) {
+  const MemoryQuery q = gpt2_124m_step();
+  const StepLaunches s = predict_step_launches(q, LaunchTarget{});
+  const double L = 12, C = 768, T = 1024, tokens = 16 * T, V = 50304;
+  const double matrices = L * 12 * C * C + V * C;
+  EXPECT_DOUBLE_EQ(s.gemm_flops(), 6 * tokens * matrices + 14 * L * C * T * tokens);
+  // The host shape runs attention inside its kernels: its GEMMs are the matrices alone.
+  MemoryQuery host = q;
+  host.model.vocab_padding = 1;
+  host.micro_batch = 2;
+  host.seq_len = 64;
+  const StepLaunches h = predict_step_launches(host, LaunchTarget{false, false});
+  EXPECT_DOUBLE_EQ(h.gemm_flops(), 6 * 128 * (L * 12 * C * C + 50257 * C));
+  EXPECT_EQ(calls_of(h, "attention_forward"), 12);
+  EXPECT_EQ(calls_of(h, "adamw_update_split"), 148);
+}
+
+// Recomputation repeats a block's forward but for its last projection; micro-batches repeat the
+// passes, not the optimizer.
+TEST(Roofline, RecomputationAndMicroBatches) {
+  MemoryQuery q = gpt2_124m_step();
+  q.micro_batch = 4;
+  q.micro_batches = 4;
+  const StepLaunches plain = predict_step_launches(q, LaunchTarget{});
+  q.recompute.policy = RecomputePolicy::kFull;
+  q.recompute.layers = 5;
+  const StepLaunches full = predict_step_launches(q, LaunchTarget{});
+  EXPECT_EQ(calls_of(plain, "layernorm_forward"), 4 * 25);
+  EXPECT_EQ(calls_of(full, "layernorm_forward"), 4 * (25 + 2 * 5));
+  EXPECT_EQ(calls_of(full, "residual_forward"), 4 * (24 + 5));
+  EXPECT_EQ(calls_of(full, "gelu_forward"), 4 * (12 + 5));
+  EXPECT_EQ(calls_of(full, "adamw_update_split"), 1);
+  EXPECT_EQ(calls_of(full, "gemm16_out NT 4096x50304x768"), 4);
+}
+
+TEST(Roofline, RefusesLayoutsItDoesNotPredict) {
+  MemoryQuery q = gpt2_124m_step();
+  q.dp = 2;
+  EXPECT_THROW(predict_step_launches(q, LaunchTarget{}), InputError);
+  q = gpt2_124m_step();
+  q.zero_stage = 1;
+  EXPECT_THROW(predict_step_launches(q, LaunchTarget{}), InputError);
+  q = gpt2_124m_step();
+  q.schedule = pipeline::ScheduleKind::kZeroBubbleH1;
+  EXPECT_THROW(predict_step_launches(q, LaunchTarget{}), InputError);
+}
+
+// The batched attention (the GPU shape, compiled in host builds too) launches what the roofline
+// predicts, label by label: blocks and tiles that do not divide the sequence, grouped-query heads,
+// fp32 and bf16.
+template <class E>
+void expect_batched_attention_as_predicted(kernels::AttentionTiles tiles) {
+  using Stored = typename E::Stored;
+  const kernels::AttentionShape s{2, 37, 4, 8, 2};
+  const int qkv_width = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS, N = s.B * s.T;
+  const bool half = E::format != Precision::kFp32;
+  Kokkos::View<Stored*, TestSpace> qkv("qkv", static_cast<size_t>(N) * qkv_width),
+      dqkv("dqkv", static_cast<size_t>(N) * qkv_width), out("out", static_cast<size_t>(N) * C),
+      dout("dout", static_cast<size_t>(N) * C);
+  Kokkos::View<float*, TestSpace> lse("lse", static_cast<size_t>(N) * s.NH),
+      scratch("scratch", kernels::attention_batched_scratch(s.NH, s.HS, s.T, tiles, E::format));
+  const Vec lse_vec(lse.data(), lse.extent(0)), scratch_vec(scratch.data(), scratch.extent(0));
+  const kernels::MatOf<E> q(qkv.data(), N, qkv_width), dq(dqkv.data(), N, qkv_width),
+      o(out.data(), N, C), g(dout.data(), N, C);
+  LaunchProfiler profiler;
+  profiler.start();
+  kernels::attention_forward_batched<E>(Exec(), o, lse_vec, scratch_vec, q, s, tiles);
+  kernels::attention_backward_batched<E>(Exec(), dq, scratch_vec, g, q, o, lse_vec, s, tiles);
+  profiler.stop();
+  StepLaunches predicted;
+  const AttentionLaunchShape shape{s.B, s.T, s.NH, s.KVH, s.HS, tiles, half};
+  add_attention_forward_batched(predicted, shape);
+  add_attention_backward_batched(predicted, shape);
+  std::map<std::string, int64_t> measured, want;
+  for (const LaunchRow& r : profiler.rows()) measured[r.label] += r.calls;
+  for (const PredictedLaunch& r : predicted.rows()) want[r.label] += r.calls;
+  EXPECT_EQ(measured, want) << "tiles " << tiles.rows << " x " << tiles.keys;
+  for (const LaunchRow& r : profiler.rows()) {
+    const PredictedLaunch* p = predicted.find(r.label);
+    if (r.flops > 0 && p) {
+      EXPECT_DOUBLE_EQ(r.flops, p->flops) << r.label;
+    }
+  }
+}
+
+TEST(Roofline, BatchedAttentionLaunchesAsPredicted) {
+  for (const kernels::AttentionTiles tiles :
+       {kernels::AttentionTiles{37, 37}, kernels::AttentionTiles{8, 12},
+        kernels::AttentionTiles{16, 5}}) {
+    expect_batched_attention_as_predicted<kernels::Fp32Elements>(tiles);
+    expect_batched_attention_as_predicted<kernels::Bf16Elements>(tiles);
+  }
+}
+
+// A launch takes the longer of its FLOPs at the GEMM rate and its bytes at the memory rate, at
+// least the device floor; a measured GEMM time replaces the rate for its label; the step is the
+// device's time unless issuing the launches takes the host longer.
+TEST(Roofline, TimesEachLaunchByItsCeiling) {
+  StepLaunches s;
+  s.add_gemm("gemm16", 'N', 'T', 4096, 4096, 4096, 1, 2, 4, false);  // 137.4 GFLOP, 134 MB
+  s.add("gelu_forward", LaunchKind::kKernel, 0, 1e9, 2);             // 0.5 GB a call
+  s.add("loss_sum", LaunchKind::kKernel, 0, 100, 3);                 // under the floor
+  RooflineCeilings c;
+  c.gemm16_tflops = 500;
+  c.memory_gbs = 2000;
+  const Roofline r = time_launches(s, c);
+  const double gemm = 2.0 * 4096 * 4096 * 4096 / 500e12, gelu = 2 * 0.5e9 / 2000e9,
+               floor = 3 * 1e-6 * c.device_floor_us;
+  ASSERT_EQ(r.rows.size(), 3u);
+  EXPECT_EQ(r.rows[0].launch.label, "gelu_forward");  // the longest first
+  EXPECT_DOUBLE_EQ(r.rows[0].seconds, gelu);
+  EXPECT_DOUBLE_EQ(r.rows[1].seconds, gemm);
+  EXPECT_DOUBLE_EQ(r.rows[2].seconds, floor);
+  EXPECT_DOUBLE_EQ(r.device_seconds, gemm + gelu + floor);
+  EXPECT_EQ(r.launches, 6);
+  EXPECT_DOUBLE_EQ(r.step_seconds(), r.device_seconds);
+  c.gemm_us["gemm16 NT 4096x4096x4096"] = 1000;
+  EXPECT_DOUBLE_EQ(time_launches(s, c).rows[0].seconds, 1e-3);
+  c.host_launch_us = 1e3;  // a host slower than the device
+  EXPECT_DOUBLE_EQ(time_launches(s, c).step_seconds(), 6e-3);
+  // fp32 GEMMs need an fp32 rate: B200's datasheet figures used here give none.
+  StepLaunches fp32;
+  fp32.add_gemm("gemm", 'N', 'N', 64, 64, 64, 1, 4, 4, false);
+  EXPECT_THROW(time_launches(fp32, datasheet_ceilings(device_preset("b200"))), InputError);
+  EXPECT_GT(time_launches(fp32, datasheet_ceilings(device_preset("h100"))).device_seconds, 0);
+}
+
+TEST(Roofline, DeviceNamesFindTheirPresets) {
+  EXPECT_STREQ(preset_for_device_name("NVIDIA H200")->name, "h200");
+  EXPECT_STREQ(preset_for_device_name("NVIDIA H100 80GB HBM3")->name, "h100");
+  EXPECT_STREQ(preset_for_device_name("NVIDIA A100-SXM4-80GB")->name, "a100-80gb");
+  EXPECT_STREQ(preset_for_device_name("NVIDIA A100-SXM4-40GB")->name, "a100-40gb");
+  EXPECT_EQ(preset_for_device_name("NVIDIA GeForce RTX 4090"), nullptr);
+  EXPECT_EQ(preset_for_device_name(""), nullptr);
+}
