@@ -19,9 +19,13 @@
 #   4. ceilings PyTorch's copy bandwidth, bf16 GEMMs (8192^3, and every GEMM label of the profile
 #               at its own shape, beside trident's time: OUT_DIR/gemm_ceilings.tsv) and causal
 #               attention forward and backward (bench/gpu_ceilings.py);
-#   5. tiles    the same run for 10 steps with the attention tiles it replaced (256 x 256; the
+#   5. roofline the launch roofline of the same step (trident plan --device auto): GPU_ROOFLINE
+#               on the datasheet's ceilings and on stage 4's measured ones, and the profiled
+#               step's labels against it (bench/roofline_vs_profile.py): calls that differ, the
+#               ten longest labels within +-30 % of their prediction;
+#   6. tiles    the same run for 10 steps with the attention tiles it replaced (256 x 256; the
 #               default is now the whole sequence up to 1024): old against new in one call;
-#   6. torch    PyTorch on the same shape in its best configuration (bench/torch_gpu_step.py:
+#   7. torch    PyTorch on the same shape in its best configuration (bench/torch_gpu_step.py:
 #               SDPA, bf16 autocast, fused AdamW; eager, then torch.compile): the faster counts.
 # It ends with one line, VERDICT pass|fail, naming each goal of issue 49 it missed. Without a GPU
 # it refuses at once (exit 2). Exit 1 when a stage fails.
@@ -139,7 +143,8 @@ record profile_exit "$rc"
 ((rc == 0)) || { failed=1 && tail -n 20 "$work/profile.log"; }
 profile_line=$work/profile_line.txt
 grep '^PROFILE step=' "$work/profile.log" >"$profile_line"
-for key in launches labels launch_ms gemm_gflop step_ms profiled_step_ms busy_percent; do
+for key in launches labels launch_ms gemm_gflop step_ms profiled_step_ms busy_percent \
+  predicted_launches mismatched_labels predicted_ms; do
   record "profile_$key" "$(value "$key" "$profile_line")"
 done
 cp "$work/runs_profile/gpu_check/profile_step_5.tsv" "$work/profile_step_5.tsv" 2>/dev/null
@@ -153,7 +158,32 @@ record ceilings_exit "$rc"
 grep '^ceiling_' "$work/ceilings.log" | tee -a "$results"
 ((rc == 0)) || tail -n 5 "$work/ceilings.log"
 
-echo "== 5. the attention tiles it replaced (256 x 256), 10 steps"
+echo "== 5. the launch roofline against the profiled step"
+roofline=("./run.sh" trident plan --config inputs/gpu_check.toml --device auto --gpus 1 --top 0)
+copy_gbs=$(value ceiling_copy_gbs "$results") gemm_tflops=$(value ceiling_gemm8192_tflops "$results")
+if [[ -n $copy_gbs && -n $gemm_tflops && -s $work/gemm_ceilings.tsv ]]; then
+  roofline+=(--copy-gbs "$copy_gbs" --gemm-tflops "$gemm_tflops" --gemm-ceilings
+    "$work/gemm_ceilings.tsv")
+fi
+timeout "$(limit 60)" "${roofline[@]}" --roofline-table "$work/roofline.tsv" \
+  >"$work/roofline.log" 2>&1
+rc=$?
+record roofline_exit "$rc"
+((rc == 0)) || { failed=1 && tail -n 10 "$work/roofline.log"; }
+for ceilings in datasheet measured; do
+  grep "^GPU_ROOFLINE .*ceilings=$ceilings " "$work/roofline.log" >"$work/roofline_line.txt"
+  for key in step_ms mfu_percent launches device_ms host_ms gemm_ms; do
+    record "roofline_${ceilings}_$key" "$(value "$key" "$work/roofline_line.txt")"
+  done
+done
+if [[ -s $work/roofline.tsv && -s $work/profile_step_5.tsv ]]; then
+  "$python" bench/roofline_vs_profile.py "$work/profile_step_5.tsv" "$work/roofline.tsv" \
+    >"$work/roofline_vs_profile.log" 2>&1
+  cat "$work/roofline_vs_profile.log"
+  grep '^roofline_' "$work/roofline_vs_profile.log" | tee -a "$results"
+fi
+
+echo "== 6. the attention tiles it replaced (256 x 256), 10 steps"
 timeout "$(limit 90)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
   --set run.out_dir="$work/runs_tiles256" --set run.steps=10 --set attention.tile_rows=256 \
   --set attention.tile_keys=256 >"$work/tiles256.log" 2>&1
@@ -164,7 +194,7 @@ record tiles256_ms_per_step "$(value ms_per_step "$perf")"
 record tiles256_tokens_per_s "$(value tokens_per_s "$perf")"
 ((rc == 0)) || { failed=1 && tail -n 20 "$work/tiles256.log"; }
 
-echo "== 6. PyTorch on the same shape"
+echo "== 7. PyTorch on the same shape"
 best_torch=""
 for mode in eager compile; do
   timeout "$(limit $([[ $mode == eager ]] && echo 90 || echo 200))" \
@@ -199,6 +229,9 @@ printf '%-34s %s\n' "GPU" "$gpu" \
   "trident tokens/s, MFU %" "${trident_tok:-none}, $(value trident_mfu_percent "$results")" \
   "ms/step: whole-sequence / 256 tiles" "$(value trident_ms_per_step "$results") / $(value tiles256_ms_per_step "$results")" \
   "profiled step: launches, busy %" "$(value profile_launches "$results"), $(value profile_busy_percent "$results")" \
+  "roofline: step ms, MFU % (datasheet)" "$(value roofline_datasheet_step_ms "$results"), $(value roofline_datasheet_mfu_percent "$results")" \
+  "roofline: step ms (measured ceilings)" "$(value roofline_measured_step_ms "$results")" \
+  "labels called other than predicted" "$(value roofline_calls_mismatched "$results")" \
   "first losses vs CPU (max rel. err)" "$worst" \
   "PyTorch best tokens/s ($(value torch_best_mode "$results"))" "${best_torch:-none}" \
   "trident / PyTorch" "$ratio" \
@@ -210,6 +243,13 @@ awk -v v="$ratio" 'BEGIN { exit !(v + 0 >= 1.2) }' || missed+=" trident/pytorch<
 awk -v v="$(value profile_busy_percent "$results")" 'BEGIN { exit !(v + 0 >= 90) }' ||
   missed+=" gpu_busy<90%"
 [[ $worst != missing ]] && awk -v e="$worst" 'BEGIN { exit !(e <= 0.01) }' || missed+=" first_losses"
+awk -v v="$(value roofline_datasheet_mfu_percent "$results")" 'BEGIN { exit !(v + 0 >= 50) }' ||
+  missed+=" roofline_mfu<50%"
+awk -v v="$(value roofline_datasheet_launches "$results")" 'BEGIN { exit !(v != "" && v + 0 <= 1000) }' ||
+  missed+=" roofline_launches>1000"
+[[ $(value roofline_calls_mismatched "$results") == 0 ]] || missed+=" launches_not_as_predicted"
+awk -v v="$(value roofline_top10_within_30 "$results")" 'BEGIN { exit !(v + 0 >= 10) }' ||
+  missed+=" labels_off_prediction"
 ((failed == 0)) || missed+=" a_stage_failed"
 verdict="VERDICT $([[ -z $missed ]] && echo pass || echo fail)${missed:+ missed:$missed}"
 record verdict "\"$verdict\""

@@ -14,6 +14,7 @@
 
 #include "comm/grid.hpp"
 #include "comm/host_comm.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/provenance.hpp"
@@ -24,6 +25,7 @@
 #include "io/prepare.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/planner.hpp"
+#include "plan/roofline.hpp"
 #include "train/faults.hpp"
 #include "train/generate.hpp"
 #include "train/step_allocations.hpp"
@@ -483,6 +485,44 @@ struct EnvCommand {
   }
 };
 
+// The launch roofline of a one-rank config's step on `d`, as the CUDA build would launch it: on
+// the datasheet ceilings, and on measured ones when given; its table to --roofline-table.
+void print_roofline(const trident::Config& c, const trident::DevicePreset& d,
+                    const std::optional<trident::RooflineCeilings>& measured,
+                    const std::string& table_path) {
+  trident::MemoryQuery q = trident::memory_query(c);
+  const int padding = trident::gpu_vocab_padding(q.model);
+  if (padding != q.model.vocab_padding)
+    std::printf(
+        "launch roofline: the vocabulary padded to a multiple of %d, the CUDA build's "
+        "default (set model.vocab_padding to predict another)\n",
+        padding);
+  q.model.vocab_padding = padding;
+  trident::StepLaunches launches;
+  try {
+    launches = trident::predict_step_launches(q, trident::LaunchTarget{});
+  } catch (const trident::InputError& e) {
+    std::printf("launch roofline: not predicted: %s\n", e.what());
+    return;
+  }
+  const double tokens = static_cast<double>(q.micro_batch) * q.seq_len * q.micro_batches;
+  const double model_flops = trident::flops_per_token(c.model, q.seq_len) * tokens;
+  std::vector<trident::RooflineCeilings> ceilings{trident::datasheet_ceilings(d)};
+  if (measured) ceilings.push_back(*measured);
+  trident::Roofline last;
+  for (const trident::RooflineCeilings& ceiling : ceilings) {
+    last = trident::time_launches(launches, ceiling);
+    std::fputs(trident::roofline_report(last, ceiling, d, model_flops, tokens, 20).c_str(), stdout);
+  }
+  if (table_path.empty()) return;
+  std::ofstream out(table_path);
+  out << trident::roofline_tsv(last);
+  out.close();
+  if (!out) throw trident::InputError("--roofline-table: cannot write " + table_path);
+  std::printf("launch roofline table (%s ceilings): %s\n", ceilings.back().source.c_str(),
+              table_path.c_str());
+}
+
 // `trident plan`: the layouts of a model on a cluster, and a config's own memory.
 struct PlanCommand {
   CLI::App* app = nullptr;
@@ -493,6 +533,10 @@ struct PlanCommand {
   std::string device;
   double batch_tokens = 1 << 20;
   int top = 10;
+  // The launch roofline's measured ceilings and its table.
+  double copy_gbs = 0, gemm_tflops = 0;
+  std::string gemm_ceilings, roofline_table;
+  std::optional<trident::RooflineCeilings> measured_ceilings;
 
   void add_to(CLI::App& parent) {
     app = parent.add_subcommand("plan", "recommend a layout for a model on a GPU cluster");
@@ -516,7 +560,7 @@ struct PlanCommand {
     app->add_option("--device", device,
                     "a GPU's datasheet figures for --gpu-mem, --peak-tflops, --hbm-bw, --intra-bw "
                     "and --inter-bw (each option given too wins): " +
-                        presets);
+                        presets + ", or auto (the GPU a CUDA build runs on)");
     app->add_option("--gpus", cluster.gpus, "GPUs")->capture_default_str();
     app->add_option("--gpus-per-node", cluster.gpus_per_node, "GPUs per node")
         ->capture_default_str();
@@ -548,8 +592,30 @@ struct PlanCommand {
     app->add_option("--top", top, "layouts to list (0: only the config's and the summary)")
         ->check(CLI::Range(0, 1000000))
         ->capture_default_str();
+    // With --config and --device: the config's step launch by launch (plan/roofline.hpp).
+    app->add_option("--copy-gbs", copy_gbs,
+                    "launch roofline on measured ceilings: a device-to-device copy's rate, GB/s "
+                    "(with --gemm-tflops)")
+        ->check(CLI::PositiveNumber);
+    app->add_option("--gemm-tflops", gemm_tflops,
+                    "launch roofline on measured ceilings: a large bf16 GEMM's rate, TFLOP/s")
+        ->check(CLI::PositiveNumber);
+    app->add_option(
+        "--gemm-ceilings", gemm_ceilings,
+        "launch roofline: each GEMM label's measured time (bench/gpu_ceilings.py --out)");
+    app->add_option("--roofline-table", roofline_table,
+                    "write the launch roofline's table (the profile table's columns) to this file");
   }
   void run(int rank) {
+    const bool measured = copy_gbs > 0 || gemm_tflops > 0 || !gemm_ceilings.empty();
+    if ((measured || !roofline_table.empty()) && (config_path.empty() || device.empty()))
+      throw trident::InputError(
+          "--copy-gbs, --gemm-tflops, --gemm-ceilings and --roofline-table belong to the launch "
+          "roofline, which needs --config and --device");
+    if (measured && (copy_gbs <= 0 || gemm_tflops <= 0))
+      throw trident::InputError("measured ceilings need both --copy-gbs and --gemm-tflops");
+    if (measured)  // read before any output: a bad file is an input error
+      measured_ceilings = trident::measured_ceilings(copy_gbs, gemm_tflops, gemm_ceilings);
     if (!device.empty()) apply_device(rank);
     if (!config_path.empty()) plan_for_config(rank);
     if (rank == 0) print_plan(model, cluster, batch_tokens, top);
@@ -557,7 +623,16 @@ struct PlanCommand {
   // The preset's figures, except where the command line gave its own.
   void apply_device(int rank) {
     const trident::PlanCluster given = cluster;
-    cluster = trident::on_device(cluster, trident::device_preset(device));
+    const trident::DevicePreset* preset = nullptr;
+    if (device == "auto") {  // the GPU this (CUDA) build runs on
+      const std::string name = trident::device_name();
+      preset = trident::preset_for_device_name(name);
+      if (!preset)
+        throw trident::InputError(name.empty()
+                                      ? "--device auto: this build runs on no GPU (a host build)"
+                                      : "--device auto: no preset for this GPU, " + name);
+    }
+    cluster = trident::on_device(cluster, preset ? *preset : trident::device_preset(device));
     const auto keep = [&](const char* option, double trident::PlanCluster::*field) {
       if (app->count(option) > 0) cluster.*field = given.*field;
     };
@@ -599,6 +674,8 @@ struct PlanCommand {
       if (rank == 0) {
         print_config_memory(resolved, cluster.gpu_mem_gb);
         print_config_time(resolved, model, cluster);
+        if (cluster.device)
+          print_roofline(resolved, *cluster.device, measured_ceilings, roofline_table);
       }
     } catch (const trident::InputError& e) {
       // Planning for the config's model still makes sense when its own layout does not.

@@ -88,6 +88,7 @@ done
 mkdir -p "$out/bench" "$out/inputs/models" "$out/data" "$out/reference"
 cp "$root/bench/gpu_check.sh" "$out/gpu_check.sh"
 cp "$root/bench/torch_step.py" "$root/bench/torch_gpu_step.py" "$root/bench/gpu_ceilings.py" \
+  "$root/bench/roofline_vs_profile.py" \
   "$out/bench/"
 cp "$root/inputs/gpu_check.toml" "$out/inputs/"
 cp "$root/inputs/models/gpt2-124m.toml" "$out/inputs/models/"

@@ -467,6 +467,53 @@ Roofline time_launches(const StepLaunches& launches, const RooflineCeilings& c) 
   return r;
 }
 
+std::string roofline_tsv(const Roofline& r) {
+  std::string out = "label\tkind\tcalls\ttotal_ms\tmean_us\tgflop\ttflops\tgbs\n";
+  for (const RooflineRow& row : r.rows) {
+    const PredictedLaunch& l = row.launch;
+    const double per_call = row.seconds / static_cast<double>(l.calls);
+    out += fmt::format("{}\t{}\t{}\t{:.4f}\t{:.2f}\t{}\t{}\t{:.3f}\n", l.label, name_of(l.kind),
+                       l.calls, 1e3 * row.seconds, 1e6 * per_call,
+                       l.flops > 0 ? fmt::format("{:.9f}", l.flops / 1e9) : "",
+                       l.flops > 0 ? fmt::format("{:.3f}", l.flops / row.seconds / 1e12) : "",
+                       l.bytes / row.seconds / 1e9);
+  }
+  return out;
+}
+
+std::string roofline_report(const Roofline& r, const RooflineCeilings& c, const DevicePreset& d,
+                            double model_flops, double tokens, int top) {
+  const double step = r.step_seconds();
+  double gemm = 0;
+  for (const RooflineRow& row : r.rows)
+    if (row.launch.kind == LaunchKind::kLibrary && row.launch.label.rfind("gemm", 0) == 0)
+      gemm += row.seconds;
+  std::string out = fmt::format(
+      "launch roofline of one step on one {} ({} ceilings: 16-bit GEMMs {:.0f} TFLOP/s, fp32 "
+      "GEMMs {}, memory {:.0f} GB/s{}; at least {:.1f} us a launch on the device, {:.1f} us on "
+      "the host):\n",
+      d.model, c.source, c.gemm16_tflops,
+      c.gemm32_tflops > 0 ? fmt::format("{:.1f} TFLOP/s", c.gemm32_tflops) : "none", c.memory_gbs,
+      c.gemm_us.empty() ? "" : fmt::format(", {} GEMM labels timed", c.gemm_us.size()),
+      c.device_floor_us, c.host_launch_us);
+  out +=
+      fmt::format("  {:<42} {:>7} {:>10} {:>9} {:>6}\n", "label", "calls", "GFLOP", "ms", "share");
+  for (size_t i = 0; i < r.rows.size() && static_cast<int>(i) < top; ++i) {
+    const RooflineRow& row = r.rows[i];
+    out += fmt::format("  {:<42} {:>7} {:>10.1f} {:>9.3f} {:>5.1f}%\n", row.launch.label,
+                       row.launch.calls, row.launch.flops / 1e9, 1e3 * row.seconds,
+                       100 * row.seconds / r.device_seconds);
+  }
+  if (static_cast<int>(r.rows.size()) > top)
+    out += fmt::format("  ... {} more labels\n", r.rows.size() - top);
+  out += fmt::format(
+      "GPU_ROOFLINE device={} ceilings={} step_ms={:.3f} mfu_percent={:.2f} launches={} "
+      "device_ms={:.3f} host_ms={:.3f} gemm_ms={:.3f} tokens_per_s={:.0f}\n",
+      d.name, c.source, 1e3 * step, 100 * model_flops / step / (d.bf16_tflops * 1e12), r.launches,
+      1e3 * r.device_seconds, 1e3 * r.host_seconds, 1e3 * gemm, tokens / step);
+  return out;
+}
+
 int gpu_vocab_padding(const ModelConfig& m) {
   return m.vocab_padding == kDefaultVocabPadding ? kGpuVocabPadding : m.vocab_padding;
 }

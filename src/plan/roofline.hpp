@@ -121,6 +121,18 @@ struct Roofline {
 // where the ceilings know no fp32 rate.
 Roofline time_launches(const StepLaunches& launches, const RooflineCeilings& c);
 
+// The roofline as a table with the profile table's columns (label, kind, calls, total_ms,
+// mean_us, gflop, tflops, gbs), predicted: bench/gpu_ceilings.py --profile reads either.
+std::string roofline_tsv(const Roofline& r);
+
+// What `trident plan --config ... --device ...` prints for a one-rank config: the ceilings, the
+// `top` longest labels and the line "GPU_ROOFLINE device=... ceilings=... step_ms=...
+// mfu_percent=... launches=... device_ms=... host_ms=... gemm_ms=... tokens_per_s=...". MFU as
+// `train` computes it: `model_flops` (6N + 12 L C T a token, times the step's tokens) over the
+// step time and the preset's bf16 peak.
+std::string roofline_report(const Roofline& r, const RooflineCeilings& c, const DevicePreset& d,
+                            double model_flops, double tokens, int top);
+
 // The vocabulary padding a GPU build would use for `m` (its default, 128, where `m` keeps this
 // host build's default of 1): a prediction for a GPU made on a host pads as the GPU would.
 int gpu_vocab_padding(const ModelConfig& m);
