@@ -35,9 +35,11 @@ class PhaseTimer {
   // sets a fence, so that a phase's seconds are its own kernels' and not the next phase's (a
   // collective timed alone would otherwise be charged the compute queued before it).
   void set_settle(void (*settle)()) { settle_ = settle; }
+  // Whether phase changes call the settle function (from the next change on).
+  void set_settling(bool on) { settling_ = on; }
   void reset() { seconds_.fill(0.0); }
   void push(Phase p) {
-    if (settle_) settle_();
+    if (settle_ && settling_) settle_();
     const auto now = Clock::now();
     if (!stack_.empty()) add(stack_.back(), now);
     stack_.push_back(p);
@@ -45,7 +47,7 @@ class PhaseTimer {
     mark(now);
   }
   void pop() {
-    if (settle_) settle_();
+    if (settle_ && settling_) settle_();
     const auto now = Clock::now();
     add(stack_.back(), now);
     stack_.pop_back();
@@ -69,6 +71,7 @@ class PhaseTimer {
     seconds_[static_cast<int>(p)] += std::chrono::duration<double>(now - t0_).count();
   }
   void (*settle_)() = nullptr;
+  bool settling_ = true;
   std::array<double, kPhases> seconds_{};
   std::vector<Phase> stack_;
   Clock::time_point t0_;

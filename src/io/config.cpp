@@ -117,6 +117,10 @@ std::vector<Field> run_fields(Config& c) {
        "abort the job, naming each rank's phase, when a rank's phase has not changed for this "
        "long (a hung collective); 0: off"},
       {"run", "peak_tflops", &c.run.peak_tflops, "per-rank peak TFLOP/s for MFU"},
+      {"run", "phase_fences", choice(&c.run.phase_fences),
+       "GPU builds: fence the device at each phase change in every step (every_step: each "
+       "phase's time is its own kernels') or only in a profiled step (profiled: no stalls; the "
+       "other steps' phase times are when the host issued their work)"},
       {"run", "stop_signals", signal_list_choice(&c.run.stop_signals),
        "signals that stop the run after the current step with a checkpoint and exit status 4 "
        "(what Slurm sends before it kills a job): comma-separated TERM, INT, USR1, USR2, HUP, "

@@ -18,6 +18,16 @@ namespace trident {
 
 class HostCollectives;  // comm/host_comm.hpp
 
+// When a GPU build fences the device at each phase change of a step (core/timer.hpp): only in a
+// step that `train --profile-step` profiles (no fence stalls the launch queue; the other steps'
+// phase times are when the host issued each phase's work, their sum still the step's time), or
+// in every step (each phase's time is its own kernels': a phase breakdown, at the cost of a
+// drained queue at each of the ~12 phase changes). Host builds run each kernel to its end anyway.
+enum class PhaseFences { kProfiled, kEveryStep };
+template <>
+inline constexpr std::array<Named<PhaseFences>, 2> kNames<PhaseFences>{
+    {{PhaseFences::kProfiled, "profiled"}, {PhaseFences::kEveryStep, "every_step"}}};
+
 struct RunSection {
   std::string name = "run";
   std::string out_dir = "runs";
@@ -30,6 +40,7 @@ struct RunSection {
   int keep_checkpoints = 0;       // keep the newest N checkpoints; 0: keep all
   double watchdog_seconds = 600;  // abort when a rank's phase is unchanged this long; 0: off
   double peak_tflops = 1.0;       // per rank; the denominator of MFU
+  PhaseFences phase_fences = PhaseFences::kProfiled;
   // Stop early and resumably (checkpoint, exit status 4) on these signals, or before this
   // wall-clock budget in minutes runs out (0: none).
   std::vector<StopSignal> stop_signals = {StopSignal::kTerm, StopSignal::kInt, StopSignal::kUsr1};

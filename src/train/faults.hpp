@@ -29,6 +29,12 @@ class StepHooks {
   }
   // A checkpoint of `step` is half written (its first dataset is on disk).
   virtual void checkpoint_midway(int step) { (void)step; }
+  // Whether `step` must fence the device at each phase change whatever run.phase_fences says
+  // (a profiled step: its phases are timed like its kernels).
+  virtual bool fences_phases(int step) const {
+    (void)step;
+    return false;
+  }
 };
 
 enum class FaultKind { kNone, kKill, kHang, kKillInCheckpoint };

@@ -27,6 +27,7 @@ class StepAllocations final : public StepHooks {
   void step_ends(int step) override;
   void gradients_final(int step, const View1& gradients) override;
   void checkpoint_midway(int step) override;
+  bool fences_phases(int step) const override { return inner_ && inner_->fences_phases(step); }
 
   struct StepRecord {
     int step = 0;

@@ -25,6 +25,9 @@ class StepProfiler final : public StepHooks {
   void step_ends(int step) override;
   void gradients_final(int step, const View1& gradients) override;
   void checkpoint_midway(int step) override;
+  bool fences_phases(int step) const override {
+    return step == step_ || (inner_ && inner_->fences_phases(step));
+  }
 
   // The launch roofline's prediction of this step (plan/roofline.hpp): the table gains each
   // label's predicted calls and, with `timed` (a GPU with a preset), its predicted time and the

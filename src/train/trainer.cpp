@@ -343,8 +343,9 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
       tokens_per_step_(static_cast<int64_t>(config_.train.batch_size) * config_.train.seq_len) {
   if (grid.embedding_comm() != MPI_COMM_NULL)
     embedding_ = std::make_unique<MpiCommunicator>(grid.embedding_comm());
-  // Kernels on a GPU run behind the host: phases fence, or each would be charged its
-  // predecessor's queued work. Host kernels finish before the host goes on.
+  // Kernels on a GPU run behind the host: phases fence (in the steps run.phase_fences and the
+  // hooks choose), or each is charged its predecessor's queued work. Host kernels finish before
+  // the host goes on.
   if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible)
     timer_.set_settle([] { Exec().fence(); });
   kernels::set_gemm_math(gemm_math_for(config_.precision));
@@ -400,6 +401,8 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   timer_.reset();
   out.step = step + 1;
   current_step_ = out.step;
+  timer_.set_settling(config_.run.phase_fences == PhaseFences::kEveryStep ||
+                      hooks_.fences_phases(out.step));
   hooks_.step_begins(out.step, timer_);
   const DpSync sync = config_.dp.sync;
   const bool checkpoint = checkpointer_->due(out.step);

@@ -12,6 +12,7 @@
 #include "plan/planner.hpp"
 #include "plan/roofline.hpp"
 #include "test_space.hpp"
+#include "train/step_profiler.hpp"
 
 using namespace trident;
 
@@ -206,4 +207,16 @@ TEST(Roofline, DeviceNamesFindTheirPresets) {
   EXPECT_STREQ(preset_for_device_name("NVIDIA A100-SXM4-40GB")->name, "a100-40gb");
   EXPECT_EQ(preset_for_device_name("NVIDIA GeForce RTX 4090"), nullptr);
   EXPECT_EQ(preset_for_device_name(""), nullptr);
+}
+
+// The profiled step fences its phases whatever run.phase_fences says; other steps ask the hooks
+// they wrap.
+TEST(Roofline, TheProfiledStepFencesItsPhases) {
+  struct SeventhStep : StepHooks {
+    bool fences_phases(int step) const override { return step == 7; }
+  } inner;
+  const StepProfiler profiler(&inner, 3);
+  EXPECT_TRUE(profiler.fences_phases(3));
+  EXPECT_TRUE(profiler.fences_phases(7));
+  EXPECT_FALSE(profiler.fences_phases(4));
 }

@@ -46,3 +46,18 @@ TEST(PhaseTimer, WithoutSettleNothingWaits) {
   EXPECT_EQ(settles, 0);
   EXPECT_LT(seconds(timer, Phase::kOptimizer), 0.019);
 }
+
+// run.phase_fences = "profiled": steps that are not profiled change phases without the fence.
+TEST(PhaseTimer, SettlingOffSkipsTheSettleHook) {
+  PhaseTimer timer;
+  timer.set_settle(&slow_settle);
+  settles = 0;
+  timer.set_settling(false);
+  timer.push(Phase::kForward);
+  timer.pop();
+  EXPECT_EQ(settles, 0);
+  timer.set_settling(true);
+  timer.push(Phase::kBackward);
+  timer.pop();
+  EXPECT_EQ(settles, 2);
+}

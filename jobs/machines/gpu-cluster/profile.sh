@@ -7,6 +7,14 @@
 if command -v module >/dev/null 2>&1; then
   module load gcc cuda openmpi hdf5/parallel python
 fi
+# The CUDA build (make build-cuda), unless TRIDENT names another program: a GPU site runs the GPU
+# build; each rank's banner line names the GPU it got (its PCI address), and the job log shows
+# trident's warning when ranks of one node share a GPU.
+TRIDENT=${TRIDENT:-$TRIDENT_ROOT/build-cuda/src/trident}
+# Scaling studies split each step into phases (compute against communication): on a GPU that
+# needs a device fence at every phase change (run.phase_fences, docs/gpus.md), unless SETS says
+# otherwise.
+[[ " ${SETS-} " == *" run.phase_fences="* ]] || SETS="${SETS:+$SETS }run.phase_fences=every_step"
 # One rank per GPU, each bound to the cores nearest its GPU: srun's --gpus-per-task gives every
 # rank its own device (Kokkos then uses device 0 of what it sees), and closest binding keeps host
 # buffers on the GPU's NUMA node.
