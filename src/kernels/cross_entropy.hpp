@@ -140,6 +140,68 @@ inline void cross_entropy_backward(const Exec& exec, const MatOf<E>& dlogits,
       });
 }
 
+// The whole classifier of a vocabulary held by one rank (tp = 1), row by row in one launch: each
+// row's maximum, sum and target logit as cross_entropy_row_max and _row_sums compute them, its
+// log-sum-exp and loss as cross_entropy_losses, then its gradient written over it as
+// cross_entropy_backward writes it. The same arithmetic in the same order gives the same bits;
+// the row is read from memory once and re-read from cache (a team's or a thread's row), where
+// the four kernels read it three times and write it once, each a launch.
+template <class E = Fp32Elements>
+inline void cross_entropy_fused(const Exec& exec, const MatOf<E>& logits, const Vec& losses,
+                                const Vec& lse, const ConstIntVec& targets, int valid, float scale,
+                                Shape shape = kBuildShape) {
+  Region region("trident::cross_entropy_fused");
+  const int width = static_cast<int>(logits.extent(1));
+  if (shape == Shape::kGpu) {
+    Kokkos::parallel_for(
+        "cross_entropy_fused", row_teams(exec, static_cast<int>(logits.extent(0))),
+        KOKKOS_LAMBDA(const TeamMember& team) {
+          const int n = team.league_rank(), target = targets(n);
+          const float m = team_max(
+              team, valid, [&](int v) { return E::load(logits(n, v)); }, -3.0e38f);
+          const float sum = team_sum(
+              team, valid, [&](int v) { return kmath::exp_vec(E::load(logits(n, v)) - m); });
+          const float target_logit =
+              target >= 0 && target < valid ? E::load(logits(n, target)) : 0.0f;
+          const float l = m + kmath::log(sum);
+          team.team_barrier();  // every thread has read the row before any writes its gradient
+          Kokkos::single(Kokkos::PerTeam(team), [&] {
+            lse(n) = l;
+            losses(n) = target >= 0 ? l - target_logit : 0.0f;
+          });
+          const float s = target >= 0 ? scale : 0.0f;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width), [&](int v) {
+            logits(n, v) = E::store(v < valid ? s * (kmath::exp_vec(E::load(logits(n, v)) - l) -
+                                                     (v == target ? 1.0f : 0.0f))
+                                              : 0.0f);
+          });
+        });
+    return;
+  }
+  Kokkos::parallel_for(
+      "cross_entropy_fused", Kokkos::RangePolicy<Exec>(exec, 0, logits.extent(0)),
+      KOKKOS_LAMBDA(int n) {
+        auto* row = &logits(n, 0);
+        const int target = targets(n);
+        const float m = kmath::lane_max(
+            valid, [&](int v) { return E::load(row[v]); }, -3.0e38f,
+            [&](int v) { prefetch_in_row(row, v, valid); });
+        const float sum = kmath::lane_sum(
+            valid, [&](int v) { return kmath::exp_vec(E::load(row[v]) - m); },
+            [&](int v) { prefetch_in_row(row, v, valid); });
+        const float target_logit = target >= 0 && target < valid ? E::load(row[target]) : 0.0f;
+        const float l = m + kmath::log(sum);
+        lse(n) = l;
+        losses(n) = target >= 0 ? l - target_logit : 0.0f;
+        const float s = target >= 0 ? scale : 0.0f;
+        for (int v = 0; v < valid; ++v) {
+          const float p = kmath::exp_vec(E::load(row[v]) - l);
+          row[v] = E::store(s * (p - (v == target ? 1.0f : 0.0f)));
+        }
+        for (int v = valid; v < width; ++v) row[v] = E::store(0.0f);
+      });
+}
+
 // The sum of losses[0, N) in double: the micro-batch's loss for the log (one scalar to the host).
 inline double cross_entropy_loss_sum(const Exec& exec, const ConstVec& losses, int N) {
   double total = 0.0;

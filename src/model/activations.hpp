@@ -56,6 +56,9 @@ struct ActivationSlot {
   StoredTensor logits;                   // [N,V_tp]; overwritten by its gradient in backward
   View1 losses, lse;                     // [N]
   int B = 0, T = 0;
+  // > 0: the forward already wrote the logits' gradient over them, at this loss scale (the fused
+  // classifier, tp = 1); backward then starts from it.
+  float logits_gradient_scale = 0.0f;
 };
 
 // What an input-gradient pass keeps for its deferred weight-gradient pass (zero-bubble

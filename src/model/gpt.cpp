@@ -111,7 +111,7 @@ void GptStage::zero_grads() {
 }
 
 double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                         const StoredTensor& output) {
+                         const StoredTensor& output, float gradient_scale) {
   ActivationSlot& a = st_.slots[slot];
   a.B = B;
   a.T = T;
@@ -137,7 +137,8 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     blocks_[i].forward(b, *x, B, T, true, next.empty() && !sends ? "ln_f.weight" : next);
     x = sends && i + 1 == n_blocks ? &output : &a.blocks[i].res_mlp;
   }
-  return sends ? 0.0 : head_.forward(a, *x, targets != nullptr);  // else the output is sent
+  // Else the output is sent.
+  return sends ? 0.0 : head_.forward(a, *x, targets != nullptr, gradient_scale);
 }
 
 void GptStage::backward(int slot, float loss_scale, const StoredTensor& grad_output) {

@@ -72,8 +72,10 @@ class GptStage {
   // stage, given targets, returns the sum of per-token losses (the same on every tp rank). A
   // stage without the head writes its output [local_rows(B*T), C] into `output` (in the storage
   // format), which the caller sends: the output is never read back, so it is not kept per slot.
+  // `gradient_scale` > 0 (training: the loss scale backward will get) lets a head holding the
+  // whole vocabulary write the logits' gradient in the loss's pass (OutputHead::forward).
   double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                 const StoredTensor& output = {});
+                 const StoredTensor& output = {}, float gradient_scale = 0.0f);
   // The token rows of a micro-batch of n this rank holds outside the tensor-parallel regions.
   int local_rows(int n) const { return tp_->local_rows(n); }
   // Where a non-first stage's input activation [local_rows(B*T), C] is received, in the storage

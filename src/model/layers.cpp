@@ -349,6 +349,20 @@ double VocabParallelCrossEntropy::forward(const View1& losses, const View1& lse,
   return cross_entropy_loss_sum(exec, window(losses, 0, N), N);
 }
 
+double VocabParallelCrossEntropy::forward_backward(const View1& losses, const View1& lse,
+                                                   const StoredTensor& logits,
+                                                   const IntView1& targets, int N,
+                                                   float scale) const {
+  if (ctx_->tp->size() != 1 || vocab_start_ != 0)
+    throw std::logic_error("the fused classifier needs the whole vocabulary on one rank");
+  ctx_->dispatch([&](auto e) {
+    using E = decltype(e);
+    cross_entropy_fused<E>(ctx_->exec, mat_of<E>(logits, N, V_), window(losses, 0, N),
+                           window(lse, 0, N), targets, vocab_valid_, scale);
+  });
+  return cross_entropy_loss_sum(ctx_->exec, window(losses, 0, N), N);
+}
+
 void VocabParallelCrossEntropy::backward(const StoredTensor& logits, const View1& lse,
                                          const IntView1& targets, int N, float scale) const {
   ctx_->dispatch([&](auto e) {

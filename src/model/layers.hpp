@@ -225,6 +225,11 @@ class VocabParallelCrossEntropy {
   // logits (in place) = scale * d(loss)/d(logits).
   void backward(const StoredTensor& logits, const View1& lse, const IntView1& targets, int N,
                 float scale) const;
+  // Both at once, where one rank holds the whole vocabulary (tp = 1): the losses, log-sum-exps
+  // and the logits' gradient (in place, times scale) in one pass over the logits, the bits of
+  // forward then backward (kernels::cross_entropy_fused); returns the losses' sum.
+  double forward_backward(const View1& losses, const View1& lse, const StoredTensor& logits,
+                          const IntView1& targets, int N, float scale) const;
 
  private:
   const LayerContext* ctx_;

@@ -2,6 +2,7 @@
 #include "model/output_head.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "kernels/cast.hpp"
 
@@ -23,12 +24,16 @@ OutputHead::OutputHead(const StageContext* sc)
            valid_vocab(*sc->shape)),
       sc_(sc) {}
 
-double OutputHead::forward(ActivationSlot& a, const StoredTensor& x, bool with_targets) const {
+double OutputHead::forward(ActivationSlot& a, const StoredTensor& x, bool with_targets,
+                           float gradient_scale) const {
   const int N = a.B * a.T, rows = sc_->local_rows(N);
   sc_->hooks->need("ln_f.weight", "");
   sc_->hooks->need(weight_name(), "");
   lnf.forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, rows);
   proj.forward(a.logits, a.lnf, N);
+  const bool fused = with_targets && gradient_scale > 0 && sc_->shape->layout.tp_size == 1;
+  a.logits_gradient_scale = fused ? gradient_scale : 0.0f;
+  if (fused) return loss.forward_backward(a.losses, a.lse, a.logits, a.targets, N, gradient_scale);
   return with_targets ? loss.forward(a.losses, a.lse, a.logits, a.targets, N) : 0.0;
 }
 
@@ -39,8 +44,12 @@ void OutputHead::backward(const ActivationSlot& a, float loss_scale, const Defer
   const size_t rows_c = static_cast<size_t>(rows) * sc_->shape->model.n_embd;
   sc_->hooks->need("ln_f.weight", "");
   sc_->hooks->need(weight_name(), sc_->hooks->first_backward_unit(sc_->shape->blocks() - 1));
-  // The gradient replaces the logits, where a deferred weight pass reads it.
-  loss.backward(a.logits, a.lse, a.targets, N, loss_scale);
+  // The gradient replaces the logits (unless the forward's fused classifier wrote it), where a
+  // deferred weight pass reads it.
+  if (a.logits_gradient_scale == 0.0f)
+    loss.backward(a.logits, a.lse, a.targets, N, loss_scale);
+  else if (a.logits_gradient_scale != loss_scale)
+    throw std::logic_error("OutputHead::backward: the logits' gradient was made at another scale");
   const StoredTensor dlnf = proj.backward_input(a.logits, N);
   if (!defer) proj.backward_weight(a.logits, a.lnf, N, accumulate);
   if (!defer && !sc_->shape->model.tied()) sc_->hooks->unit_done("lm_head");

@@ -258,15 +258,13 @@ class StepPredictor {
     norm_forward();
     const int V = shape_.V_tp();
     gemm('N', 'T', N_, V, C_, true, false);
-    kernel("cross_entropy_row_max", rows_bytes(V));
-    kernel("cross_entropy_row_sums", rows_bytes(V));
-    kernel("cross_entropy_losses", 20.0 * N_);
+    // One rank holds the whole vocabulary: the loss and the logits' gradient in one pass.
+    kernel("cross_entropy_fused", 2 * rows_bytes(V) + 12.0 * N_);
     kernel("loss_sum", 4.0 * N_);
   }
 
   void backward() {
     const int V = shape_.V_tp();
-    kernel("cross_entropy_backward", 2 * rows_bytes(V));
     gemm('N', 'N', N_, C_, V, true, false);
     gemm('T', 'N', V, C_, N_, false, !first_micro_);
     fill(rows_bytes(C_));  // d/d(residual stream) starts at zero

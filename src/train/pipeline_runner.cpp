@@ -46,7 +46,7 @@ double PipelineRunner::train(const std::vector<pipeline::Action>& actions,
 
 double PipelineRunner::evaluate(const std::vector<pipeline::Action>& actions,
                                 const BatchSampler& sampler, int64_t batch_index) {
-  return run_actions(actions, sampler, batch_index, false, 1.0f);
+  return run_actions(actions, sampler, batch_index, false, 0.0f);  // 0: no backward follows
 }
 
 double PipelineRunner::run_actions(const std::vector<pipeline::Action>& actions,
@@ -62,7 +62,7 @@ double PipelineRunner::run_actions(const std::vector<pipeline::Action>& actions,
     for (ModelChunk& ch : chunks_) ch.dp->progress();
     switch (act.type) {
       case pipeline::ActionType::kForward:
-        forward(act, sampler, batch_index, loss_sum);
+        forward(act, sampler, batch_index, loss_sum, loss_scale);
         break;
       case pipeline::ActionType::kBackward:
         backward(act, final_pass(act.chunk), loss_scale);
@@ -86,7 +86,7 @@ PipelineRunner::Site PipelineRunner::site_of(const pipeline::Action& act) {
 }
 
 void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sampler,
-                             int64_t batch_index, double& loss_sum) {
+                             int64_t batch_index, double& loss_sum, float loss_scale) {
   const auto [ch, t, slot, peers] = site_of(act);
   GptStage& stage = *ch.stage;
   const size_t n = activation_elements_;
@@ -105,7 +105,7 @@ void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sa
     ScopedPhase phase(timer_, Phase::kForward);
     loss = stage.forward(slot, ch.first ? inputs_.data() : nullptr,
                          ch.last ? targets_.data() : nullptr, place_.micro_batch, place_.seq_len,
-                         ch.last ? StoredTensor() : t.outputs[out]);
+                         ch.last ? StoredTensor() : t.outputs[out], loss_scale);
   }
   if (ch.last && place_.tp_rank == 0) loss_sum += loss;  // tp ranks hold the same loss
   if (!ch.last) t.next_output = (out + 1) % pipeline::kSendBuffers;

@@ -65,8 +65,9 @@ class PipelineRunner {
     pipeline::ActionComm peers;
   };
   Site site_of(const pipeline::Action& act);
+  // loss_scale > 0: training (backward follows at that scale; see GptStage::forward).
   void forward(const pipeline::Action& act, const BatchSampler& sampler, int64_t batch_index,
-               double& loss_sum);
+               double& loss_sum, float loss_scale);
   // A fused backward, or a zero-bubble schedule's input-gradient pass: receives the output
   // gradient, computes and sends the input gradient.
   void backward(const pipeline::Action& act, bool final_pass, float loss_scale);

@@ -212,6 +212,51 @@ TYPED_TEST(Kernels16, CrossEntropyForwardAndBackward) {
   }
 }
 
+// The fused classifier (tp = 1) gives the bits of the four kernels it replaces: losses,
+// log-sum-exps and the gradient written over the logits, on 16-bit and fp32 logits with padding
+// columns and an ignored position, in both shapes.
+template <class F>
+void expect_fused_classifier_as_unfused(const MatOf<F>& logits, const MatOf<F>& fused,
+                                        const ConstIntVec& targets, int valid, Shape shape) {
+  const int N = static_cast<int>(logits.extent(0));
+  Buffer<float> mx("mx", N), sums("sums", N), tl("tl", N), losses("losses", N), lse("lse", N),
+      fused_losses("fused_losses", N), fused_lse("fused_lse", N);
+  cross_entropy_row_max<F>(exec(), Vec(mx.data(), N), logits, valid, shape);
+  cross_entropy_row_sums<F>(exec(), Vec(sums.data(), N), Vec(tl.data(), N), logits,
+                            Vec(mx.data(), N), targets, 0, valid, shape);
+  cross_entropy_losses(exec(), Vec(losses.data(), N), Vec(lse.data(), N), Vec(mx.data(), N),
+                       Vec(sums.data(), N), Vec(tl.data(), N), targets);
+  cross_entropy_backward<F>(exec(), logits, logits, Vec(lse.data(), N), targets, 0, valid, 0.125f,
+                            shape);
+  cross_entropy_fused<F>(exec(), fused, Vec(fused_losses.data(), N), Vec(fused_lse.data(), N),
+                         targets, valid, 0.125f, shape);
+  exec().fence();
+  const char* name = shape == Shape::kGpu ? "GPU shape" : "CPU shape";
+  for (int n = 0; n < N; ++n) {
+    EXPECT_EQ(fused_losses(n), losses(n)) << name << " row " << n;
+    EXPECT_EQ(fused_lse(n), lse(n)) << name << " row " << n;
+    for (int v = 0; v < static_cast<int>(logits.extent(1)); ++v)
+      ASSERT_EQ(fused(n, v), logits(n, v)) << name << " row " << n << " column " << v;
+  }
+}
+
+TYPED_TEST(Kernels16, CrossEntropyFusedIsTheFourKernelsBitForBit) {
+  using E = TypeParam;
+  const int N = 6, width = 40, valid = 37;  // 3 padding columns
+  const size_t n_logits = static_cast<size_t>(N) * width;
+  Buffer<int32_t> targets("targets", N);
+  for (int n = 0; n < N; ++n) targets(n) = n == 2 ? -1 : (11 * n) % valid;
+  const ConstIntVec tg(targets.data(), N);
+  for (const Shape shape : {Shape::kCpu, Shape::kGpu}) {
+    const Stored<E> unfused = random_stored<E>(n_logits, 23, 0.0f, 3.0f);
+    const Stored<E> fused = random_stored<E>(n_logits, 23, 0.0f, 3.0f);
+    expect_fused_classifier_as_unfused<E>(unfused.mat(N, width), fused.mat(N, width), tg, valid,
+                                          shape);
+    expect_fused_classifier_as_unfused<Fp32Elements>(unfused.fmat(N, width), fused.fmat(N, width),
+                                                     tg, valid, shape);
+  }
+}
+
 #if !defined(KOKKOS_ENABLE_CUDA)
 // The host's tiled attention on 16-bit q|k|v: the fp32 algorithm on the rows widened tile by
 // tile, its output and gradients (sums kept in fp32 over the tiles) rounded once.

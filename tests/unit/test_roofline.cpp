@@ -62,12 +62,15 @@ TEST(Roofline, GpuShapeOfTheGpt2Step) {
   EXPECT_EQ(calls_of(s, "column_sums_blocks"), (2 * 12 + 1) + 4 * 12);
   EXPECT_EQ(calls_of(s, "attention_softmax"), 12 * 16);
   // Forward: the embedding, 77 a layer (2 norms, 4 GEMMs, 4 bias fills, 2 residual adds, GELU,
-  // 64 attention launches), the final norm, the head and 4 loss kernels. Backward: 6 at the head,
+  // 64 attention launches), the final norm, the head, the fused classifier and the loss's sum.
+  // Backward: 5 at the head (its 2 GEMMs, the final norm's input and 2-pass weight gradients),
   // 183 a layer (8 GEMMs, 4 bias and 2 norm column sums of 2 passes each, 2 norm inputs, GELU,
   // 160 attention launches), 2 into the embeddings. Then 148 norms, AdamW, and the gradient
   // clearing: d/d(residual) and 49 runs of biases and norms (wpe to layer 0's ln_1, then 4 a
   // layer, the last joined to ln_f).
-  EXPECT_EQ(s.launches(), (1 + 77 * 12 + 6) + (6 + 183 * 12 + 2) + 149 + 1 + 49);
+  EXPECT_EQ(s.launches(), (1 + 77 * 12 + 4) + (5 + 183 * 12 + 2) + 149 + 1 + 49);
+  EXPECT_EQ(calls_of(s, "cross_entropy_fused"), 1);
+  EXPECT_EQ(calls_of(s, "cross_entropy_backward"), 0);
 }
 
 // The GEMMs' FLOPs are 6 x tokens x the multiplying parameters (the head at its padded width) plus
