@@ -1,6 +1,7 @@
 // AdamW on a flat fp32 shard (decoupled weight decay), and the squared-norm reduction.
 #pragma once
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -218,24 +219,12 @@ struct SegmentSquares {
   }
 };
 
-// sum_i x_i^2 in double, for the global gradient norm; bit-identical at every thread count. GPUs
-// reduce element-wise in Kokkos' block tree instead (64 segments would be 64 threads), which is
-// deterministic for a given launch.
-inline double sum_of_squares(const Exec& exec, const ConstVec& x, Shape shape = kBuildShape) {
+// sum_i x_i^2 in double on host spaces (the CPU shape), for the global gradient norm:
+// bit-identical at every thread count.
+inline double host_sum_of_squares(const Exec& exec, const ConstVec& x) {
   Region region("trident::sum_of_squares");
   const size_t n = x.extent(0);
   if (n == 0) return 0.0;
-  if (shape == Shape::kGpu) {
-    double total = 0.0;
-    Kokkos::parallel_reduce(
-        "sum_of_squares", Kokkos::RangePolicy<Exec>(exec, 0, n),
-        KOKKOS_LAMBDA(size_t i, double& acc) {
-          const double v = x(i);
-          acc += v * v;
-        },
-        total);
-    return total;
-  }
   size_t length = (n + kSquareSegments - 1) / kSquareSegments;
   length = (length + kSquareBlock - 1) / kSquareBlock * kSquareBlock;
   const int segments = static_cast<int>((n + length - 1) / length);
@@ -248,58 +237,122 @@ inline double sum_of_squares(const Exec& exec, const ConstVec& x, Shape shape = 
   return total;
 }
 
-// The global norm's squares of many vectors, with one wait. On GPUs (kGpu) each vector's sum is
-// reduced into its own slot of a device buffer, queued behind the kernels that wrote the vector,
-// and add_to() reads every slot at once: one synchronisation a step, not one per tensor. On host
-// spaces (kCpu) each is summed when queued (sum_of_squares). add_to() adds the sums to `total` one
-// by one in queue order, so the result is the bits of a loop of sum_of_squares calls. Made once,
-// for at most `capacity` vectors per round.
+// A GPU shape's piece of work for the norm: kSquareChunk elements (or a vector's last, fewer) that
+// one team squares and sums in double.
+struct SquareChunk {
+  const float* x;
+  int n;
+  bool operator==(const SquareChunk& o) const { return x == o.x && n == o.n; }
+};
+constexpr int kSquareChunk = 65536;
+
+// The global norm's squares of many vectors, with one launch and one wait. On GPUs (kGpu) every
+// queued vector is cut into chunks of kSquareChunk elements, one launch sums each chunk in a team,
+// and add_to() reads the chunks' sums and adds each vector's in order: one launch a step where a
+// reduction per tensor was 148 for GPT-2, and one synchronisation. On host spaces (kCpu) each
+// vector is summed when queued (host_sum_of_squares). add_to() adds the vectors' sums to `total`
+// one by one in queue order, so the result is the bits of a loop of sum_of_squares calls in either
+// shape. Made once, for at most `capacity` vectors per round; the chunk table goes to the device
+// when it differs from the last round's (a step queues the same vectors as the one before).
 class SquareSums {
  public:
   explicit SquareSums(size_t capacity = 0, Shape shape = kBuildShape)
-      : shape_(shape), slots_("square_sums", shape == Shape::kGpu ? capacity : 0) {
-    host_slots_ = Kokkos::create_mirror_view(slots_);
+      : shape_(shape), capacity_(capacity) {
     host_sums_.reserve(capacity);
+    vector_chunks_.reserve(capacity + 1);
   }
 
   void queue(const Exec& exec, const ConstVec& x) {
     const size_t n = x.extent(0);
     if (n == 0) return;  // adds nothing
+    if (queued_ == capacity_) throw std::logic_error("SquareSums: more vectors than slots");
+    ++queued_;
     if (shape_ == Shape::kCpu) {
-      host_sums_.push_back(sum_of_squares(exec, x, shape_));
+      host_sums_.push_back(host_sum_of_squares(exec, x));
       return;
     }
-    if (queued_ == slots_.extent(0)) throw std::logic_error("SquareSums: more vectors than slots");
-    Region region("trident::sum_of_squares");
-    Kokkos::parallel_reduce(
-        "sum_of_squares", Kokkos::RangePolicy<Exec>(exec, 0, n),
-        KOKKOS_LAMBDA(size_t i, double& acc) {
-          const double v = x(i);
-          acc += v * v;
-        },
-        Kokkos::subview(slots_, queued_));
-    ++queued_;
+    if (vector_chunks_.empty()) vector_chunks_.push_back(0);
+    for (size_t at = 0; at < n; at += kSquareChunk)
+      chunks_.push_back({x.data() + at, static_cast<int>(std::min<size_t>(kSquareChunk, n - at))});
+    vector_chunks_.push_back(chunks_.size());
   }
 
   // total += every queued sum, in queue order; empties the queue.
   void add_to(const Exec& exec, double& total) {
-    if (queued_ > 0) {
-      const auto range = std::make_pair(size_t{0}, queued_);
-      Kokkos::deep_copy(exec, Kokkos::subview(host_slots_, range), Kokkos::subview(slots_, range));
-      exec.fence();
-      for (size_t i = 0; i < queued_; ++i) total += host_slots_(i);
-    }
+    if (!chunks_.empty()) sum_chunks(exec);
     for (const double s : host_sums_) total += s;
     queued_ = 0;
     host_sums_.clear();
+    chunks_.clear();
+    vector_chunks_.clear();
   }
 
  private:
+  // The GPU shape's one launch, and each vector's sum of its chunks' into host_sums_.
+  void sum_chunks(const Exec& exec) {
+    const size_t count = chunks_.size();
+    if (uploaded_ != chunks_) {
+      Region region("trident::sum_of_squares_chunks");
+      if (device_chunks_.extent(0) < count) {  // the first round, or more chunks than before
+        // Every element is written before it is read: no initialising kernels.
+        device_chunks_ = Kokkos::View<SquareChunk*, Device>(
+            Kokkos::view_alloc(Kokkos::WithoutInitializing, "square_chunks"), count);
+        host_chunks_ = Kokkos::create_mirror_view(device_chunks_);
+        chunk_sums_ = Kokkos::View<double*, MemSpace>(
+            Kokkos::view_alloc(Kokkos::WithoutInitializing, "square_chunk_sums"), count);
+        host_chunk_sums_ = Kokkos::create_mirror_view(chunk_sums_);
+      }
+      std::copy(chunks_.begin(), chunks_.end(), host_chunks_.data());
+      Kokkos::deep_copy(exec, device_chunks_, host_chunks_);
+      uploaded_ = chunks_;
+    }
+    Region region("trident::sum_of_squares");
+    const auto chunks = device_chunks_;
+    const auto sums = chunk_sums_;
+    Kokkos::parallel_for(
+        "sum_of_squares", row_teams(exec, static_cast<int>(count)),
+        KOKKOS_LAMBDA(const TeamMember& team) {
+          const SquareChunk c = chunks(team.league_rank());
+          double sum = 0.0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, c.n),
+              [&](int i, double& acc) {
+                const double v = c.x[i];
+                acc += v * v;
+              },
+              sum);
+          Kokkos::single(Kokkos::PerTeam(team), [&] { sums(team.league_rank()) = sum; });
+        });
+    const auto range = std::make_pair(size_t{0}, count);
+    Kokkos::deep_copy(exec, Kokkos::subview(host_chunk_sums_, range), Kokkos::subview(sums, range));
+    exec.fence();
+    for (size_t v = 0; v + 1 < vector_chunks_.size(); ++v) {
+      double sum = 0.0;
+      for (size_t c = vector_chunks_[v]; c < vector_chunks_[v + 1]; ++c) sum += host_chunk_sums_(c);
+      host_sums_.push_back(sum);
+    }
+  }
+
   Shape shape_;
-  Kokkos::View<double*, MemSpace> slots_;
-  Kokkos::View<double*, MemSpace>::HostMirror host_slots_;
+  size_t capacity_, queued_ = 0;
   std::vector<double> host_sums_;
-  size_t queued_ = 0;
+  std::vector<SquareChunk> chunks_, uploaded_;
+  std::vector<size_t> vector_chunks_;  // chunks_ index where each queued vector starts, and the end
+  Kokkos::View<SquareChunk*, Device> device_chunks_;
+  Kokkos::View<SquareChunk*, Device>::HostMirror host_chunks_;
+  Kokkos::View<double*, MemSpace> chunk_sums_;
+  Kokkos::View<double*, MemSpace>::HostMirror host_chunk_sums_;
 };
+
+// sum_i x_i^2 in double, for the global gradient norm: on host spaces bit-identical at every
+// thread count; on GPUs in the chunks SquareSums sums, deterministic for a given build and GPU.
+inline double sum_of_squares(const Exec& exec, const ConstVec& x, Shape shape = kBuildShape) {
+  if (shape == Shape::kCpu) return host_sum_of_squares(exec, x);
+  SquareSums one(1, shape);
+  one.queue(exec, x);
+  double total = 0.0;
+  one.add_to(exec, total);
+  return total;
+}
 
 }  // namespace trident::kernels

@@ -289,8 +289,12 @@ class StepPredictor {
     }
     // fp16: the loss scaler looks for an overflow in the gradients first.
     if (q_.precision == Precision::kFp16) kernel("any_non_finite", 4 * elements);
-    for (const LocalParam& p : local_.params())
-      if (p.numel > 0) kernel("sum_of_squares", 4.0 * static_cast<double>(p.numel));
+    // The norm: a reduction per tensor on hosts, one launch over them all on GPUs (SquareSums).
+    if (gpu())
+      kernel("sum_of_squares", 4 * elements);
+    else
+      for (const LocalParam& p : local_.params())
+        if (p.numel > 0) kernel("sum_of_squares", 4.0 * static_cast<double>(p.numel));
     const char* label = q_.precision == Precision::kBf16   ? "adamw_update_split"
                         : q_.precision == Precision::kFp16 ? "adamw_update_rounded"
                                                            : "adamw_update";

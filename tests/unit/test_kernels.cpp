@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/launch_profiler.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -731,6 +732,33 @@ TEST(Kernels, SquareSumsAreTheBitsOfOneSumOfSquaresPerVector) {
   SquareSums one_slot(1, Shape::kGpu);
   one_slot.queue(exec(), a);
   EXPECT_THROW(one_slot.queue(exec(), b), std::logic_error);
+}
+
+// The GPU shape sums every queued vector in one launch, in chunks that a long vector spans
+// several of, and agrees with the CPU shape's sums (whose float lanes keep ~1e-7 relative); a
+// round that queues other vectors uploads its own chunk table.
+TEST(Kernels, SquareSumsOnGpusAreOneLaunch) {
+  const TestBuf a = random_view(150001, 44), b = random_view(3, 45), c = random_view(65536, 46);
+  for (int round = 0; round < 3; ++round) {
+    SquareSums gpu(3, Shape::kGpu), cpu(3, Shape::kCpu);
+    const std::vector<const TestBuf*> vectors =
+        round == 2 ? std::vector<const TestBuf*>{&c, &a} : std::vector<const TestBuf*>{&a, &b, &c};
+    for (const TestBuf* x : vectors) {
+      gpu.queue(exec(), *x);
+      cpu.queue(exec(), *x);
+    }
+    double on_gpu = 0.0, on_cpu = 0.0;
+    LaunchProfiler profiler;
+    profiler.start();
+    gpu.add_to(exec(), on_gpu);
+    profiler.stop();
+    cpu.add_to(exec(), on_cpu);
+    EXPECT_NEAR(on_gpu, on_cpu, 1e-6 * on_cpu) << "round " << round;
+    int64_t launches = 0;
+    for (const LaunchRow& r : profiler.rows())
+      if (r.kind == LaunchKind::kKernel) launches += r.calls;
+    EXPECT_EQ(launches, 1) << "round " << round;
+  }
 }
 
 TEST(Kernels, VocabularySlicesCombineToTheWholeCrossEntropy) {
