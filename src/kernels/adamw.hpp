@@ -246,6 +246,27 @@ struct SquareChunk {
 };
 constexpr int kSquareChunk = 65536;
 
+// sums(c) = sum of the squares of chunks(c)'s elements in double, a team per chunk, for c < count:
+// SquareSums' one launch (a free function: nvcc takes no device lambda in a private member).
+inline void square_chunk_sums(const Exec& exec, const Kokkos::View<SquareChunk*, Device>& chunks,
+                              const Kokkos::View<double*, MemSpace>& sums, size_t count) {
+  Region region("trident::sum_of_squares");
+  Kokkos::parallel_for(
+      "sum_of_squares", row_teams(exec, static_cast<int>(count)),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const SquareChunk c = chunks(team.league_rank());
+        double sum = 0.0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, c.n),
+            [&](int i, double& acc) {
+              const double v = c.x[i];
+              acc += v * v;
+            },
+            sum);
+        Kokkos::single(Kokkos::PerTeam(team), [&] { sums(team.league_rank()) = sum; });
+      });
+}
+
 // The global norm's squares of many vectors, with one launch and one wait. On GPUs (kGpu) every
 // queued vector is cut into chunks of kSquareChunk elements, one launch sums each chunk in a team,
 // and add_to() reads the chunks' sums and adds each vector's in order: one launch a step where a
@@ -306,23 +327,8 @@ class SquareSums {
       Kokkos::deep_copy(exec, device_chunks_, host_chunks_);
       uploaded_ = chunks_;
     }
-    Region region("trident::sum_of_squares");
-    const auto chunks = device_chunks_;
+    square_chunk_sums(exec, device_chunks_, chunk_sums_, count);
     const auto sums = chunk_sums_;
-    Kokkos::parallel_for(
-        "sum_of_squares", row_teams(exec, static_cast<int>(count)),
-        KOKKOS_LAMBDA(const TeamMember& team) {
-          const SquareChunk c = chunks(team.league_rank());
-          double sum = 0.0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, c.n),
-              [&](int i, double& acc) {
-                const double v = c.x[i];
-                acc += v * v;
-              },
-              sum);
-          Kokkos::single(Kokkos::PerTeam(team), [&] { sums(team.league_rank()) = sum; });
-        });
     const auto range = std::make_pair(size_t{0}, count);
     Kokkos::deep_copy(exec, Kokkos::subview(host_chunk_sums_, range), Kokkos::subview(sums, range));
     exec.fence();

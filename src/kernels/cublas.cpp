@@ -3,10 +3,16 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
+#include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "core/error.hpp"
+#include "core/launch_profiler.hpp"
 
 namespace trident::kernels {
 
@@ -21,26 +27,37 @@ void load_symbol(void* library, const char* symbol, Function& out, const std::st
   if (!out) fatal("dlsym", __FILE__, __LINE__, std::string(symbol) + " is not in " + path);
 }
 
-CublasApi open_cublas() {
+// dlopen of the first of `forced` (an environment variable's path) and `names` that opens; a
+// fatal error naming what was tried when none does.
+void* open_library(const char* what, const char* variable, std::initializer_list<const char*> names,
+                   std::string& path) {
   std::string tried;
-  void* library = nullptr;
-  std::string path;
-  const char* forced = std::getenv("TRIDENT_CUBLAS");
-  for (const char* candidate : {forced, "libcublas.so.13", "libcublas.so.12"}) {
+  const char* forced = std::getenv(variable);
+  std::vector<const char*> candidates{forced};
+  candidates.insert(candidates.end(), names);
+  for (const char* candidate : candidates) {
     if (!candidate || !*candidate) continue;
-    library = dlopen(candidate, RTLD_NOW | RTLD_LOCAL);
-    if (library) {
+    if (void* library = dlopen(candidate, RTLD_NOW | RTLD_LOCAL)) {
       path = candidate;
-      break;
+      char resolved[4096] = {};
+      if (dlinfo(library, RTLD_DI_ORIGIN, resolved) == 0 && path.find('/') == std::string::npos)
+        path = std::string(resolved) + "/" + path;
+      return library;
     }
     tried += std::string("\n  ") + dlerror();
     if (candidate == forced) break;  // a named library that does not open is an error, not a hint
   }
-  if (!library)
-    fatal(
-        "dlopen(cuBLAS)", __FILE__, __LINE__, "no cuBLAS could be opened:" + tried,
-        "put the directory of libcublas.so.13 or .so.12 on LD_LIBRARY_PATH, or set TRIDENT_CUBLAS "
-        "to the library's path");
+  fatal((std::string("dlopen(") + what + ")").c_str(), __FILE__, __LINE__,
+        std::string("no ") + what + " could be opened:" + tried,
+        std::string("put the directory of ") + *names.begin() + " on LD_LIBRARY_PATH, or set " +
+            variable + " to the library's path");
+  return nullptr;
+}
+
+CublasApi open_cublas() {
+  std::string path;
+  void* library =
+      open_library("cuBLAS", "TRIDENT_CUBLAS", {"libcublas.so.13", "libcublas.so.12"}, path);
   CublasApi api;
   load_symbol(library, "cublasCreate_v2", api.create, path);
   load_symbol(library, "cublasDestroy_v2", api.destroy, path);
@@ -49,11 +66,144 @@ CublasApi open_cublas() {
   load_symbol(library, "cublasGetStatusString", api.status_string, path);
   load_symbol(library, "cublasGemmEx", api.gemm_ex, path);
   load_symbol(library, "cublasGemmStridedBatchedEx", api.gemm_strided_batched_ex, path);
-  char resolved[4096] = {};
-  if (dlinfo(library, RTLD_DI_ORIGIN, resolved) == 0 && path.find('/') == std::string::npos)
-    path = std::string(resolved) + "/" + path;
   api.library = path;
   return api;
+}
+
+CublasLtApi open_cublaslt() {
+  std::string path;
+  void* library = open_library("cuBLASLt", "TRIDENT_CUBLASLT_LIBRARY",
+                               {"libcublasLt.so.13", "libcublasLt.so.12"}, path);
+  CublasLtApi api;
+  load_symbol(library, "cublasLtCreate", api.create, path);
+  load_symbol(library, "cublasLtDestroy", api.destroy, path);
+  load_symbol(library, "cublasLtGetVersion", api.get_version, path);
+  load_symbol(library, "cublasLtMatmulDescCreate", api.desc_create, path);
+  load_symbol(library, "cublasLtMatmulDescDestroy", api.desc_destroy, path);
+  load_symbol(library, "cublasLtMatmulDescSetAttribute", api.desc_set, path);
+  load_symbol(library, "cublasLtMatrixLayoutCreate", api.layout_create, path);
+  load_symbol(library, "cublasLtMatrixLayoutDestroy", api.layout_destroy, path);
+  load_symbol(library, "cublasLtMatmulPreferenceCreate", api.preference_create, path);
+  load_symbol(library, "cublasLtMatmulPreferenceDestroy", api.preference_destroy, path);
+  load_symbol(library, "cublasLtMatmulPreferenceSetAttribute", api.preference_set, path);
+  load_symbol(library, "cublasLtMatmulAlgoGetHeuristic", api.heuristic, path);
+  load_symbol(library, "cublasLtMatmul", api.matmul, path);
+  api.library = path;
+  return api;
+}
+
+// The largest power of two up to 16 dividing an address: what cuBLASLt's algorithms require of
+// their pointers, and so part of a plan's key.
+int alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int a = 16;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+// One epilogue GEMM's shape and pointer alignments, and what cuBLASLt chose for it.
+struct EpilogueKey {
+  char trans_a, trans_b;
+  int m, n, k, lda, ldb, ldd;
+  Precision format;
+  bool bias, residual;
+  int align_a, align_b, align_d, align_bias, align_residual;
+  auto tie() const {
+    return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldd, format, bias, residual, align_a,
+                    align_b, align_d, align_bias, align_residual);
+  }
+  bool operator<(const EpilogueKey& o) const { return tie() < o.tie(); }
+};
+struct EpiloguePlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;
+};
+
+struct CublasLtState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<EpilogueKey, EpiloguePlan> plans;
+};
+CublasLtState* lt_state = nullptr;  // GEMMs are launched from the main thread only
+
+CublasLtState& cublaslt_state() {
+  if (lt_state) return *lt_state;
+  lt_state = new CublasLtState;
+  const CublasLtApi& lt = cublaslt_api();
+  TRIDENT_CUBLAS(lt.create(&lt_state->handle));
+  const cudaError_t rc = cudaMalloc(&lt_state->workspace, kCublasLtWorkspaceBytes);
+  if (rc != cudaSuccess)
+    fatal("cudaMalloc", __FILE__, __LINE__,
+          std::string("cuBLASLt's workspace: ") + cudaGetErrorString(rc));
+  Kokkos::push_finalize_hook([] {  // while the device is still there
+    const CublasLtApi& api = cublaslt_api();
+    for (auto& [key, plan] : lt_state->plans) {
+      api.layout_destroy(plan.a);
+      api.layout_destroy(plan.b);
+      api.layout_destroy(plan.d);
+      api.desc_destroy(plan.desc);
+    }
+    cudaFree(lt_state->workspace);
+    api.destroy(lt_state->handle);
+    delete lt_state;
+    lt_state = nullptr;
+  });
+  return *lt_state;
+}
+
+// The plan of a row-major D = op(A) op(B) computed as cuBLAS's column-major D^T = op(B)^T
+// op(A)^T: cuBLASLt's first operand is trident's B, its second trident's A.
+EpiloguePlan make_plan(const EpilogueKey& key, const void* bias) {
+  const CublasLtApi& lt = cublaslt_api();
+  CublasLtState& state = cublaslt_state();
+  const cudaDataType_t type = key.format == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  EpiloguePlan plan;
+  TRIDENT_CUBLAS(lt.desc_create(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_first = key.trans_b == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = key.trans_a == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N;
+  TRIDENT_CUBLAS(lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  TRIDENT_CUBLAS(
+      lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  const cublasLtEpilogue_t epilogue = key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  TRIDENT_CUBLAS(
+      lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (key.bias) {  // the heuristic reads its alignment; each call sets its own
+    TRIDENT_CUBLAS(lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    TRIDENT_CUBLAS(
+        lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
+  }
+  // Column-major extents as stored: trident's B is n x k (k x n transposed), A k x m (m x k).
+  const bool first_n = key.trans_b != 'T', second_n = key.trans_a != 'T';
+  TRIDENT_CUBLAS(
+      lt.layout_create(&plan.a, type, first_n ? key.n : key.k, first_n ? key.k : key.n, key.ldb));
+  TRIDENT_CUBLAS(
+      lt.layout_create(&plan.b, type, second_n ? key.k : key.m, second_n ? key.m : key.k, key.lda));
+  TRIDENT_CUBLAS(lt.layout_create(&plan.d, type, key.n, key.m, key.ldd));
+  cublasLtMatmulPreference_t preference = nullptr;
+  TRIDENT_CUBLAS(lt.preference_create(&preference));
+  const uint64_t workspace = kCublasLtWorkspaceBytes;
+  TRIDENT_CUBLAS(lt.preference_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                   sizeof(workspace)));
+  const uint32_t align_first = key.align_b, align_second = key.align_a,
+                 align_d = std::min(key.align_d, key.residual ? key.align_residual : 16);
+  TRIDENT_CUBLAS(lt.preference_set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                   &align_first, sizeof(align_first)));
+  TRIDENT_CUBLAS(lt.preference_set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                   &align_second, sizeof(align_second)));
+  TRIDENT_CUBLAS(lt.preference_set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                   sizeof(align_d)));
+  TRIDENT_CUBLAS(lt.preference_set(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                   sizeof(align_d)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = lt.heuristic(state.handle, plan.desc, plan.a, plan.b, plan.d,
+                                             plan.d, preference, 1, &result, &found);
+  lt.preference_destroy(preference);
+  plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (plan.found) plan.algo = result.algo;
+  return plan;
 }
 
 cublasHandle_t process_handle = nullptr;  // GEMMs are launched from the main thread only
@@ -87,6 +237,57 @@ std::string cublas_summary(const Kokkos::Cuda& exec) {
   int version = 0;
   TRIDENT_CUBLAS(cublas_api().get_version(cublas_on(exec), &version));
   return "cuBLAS " + std::to_string(version) + " (" + cublas_api().library + ")";
+}
+
+const CublasLtApi& cublaslt_api() {
+  static const CublasLtApi api = open_cublaslt();
+  return api;
+}
+
+bool cublaslt_epilogues() {
+  static const bool on = [] {
+    const char* v = std::getenv("TRIDENT_CUBLASLT");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m, int n, int k,
+                     float alpha, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                     Precision format, uint16_t* D, int ldd, const uint16_t* bias,
+                     const uint16_t* residual) {
+  CublasLtState& state = cublaslt_state();
+  const EpilogueKey key{trans_a,
+                        trans_b,
+                        m,
+                        n,
+                        k,
+                        lda,
+                        ldb,
+                        ldd,
+                        format,
+                        bias != nullptr,
+                        residual != nullptr,
+                        alignment_of(A),
+                        alignment_of(B),
+                        alignment_of(D),
+                        bias ? alignment_of(bias) : 16,
+                        residual ? alignment_of(residual) : 16};
+  auto at = state.plans.find(key);
+  if (at == state.plans.end()) at = state.plans.emplace(key, make_plan(key, bias)).first;
+  EpiloguePlan& plan = at->second;
+  if (!plan.found) return false;
+  const CublasLtApi& lt = cublaslt_api();
+  if (bias)
+    TRIDENT_CUBLAS(lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  const float beta = residual ? 1.0f : 0.0f;
+  ProfiledCall call;  // the launch roofline names it as the cublasGemmEx path does
+  call.open_gemm("gemm16_out", trans_a, trans_b, m, n, k);
+  TRIDENT_CUBLAS(lt.matmul(state.handle, plan.desc, &alpha, B, plan.a, A, plan.b, &beta,
+                           residual ? static_cast<const void*>(residual) : D, plan.d, D, plan.d,
+                           &plan.algo, state.workspace, kCublasLtWorkspaceBytes,
+                           exec.cuda_stream()));
+  return true;
 }
 
 }  // namespace trident::kernels

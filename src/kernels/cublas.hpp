@@ -5,9 +5,13 @@
 #include <Kokkos_Core.hpp>
 
 #if defined(KOKKOS_ENABLE_CUDA)
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <cstdint>
 #include <string>
+
+#include "core/precision.hpp"
 
 namespace trident::kernels {
 
@@ -48,6 +52,45 @@ std::string cublas_summary(const Kokkos::Cuda& exec);
 
 // Aborts the job naming `call` and cuBLAS's status string unless `status` is success.
 void check_cublas(cublasStatus_t status, const char* call, const char* file, int line);
+
+// cuBLASLt's functions, opened like cuBLAS: TRIDENT_CUBLASLT_LIBRARY (a path) first, else
+// libcublasLt.so.13, else .so.12 (PyTorch's wheels carry it beside cuBLAS).
+struct CublasLtApi {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtDestroy) destroy = nullptr;
+  decltype(&cublasLtGetVersion) get_version = nullptr;
+  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) preference_create = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+  std::string library;
+};
+const CublasLtApi& cublaslt_api();
+
+// Whether 16-bit GEMMs with a bias or a residual add them in cuBLASLt's epilogue, in the one
+// rounding of the fp32 sums (as oneDNN's post-ops do on CPUs): yes unless TRIDENT_CUBLASLT=0,
+// which keeps the bias kernel and cublasGemmEx (and the residual in its own kernel) for an
+// old-against-new comparison.
+bool cublaslt_epilogues();
+
+// The device workspace cuBLASLt's algorithms may use, allocated once at the first epilogue GEMM
+// (within the planner's runtime reserve, kPlanRuntimeGB, like cuBLAS's own).
+constexpr size_t kCublasLtWorkspaceBytes = size_t{32} << 20;
+
+// Row-major D[m,n] (16-bit in `format`) = alpha op(A) op(B) + bias + residual, summed in fp32 and
+// rounded once, on Kokkos' stream: bias [n] or null, residual [m,n] with D's leading dimension or
+// null. The descriptors, layouts and algorithm of a shape (with its pointers' alignments) are
+// chosen once and kept. False when cuBLASLt has no algorithm for it (the caller falls back).
+bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m, int n, int k,
+                     float alpha, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                     Precision format, uint16_t* D, int ldd, const uint16_t* bias,
+                     const uint16_t* residual);
 
 }  // namespace trident::kernels
 

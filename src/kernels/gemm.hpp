@@ -39,10 +39,11 @@ inline GemmMath gemm_math() {
 }
 
 // Whether 16-bit GEMMs add a residual in their epilogue (gemm16's `residual`): oneDNN's binary
-// post-op on CPUs. cuBLAS has no such epilogue, so GPU builds add the residual in its own kernel.
-constexpr bool fused_residual_add() {
+// post-op on CPUs, cuBLASLt's C != D on GPUs (unless TRIDENT_CUBLASLT=0: then the layers add the
+// residual in its own kernel).
+inline bool fused_residual_add() {
 #if defined(KOKKOS_ENABLE_CUDA)
-  return false;
+  return cublaslt_epilogues();
 #else
   return true;
 #endif
@@ -134,10 +135,11 @@ inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, co
 
 // C (16-bit, in `format`) = alpha * op(A) * op(B) + bias + beta * C, summed in fp32 and rounded
 // once into C: a 16-bit layer's output. bias: [n] in `format` added to every row, or empty (only
-// with beta 0). oneDNN adds it in the matmul's epilogue; cuBLAS adds the product to C filled with
-// it (exact: the bias already holds 16-bit values). `residual` ([m, n] like C, or empty; CPUs
-// only, with beta 0) is added in the same epilogue: a row-parallel layer's output and the residual
-// stream in one rounding (fused_residual_add()).
+// with beta 0). oneDNN adds it in the matmul's epilogue, and so does cuBLASLt on GPUs; with
+// TRIDENT_CUBLASLT=0 (or no cuBLASLt algorithm for the shape) cuBLAS adds the product to C filled
+// with it (exact: the bias already holds 16-bit values). `residual` ([m, n] like C, or empty; with
+// beta 0, where fused_residual_add()) is added in the same epilogue: a row-parallel layer's
+// output and the residual stream in one rounding.
 inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, const ConstHalfMat& A,
                    const ConstHalfMat& B, Precision format, float beta, const HalfMat& C,
                    const ConstHalfVec& bias = ConstHalfVec(),
@@ -151,6 +153,17 @@ inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, co
                         leading(residual) != leading(C) || beta != 0.0f || !fused_residual_add()))
     throw std::logic_error("gemm16: a residual must be laid out like C, with beta 0, on a CPU");
 #if defined(KOKKOS_ENABLE_CUDA)
+  if ((bias.extent(0) > 0 || adds_residual) && beta == 0.0f && cublaslt_epilogues()) {
+    if (gemm16_epilogue(exec, trans_a, trans_b, m, n, k, alpha, A.data(), leading(A), B.data(),
+                        leading(B), format, C.data(), leading(C),
+                        bias.extent(0) > 0 ? bias.data() : nullptr,
+                        adds_residual ? residual.data() : nullptr))
+      return;
+    if (adds_residual)
+      throw std::runtime_error(
+          "gemm16: cuBLASLt has no algorithm for this GEMM with a residual; run with "
+          "TRIDENT_CUBLASLT=0");
+  }
   if (bias.extent(0) > 0) {
     Kokkos::parallel_for(
         "gemm16_bias", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(m) * n),

@@ -147,18 +147,20 @@ class StepPredictor {
                 C_, 2 * rows_bytes(C_));
   }
 
-  // out = x W^T + b: fp32 fills the output with the bias and accumulates (beta 1); 16-bit adds it
-  // in oneDNN's epilogue on CPUs and, on GPUs, fills it first too.
+  // Whether 16-bit GEMMs add bias and residual in their epilogue (oneDNN; cuBLASLt on GPUs).
+  bool epilogues() const { return !gpu() || target_.cublaslt_epilogues; }
+  // out = x W^T + b: fp32 fills the output with the bias and accumulates (beta 1), and so does
+  // 16-bit without epilogues; with them the GEMM adds it.
   void linear_forward(int out, int in, bool bias) {
-    if (bias && (!half_ || gpu())) kernel(half_ ? "gemm16_bias" : "linear_bias", rows_bytes(out));
-    gemm('N', 'T', N_, out, in, true, bias && (!half_ || gpu()));
+    const bool fill = bias && (!half_ || !epilogues());
+    if (fill) kernel(half_ ? "gemm16_bias" : "linear_bias", rows_bytes(out));
+    gemm('N', 'T', N_, out, in, true, fill);
   }
-  // A row-parallel layer's output added to the residual stream: in the GEMM's epilogue on CPUs
-  // (16-bit, tp 1), else by its own kernel.
+  // A row-parallel layer's output added to the residual stream: in the 16-bit GEMM's epilogue
+  // (tp 1), else by its own kernel.
   void linear_forward_residual(int out, int in) {
-    const bool bias = !llama();
-    if (half_ && !gpu()) return gemm('N', 'T', N_, out, in, true, false);
-    linear_forward(out, in, bias);
+    if (half_ && epilogues()) return gemm('N', 'T', N_, out, in, true, true);
+    linear_forward(out, in, !llama());
     kernel("residual_forward", 3 * rows_bytes(out));
   }
   void linear_backward_input(int out, int in) { gemm('N', 'N', N_, in, out, true, false); }

@@ -21,6 +21,9 @@ struct LaunchTarget {
   // Host builds computing in fp16 on a CPU without fp16 matmuls widen both operands of every
   // 16-bit GEMM to fp32 first (kernels::onednn::fp16_widened()): two more kernels a call.
   bool fp16_widened = false;
+  // GPU shape: 16-bit GEMMs add their bias and residual in cuBLASLt's epilogue (the default;
+  // TRIDENT_CUBLASLT=0 fills the output with the bias first and adds the residual in a kernel).
+  bool cublaslt_epilogues = true;
 };
 
 // One label's launches in a step, as LaunchRow counts them.

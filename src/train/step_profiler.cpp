@@ -15,7 +15,9 @@
 #include "io/config.hpp"
 #include "kernels/shapes.hpp"
 #include "plan/planner.hpp"
-#if !defined(KOKKOS_ENABLE_CUDA)
+#if defined(KOKKOS_ENABLE_CUDA)
+#include "kernels/cublas.hpp"
+#else
 #include "kernels/onednn.hpp"
 #endif
 
@@ -72,7 +74,9 @@ double StepProfiler::busy_percent() const {
 void StepProfiler::predict(const Config& config) {
   LaunchTarget target;
   target.gpu = kernels::kBuildShape == kernels::Shape::kGpu;
-#if !defined(KOKKOS_ENABLE_CUDA)
+#if defined(KOKKOS_ENABLE_CUDA)
+  target.cublaslt_epilogues = kernels::cublaslt_epilogues();
+#else
   target.fp16_widened = kernels::onednn::fp16_widened();
 #endif
   StepLaunches launches;

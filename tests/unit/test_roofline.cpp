@@ -46,29 +46,28 @@ int64_t calls_of(const StepLaunches& s, const std::string& label) {
 
 // The counts the review made by reading the code: with whole-sequence tiles a layer's
 // attention is 4 launches a sequence forward and 10 backward (bf16), 2,688 a step; the 16-bit
-// GEMMs with a bias fill their output first; one AdamW launch and one norm launch.
+// GEMMs add bias and residual in cuBLASLt's epilogue; one AdamW launch and one norm launch.
 TEST(Roofline, GpuShapeOfTheGpt2Step) {
   const StepLaunches s = predict_step_launches(gpt2_124m_step(), LaunchTarget{});
   const int64_t attention = calls_named(s, "attention_") + calls_named(s, "gemm16_batched");
   EXPECT_EQ(attention, 2688);
   // Scores: once forward, again backward with dout v^T beside them.
   EXPECT_EQ(calls_of(s, "gemm16_batched NT 1024x1024x64 x12"), 12 * 16 * 3);
-  EXPECT_EQ(calls_of(s, "gemm16_bias"), 12 * 4);  // qkv, proj, fc, fcproj
-  EXPECT_EQ(calls_of(s, "residual_forward"), 12 * 2);
+  EXPECT_EQ(calls_of(s, "gemm16_bias"), 0);
+  EXPECT_EQ(calls_of(s, "residual_forward"), 0);
   EXPECT_EQ(calls_of(s, "gemm16_out NT 16384x50304x768"), 1);  // the padded head
   EXPECT_EQ(calls_of(s, "adamw_update_split"), 1);
   EXPECT_EQ(calls_of(s, "sum_of_squares"), 1);
   // A LayerNorm's and a bias's column sums over 16,384 rows: 64 row blocks, a second pass each.
   EXPECT_EQ(calls_of(s, "column_sums_blocks"), (2 * 12 + 1) + 4 * 12);
   EXPECT_EQ(calls_of(s, "attention_softmax"), 12 * 16);
-  // Forward: the embedding, 77 a layer (2 norms, 4 GEMMs, 4 bias fills, 2 residual adds, GELU,
-  // 64 attention launches), the final norm, the head, the fused classifier and the loss's sum.
-  // Backward: 5 at the head (its 2 GEMMs, the final norm's input and 2-pass weight gradients),
-  // 183 a layer (8 GEMMs, 4 bias and 2 norm column sums of 2 passes each, 2 norm inputs, GELU,
-  // 160 attention launches), 2 into the embeddings. Then the norm, AdamW, and the gradient
-  // clearing: d/d(residual) and 49 runs of biases and norms (wpe to layer 0's ln_1, then 4 a
-  // layer, the last joined to ln_f).
-  EXPECT_EQ(s.launches(), (1 + 77 * 12 + 4) + (5 + 183 * 12 + 2) + 2 + 1 + 49);
+  // Forward: the embedding, 71 a layer (2 norms, 4 GEMMs, GELU, 64 attention launches), the final
+  // norm, the head, the fused classifier and the loss's sum. Backward: 5 at the head (its 2 GEMMs,
+  // the final norm's input and 2-pass weight gradients), 183 a layer (8 GEMMs, 4 bias and 2 norm
+  // column sums of 2 passes each, 2 norm inputs, GELU, 160 attention launches), 2 into the
+  // embeddings. Then the norm, AdamW, and the gradient clearing: d/d(residual) and 49 runs of
+  // biases and norms (wpe to layer 0's ln_1, then 4 a layer, the last joined to ln_f).
+  EXPECT_EQ(s.launches(), (1 + 71 * 12 + 4) + (5 + 183 * 12 + 2) + 2 + 1 + 49);
   EXPECT_EQ(calls_of(s, "cross_entropy_fused"), 1);
   EXPECT_EQ(calls_of(s, "cross_entropy_backward"), 0);
 }
@@ -105,10 +104,17 @@ TEST(Roofline, RecomputationAndMicroBatches) {
   const StepLaunches full = predict_step_launches(q, LaunchTarget{});
   EXPECT_EQ(calls_of(plain, "layernorm_forward"), 4 * 25);
   EXPECT_EQ(calls_of(full, "layernorm_forward"), 4 * (25 + 2 * 5));
-  EXPECT_EQ(calls_of(full, "residual_forward"), 4 * (24 + 5));
   EXPECT_EQ(calls_of(full, "gelu_forward"), 4 * (12 + 5));
   EXPECT_EQ(calls_of(full, "adamw_update_split"), 1);
   EXPECT_EQ(calls_of(full, "gemm16_out NT 4096x50304x768"), 4);
+  // Without cuBLASLt's epilogues (TRIDENT_CUBLASLT=0) the residual has its own kernel, which
+  // recomputation repeats for the attention's projection alone.
+  LaunchTarget plain_gemms;
+  plain_gemms.cublaslt_epilogues = false;
+  const StepLaunches kernels = predict_step_launches(q, plain_gemms);
+  EXPECT_EQ(calls_of(kernels, "residual_forward"), 4 * (24 + 5));
+  EXPECT_EQ(calls_of(kernels, "gemm16_bias"), 4 * (48 + 3 * 5));
+  EXPECT_EQ(calls_of(full, "residual_forward"), 0);
 }
 
 TEST(Roofline, RefusesLayoutsItDoesNotPredict) {
