@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The GPU check: run from an unpacked bundle (tools/device_bundle.sh), it measures trident on the GPU against PyTorch in at most 8 minutes.
+# The GPU check: run from an unpacked bundle (tools/device_bundle.sh), it measures trident on the GPU against PyTorch in at most 6 minutes.
 #
 # usage: ./gpu_check.sh [OUT_DIR]   (default: gpu_check_out beside this script)
-#   env: PYTHON=python3 (one with torch and CUDA), GPU_CHECK_BUDGET_S=480
+#   env: PYTHON=python3 (one with torch and CUDA), GPU_CHECK_BUDGET_S=360
 #
 # Everything it writes goes under OUT_DIR, which a borrowed machine's caller brings back: every
 # figure, as soon as it is measured, to OUT_DIR/results.txt as key=value lines, and each stage's
@@ -34,7 +34,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=${1:-$here/gpu_check_out}
 python=${PYTHON:-python3}
-budget=${GPU_CHECK_BUDGET_S:-480}
+budget=${GPU_CHECK_BUDGET_S:-360}
 start=$(date +%s)
 
 if ! command -v nvidia-smi >/dev/null 2>&1 ||
@@ -93,7 +93,7 @@ record unit_suites_failed "\"${suites_failed# }\""
 [[ -z $suites_failed && -n $suites ]] || failed=1
 
 echo "== 2. trident: GPT-2 124M, bf16, one rank, B=16 T=1024"
-timeout "$(limit 200)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
+timeout "$(limit 120)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
   --set run.out_dir="$work/runs" >"$work/train.log" 2>&1
 rc=$?
 grep -E '^step +[0-9]+/' "$work/train.log" | head -n 3
@@ -135,7 +135,7 @@ if [[ $worst == missing ]] || awk -v e="$worst" 'BEGIN { exit !(e > 0.01) }'; th
 fi
 
 echo "== 3. one profiled step (step 5 of 6)"
-timeout "$(limit 90)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
+timeout "$(limit 60)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
   --set run.out_dir="$work/runs_profile" --set run.steps=6 --profile-step 5 \
   >"$work/profile.log" 2>&1
 rc=$?
@@ -151,7 +151,7 @@ cp "$work/runs_profile/gpu_check/profile_step_5.tsv" "$work/profile_step_5.tsv" 
 grep -A 21 '^profile of step' "$work/profile.log"
 
 echo "== 4. ceilings (PyTorch): copy, GEMMs at trident's shapes, attention"
-timeout "$(limit 90)" "$python" bench/gpu_ceilings.py --profile "$work/profile_step_5.tsv" \
+timeout "$(limit 60)" "$python" bench/gpu_ceilings.py --profile "$work/profile_step_5.tsv" \
   --out "$work/gemm_ceilings.tsv" >"$work/ceilings.log" 2>&1
 rc=$?
 record ceilings_exit "$rc"
@@ -165,7 +165,7 @@ if [[ -n $copy_gbs && -n $gemm_tflops && -s $work/gemm_ceilings.tsv ]]; then
   roofline+=(--copy-gbs "$copy_gbs" --gemm-tflops "$gemm_tflops" --gemm-ceilings
     "$work/gemm_ceilings.tsv")
 fi
-timeout "$(limit 60)" "${roofline[@]}" --roofline-table "$work/roofline.tsv" \
+timeout "$(limit 30)" "${roofline[@]}" --roofline-table "$work/roofline.tsv" \
   >"$work/roofline.log" 2>&1
 rc=$?
 record roofline_exit "$rc"
@@ -184,7 +184,7 @@ if [[ -s $work/roofline.tsv && -s $work/profile_step_5.tsv ]]; then
 fi
 
 echo "== 6. the attention tiles it replaced (256 x 256), 10 steps"
-timeout "$(limit 90)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
+timeout "$(limit 60)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
   --set run.out_dir="$work/runs_tiles256" --set run.steps=10 --set attention.tile_rows=256 \
   --set attention.tile_keys=256 >"$work/tiles256.log" 2>&1
 rc=$?
@@ -197,7 +197,7 @@ record tiles256_tokens_per_s "$(value tokens_per_s "$perf")"
 echo "== 7. PyTorch on the same shape"
 best_torch=""
 for mode in eager compile; do
-  timeout "$(limit $([[ $mode == eager ]] && echo 90 || echo 200))" \
+  timeout "$(limit $([[ $mode == eager ]] && echo 60 || echo 120))" \
     "$python" bench/torch_gpu_step.py --mode "$mode" >"$work/torch_$mode.log" 2>&1
   rc=$?
   record "torch_${mode}_exit" "$rc"
