@@ -72,8 +72,16 @@ CublasApi open_cublas() {
 
 CublasLtApi open_cublaslt() {
   std::string path;
+  // First beside the cuBLAS opened (the same toolkit or wheel: cuBLAS calls into its own
+  // cuBLASLt, so mixing versions would load two), then by name.
+  const std::string cublas = cublas_api().library;
+  const std::string dir = cublas.substr(0, cublas.find_last_of('/') + 1);
+  const std::string major = cublas.substr(cublas.find_last_of('.') + 1);
+  const std::string beside = dir.empty() ? "" : dir + "libcublasLt.so." + major;
   void* library = open_library("cuBLASLt", "TRIDENT_CUBLASLT_LIBRARY",
-                               {"libcublasLt.so.13", "libcublasLt.so.12"}, path);
+                               {beside.empty() ? "libcublasLt.so.13" : beside.c_str(),
+                                "libcublasLt.so.13", "libcublasLt.so.12"},
+                               path);
   CublasLtApi api;
   load_symbol(library, "cublasLtCreate", api.create, path);
   load_symbol(library, "cublasLtDestroy", api.destroy, path);
@@ -138,6 +146,7 @@ CublasLtState& cublaslt_state() {
     fatal("cudaMalloc", __FILE__, __LINE__,
           std::string("cuBLASLt's workspace: ") + cudaGetErrorString(rc));
   Kokkos::push_finalize_hook([] {  // while the device is still there
+    cudaDeviceSynchronize();       // no GEMM still reads the workspace
     const CublasLtApi& api = cublaslt_api();
     for (auto& [key, plan] : lt_state->plans) {
       api.layout_destroy(plan.a);
@@ -201,7 +210,10 @@ EpiloguePlan make_plan(const EpilogueKey& key, const void* bias) {
   const cublasStatus_t status = lt.heuristic(state.handle, plan.desc, plan.a, plan.b, plan.d,
                                              plan.d, preference, 1, &result, &found);
   lt.preference_destroy(preference);
-  plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  // A result's fields hold only when its own state says so.
+  plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0 &&
+               result.state == CUBLAS_STATUS_SUCCESS &&
+               result.workspaceSize <= kCublasLtWorkspaceBytes;
   if (plan.found) plan.algo = result.algo;
   return plan;
 }
@@ -244,12 +256,22 @@ const CublasLtApi& cublaslt_api() {
   return api;
 }
 
-bool cublaslt_epilogues() {
-  static const bool on = [] {
+namespace {
+bool& epilogues_setting() {
+  static bool on = [] {
     const char* v = std::getenv("TRIDENT_CUBLASLT");
     return !(v && std::string(v) == "0");
   }();
   return on;
+}
+}  // namespace
+
+bool cublaslt_epilogues() {
+  return epilogues_setting();
+}
+
+void set_cublaslt_epilogues(bool on) {
+  epilogues_setting() = on;
 }
 
 bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m, int n, int k,

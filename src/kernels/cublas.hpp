@@ -78,6 +78,8 @@ const CublasLtApi& cublaslt_api();
 // which keeps the bias kernel and cublasGemmEx (and the residual in its own kernel) for an
 // old-against-new comparison.
 bool cublaslt_epilogues();
+// For tests that run both paths in one process (TRIDENT_CUBLASLT sets it at start-up).
+void set_cublaslt_epilogues(bool on);
 
 // The device workspace cuBLASLt's algorithms may use, allocated once at the first epilogue GEMM
 // (within the planner's runtime reserve, kPlanRuntimeGB, like cuBLAS's own).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/half.hpp"
 #include "core/launch_profiler.hpp"
 #include "core/precision.hpp"
 #include "core/types.hpp"
@@ -151,7 +152,8 @@ inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, co
   const bool adds_residual = residual.extent(0) > 0;
   if (adds_residual && (residual.extent(0) != C.extent(0) || residual.extent(1) != C.extent(1) ||
                         leading(residual) != leading(C) || beta != 0.0f || !fused_residual_add()))
-    throw std::logic_error("gemm16: a residual must be laid out like C, with beta 0, on a CPU");
+    throw std::logic_error(
+        "gemm16: a residual must be laid out like C, with beta 0, where the epilogue adds it");
 #if defined(KOKKOS_ENABLE_CUDA)
   if ((bias.extent(0) > 0 || adds_residual) && beta == 0.0f && cublaslt_epilogues()) {
     if (gemm16_epilogue(exec, trans_a, trans_b, m, n, k, alpha, A.data(), leading(A), B.data(),
@@ -159,12 +161,21 @@ inline void gemm16(const Exec& exec, char trans_a, char trans_b, float alpha, co
                         bias.extent(0) > 0 ? bias.data() : nullptr,
                         adds_residual ? residual.data() : nullptr))
       return;
-    if (adds_residual)
-      throw std::runtime_error(
-          "gemm16: cuBLASLt has no algorithm for this GEMM with a residual; run with "
-          "TRIDENT_CUBLASLT=0");
   }
-  if (bias.extent(0) > 0) {
+  if (adds_residual) {  // no cuBLASLt algorithm for it: C starts as residual + bias, rounded
+    const ConstHalfMat r = residual;
+    const bool has_bias = bias.extent(0) > 0;
+    const bool bf16 = format == Precision::kBf16;
+    Kokkos::parallel_for(
+        "gemm16_bias_residual", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(m) * n),
+        KOKKOS_LAMBDA(size_t e) {
+          const int i = static_cast<int>(e / n), j = static_cast<int>(e % n);
+          const float sum = (bf16 ? from_bf16(r(i, j)) : from_fp16(r(i, j))) +
+                            (has_bias ? (bf16 ? from_bf16(bias(j)) : from_fp16(bias(j))) : 0.0f);
+          C(i, j) = bf16 ? to_bf16(sum) : to_fp16(sum);
+        });
+    beta = 1.0f;
+  } else if (bias.extent(0) > 0) {
     Kokkos::parallel_for(
         "gemm16_bias", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(m) * n),
         KOKKOS_LAMBDA(size_t e) { C(e / n, e % n) = bias(e % n); });

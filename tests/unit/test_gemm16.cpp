@@ -146,16 +146,19 @@ TEST(Gemm16, TallOutputsAreRightInEveryRowChunk) {
 }
 
 // A residual added in the epilogue (a row-parallel layer writing the residual stream): C = op(A)
-// op(B) + bias + residual, summed in fp32 and rounded once, for bf16 and fp16; a residual laid out
-// unlike C, or with beta 1, is refused.
-TEST(Gemm16, ResidualIsAddedBeforeTheOneRounding) {
-  const int m = 9, n = 6, k = 21;
+// op(B) + bias + residual, summed in fp32 and rounded once, for bf16 and fp16, at an odd shape and
+// one whose leading dimensions are multiples of 16 bytes; a residual laid out unlike C, or with
+// beta 1, is refused. GPU builds run it through cuBLASLt's epilogue and, with the epilogues off
+// (TRIDENT_CUBLASLT=0), check that the layers are told to add the residual themselves.
+namespace {
+
+void expect_residual_added_before_the_one_rounding(int m, int n, int k) {
   for (const Precision format : {Precision::kBf16, Precision::kFp16}) {
     const Matrix<uint16_t> A = random_half(m, k, 11, format), B = random_half(n, k, 12, format);
     const Matrix<uint16_t> bias = random_half(1, n, 13, format);
     const Matrix<uint16_t> residual = random_half(m, n, 14, format);
     Matrix<uint16_t> C(m, n);
-    if (!kernels::fused_residual_add()) {  // GPU builds: the layers add it in their own kernel
+    if (!kernels::fused_residual_add()) {  // the layers add it in their own kernel
       EXPECT_THROW(kernels::gemm16(Exec(), 'N', 'T', 1.0f, as_mat(A), as_mat(B), format, 0.0f,
                                    HalfMat(C.data.data(), m, n), ConstHalfVec(), as_mat(residual)),
                    std::logic_error);
@@ -184,7 +187,7 @@ TEST(Gemm16, ResidualIsAddedBeforeTheOneRounding) {
           ASSERT_NEAR(from_half(got, format), sum,
                       std::fabs(sum) * (format == Precision::kBf16 ? 8e-3 : 1e-3) +
                           (k + 3) * 6e-8 * magnitude)
-              << "at " << i << "," << j;
+              << m << "x" << n << "x" << k << " at " << i << "," << j;
         }
       }
     EXPECT_LE(off_by_rounding, m * n / 10) << "most elements are the exact sum rounded once";
@@ -198,8 +201,23 @@ TEST(Gemm16, ResidualIsAddedBeforeTheOneRounding) {
   }
 }
 
-// Batched over three items (as attention batches its heads): each item's result is its own
-// gemm16's, bit for bit, and the beta term reads each item's C.
+}  // namespace
+
+TEST(Gemm16, ResidualIsAddedBeforeTheOneRounding) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  const bool was = kernels::cublaslt_epilogues();
+  for (const bool epilogues : {true, false}) {
+    kernels::set_cublaslt_epilogues(epilogues);
+    expect_residual_added_before_the_one_rounding(9, 6, 21);
+    expect_residual_added_before_the_one_rounding(32, 16, 64);
+  }
+  kernels::set_cublaslt_epilogues(was);
+#else
+  expect_residual_added_before_the_one_rounding(9, 6, 21);
+  expect_residual_added_before_the_one_rounding(32, 16, 64);
+#endif
+}
+
 TEST(Gemm16, StridedBatchedIsEachItemsGemm) {
   const int m = 6, n = 5, k = 8, batch = 3;
   for (const Precision format : {Precision::kBf16, Precision::kFp16}) {
