@@ -23,6 +23,13 @@ KOKKOS_INLINE_FUNCTION void prefetch_in_row(const T* row, int v, int valid) {
   if (ahead < static_cast<size_t>(valid)) kmath::prefetch(row + ahead);
 }
 
+// A valid column's d(loss)/d(logit) times `scale`: softmax(logit) - [the column is the target].
+// The unfused backward and the fused classifier both call it, so they give the same bits.
+KOKKOS_INLINE_FUNCTION float cross_entropy_gradient(float logit, float lse, float scale,
+                                                    bool target) {
+  return scale * (kmath::exp_vec(logit - lse) - (target ? 1.0f : 0.0f));
+}
+
 // row_max[n] = max over the slice's valid columns (-inf-ish when the slice has none).
 template <class E = Fp32Elements>
 inline void cross_entropy_row_max(const Exec& exec, const Vec& row_max, const ConstMatOf<E>& logits,
@@ -119,9 +126,8 @@ inline void cross_entropy_backward(const Exec& exec, const MatOf<E>& dlogits,
           const float l = lse(n);
           const float s = targets(n) >= 0 ? scale : 0.0f;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width), [&](int v) {
-            dlogits(n, v) = E::store(v < valid ? s * (kmath::exp_vec(E::load(logits(n, v)) - l) -
-                                                      (v == local ? 1.0f : 0.0f))
-                                               : 0.0f);
+            dlogits(n, v) = E::store(
+                v < valid ? cross_entropy_gradient(E::load(logits(n, v)), l, s, v == local) : 0.0f);
           });
         });
     return;
@@ -132,10 +138,8 @@ inline void cross_entropy_backward(const Exec& exec, const MatOf<E>& dlogits,
         const int local = targets(n) - vocab_start;
         const float l = lse(n);
         const float s = targets(n) >= 0 ? scale : 0.0f;
-        for (int v = 0; v < valid; ++v) {
-          const float p = kmath::exp_vec(E::load(logits(n, v)) - l);
-          dlogits(n, v) = E::store(s * (p - (v == local ? 1.0f : 0.0f)));
-        }
+        for (int v = 0; v < valid; ++v)
+          dlogits(n, v) = E::store(cross_entropy_gradient(E::load(logits(n, v)), l, s, v == local));
         for (int v = valid; v < width; ++v) dlogits(n, v) = E::store(0.0f);
       });
 }
@@ -171,9 +175,9 @@ inline void cross_entropy_fused(const Exec& exec, const MatOf<E>& logits, const 
           });
           const float s = target >= 0 ? scale : 0.0f;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width), [&](int v) {
-            logits(n, v) = E::store(v < valid ? s * (kmath::exp_vec(E::load(logits(n, v)) - l) -
-                                                     (v == target ? 1.0f : 0.0f))
-                                              : 0.0f);
+            logits(n, v) = E::store(
+                v < valid ? cross_entropy_gradient(E::load(logits(n, v)), l, s, v == target)
+                          : 0.0f);
           });
         });
     return;
@@ -194,10 +198,8 @@ inline void cross_entropy_fused(const Exec& exec, const MatOf<E>& logits, const 
         lse(n) = l;
         losses(n) = target >= 0 ? l - target_logit : 0.0f;
         const float s = target >= 0 ? scale : 0.0f;
-        for (int v = 0; v < valid; ++v) {
-          const float p = kmath::exp_vec(E::load(row[v]) - l);
-          row[v] = E::store(s * (p - (v == target ? 1.0f : 0.0f)));
-        }
+        for (int v = 0; v < valid; ++v)
+          row[v] = E::store(cross_entropy_gradient(E::load(row[v]), l, s, v == target));
         for (int v = valid; v < width; ++v) row[v] = E::store(0.0f);
       });
 }
