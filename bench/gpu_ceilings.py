@@ -120,12 +120,14 @@ def main():
     src = torch.empty(n, dtype=dtype, device=device)
     dst = torch.empty_like(src)
     ms = timer.ms(lambda: dst.copy_(src))
-    print(f"ceiling_copy_gbs={2 * 2 * n / (ms * 1e-3) / 1e9:.1f}")
+    print(f"ceiling_copy_gbs={2 * 2 * n / (ms * 1e-3) / 1e9:.4g}")
 
     size = 8192 // scale
     a, b = operands(size, size, size, "N", "N", 1, dtype, device)
     ms = timer.ms(lambda: torch.matmul(a, b))
-    print(f"ceiling_gemm8192_tflops={2.0 * size ** 3 / (ms * 1e-3) / 1e12:.2f}")
+    # Four significant digits, not fixed decimals: a slow host (a bf16 GEMM without AVX512-BF16)
+    # measures under 0.005 TFLOP/s, which two decimals print as 0.00.
+    print(f"ceiling_gemm8192_tflops={2.0 * size ** 3 / (ms * 1e-3) / 1e12:.4g}")
 
     fwd, both, how = attention(timer, device, dtype, 16 // min(scale, 16), 12, 1024 // scale, 64)
     print(f'ceiling_attention_kind="{how}"')
