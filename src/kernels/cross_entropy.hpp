@@ -204,13 +204,13 @@ inline void cross_entropy_fused(const Exec& exec, const MatOf<E>& logits, const 
       });
 }
 
-// The sum of losses[0, N) in double: the micro-batch's loss for the log (one scalar to the host).
-inline double cross_entropy_loss_sum(const Exec& exec, const ConstVec& losses, int N) {
-  double total = 0.0;
+// The sum of losses[0, N) in double, written to `total` on the device without waiting for it:
+// the micro-batch's loss, which the trainer reads once a step with the others.
+inline void cross_entropy_loss_sum(const Exec& exec, const ConstVec& losses, int N,
+                                   const Kokkos::View<double, Device>& total) {
   Kokkos::parallel_reduce(
       "loss_sum", Kokkos::RangePolicy<Exec>(exec, 0, N),
       KOKKOS_LAMBDA(int n, double& acc) { acc += losses(n); }, total);
-  return total;
 }
 
 }  // namespace trident::kernels

@@ -4,6 +4,8 @@
 // kernel's on the widened inputs, rounded.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <type_traits>
 
@@ -64,6 +66,39 @@ VecOf<E> vec_of(const StoredTensor& t, size_t n) {
 template <class E>
 MatOf<E> mat_of(const StoredTensor& t, size_t rows, size_t cols) {
   return MatOf<E>(elements_of<E>(t), t.empty() ? 0 : rows, cols);
+}
+
+// Packs: P elements of E side by side, aligned to P elements, moved by one load or store (16
+// bytes, one vector instruction on a GPU, for a full pack: kPackElements<E>).
+template <class E>
+constexpr int kPackElements = static_cast<int>(16 / sizeof(typename E::Stored));
+
+template <class E, int P, class S>
+KOKKOS_INLINE_FUNCTION void load_pack(const S* p, float* f) {
+  struct alignas(sizeof(S) * P) Chunk {
+    S v[P];
+  };
+  const Chunk chunk = *reinterpret_cast<const Chunk*>(p);
+  for (int j = 0; j < P; ++j) f[j] = E::load(chunk.v[j]);
+}
+
+template <class E, int P, class S>
+KOKKOS_INLINE_FUNCTION void store_pack(S* p, const float* f) {
+  struct alignas(sizeof(S) * P) Chunk {
+    S v[P];
+  };
+  Chunk chunk;
+  for (int j = 0; j < P; ++j) chunk.v[j] = E::store(f[j]);
+  *reinterpret_cast<Chunk*>(p) = chunk;
+}
+
+// Whether rows of `cols` elements of E starting at each of `rows` split into full packs.
+template <class E>
+bool rows_split_into_packs(int cols, std::initializer_list<const void*> rows) {
+  if (cols % kPackElements<E> != 0) return false;
+  for (const void* p : rows)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 // f(E{}) with the element type that stores `format`.

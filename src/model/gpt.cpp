@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cast.hpp"
+#include "kernels/cross_entropy.hpp"
 #include "kernels/rope.hpp"
 
 namespace trident {
@@ -112,6 +113,23 @@ void GptStage::zero_grads() {
 
 double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                          const StoredTensor& output, float gradient_scale) {
+  forward_pass(slot, tokens, targets, B, T, output, gradient_scale);
+  if (!shape_.layout.has_head || targets == nullptr) return 0.0;
+  const Kokkos::View<double, Device> sum("loss_sum");
+  loss_sum(slot, sum);
+  double host = 0.0;
+  Kokkos::deep_copy(host, sum);
+  return host;
+}
+
+void GptStage::loss_sum(int slot, const Kokkos::View<double, Device>& sum) const {
+  const ActivationSlot& a = st_.slots[slot];
+  const int N = a.B * a.T;
+  kernels::cross_entropy_loss_sum(exec_, window(a.losses, 0, N), N, sum);
+}
+
+void GptStage::forward_pass(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                            const StoredTensor& output, float gradient_scale) {
   ActivationSlot& a = st_.slots[slot];
   a.B = B;
   a.T = T;
@@ -137,8 +155,7 @@ double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets
     blocks_[i].forward(b, *x, B, T, true, next.empty() && !sends ? "ln_f.weight" : next);
     x = sends && i + 1 == n_blocks ? &output : &a.blocks[i].res_mlp;
   }
-  // Else the output is sent.
-  return sends ? 0.0 : head_.forward(a, *x, targets != nullptr, gradient_scale);
+  if (!sends) head_.forward(a, *x, targets != nullptr, gradient_scale);  // else it is sent
 }
 
 void GptStage::backward(int slot, float loss_scale, const StoredTensor& grad_output) {

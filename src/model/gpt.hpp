@@ -69,11 +69,19 @@ class GptStage {
 
   // Forward of one micro-batch of B sequences of T tokens into `slot`. The first stage reads
   // tokens (host memory); later stages read input_buffer(slot), filled by the caller. The last
-  // stage, given targets, returns the sum of per-token losses (the same on every tp rank). A
+  // stage, given targets, keeps the per-token losses in the slot (the same on every tp rank). A
   // stage without the head writes its output [local_rows(B*T), C] into `output` (in the storage
   // format), which the caller sends: the output is never read back, so it is not kept per slot.
   // `gradient_scale` > 0 (training: the loss scale backward will get) lets a head holding the
-  // whole vocabulary write the logits' gradient in the loss's pass (OutputHead::forward).
+  // whole vocabulary write the logits' gradient in the loss's pass (OutputHead::forward). Nothing
+  // waits for the device.
+  void forward_pass(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                    const StoredTensor& output = {}, float gradient_scale = 0.0f);
+  // The sum of the slot's per-token losses written to `sum` on the device, without waiting (the
+  // last stage, after a forward with targets).
+  void loss_sum(int slot, const Kokkos::View<double, Device>& sum) const;
+  // forward_pass, then the sum of the per-token losses read back (0 without the head or
+  // targets): for callers that want each micro-batch's loss at once (tests, generation).
   double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                  const StoredTensor& output = {}, float gradient_scale = 0.0f);
   // The token rows of a micro-batch of n this rank holds outside the tensor-parallel regions.

@@ -78,28 +78,58 @@ void Norm::backward_input(const StoredTensor& dx, const StoredTensor& dout, cons
   });
 }
 
+// Under sequence parallelism this rank's rows give a share of the parameters' gradients, summed
+// over tp in the workspace and then added to the gradients; otherwise they add there directly.
+Norm::GradTargets Norm::grad_targets() const {
+  const bool sp = ctx_->tp->sequence_parallel();
+  const View1& sum = ctx_->ws->norm_grad;
+  if (sp) Kokkos::deep_copy(ctx_->exec, window(sum, 0, grad_floats()), 0.0f);
+  return {sp ? window(sum, 0, C_) : grad_vec(grads.weight, C_), rms_ ? Vec()
+                                                                : sp ? window(sum, C_, C_)
+                                                                     : grad_vec(grads.bias, C_)};
+}
+
+void Norm::finish_grads(const GradTargets& g) const {
+  if (!ctx_->tp->sequence_parallel()) return;
+  ctx_->tp->allreduce_sum(ctx_->ws->norm_grad, grad_floats());
+  residual_forward(ctx_->exec, grad_vec(grads.weight, C_), grad_vec(grads.weight, C_), g.weight);
+  if (!rms_)
+    residual_forward(ctx_->exec, grad_vec(grads.bias, C_), grad_vec(grads.bias, C_), g.bias);
+}
+
 void Norm::backward_weight(const StoredTensor& dout, const StoredTensor& x, const View1& mean,
                            const View1& rstd, int rows) const {
-  const Exec& exec = ctx_->exec;
-  const bool sp = ctx_->tp->sequence_parallel();
-  const int n_params = rms_ ? 1 : 2;
-  const View1& sum = ctx_->ws->norm_grad;  // under SP: this rank's rows' share, then the tp sum
-  if (sp) Kokkos::deep_copy(exec, window(sum, 0, static_cast<size_t>(n_params) * C_), 0.0f);
-  const Vec dw = sp ? window(sum, 0, C_) : grad_vec(grads.weight, C_);
-  const Vec db = rms_ ? Vec() : sp ? window(sum, C_, C_) : grad_vec(grads.bias, C_);
+  const GradTargets g = grad_targets();
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
     if (rms_)
-      rmsnorm_backward_params<E>(exec, dw, mat_of<E>(dout, rows, C_), mat_of<E>(x, rows, C_), rstd,
-                                 kBuildShape, ctx_->ws->column_partials);
+      rmsnorm_backward_params<E>(ctx_->exec, g.weight, mat_of<E>(dout, rows, C_),
+                                 mat_of<E>(x, rows, C_), rstd, kBuildShape,
+                                 ctx_->ws->column_partials);
     else
-      layernorm_backward_params<E>(exec, dw, db, mat_of<E>(dout, rows, C_), mat_of<E>(x, rows, C_),
-                                   mean, rstd, kBuildShape, ctx_->ws->column_partials);
+      layernorm_backward_params<E>(ctx_->exec, g.weight, g.bias, mat_of<E>(dout, rows, C_),
+                                   mat_of<E>(x, rows, C_), mean, rstd, kBuildShape,
+                                   ctx_->ws->column_partials);
   });
-  if (!sp) return;
-  ctx_->tp->allreduce_sum(sum, static_cast<size_t>(n_params) * C_);
-  residual_forward(exec, grad_vec(grads.weight, C_), grad_vec(grads.weight, C_), dw);
-  if (!rms_) residual_forward(exec, grad_vec(grads.bias, C_), grad_vec(grads.bias, C_), db);
+  finish_grads(g);
+}
+
+void Norm::backward(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x,
+                    const View1& mean, const View1& rstd, int rows) const {
+  const GradTargets g = grad_targets();
+  ctx_->dispatch([&](auto e) {
+    using E = decltype(e);
+    if (rms_)
+      rmsnorm_backward<E>(ctx_->exec, mat_of<E>(dx, rows, C_), g.weight, mat_of<E>(dout, rows, C_),
+                          mat_of<E>(x, rows, C_), vec_of<E>(weights.weight, C_), rstd, kBuildShape,
+                          ctx_->ws->column_partials);
+    else
+      layernorm_backward<E>(ctx_->exec, mat_of<E>(dx, rows, C_), g.weight, g.bias,
+                            mat_of<E>(dout, rows, C_), mat_of<E>(x, rows, C_),
+                            vec_of<E>(weights.weight, C_), mean, rstd, kBuildShape,
+                            ctx_->ws->column_partials);
+  });
+  finish_grads(g);
 }
 
 void ColumnParallelLinear::forward(const StoredTensor& out, const StoredTensor& x_rows,
@@ -328,9 +358,9 @@ void VocabParallelEmbedding::backward_weight(const StoredTensor& dout_rows, cons
   });
 }
 
-double VocabParallelCrossEntropy::forward(const View1& losses, const View1& lse,
-                                          const StoredTensor& logits, const IntView1& targets,
-                                          int N) const {
+void VocabParallelCrossEntropy::forward(const View1& losses, const View1& lse,
+                                        const StoredTensor& logits, const IntView1& targets,
+                                        int N) const {
   const Exec& exec = ctx_->exec;
   const LayerWorkspace& ws = *ctx_->ws;
   const Vec sums = window(ws.row_sums, 0, N), target_logit = window(ws.row_sums, N, N);
@@ -346,13 +376,12 @@ double VocabParallelCrossEntropy::forward(const View1& losses, const View1& lse,
   });
   ctx_->tp->allreduce_sum(ws.row_sums, 2 * static_cast<size_t>(N));
   cross_entropy_losses(exec, losses, lse, ws.row_max, sums, target_logit, targets);
-  return cross_entropy_loss_sum(exec, window(losses, 0, N), N);
 }
 
-double VocabParallelCrossEntropy::forward_backward(const View1& losses, const View1& lse,
-                                                   const StoredTensor& logits,
-                                                   const IntView1& targets, int N,
-                                                   float scale) const {
+void VocabParallelCrossEntropy::forward_backward(const View1& losses, const View1& lse,
+                                                 const StoredTensor& logits,
+                                                 const IntView1& targets, int N,
+                                                 float scale) const {
   if (ctx_->tp->size() != 1 || vocab_start_ != 0)
     throw std::logic_error("the fused classifier needs the whole vocabulary on one rank");
   ctx_->dispatch([&](auto e) {
@@ -360,7 +389,6 @@ double VocabParallelCrossEntropy::forward_backward(const View1& losses, const Vi
     cross_entropy_fused<E>(ctx_->exec, mat_of<E>(logits, N, V_), window(losses, 0, N),
                            window(lse, 0, N), targets, vocab_valid_, scale);
   });
-  return cross_entropy_loss_sum(ctx_->exec, window(losses, 0, N), N);
 }
 
 void VocabParallelCrossEntropy::backward(const StoredTensor& logits, const View1& lse,

@@ -75,8 +75,18 @@ class Norm {
                       const View1& mean, const View1& rstd, int rows) const;
   void backward_weight(const StoredTensor& dout, const StoredTensor& x, const View1& mean,
                        const View1& rstd, int rows) const;
+  // Both: on GPUs one pass over dout and x (kernels::layernorm_backward).
+  void backward(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x,
+                const View1& mean, const View1& rstd, int rows) const;
 
  private:
+  struct GradTargets {
+    Vec weight, bias;  // where the kernels add this rank's rows' parameter gradients
+  };
+  size_t grad_floats() const { return static_cast<size_t>(rms_ ? 1 : 2) * C_; }
+  GradTargets grad_targets() const;
+  void finish_grads(const GradTargets& g) const;
+
   const LayerContext* ctx_;
   int C_;
   bool rms_;
@@ -219,17 +229,17 @@ class VocabParallelCrossEntropy {
  public:
   VocabParallelCrossEntropy(const LayerContext* ctx, int V_tp, int vocab_start, int vocab_valid)
       : ctx_(ctx), V_(V_tp), vocab_start_(vocab_start), vocab_valid_(vocab_valid) {}
-  // Per-token losses and log-sum-exps [N] of logits [N, V_tp]; returns the losses' sum.
-  double forward(const View1& losses, const View1& lse, const StoredTensor& logits,
-                 const IntView1& targets, int N) const;
+  // Per-token losses and log-sum-exps [N] of logits [N, V_tp].
+  void forward(const View1& losses, const View1& lse, const StoredTensor& logits,
+               const IntView1& targets, int N) const;
   // logits (in place) = scale * d(loss)/d(logits).
   void backward(const StoredTensor& logits, const View1& lse, const IntView1& targets, int N,
                 float scale) const;
   // Both at once, where one rank holds the whole vocabulary (tp = 1): the losses, log-sum-exps
   // and the logits' gradient (in place, times scale) in one pass over the logits, the bits of
-  // forward then backward (kernels::cross_entropy_fused); returns the losses' sum.
-  double forward_backward(const View1& losses, const View1& lse, const StoredTensor& logits,
-                          const IntView1& targets, int N, float scale) const;
+  // forward then backward (kernels::cross_entropy_fused).
+  void forward_backward(const View1& losses, const View1& lse, const StoredTensor& logits,
+                        const IntView1& targets, int N, float scale) const;
 
  private:
   const LayerContext* ctx_;

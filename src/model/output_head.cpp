@@ -24,8 +24,8 @@ OutputHead::OutputHead(const StageContext* sc)
            valid_vocab(*sc->shape)),
       sc_(sc) {}
 
-double OutputHead::forward(ActivationSlot& a, const StoredTensor& x, bool with_targets,
-                           float gradient_scale) const {
+void OutputHead::forward(ActivationSlot& a, const StoredTensor& x, bool with_targets,
+                         float gradient_scale) const {
   const int N = a.B * a.T, rows = sc_->local_rows(N);
   sc_->hooks->need("ln_f.weight", "");
   sc_->hooks->need(weight_name(), "");
@@ -33,8 +33,10 @@ double OutputHead::forward(ActivationSlot& a, const StoredTensor& x, bool with_t
   proj.forward(a.logits, a.lnf, N);
   const bool fused = with_targets && gradient_scale > 0 && sc_->shape->layout.tp_size == 1;
   a.logits_gradient_scale = fused ? gradient_scale : 0.0f;
-  if (fused) return loss.forward_backward(a.losses, a.lse, a.logits, a.targets, N, gradient_scale);
-  return with_targets ? loss.forward(a.losses, a.lse, a.logits, a.targets, N) : 0.0;
+  if (fused)
+    loss.forward_backward(a.losses, a.lse, a.logits, a.targets, N, gradient_scale);
+  else if (with_targets)
+    loss.forward(a.losses, a.lse, a.logits, a.targets, N);
 }
 
 void OutputHead::backward(const ActivationSlot& a, float loss_scale, const DeferredGrads* defer,
@@ -55,12 +57,12 @@ void OutputHead::backward(const ActivationSlot& a, float loss_scale, const Defer
   if (!defer && !sc_->shape->model.tied()) sc_->hooks->unit_done("lm_head");
   kernels::zero_stored(sc_->layers->exec, st.dresidual, rows_c);
   const StoredTensor& x = sc_->block_input(a, sc_->shape->blocks());
-  lnf.backward_input(st.dresidual, dlnf, x, a.lnf_mean, a.lnf_rstd, rows);
   if (defer) {
+    lnf.backward_input(st.dresidual, dlnf, x, a.lnf_mean, a.lnf_rstd, rows);
     sc_->keep(defer->dlnf, dlnf, rows_c);
     return;
   }
-  lnf.backward_weight(dlnf, x, a.lnf_mean, a.lnf_rstd, rows);
+  lnf.backward(st.dresidual, dlnf, x, a.lnf_mean, a.lnf_rstd, rows);
   sc_->hooks->grads_ready_from("ln_f.weight");
   sc_->hooks->unit_done("ln_f.weight");
 }

@@ -14,11 +14,11 @@ class OutputHead {
   ColumnParallelLinear proj;  // weight: the token embedding (tied) or lm_head
   VocabParallelCrossEntropy loss;
 
-  // Logits of the last block's output x into slot a; with targets, returns the sum of the
-  // per-token losses. With a `gradient_scale` (> 0: training, the loss scale backward will get)
+  // Logits of the last block's output x into slot a; with targets, the per-token losses (a.losses).
+  // With a `gradient_scale` (> 0: training, the loss scale backward will get)
   // and the whole vocabulary here (tp = 1), the logits' gradient replaces them in the same pass.
-  double forward(ActivationSlot& a, const StoredTensor& x, bool with_targets,
-                 float gradient_scale = 0.0f) const;
+  void forward(ActivationSlot& a, const StoredTensor& x, bool with_targets,
+               float gradient_scale = 0.0f) const;
   // d/d(x) into storage.dresidual, with the weight gradients now (`defer` null) or their output
   // gradients kept in `defer` (and the logits slot) for backward_weight.
   void backward(const ActivationSlot& a, float loss_scale, const DeferredGrads* defer,

@@ -73,9 +73,12 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   const StoredTensor dln2 = fc.backward_input(st.dfch, N);
   if (kept) sc_->keep(kept->dfch, st.dfch, e.fc);
   if (!kept) fc.backward_weight(st.dfch, b.ln2, N, accumulate);
-  ln2.backward_input(dres, dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
-  if (kept) sc_->keep(kept->dln2, dln2, e.rows_c);
-  if (!kept) ln2.backward_weight(dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
+  if (kept) {
+    ln2.backward_input(dres, dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
+    sc_->keep(kept->dln2, dln2, e.rows_c);
+  } else {
+    ln2.backward(dres, dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
+  }
   if (!kept) hooks.unit_done(unit(2));
   // Attention: dres now holds d/d(res_attn) = d/d(block input) through the residual path.
   const StoredTensor dmid = proj.gather_output_grad(dres, N);
@@ -90,9 +93,12 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   attention.sum_kv_replicas(st.dqkv, N);  // after the input gradient, before the weights'
   if (kept) sc_->keep(kept->dqkv, st.dqkv, e.qkv);
   if (!kept) qkv.backward_weight(st.dqkv, b.ln1, N, accumulate);
-  ln1.backward_input(dres, dln1, x, b.ln1_mean, b.ln1_rstd, rows);
-  if (kept) sc_->keep(kept->dln1, dln1, e.rows_c);
-  if (!kept) ln1.backward_weight(dln1, x, b.ln1_mean, b.ln1_rstd, rows);
+  if (kept) {
+    ln1.backward_input(dres, dln1, x, b.ln1_mean, b.ln1_rstd, rows);
+    sc_->keep(kept->dln1, dln1, e.rows_c);
+  } else {
+    ln1.backward(dres, dln1, x, b.ln1_mean, b.ln1_rstd, rows);
+  }
   if (!kept) hooks.grads_ready_from(unit(0));
   if (!kept) hooks.unit_done(unit(0));
 }

@@ -146,6 +146,19 @@ class StepPredictor {
     column_sums(llama() ? "rmsnorm_backward_params" : "layernorm_backward_params", llama() ? 1 : 2,
                 C_, 2 * rows_bytes(C_));
   }
+  // Both halves (the weights' gradient not deferred): the GPU shape's one pass where it fits.
+  void norm_backward() {
+    const int K = llama() ? 1 : 2, S = K;
+    if (!gpu() || !kernels::norm_backward_fits(K, S, C_)) {
+      norm_backward_input();
+      return norm_backward_weight();
+    }
+    const int blocks = kernels::column_row_blocks(K, N_, C_, partials_, kernels::kNormRowBlock);
+    const double partial_bytes = 4.0 * K * C_ * blocks;
+    kernel(llama() ? "rmsnorm_backward" : "layernorm_backward",
+           4 * rows_bytes(C_) + (blocks > 1 ? partial_bytes : 0));
+    if (blocks > 1) kernel("column_sums_blocks", partial_bytes);
+  }
 
   // Whether 16-bit GEMMs add bias and residual in their epilogue (oneDNN; cuBLASLt on GPUs).
   bool epilogues() const { return !gpu() || target_.cublaslt_epilogues; }
@@ -243,15 +256,13 @@ class StepPredictor {
     activation_backward();
     linear_backward_input(shape_.fc_tp(), C_);
     linear_backward_weight(shape_.fc_tp(), C_, bias);
-    norm_backward_input();
-    norm_backward_weight();
+    norm_backward();
     linear_backward_input(C_, shape_.C_tp());
     linear_backward_weight(C_, shape_.C_tp(), bias);
     attention_backward();
     linear_backward_input(shape_.qkv_tp(), C_);
     linear_backward_weight(shape_.qkv_tp(), C_, bias);
-    norm_backward_input();
-    norm_backward_weight();
+    norm_backward();
   }
 
   void forward() {
@@ -270,8 +281,7 @@ class StepPredictor {
     gemm('N', 'N', N_, C_, V, true, false);
     gemm('T', 'N', V, C_, N_, false, !first_micro_);
     fill(rows_bytes(C_));  // d/d(residual stream) starts at zero
-    norm_backward_input();
-    norm_backward_weight();
+    norm_backward();
     for (int i = shape_.blocks() - 1; i >= 0; --i) block_backward(i);
     const double tokens = rows_bytes(C_) + 4.0 * N_ + 8.0 * N_ * C_;  // dout, ids, rows of dwte
     if (!gpu()) return kernel("embedding_backward", tokens);

@@ -3,6 +3,8 @@
 #include "train/pipeline_runner.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cast.hpp"
 
@@ -26,6 +28,11 @@ PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp
       targets_(static_cast<size_t>(place.micro_batch) * place.seq_len),
       deferred_sets_(std::move(deferred_sets)) {
   deferred_sets_.resize(chunks_.size(), 0);
+  for (const ModelChunk& ch : chunks_) counts_losses_ |= ch.last && place_.tp_rank == 0;
+  if (counts_losses_) {
+    micro_losses_ = Kokkos::View<double*, Device>("micro_losses", place_.micro_batches);
+    micro_losses_host_ = Kokkos::create_mirror_view(micro_losses_);
+  }
   BufferList list(ledger);
   for (const ModelChunk& ch : chunks_)
     transfers_.push_back(
@@ -57,12 +64,11 @@ double PipelineRunner::run_actions(const std::vector<pipeline::Action>& actions,
   const auto final_pass = [&](int chunk) {
     return ++gradient_passes[chunk] == place_.micro_batches && reduce_over_dp;
   };
-  double loss_sum = 0.0;
   for (const pipeline::Action& act : actions) {
     for (ModelChunk& ch : chunks_) ch.dp->progress();
     switch (act.type) {
       case pipeline::ActionType::kForward:
-        forward(act, sampler, batch_index, loss_sum, loss_scale);
+        forward(act, sampler, batch_index, loss_scale);
         break;
       case pipeline::ActionType::kBackward:
         backward(act, final_pass(act.chunk), loss_scale);
@@ -76,6 +82,18 @@ double PipelineRunner::run_actions(const std::vector<pipeline::Action>& actions,
     }
   }
   wait_for_sends();
+  if (!counts_losses_) return 0.0;
+  const int head_forwards = static_cast<int>(
+      std::count_if(actions.begin(), actions.end(), [&](const pipeline::Action& act) {
+        return act.type == pipeline::ActionType::kForward && chunks_[act.chunk].last;
+      }));
+  if (head_forwards != place_.micro_batches)  // each micro-batch's sum written once
+    throw std::logic_error("PipelineRunner: " + std::to_string(head_forwards) +
+                           " forwards through the head for " +
+                           std::to_string(place_.micro_batches) + " micro-batches");
+  Kokkos::deep_copy(micro_losses_host_, micro_losses_);
+  double loss_sum = 0.0;  // in micro-batch order
+  for (int mb = 0; mb < place_.micro_batches; ++mb) loss_sum += micro_losses_host_(mb);
   return loss_sum;
 }
 
@@ -86,7 +104,7 @@ PipelineRunner::Site PipelineRunner::site_of(const pipeline::Action& act) {
 }
 
 void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sampler,
-                             int64_t batch_index, double& loss_sum, float loss_scale) {
+                             int64_t batch_index, float loss_scale) {
   const auto [ch, t, slot, peers] = site_of(act);
   GptStage& stage = *ch.stage;
   const size_t n = activation_elements_;
@@ -100,14 +118,15 @@ void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sa
                tag(act.microbatch, ch.virtual_stage, 0));
     if (peers.send_to >= 0) t.forward_sends[out].wait();  // its previous output must have left
   }
-  double loss = 0.0;
   {
     ScopedPhase phase(timer_, Phase::kForward);
-    loss = stage.forward(slot, ch.first ? inputs_.data() : nullptr,
-                         ch.last ? targets_.data() : nullptr, place_.micro_batch, place_.seq_len,
-                         ch.last ? StoredTensor() : t.outputs[out], loss_scale);
+    stage.forward_pass(slot, ch.first ? inputs_.data() : nullptr,
+                       ch.last ? targets_.data() : nullptr, place_.micro_batch, place_.seq_len,
+                       ch.last ? StoredTensor() : t.outputs[out], loss_scale);
+    // tp ranks hold the same loss
+    if (ch.last && place_.tp_rank == 0)
+      stage.loss_sum(slot, Kokkos::subview(micro_losses_, act.microbatch));
   }
-  if (ch.last && place_.tp_rank == 0) loss_sum += loss;  // tp ranks hold the same loss
   if (!ch.last) t.next_output = (out + 1) % pipeline::kSendBuffers;
   if (peers.send_to >= 0)
     t.forward_sends[out] = pp_.isend(CommBuffer(t.outputs[out]).window(0, n), peers.send_to,

@@ -67,7 +67,7 @@ class PipelineRunner {
   Site site_of(const pipeline::Action& act);
   // loss_scale > 0: training (backward follows at that scale; see GptStage::forward).
   void forward(const pipeline::Action& act, const BatchSampler& sampler, int64_t batch_index,
-               double& loss_sum, float loss_scale);
+               float loss_scale);
   // A fused backward, or a zero-bubble schedule's input-gradient pass: receives the output
   // gradient, computes and sends the input gradient.
   void backward(const pipeline::Action& act, bool final_pass, float loss_scale);
@@ -94,6 +94,11 @@ class PipelineRunner {
   std::vector<Transfers> transfers_;
   std::vector<int32_t> inputs_, targets_;
   std::vector<int> deferred_sets_;  // per chunk: DeferredGrads sets its stage holds
+  // Each micro-batch's loss sum, left on the device by its forward and read once, after the
+  // last action: no forward waits for the device. Only the head's tp rank 0 counts them.
+  Kokkos::View<double*, Device> micro_losses_;
+  Kokkos::View<double*, Device>::HostMirror micro_losses_host_;
+  bool counts_losses_ = false;
 };
 
 }  // namespace trident

@@ -977,3 +977,93 @@ TEST(Kernels, ColumnSumsOverATwoDimensionalGrid) {
     near(s->bias, cpu.bias, "linear dbias");
   }
 }
+
+// LayerNorm's and RMSNorm's backward in one pass (the GPU shape): the input gradient added to
+// what dinp held and the parameters' gradients, as the CPU shape's two kernels give them, over
+// row blocks of kNormRowBlock rows (a short last one) with their partials, or one block; the same
+// bits run after run; and a width whose accumulators pass a team's scratch takes the two kernels.
+TEST(Kernels, NormBackwardInOnePassMatchesTheTwoHalves) {
+  struct Grads {
+    std::vector<float> ln_dx, ln_dw, ln_db, rms_dx, rms_dw;
+  };
+  const auto run = [](Shape shape, int N, int C, size_t partial_floats) {
+    const TestBuf x = random_view(N * C, 80, 2.0f), w = random_view(C, 81), b = random_view(C, 82);
+    const TestBuf dout = random_view(N * C, 83);
+    TestBuf y("y", N * C), mean("mean", N), rstd("rstd", N), rrstd("rrstd", N);
+    layernorm_forward(exec(), window(y, 0, N, C), mean, rstd, window(x, 0, N, C), w, b,
+                      Shape::kCpu);
+    rmsnorm_forward(exec(), window(y, 0, N, C), rrstd, window(x, 0, N, C), w, 1e-5f, Shape::kCpu);
+    const TestBuf ln_dx = random_view(N * C, 84), rms_dx = random_view(N * C, 84);
+    const TestBuf ln_dw = random_view(C, 85), ln_db = random_view(C, 86),
+                  rms_dw = random_view(C, 85);
+    TestBuf partials("partials", partial_floats);
+    layernorm_backward(exec(), window(ln_dx, 0, N, C), ln_dw, ln_db, window(dout, 0, N, C),
+                       window(x, 0, N, C), w, mean, rstd, shape, partials);
+    rmsnorm_backward(exec(), window(rms_dx, 0, N, C), rms_dw, window(dout, 0, N, C),
+                     window(x, 0, N, C), w, rrstd, shape, partials);
+    exec().fence();
+    const auto host = [](const TestBuf& v) {
+      return std::vector<float>(v.data(), v.data() + v.extent(0));
+    };
+    return Grads{host(ln_dx), host(ln_dw), host(ln_db), host(rms_dx), host(rms_dw)};
+  };
+  const auto near = [](const Grads& got, const Grads& want, const char* what) {
+    const auto one = [&](const std::vector<float>& g, const std::vector<float>& v, const char* n) {
+      ASSERT_EQ(g.size(), v.size());
+      for (size_t i = 0; i < v.size(); ++i)
+        ASSERT_NEAR(g[i], v[i], 1e-4 * (1.0 + std::fabs(v[i]))) << what << ' ' << n << " i=" << i;
+    };
+    one(got.ln_dx, want.ln_dx, "layernorm dinp");
+    one(got.ln_dw, want.ln_dw, "layernorm dweight");
+    one(got.ln_db, want.ln_db, "layernorm dbias");
+    one(got.rms_dx, want.rms_dx, "rmsnorm dinp");
+    one(got.rms_dw, want.rms_dw, "rmsnorm dweight");
+  };
+  const int N = 300, C = 45;  // three row blocks, the last of 44 rows
+  ASSERT_EQ(column_row_blocks(2, N, C, 2 * 3 * C, kNormRowBlock), 3);
+  ASSERT_TRUE(norm_backward_fits(2, 2, C));
+  const Grads cpu = run(Shape::kCpu, N, C, 0);
+  const Grads blocks = run(Shape::kGpu, N, C, 2 * 3 * C);
+  near(blocks, cpu, "three row blocks");
+  near(run(Shape::kGpu, N, C, 0), cpu, "one row block");
+  const Grads again = run(Shape::kGpu, N, C, 2 * 3 * C);
+  EXPECT_EQ(again.ln_dx, blocks.ln_dx);
+  EXPECT_EQ(again.ln_dw, blocks.ln_dw);
+  EXPECT_EQ(again.rms_dw, blocks.rms_dw);
+  const int wide = 6200;
+  ASSERT_FALSE(norm_backward_fits(2, 2, wide));
+  near(run(Shape::kGpu, 3, wide, 0), run(Shape::kCpu, 3, wide, 0), "too wide for one pass");
+}
+
+// The GPU shape's norms forward a warp per row, 16 bytes a lane at a time where every row starts
+// on a 16-byte boundary and the width is a multiple of the pack, element by element where not (a
+// window one float in): both give the CPU shape's outputs and statistics.
+TEST(Kernels, NormForwardInPacksMatchesTheCpuShape) {
+  const int N = 21, C = 96;
+  const TestBuf x = random_view(N * C + 1, 90, 2.0f), w = random_view(C + 1, 91);
+  const TestBuf b = random_view(C + 1, 92);
+  ASSERT_TRUE(rows_split_into_packs<Fp32Elements>(C, {x.data(), w.data(), b.data()}));
+  ASSERT_FALSE(rows_split_into_packs<Fp32Elements>(C, {x.data() + 1, w.data(), b.data()}));
+  for (const size_t at : {size_t{0}, size_t{1}}) {
+    SCOPED_TRACE(at == 0 ? "packs" : "elements");
+    std::vector<float> cpu;
+    for (const Shape shape : {Shape::kCpu, Shape::kGpu}) {
+      TestBuf y("y", N * C), mean("mean", N), rstd("rstd", N), ry("ry", N * C), rr("rr", N);
+      const ConstMat in(x.data() + at, N, C);
+      const ConstVec weight(w.data() + at, C), bias(b.data() + at, C);
+      layernorm_forward(exec(), Mat(y.data(), N, C), mean, rstd, in, weight, bias, shape);
+      rmsnorm_forward(exec(), Mat(ry.data(), N, C), rr, in, weight, 1e-6f, shape);
+      exec().fence();
+      std::vector<float> all;
+      for (const TestBuf* v : {&y, &mean, &rstd, &ry, &rr})
+        all.insert(all.end(), v->data(), v->data() + v->extent(0));
+      if (shape == Shape::kCpu) {
+        cpu = all;
+        continue;
+      }
+      ASSERT_EQ(all.size(), cpu.size());
+      for (size_t i = 0; i < all.size(); ++i)
+        ASSERT_NEAR(all[i], cpu[i], 1e-5 * (1.0 + std::fabs(cpu[i]))) << "i=" << i;
+    }
+  }
+}

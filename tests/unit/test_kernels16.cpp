@@ -114,41 +114,45 @@ TYPED_TEST(Kernels16, ResidualAdd) {
   expect_rounded(out, out32, "residual");
 }
 
-// Both shapes (a thread per row on host spaces, a team per row on GPUs) compile in every build.
+// Both shapes (a thread per row on host spaces, a warp per row on GPUs) compile in every build. C
+// 70 spans a host column block and a partial one; at 72 the GPU shape's rows split into 16-byte
+// packs (8 elements of E, 4 of the fp32 kernel's), at 70 they do not.
 TYPED_TEST(Kernels16, LayerNormForwardAndBackward) {
   using E = TypeParam;
-  const int N = 13, C = 70;  // C over one host column block and a partial one
-  const size_t nc = static_cast<size_t>(N) * C;
-  for (const Shape shape : {Shape::kCpu, Shape::kGpu}) {
-    const Stored<E> x = random_stored<E>(nc, 5, 0.5f, 2.0f), dout = random_stored<E>(nc, 6);
-    const Stored<E> weight = random_stored<E>(C, 7, 1.0f, 0.1f);
-    const Stored<E> bias = random_stored<E>(C, 8, 0.0f, 0.1f);
-    Stored<E> out(nc), dx = random_stored<E>(nc, 9);  // backward adds into dx
-    Buffer<float> out32("out32", nc), dx32("dx32", nc);
-    Kokkos::deep_copy(dx32, dx.values);
-    Buffer<float> mean("mean", N), rstd("rstd", N), mean32("mean32", N), rstd32("rstd32", N);
-    layernorm_forward<E>(exec(), out.mat(N, C), Vec(mean.data(), N), Vec(rstd.data(), N),
-                         x.mat(N, C), weight.vec(), bias.vec(), shape);
-    layernorm_forward(exec(), Mat(out32.data(), N, C), Vec(mean32.data(), N), Vec(rstd32.data(), N),
-                      x.fmat(N, C), weight.fvec(), bias.fvec(), shape);
-    expect_rounded(out, out32, "layernorm forward");
-    expect_close(mean, mean32, kUlps, "mean");
-    expect_close(rstd, rstd32, kUlps, "rstd");
+  const int N = 13;
+  for (const int C : {70, 72})
+    for (const Shape shape : {Shape::kCpu, Shape::kGpu}) {
+      SCOPED_TRACE(testing::Message() << "C " << C << (shape == Shape::kGpu ? " gpu" : " cpu"));
+      const size_t nc = static_cast<size_t>(N) * C;
+      const Stored<E> x = random_stored<E>(nc, 5, 0.5f, 2.0f), dout = random_stored<E>(nc, 6);
+      const Stored<E> weight = random_stored<E>(C, 7, 1.0f, 0.1f);
+      const Stored<E> bias = random_stored<E>(C, 8, 0.0f, 0.1f);
+      Stored<E> out(nc), dx = random_stored<E>(nc, 9);  // backward adds into dx
+      Buffer<float> out32("out32", nc), dx32("dx32", nc);
+      Kokkos::deep_copy(dx32, dx.values);
+      Buffer<float> mean("mean", N), rstd("rstd", N), mean32("mean32", N), rstd32("rstd32", N);
+      layernorm_forward<E>(exec(), out.mat(N, C), Vec(mean.data(), N), Vec(rstd.data(), N),
+                           x.mat(N, C), weight.vec(), bias.vec(), shape);
+      layernorm_forward(exec(), Mat(out32.data(), N, C), Vec(mean32.data(), N),
+                        Vec(rstd32.data(), N), x.fmat(N, C), weight.fvec(), bias.fvec(), shape);
+      expect_rounded(out, out32, "layernorm forward");
+      expect_close(mean, mean32, kUlps, "mean");
+      expect_close(rstd, rstd32, kUlps, "rstd");
 
-    layernorm_backward_input<E>(exec(), dx.mat(N, C), dout.mat(N, C), x.mat(N, C), weight.vec(),
-                                Vec(mean.data(), N), Vec(rstd.data(), N), shape);
-    layernorm_backward_input(exec(), Mat(dx32.data(), N, C), dout.fmat(N, C), x.fmat(N, C),
-                             weight.fvec(), Vec(mean.data(), N), Vec(rstd.data(), N), shape);
-    expect_rounded(dx, dx32, "layernorm input gradient");
+      layernorm_backward_input<E>(exec(), dx.mat(N, C), dout.mat(N, C), x.mat(N, C), weight.vec(),
+                                  Vec(mean.data(), N), Vec(rstd.data(), N), shape);
+      layernorm_backward_input(exec(), Mat(dx32.data(), N, C), dout.fmat(N, C), x.fmat(N, C),
+                               weight.fvec(), Vec(mean.data(), N), Vec(rstd.data(), N), shape);
+      expect_rounded(dx, dx32, "layernorm input gradient");
 
-    Buffer<float> dw("dw", C), db("db", C), dw32("dw32", C), db32("db32", C);
-    layernorm_backward_params<E>(exec(), Vec(dw.data(), C), Vec(db.data(), C), dout.mat(N, C),
-                                 x.mat(N, C), Vec(mean.data(), N), Vec(rstd.data(), N), shape);
-    layernorm_backward_params(exec(), Vec(dw32.data(), C), Vec(db32.data(), C), dout.fmat(N, C),
-                              x.fmat(N, C), Vec(mean.data(), N), Vec(rstd.data(), N), shape);
-    expect_close(dw, dw32, kSumTolerance, "layernorm weight gradient");
-    expect_close(db, db32, kSumTolerance, "layernorm bias gradient");
-  }
+      Buffer<float> dw("dw", C), db("db", C), dw32("dw32", C), db32("db32", C);
+      layernorm_backward_params<E>(exec(), Vec(dw.data(), C), Vec(db.data(), C), dout.mat(N, C),
+                                   x.mat(N, C), Vec(mean.data(), N), Vec(rstd.data(), N), shape);
+      layernorm_backward_params(exec(), Vec(dw32.data(), C), Vec(db32.data(), C), dout.fmat(N, C),
+                                x.fmat(N, C), Vec(mean.data(), N), Vec(rstd.data(), N), shape);
+      expect_close(dw, dw32, kSumTolerance, "layernorm weight gradient");
+      expect_close(db, db32, kSumTolerance, "layernorm bias gradient");
+    }
 }
 
 TYPED_TEST(Kernels16, EmbeddingForwardAndBackward) {

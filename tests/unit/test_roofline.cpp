@@ -58,16 +58,19 @@ TEST(Roofline, GpuShapeOfTheGpt2Step) {
   EXPECT_EQ(calls_of(s, "gemm16_out NT 16384x50304x768"), 1);  // the padded head
   EXPECT_EQ(calls_of(s, "adamw_update_split"), 1);
   EXPECT_EQ(calls_of(s, "sum_of_squares"), 1);
-  // A LayerNorm's and a bias's column sums over 16,384 rows: 64 row blocks, a second pass each.
+  // A bias's column sums over 16,384 rows: 64 row blocks, a second pass each; a LayerNorm's
+  // backward in one pass over 128 row blocks of 128 rows, and its second pass.
   EXPECT_EQ(calls_of(s, "column_sums_blocks"), (2 * 12 + 1) + 4 * 12);
+  EXPECT_EQ(calls_of(s, "layernorm_backward"), 2 * 12 + 1);
+  EXPECT_EQ(calls_of(s, "layernorm_backward_input") + calls_of(s, "layernorm_backward_params"), 0);
   EXPECT_EQ(calls_of(s, "attention_softmax"), 12 * 16);
   // Forward: the embedding, 71 a layer (2 norms, 4 GEMMs, GELU, 64 attention launches), the final
-  // norm, the head, the fused classifier and the loss's sum. Backward: 5 at the head (its 2 GEMMs,
-  // the final norm's input and 2-pass weight gradients), 183 a layer (8 GEMMs, 4 bias and 2 norm
-  // column sums of 2 passes each, 2 norm inputs, GELU, 160 attention launches), 2 into the
-  // embeddings. Then the norm, AdamW, and the gradient clearing: d/d(residual) and 49 runs of
-  // biases and norms (wpe to layer 0's ln_1, then 4 a layer, the last joined to ln_f).
-  EXPECT_EQ(s.launches(), (1 + 71 * 12 + 4) + (5 + 183 * 12 + 2) + 2 + 1 + 49);
+  // norm, the head, the fused classifier and the loss's sum. Backward: 4 at the head (its 2 GEMMs,
+  // the final norm's 2-pass backward), 181 a layer (8 GEMMs, 4 bias column sums and 2 norm
+  // backwards of 2 passes each, GELU, 160 attention launches), 2 into the embeddings. Then the
+  // norm, AdamW, and the gradient clearing: d/d(residual) and 49 runs of biases and norms (wpe to
+  // layer 0's ln_1, then 4 a layer, the last joined to ln_f).
+  EXPECT_EQ(s.launches(), (1 + 71 * 12 + 4) + (4 + 181 * 12 + 2) + 2 + 1 + 49);
   EXPECT_EQ(calls_of(s, "cross_entropy_fused"), 1);
   EXPECT_EQ(calls_of(s, "cross_entropy_backward"), 0);
 }
