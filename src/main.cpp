@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -17,6 +16,7 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/output_file.hpp"
 #include "core/provenance.hpp"
 #include "core/runtime.hpp"
 #include "io/checkpoint_tools.hpp"
@@ -60,10 +60,7 @@ void report_profile(const trident::StepProfiler& profiler, const std::filesystem
   }
   const std::filesystem::path path = run_dir / fmt::format("profile_step_{}.tsv", profile_step);
   const std::string table = profiler.table();
-  std::ofstream out(path);
-  out << table;
-  out.close();
-  if (!out) throw std::runtime_error("cannot write " + path.string());
+  trident::write_text_file(path.string(), table);
   std::printf("%s\n", profiler.summary_line().c_str());
   const std::vector<std::string> mismatched = profiler.mismatched_labels();
   if (!mismatched.empty()) {
@@ -117,6 +114,7 @@ int run_train(MPI_Comm world, const std::string& config_path,
   std::optional<trident::StepAllocations> allocations;
   if (report_allocations) hooks = &allocations.emplace(hooks);
   options.hooks = hooks;
+  options.config_path = config_path;
   const int status = trident::train(std::move(config), grid, options);
   // Rank by rank, so that the lines do not interleave.
   for (int r = 0; allocations && r < world_size; ++r) {
@@ -515,10 +513,7 @@ void print_roofline(const trident::Config& c, const trident::DevicePreset& d,
     std::fputs(trident::roofline_report(last, ceiling, d, model_flops, tokens, 20).c_str(), stdout);
   }
   if (table_path.empty()) return;
-  std::ofstream out(table_path);
-  out << trident::roofline_tsv(last);
-  out.close();
-  if (!out) throw trident::InputError("--roofline-table: cannot write " + table_path);
+  trident::write_text_file(table_path, trident::roofline_tsv(last));
   std::printf("launch roofline table (%s ceilings): %s\n", ceilings.back().source.c_str(),
               table_path.c_str());
 }

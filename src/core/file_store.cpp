@@ -20,7 +20,10 @@ namespace {
 }  // namespace
 
 FileStore::FileStore(const std::string& path, int64_t count) : path_(path), count_(count) {
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  // A scratch file of this run: what is at the name goes (a link itself, never its target), and
+  // the file is created exclusively, so that one planted since fails instead of being followed.
+  ::unlink(path.c_str());
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd_ < 0) io_failure("open", path);
   // The blocks are reserved now (zeros: fresh moments), so a file system without room for them
   // fails here, before step 1, not at the first optimizer step or checkpoint.

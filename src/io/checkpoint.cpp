@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/output_file.hpp"
 #include "core/paths.hpp"
 #include "io/hdf5.hpp"
 #include "model/partition.hpp"
@@ -169,9 +170,37 @@ uint64_t element_hash(int64_t flat_index, float value) {
   return mix64(static_cast<uint64_t>(flat_index) * 0x100000001B3ull ^ bits);
 }
 
+namespace {
+
+// Rank 0's OutputFile for `path` (a temporary HDF5 creates), whose name every rank of `world`
+// gets; a refusal on rank 0 is every rank's InputError, so that none waits in the collectives.
+std::string shared_temporary(std::unique_ptr<OutputFile>& file, const std::string& path,
+                             const std::vector<std::string>& inputs, MPI_Comm world) {
+  int rank = 0;
+  TRIDENT_MPI(MPI_Comm_rank(world, &rank));
+  std::string message;  // "+<temporary>" or "-<why not>"
+  if (rank == 0) {
+    try {
+      file = std::make_unique<OutputFile>(path, inputs, OutputFile::Creator::kLibrary);
+      message = "+" + file->temporary();
+    } catch (const InputError& e) {
+      message = std::string("-") + e.what();
+    }
+  }
+  int length = static_cast<int>(message.size());
+  TRIDENT_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, world));
+  message.resize(static_cast<size_t>(length));
+  TRIDENT_MPI(MPI_Bcast(message.data(), length, MPI_CHAR, 0, world));
+  if (message.empty() || message[0] != '+') throw InputError(message.substr(1));
+  return message.substr(1);
+}
+
+}  // namespace
+
 void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
                      const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
-                     const std::function<void()>& fault_point) {
+                     const std::function<void()>& fault_point,
+                     const std::vector<std::string>& inputs) {
   const ParamTable table(config.model);
   const bool with_moments = !mine.empty() && mine[0].m.extent(0) > 0;
   const int kinds = with_moments ? 3 : 1;
@@ -183,7 +212,8 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     for (int k = 0; k < kinds; ++k)
       host[c][k] = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
   }
-  const std::string tmp = path + ".tmp";
+  std::unique_ptr<OutputFile> file_on_rank0;
+  const std::string tmp = shared_temporary(file_on_rank0, path, inputs, world);
   {
     const h5::WritingFile writing(tmp, /*remove_on_failure=*/true);
     // One rank writes through HDF5's POSIX driver: MPI-IO brings one process nothing, and Open
@@ -198,7 +228,8 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
       TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true));
       TRIDENT_H5(H5Pset_coll_metadata_write(fapl, true));
     }
-    h5::Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
+    // Exclusive: a name planted since OutputFile chose it fails here instead of being followed.
+    h5::Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), H5Fclose);
     TRIDENT_H5(static_cast<hid_t>(file));
     h5::write_attr(file, "format_version", kCheckpointFormatVersion);
     h5::write_attr(file, "config", config.to_toml());
@@ -251,20 +282,21 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     }
     TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL));
   }
-  int rank = 0;
-  TRIDENT_MPI(MPI_Comm_rank(world, &rank));
   TRIDENT_MPI(MPI_Barrier(world));  // every rank has closed the file
-  if (rank == 0) {
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-      std::filesystem::remove(tmp, ec);
-      fatal("rename", __FILE__, __LINE__,
-            fmt::format("cannot rename the written checkpoint {} to {}: {}", tmp, path,
-                        explain_errno(ec.value())));
+  // Rank 0 syncs and renames it; its failure (a full disk) is every rank's InputError.
+  std::string failure;
+  if (file_on_rank0) {
+    try {
+      file_on_rank0->commit();
+    } catch (const InputError& e) {
+      failure = e.what();
     }
   }
-  TRIDENT_MPI(MPI_Barrier(world));
+  int length = static_cast<int>(failure.size());
+  TRIDENT_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, world));
+  failure.resize(static_cast<size_t>(length));
+  TRIDENT_MPI(MPI_Bcast(failure.data(), length, MPI_CHAR, 0, world));
+  if (!failure.empty()) throw InputError(failure);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {

@@ -56,10 +56,14 @@ struct ShardOwner {
 // creates every dataset and writes its owned elements as hyperslabs in one collective transfer
 // per dataset; no rank gathers a tensor. Each dataset stores a checksum of its elements. The
 // owned elements of `mine` must be valid (others are not read). Collective over `world`.
-// `fault_point` (tests) is called once the first dataset is written, mid-checkpoint.
+// `fault_point` (tests) is called once the first dataset is written, mid-checkpoint. The file is
+// an OutputFile (core/output_file.hpp): written beside `path` and renamed over it when complete;
+// a `path` that is one of `inputs` is refused (InputError on every rank) before anything is
+// written.
 void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
                      const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
-                     const std::function<void()>& fault_point = {});
+                     const std::function<void()>& fault_point = {},
+                     const std::vector<std::string>& inputs = {});
 
 // The checkpoints `dir` holds (step_NNNNNN.h5; unfinished *.tmp files are not), newest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);

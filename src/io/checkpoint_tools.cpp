@@ -6,11 +6,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "core/paths.hpp"
 #include "io/checkpoint.hpp"
 #include "io/hdf5.hpp"
@@ -131,14 +131,10 @@ std::vector<float> CheckpointParams::read(const std::string& name) const {
 }
 
 void export_llmc(const std::string& path, const std::string& out) {
-  std::error_code ec;
-  if (std::filesystem::equivalent(path, out, ec))
-    throw InputError(fmt::format(
-        "ckpt export: --llmc '{}' is the checkpoint itself; writing it would destroy the "
-        "checkpoint (choose another output)",
-        out));
+  // Refused before anything is read: the checkpoint itself, a directory, a missing directory.
+  OutputFile file(out, {path});
   // Each tensor is checked against its stored checksum: an export of a corrupt checkpoint is
-  // refused, not written.
+  // refused, not written (and the file that was at `out` kept).
   const CheckpointParams checkpoint(path);
   const ModelConfig& m = checkpoint.config().model;
   if (m.llama())
@@ -148,10 +144,6 @@ void export_llmc(const std::string& path, const std::string& out) {
         path));
   auto read = [&](const std::string& name) { return checkpoint.read(name); };
   const int padded_v = (m.vocab_size + 127) / 128 * 128;
-  if (std::filesystem::is_directory(out, ec))
-    throw InputError(fmt::format("ckpt export: --llmc '{}' is a directory; give a file name", out));
-  std::ofstream f(out, std::ios::binary);
-  if (!f) throw InputError(fmt::format("cannot write '{}': {}", out, explain_errno(errno)));
   int32_t header[256] = {};
   header[0] = 20240326;  // llm.c's model magic
   header[1] = 3;         // version 3: padded vocabulary
@@ -161,34 +153,20 @@ void export_llmc(const std::string& path, const std::string& out) {
   header[5] = m.n_head;
   header[6] = m.n_embd;
   header[7] = padded_v;
-  f.write(reinterpret_cast<const char*>(header), sizeof header);
-  auto put = [&](const std::vector<float>& v) {
-    f.write(reinterpret_cast<const char*>(v.data()),
-            static_cast<std::streamsize>(v.size() * sizeof(float)));
-  };
-  try {
-    std::vector<float> wte = read("wte");
-    wte.resize(static_cast<size_t>(padded_v) * m.n_embd, 0.0f);
-    put(wte);
-    put(read("wpe"));
-    // llm.c keeps each kind of block tensor for all layers together, in this order.
-    for (const char* suffix : {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
-                               "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
-                               "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"})
-      for (int l = 0; l < m.n_layer; ++l) put(read(fmt::format("h.{}.{}", l, suffix)));
-    put(read("ln_f.weight"));
-    put(read("ln_f.bias"));
-  } catch (const std::exception&) {
-    f.close();
-    std::filesystem::remove(out, ec);  // no partial model file left behind
-    throw;
-  }
-  f.close();
-  if (!f) {
-    const int error = errno;
-    std::filesystem::remove(out, ec);  // no truncated model file left behind
-    throw InputError(fmt::format("writing '{}' failed: {}", out, explain_errno(error)));
-  }
+  file.write(header, sizeof header);
+  auto put = [&](const std::vector<float>& v) { file.write(v.data(), v.size() * sizeof(float)); };
+  std::vector<float> wte = read("wte");
+  wte.resize(static_cast<size_t>(padded_v) * m.n_embd, 0.0f);
+  put(wte);
+  put(read("wpe"));
+  // llm.c keeps each kind of block tensor for all layers together, in this order.
+  for (const char* suffix : {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
+                             "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
+                             "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"})
+    for (int l = 0; l < m.n_layer; ++l) put(read(fmt::format("h.{}.{}", l, suffix)));
+  put(read("ln_f.weight"));
+  put(read("ln_f.bias"));
+  file.commit();
 }
 
 }  // namespace trident

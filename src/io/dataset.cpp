@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/output_file.hpp"
 #include "core/paths.hpp"
 
 namespace trident {
@@ -52,32 +53,22 @@ std::vector<uint16_t> read_token_file(const std::string& path) {
   return tokens;
 }
 
-void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+void write_tokens(OutputFile& out, const std::vector<uint16_t>& tokens) {
   if (tokens.size() > static_cast<size_t>(INT32_MAX))
     throw InputError(
-        fmt::format("'{}': {} tokens exceed the format's int32 count", path, tokens.size()));
+        fmt::format("'{}': {} tokens exceed the format's int32 count", out.path(), tokens.size()));
   int32_t header[kTokenHeaderInts] = {};
   header[0] = kTokenFileMagic;
   header[1] = kTokenFileVersion;
   header[2] = static_cast<int32_t>(tokens.size());
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-  if (!f) throw InputError(fmt::format("cannot write '{}': {}", tmp, explain_errno(errno)));
-  bool ok = std::fwrite(header, sizeof(int32_t), kTokenHeaderInts, f.get()) == kTokenHeaderInts;
-  ok = ok && std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
-  int error = ok ? 0 : errno;
-  if (std::fclose(f.release()) != 0 && ok) {
-    ok = false;
-    error = errno;  // buffered data that did not fit
-  }
-  std::error_code ec;
-  if (ok) std::filesystem::rename(tmp, path, ec);
-  if (!ok || ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);  // no half-written file left behind
-    throw InputError(
-        fmt::format("writing '{}' failed: {}", path, explain_errno(ok ? ec.value() : error)));
-  }
+  out.write(header, sizeof(header));
+  out.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+}
+
+void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+  OutputFile out(path);
+  write_tokens(out, tokens);
+  out.commit();
 }
 
 std::string data_identity(const std::string& role, const std::string& path,

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/output_file.hpp"
+
 namespace trident {
 
 constexpr int32_t kTokenFileMagic = 20240520;
@@ -13,6 +15,8 @@ constexpr int kTokenHeaderInts = 256;
 
 // Reads a whole token file; throws InputError naming the file on a bad header or size.
 std::vector<uint16_t> read_token_file(const std::string& path);
+// Writes a token file (header, then the ids) into `out`, which the caller commits; or to `path`.
+void write_tokens(OutputFile& out, const std::vector<uint16_t>& tokens);
 void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens);
 
 // One line naming a token file's contents, recorded in checkpoints so that a resume can refuse

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,7 +36,8 @@ thread_local const h5::WritingFile* writing = nullptr;
 // Why a write into `dir` fails, by trying one: "" when a test write of 1 MiB succeeds.
 std::string test_write_error(const std::filesystem::path& dir) {
   const std::string probe = (dir / fmt::format(".trident_write_test.{}", getpid())).string();
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Exclusive and never through a link: the probe's name is predictable.
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return std::strerror(errno);
   const std::vector<char> block(1 << 20, 0);
   int error = 0;
@@ -105,7 +107,15 @@ QuietErrors::~QuietErrors() {
 }
 
 Handle create_file(const std::string& path) {
-  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  // Never through a link: what is at the name goes (a link itself, not what it points to), and
+  // the file is created exclusively, so that one planted since fails instead of being followed.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      throw InputError(fmt::format("cannot write '{}': it is a directory", path));
+    unlink(path.c_str());
+  }
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
   if (id < 0) {
     const std::string cause = hdf5_system_error();
     fatal("H5Fcreate", __FILE__, __LINE__,

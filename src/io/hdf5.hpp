@@ -57,7 +57,8 @@ class Handle {
   Closer close_ = nullptr;
 };
 
-Handle create_file(const std::string& path);  // truncates
+// Creates `path` exclusively after removing what is there (a link itself, never its target).
+Handle create_file(const std::string& path);
 // Opens read-only; returns an invalid handle (no error stack printed) when it cannot.
 Handle open_file_quiet(const std::string& path);
 Handle create_group(hid_t parent, const std::string& name);

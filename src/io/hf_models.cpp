@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "core/output_file.hpp"
 #include "core/version.hpp"
 #include "io/checkpoint.hpp"
 #include "io/checkpoint_tools.hpp"
@@ -377,8 +378,12 @@ void import_hf(const std::string& dir, const std::string& out) {
   meta.seed = config.run.seed;
   meta.layout = fmt::format("imported from Hugging Face {}", dir);
   meta.git_revision = git_revision();
+  // The checkpoint may replace none of the files it was read from.
+  std::vector<std::string> inputs{(root / "config.json").string(),
+                                  (root / "model.safetensors.index.json").string()};
+  for (const auto& file : tensors.files) inputs.push_back(file->path());
   save_checkpoint(out, config, meta, {ShardBuffers{&local, params, moment_m, moment_v}},
-                  ShardOwner{}, MPI_COMM_SELF);
+                  ShardOwner{}, MPI_COMM_SELF, {}, inputs);
   std::printf("imported %s (%s: %s, %lld parameters) into %s\n", dir.c_str(),
               model.llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel", model.shape_line().c_str(),
               static_cast<long long>(table.total_numel()), out.c_str());
@@ -421,6 +426,65 @@ nlohmann::ordered_json hf_config(const ModelConfig& m, const std::string& dtype)
           {"torch_dtype", torch_dtype}};
 }
 
+// The directory's files from an earlier export that this one does not write: a single file's
+// index and shards, or shards of another count.
+std::vector<fs::path> stale_export_files(const std::string& dir,
+                                         const std::set<std::string>& kept) {
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool exported =
+        name == "model.safetensors" || name == "model.safetensors.index.json" ||
+        (name.rfind("model-", 0) == 0 && name.find("-of-") != std::string::npos &&
+         name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0);
+    if (exported && kept.count(name) == 0) stale.push_back(entry.path());
+  }
+  return stale;
+}
+
+// Writes an export into `dir` as its own: every output checked (none may be the checkpoint read)
+// and written before any is renamed in; a stale index of an earlier export removed first, then the
+// shards and config.json replaced, the new index last, and the earlier export's other shards
+// removed. A command that fails before the renames leaves the directory as it was.
+void write_export(const std::string& dir, const std::vector<std::vector<SafeTensorData>>& shards,
+                  uint64_t total, const nlohmann::ordered_json& config,
+                  const std::string& checkpoint) {
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  const std::string index_name = "model.safetensors.index.json";
+  std::vector<std::string> names;
+  for (size_t k = 0; k < shards.size(); ++k)
+    names.push_back(shards.size() == 1
+                        ? "model.safetensors"
+                        : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size()));
+  const auto at = [&](const std::string& name) { return (fs::path(dir) / name).string(); };
+  std::vector<std::unique_ptr<OutputFile>> files;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    files.push_back(std::make_unique<OutputFile>(at(names[k]), std::vector{checkpoint}));
+    write_safetensors(*files.back(), shards[k], metadata);
+  }
+  OutputFile config_file(at("config.json"), {checkpoint});
+  config_file.write(config.dump(2) + "\n");
+  std::unique_ptr<OutputFile> index_file;
+  if (shards.size() > 1) {
+    nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}};
+    index["weight_map"] = nlohmann::ordered_json::object();
+    for (size_t k = 0; k < shards.size(); ++k)
+      for (const SafeTensorData& t : shards[k]) index["weight_map"][t.name] = names[k];
+    index_file = std::make_unique<OutputFile>(at(index_name), std::vector{checkpoint});
+    index_file->write(index.dump(2) + "\n");
+  }
+  std::set<std::string> kept(names.begin(), names.end());
+  if (index_file) kept.insert(index_name);
+  const std::vector<fs::path> stale = stale_export_files(dir, kept);
+  std::error_code ec;
+  fs::remove(at(index_name), ec);  // import prefers an index: never one beside other shards
+  for (auto& file : files) file->commit();
+  config_file.commit();
+  if (index_file) index_file->commit();
+  for (const fs::path& path : stale) fs::remove(path, ec);
+}
+
 }  // namespace
 
 void export_hf(const std::string& checkpoint, const std::string& dir, const std::string& dtype,
@@ -461,26 +525,7 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const std:
     in_shard += t.bytes.size();
     shards.back().push_back(std::move(t));
   }
-  const std::map<std::string, std::string> metadata{{"format", "pt"}};
-  if (shards.size() == 1) {
-    write_safetensors((fs::path(dir) / "model.safetensors").string(), shards[0], metadata);
-  } else {
-    nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}};
-    index["weight_map"] = nlohmann::ordered_json::object();
-    for (size_t k = 0; k < shards.size(); ++k) {
-      const std::string name =
-          fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
-      write_safetensors((fs::path(dir) / name).string(), shards[k], metadata);
-      for (const SafeTensorData& t : shards[k]) index["weight_map"][t.name] = name;
-    }
-    std::ofstream((fs::path(dir) / "model.safetensors.index.json").string())
-        << index.dump(2) << "\n";
-  }
-  const nlohmann::ordered_json config = hf_config(m, dtype);
-  std::ofstream config_file((fs::path(dir) / "config.json").string());
-  config_file << config.dump(2) << "\n";
-  if (!config_file)
-    throw InputError(fmt::format("cannot write '{}'", (fs::path(dir) / "config.json").string()));
+  write_export(dir, shards, total, hf_config(m, dtype), checkpoint);
   std::printf("wrote %s: config.json and %zu safetensors file(s), %s, %.1f MiB\n", dir.c_str(),
               shards.size(), safe_dtype.c_str(), total / 1048576.0);
 }

@@ -65,15 +65,12 @@ void prepare_byte_corpus(const PrepareOptions& o) {
   make_directories(o.out_dir, "the --out-dir");
   const std::string train = (std::filesystem::path(o.out_dir) / (o.name + "_train.bin")).string();
   const std::string val = (std::filesystem::path(o.out_dir) / (o.name + "_val.bin")).string();
-  for (const std::string& out : {train, val}) {
-    if (o.text_path != "-" && std::filesystem::equivalent(o.text_path, out, ec))
-      throw InputError(
-          fmt::format("--text '{}' would be overwritten by the output '{}'; choose "
-                      "another --out-dir or --name",
-                      o.text_path, out));
-  }
-  write_token_file(train, {tokens.begin(), tokens.end() - n_val});
-  write_token_file(val, {tokens.end() - n_val, tokens.end()});
+  // Both outputs checked against the text before either is written; both replaced or neither.
+  OutputFile train_out(train, {o.text_path}), val_out(val, {o.text_path});
+  write_tokens(train_out, {tokens.begin(), tokens.end() - n_val});
+  write_tokens(val_out, {tokens.end() - n_val, tokens.end()});
+  train_out.commit();
+  val_out.commit();
   std::fprintf(stderr, "prepare: wrote %s (%zu tokens) and %s (%zu tokens)\n", train.c_str(),
                tokens.size() - n_val, val.c_str(), n_val);
 }

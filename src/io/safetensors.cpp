@@ -168,7 +168,7 @@ std::vector<char> SafetensorsFile::read(const std::string& name) const {
   return bytes;
 }
 
-void write_safetensors(const std::string& path, const std::vector<SafeTensorData>& tensors,
+void write_safetensors(OutputFile& out, const std::vector<SafeTensorData>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -181,29 +181,18 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensorData
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw InputError(fmt::format("cannot write '{}': {}", temporary, explain_errno(errno)));
-    unsigned char length[8];
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
-    out.write(reinterpret_cast<const char*>(length), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const SafeTensorData& t : tensors)
-      out.write(t.bytes.data(), static_cast<std::streamsize>(t.bytes.size()));
-    out.flush();
-    if (!out) {
-      const int error = errno;
-      std::error_code ec;
-      std::filesystem::remove(temporary, ec);
-      throw InputError(fmt::format("writing '{}' failed: {}", temporary, explain_errno(error)));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec)
-    throw InputError(fmt::format("cannot rename '{}' to '{}': {}", temporary, path, ec.message()));
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+  out.write(length, 8);
+  out.write(text);
+  for (const SafeTensorData& t : tensors) out.write(t.bytes.data(), t.bytes.size());
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafeTensorData>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  OutputFile out(path);
+  write_safetensors(out, tensors, metadata);
+  out.commit();
 }
 
 }  // namespace trident

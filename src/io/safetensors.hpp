@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/output_file.hpp"
+
 namespace trident {
 
 // One tensor of a safetensors file: its dtype name ("F32", "BF16", ...), shape and byte range
@@ -53,8 +55,10 @@ struct SafeTensorData {
 };
 
 // Writes `tensors` in the order given (header padded with spaces to a multiple of 8 bytes, as
-// Hugging Face's writer does), through a temporary file renamed into place; InputError on a write
-// error.
+// Hugging Face's writer does) into `out`, which the caller commits; or to `path` (an OutputFile).
+// InputError on a write error.
+void write_safetensors(OutputFile& out, const std::vector<SafeTensorData>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 void write_safetensors(const std::string& path, const std::vector<SafeTensorData>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

@@ -141,12 +141,13 @@ void Checkpointer::init_weights(const std::string& path, const HostCollectives& 
       path, meta.step, meta.layout, seconds));
 }
 
-void Checkpointer::dump_gradients(const std::string& path, int step) const {
+void Checkpointer::dump_gradients(const std::string& path, int step,
+                                  const std::vector<std::string>& inputs) const {
   std::vector<ShardBuffers> grads;
   for (const ModelChunk& ch : chunks_)
     grads.push_back({&ch.stage->local(), ch.dp->gradients_at_flat_positions(), {}, {}});
   save_checkpoint(path, config_, {step, step, config_.run.seed, 0, layout_, git_revision()}, grads,
-                  owner(), grid_.world());
+                  owner(), grid_.world(), {}, inputs);
 }
 
 }  // namespace trident

@@ -45,7 +45,8 @@ class Checkpointer {
   // that its model is this run's. Collective.
   void init_weights(const std::string& path, const HostCollectives& world, const Console& console);
   // Writes the current gradients at global shapes (checkpoint schema, /params) to `path`.
-  void dump_gradients(const std::string& path, int step) const;
+  void dump_gradients(const std::string& path, int step,
+                      const std::vector<std::string>& inputs) const;
 
  private:
   std::vector<ShardBuffers> buffers(const std::vector<ChunkState>& states) const;

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "core/error.hpp"
+#include "core/output_file.hpp"
 #include "core/paths.hpp"
 #include "io/checkpoint.hpp"
 
@@ -42,10 +43,11 @@ RunDirectory::RunDirectory(const Config& config, const HostCollectives& world,
 
 void RunDirectory::record_stop(const std::string& line) const {
   if (world_.rank() != 0) return;
-  std::FILE* file = std::fopen((path_ / "stopped").c_str(), "w");
-  if (!file) return;  // the exit status 4 still says it; a launcher that loses it reports 1
-  std::fprintf(file, "%s\n", line.c_str());
-  std::fclose(file);
+  try {
+    write_text_file((path_ / "stopped").string(), line + "\n");
+  } catch (const InputError&) {
+    // The exit status 4 still says it; a launcher that loses it reports 1.
+  }
 }
 
 RunDirectory::~RunDirectory() {

@@ -434,7 +434,9 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   out.skipped = update && overflow_skips_step(out.step);
   update = update && !out.skipped;
   if (step == first_update_step_ && !options_.dump_grads.empty())
-    checkpointer_->dump_gradients(options_.dump_grads, step);
+    checkpointer_->dump_gradients(options_.dump_grads, step,
+                                  {options_.config_path, options_.resume, config_.data.train,
+                                   config_.data.val, config_.run.init_from});
   {  // Clip by the global norm and step the optimizer on this rank's part.
     ScopedPhase phase(timer_, Phase::kOptimizer);
     out.lr = lr_.at(step);

@@ -19,6 +19,7 @@ struct TrainOptions {
   // checkpoints first; without it such a run is refused.
   bool overwrite = false;
   std::string dump_grads;      // write the first step's gradients here at global shape, or empty
+  std::string config_path;     // the config file read (none of the run's outputs may replace it)
   StepHooks* hooks = nullptr;  // the test seam (injected faults); null: none
 };
 

@@ -144,7 +144,7 @@ expect_bad "nan temperature" "--temperature: must be a finite number, not 'nan'"
 expect_bad "inf val fraction" "--val-fraction: must be a finite number, not 'inf'" "$trident" prepare --text README.md --out-dir "$work/out" --val-fraction inf
 expect_bad "nan plan memory" "--gpu-mem: must be a finite number, not 'nan'" "$trident" plan --layers 2 --hidden 64 --heads 4 --gpu-mem nan
 cp "$good_ckpt" "$work/self.h5"
-expect_bad "export onto itself" "is the checkpoint itself" "$trident" ckpt export "$work/self.h5" --llmc "$work/self.h5"
+expect_bad "export onto itself" "it is the input '$work/self.h5'" "$trident" ckpt export "$work/self.h5" --llmc "$work/self.h5"
 "$trident" ckpt verify "$work/self.h5" > /dev/null || { echo "FAIL [export onto itself]: the checkpoint was damaged"; failures=$((failures + 1)); }
 echo "$((cases - failures)) passed, $failures failed"
 [ $failures -eq 0 ]

@@ -56,16 +56,16 @@ expect prepare_missing "text file '$work/missing.txt' cannot be opened" \
 "$trident" prepare --text "$work/text.txt" --out-dir "$work/data" --name c > /dev/null 2>&1 ||
   fail "prepare"
 cp "$work/data/c_train.bin" "$work/data/keep.bin"
-expect prepare_onto_input "--text '$work/data/c_train.bin' would be overwritten by the output" \
+expect prepare_onto_input "cannot write '$work/data/c_train.bin': it is the input '$work/data/c_train.bin'" \
   "$trident" prepare --text "$work/data/c_train.bin" --out-dir "$work/data" --name c
 cmp -s "$work/data/c_train.bin" "$work/data/keep.bin" || fail "prepare overwrote its input"
 expect config_is_dir "config file '$work' is a directory, not a file" "$trident" train --config "$work"
 "${train2[@]}" --set run.out_dir="$work/good" --set run.checkpoint_every=0 > /dev/null 2>&1 ||
   fail "a good run"
 ck=$work/good/tiny/checkpoints/step_000002.h5
-expect export_to_dir "ckpt export: --llmc '$work' is a directory; give a file name" \
+expect export_to_dir "cannot write '$work': it is a directory" \
   "$trident" ckpt export "$ck" --llmc "$work"
-expect export_to_missing_dir "cannot write '$work/none/m.bin': No such file or directory" \
+expect export_to_missing_dir "cannot write '$work/none/m.bin': its directory '$work/none' does not exist" \
   "$trident" ckpt export "$ck" --llmc "$work/none/m.bin"
 expect ckpt_info_dir "checkpoint '$work' is a directory, not a file" "$trident" ckpt info "$work"
 expect generate_dir "checkpoint '$work' is a directory, not a file" "$trident" generate --ckpt "$work"

@@ -10,7 +10,7 @@
 #  - before step 1: a read-only checkpoint directory, one without room for a checkpoint, and an
 #    offload.nvme_dir without room for the optimizer states;
 #  - a checkpoint write that fails inside MPI-IO (the disk fills during it): the run stops naming
-#    the cause, the partial .tmp is removed, --resume auto continues.
+#    the cause, the partial temporary is removed, --resume auto continues.
 set -uo pipefail
 trident=$1 src=$2 work=$3 shim=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
@@ -56,7 +56,7 @@ resumes_from_step_2 ckpt
 
 # A quota or over-committed file system statvfs does not show (TRIDENT_FULL_DISK_HIDDEN=1): the
 # checkpoint write itself fails inside MPI-IO, whose error says only MPI_ERR_OTHER. The run stops
-# naming the real cause, found by a test write into the directory; no .tmp is left behind, and
+# naming the real cause, found by a test write into the directory; no temporary is left behind, and
 # --resume auto continues from the last checkpoint written.
 ckdir="$work/hidden/tiny/checkpoints"
 TRIDENT_FULL_DISK_HIDDEN=1 full_disk "$ckdir" 1000000 mpirun -np 4 --oversubscribe -x LD_PRELOAD \
@@ -65,7 +65,7 @@ TRIDENT_FULL_DISK_HIDDEN=1 full_disk "$ckdir" 1000000 mpirun -np 4 --oversubscri
   --set parallel.tp=2 --set run.out_dir="$work/hidden" > "$work/hidden.log" 2>&1
 rc=$?
 [ $rc -ne 0 ] || fail "a checkpoint write failing in MPI-IO: exit status 0"
-grep -q "HDF5 could not write or read $ckdir/step_000004.h5.tmp: No space left on device" \
+grep -q "HDF5 could not write or read $ckdir/\.step_000004\.h5\.[0-9]*\.[0-9a-f]*\.tmp: No space left on device" \
   "$work/hidden.log" || { grep trident "$work/hidden.log"; fail "MPI-IO write failure: the cause is not named"; }
 grep -q "hint: the file system is full" "$work/hidden.log" || fail "MPI-IO write failure: no hint"
 [ "$(ls "$ckdir")" = step_000002.h5 ] || fail "after a failed write: $(ls "$ckdir")"
