@@ -338,9 +338,16 @@ int64_t checkpoint_step(const std::string& path) {
   return h5::read_attr_int(file, "step", path);
 }
 
-void rotate_checkpoints(const std::string& dir, int keep) {
+void rotate_checkpoints(const std::string& dir, int keep, const std::string& written) {
   if (keep <= 0) return;
-  const std::vector<std::string> all = list_checkpoints(dir);
+  // Newest first by the step inside, as --resume auto orders them (a copy renamed newer is old);
+  // the one just written first of all. Files that do not open are not rotated.
+  std::vector<std::string> all = complete_checkpoints(dir);
+  const auto it = std::find_if(all.begin(), all.end(), [&](const std::string& p) {
+    std::error_code ec;
+    return std::filesystem::equivalent(p, written, ec);
+  });
+  if (it != all.end()) std::rotate(all.begin(), it, it + 1);
   for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
     std::error_code ec;
     if (!std::filesystem::remove(all[i], ec) && ec)

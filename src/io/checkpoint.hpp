@@ -81,8 +81,10 @@ class CorruptCheckpoint : public InputError {
  public:
   using InputError::InputError;
 };
-// Deletes all but the newest `keep` checkpoints in `dir` (keep <= 0: none deleted).
-void rotate_checkpoints(const std::string& dir, int keep);
+// Deletes all but the newest `keep` complete checkpoints in `dir` (keep <= 0: none deleted),
+// newest by the step recorded inside (complete_checkpoints' order, the one resume uses), `written`
+// (the checkpoint just saved) always kept.
+void rotate_checkpoints(const std::string& dir, int keep, const std::string& written);
 
 // The stored run configuration (TOML) of a checkpoint, parsed; InputError if unreadable.
 Config read_checkpoint_config(const std::string& path);

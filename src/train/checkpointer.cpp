@@ -100,7 +100,8 @@ void Checkpointer::save(int step, const LossScaler& scaler) {
   for (const ModelChunk& ch : chunks_) states.push_back(ch.dp->checkpoint_state());
   save_checkpoint(last_written_, config_, meta, buffers(states), owner(), grid_.world(),
                   [&] { hooks_.checkpoint_midway(step); });
-  if (grid_.rank() == 0) rotate_checkpoints(dir_.string(), config_.run.keep_checkpoints);
+  if (grid_.rank() == 0)
+    rotate_checkpoints(dir_.string(), config_.run.keep_checkpoints, last_written_);
 }
 
 int Checkpointer::load(const std::string& path, LossScaler& scaler, const HostCollectives& world,

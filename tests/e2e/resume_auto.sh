@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What a Slurm job with a time limit and requeue needs: rotation keeps the newest K checkpoints;
+# What a Slurm job with a time limit and requeue needs: rotation keeps the newest K checkpoints
+# (by the step inside, as resume orders them);
 # --resume auto picks the newest complete one, ignoring a write that was killed (a .tmp file)
 # and a file that does not open, and starts from step 0 when there is none; it goes by the step
 # recorded inside (a copy renamed newer does not rewind the run) and falls back past a newest
@@ -34,12 +35,15 @@ grep -- "--resume auto: skipping" "$work/killed.log"
 grep -q "resumed from .*step_000008.h5 at step 8" "$work/killed.log"
 $check compare "$work/full/tiny/timings.h5" "$work/killed/tiny/timings.h5" --from-step 9 --min-steps 6 --exact
 $check params-equal "$work/full/tiny/checkpoints/step_000014.h5" "$work/killed/tiny/checkpoints/step_000014.h5"
-# An old checkpoint copied under a newer name: the step inside decides.
+# An old checkpoint copied under a newer name: the step inside decides, for the resume and for
+# rotation (which deletes the copy, oldest by content, and keeps every new checkpoint).
 mkdir -p "$work/renamed/tiny/checkpoints"
 cp "$work/fresh/tiny/checkpoints/step_000008.h5" "$work/renamed/tiny/checkpoints/"
 cp "$work/fresh/tiny/checkpoints/step_000004.h5" "$work/renamed/tiny/checkpoints/step_000099.h5"
-run "$work/renamed" --resume auto > "$work/renamed.log"
+run "$work/renamed" --resume auto --set run.keep_checkpoints=2 > "$work/renamed.log"
 grep -q "resumed from .*step_000008.h5 at step 8" "$work/renamed.log"
+[ "$(ls "$work/renamed/tiny/checkpoints")" = "$(printf 'step_000012.h5\nstep_000014.h5')" ] ||
+  { ls "$work/renamed/tiny/checkpoints"; echo "FAIL: rotation by name, not by the step inside"; exit 1; }
 # The newest checkpoint corrupted inside (one element of a tensor changed): skipped with a line,
 # the run continues from the one before.
 mkdir -p "$work/corrupt/tiny/checkpoints"
