@@ -50,6 +50,11 @@ const CLI::Validator kFinite(
     },
     "FINITE");
 
+// A path option given as "" names nothing: refused, where it once wrote nothing and exited 0.
+const CLI::Validator kPath(
+    [](std::string& text) { return text.empty() ? std::string("names no path (\"\")") : ""; },
+    "PATH");
+
 // Rank 0 writes the profiled step's table into the run directory and prints its summary and the
 // longest labels.
 void report_profile(const trident::StepProfiler& profiler, const std::filesystem::path& run_dir,
@@ -328,7 +333,8 @@ struct TrainCommand {
         ->check(CLI::Range(1, 1 << 30));
     app->add_option("--dump-grads", options.dump_grads,
                     "write the first step's gradients, gathered to global shapes, to this .h5 "
-                    "(checkpoint schema, /params); for layout checks");
+                    "(checkpoint schema, /params); for layout checks")
+        ->check(kPath);
     add_fault_option("--inject-overflow", trident::parse_overflow,
                      "STEP:RANK: that rank's gradient becomes infinite at that step (tests fp16 "
                      "loss scaling)",
@@ -398,9 +404,10 @@ struct FileCommands {
         "export",
         "write the parameters as an llm.c model file (gpt2_124M.bin layout) or a Hugging Face "
         "GPT2LMHeadModel (config.json + safetensors)");
-    ckpt_export->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
-    CLI::Option* llmc = ckpt_export->add_option("--llmc", export_out, "output .bin");
-    CLI::Option* hf = ckpt_export->add_option("--hf", hf_dir, "output directory (Hugging Face)");
+    ckpt_export->add_option("path", ckpt_path, "checkpoint (.h5)")->required()->check(kPath);
+    CLI::Option* llmc = ckpt_export->add_option("--llmc", export_out, "output .bin")->check(kPath);
+    CLI::Option* hf =
+        ckpt_export->add_option("--hf", hf_dir, "output directory (Hugging Face)")->check(kPath);
     llmc->excludes(hf);
     ckpt_export->add_option("--dtype", hf_dtype, "--hf tensors: fp32 or bf16")
         ->check(CLI::IsMember({"fp32", "bf16"}))
@@ -417,8 +424,11 @@ struct FileCommands {
     ckpt_import = ckpt->add_subcommand(
         "import", "make a trident checkpoint of a Hugging Face GPT2LMHeadModel directory");
     ckpt_import->add_option("--hf", hf_dir, "directory with config.json and safetensors")
-        ->required();
-    ckpt_import->add_option("--out", ckpt_path, "checkpoint to write (.h5)")->required();
+        ->required()
+        ->check(kPath);
+    ckpt_import->add_option("--out", ckpt_path, "checkpoint to write (.h5)")
+        ->required()
+        ->check(kPath);
   }
   bool chosen() const { return *generate || *prepare || *ckpt; }
   int run(int rank) const {

@@ -324,6 +324,8 @@ void apply_table(Config& c, const toml::table& root, const std::string& origin,
         throw InputError(origin + ": key 'model.from' must be a string path to a model file");
       const std::string path =
           (std::filesystem::path(base_dir) / from->value<std::string>().value()).string();
+      if (const std::string why = not_a_file(path); !why.empty())
+        throw InputError(fmt::format("{} (model.from): model file '{}' {}", origin, path, why));
       toml::table preset;
       try {
         preset = toml::parse_file(path);

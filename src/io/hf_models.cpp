@@ -20,6 +20,7 @@
 #include "core/version.hpp"
 #include "io/checkpoint.hpp"
 #include "io/checkpoint_tools.hpp"
+#include "io/json_file.hpp"
 #include "io/safetensors.hpp"
 
 namespace trident {
@@ -141,12 +142,7 @@ std::vector<char> from_floats(const std::vector<float>& values, const std::strin
 }
 
 Json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("cannot read '{}'", path.string()));
-  Json json = Json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object())
-    throw InputError(fmt::format("'{}' is not a JSON object", path.string()));
-  return json;
+  return read_json_object(path.string());
 }
 
 // An integer key of config.json in [1, 2^31).

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/paths.hpp"
+#include "io/json_file.hpp"
 
 namespace trident {
 namespace {
@@ -73,9 +74,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   data_start_ = 8 + header_bytes;
   const uint64_t data_bytes = size - data_start_;
 
-  const nlohmann::json json = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object())
-    throw InputError(fmt::format("'{}': the header is not a JSON object", path));
+  const nlohmann::json json = parse_json_object(header, path + " (header)");
   for (const auto& [name, entry] : json.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object())

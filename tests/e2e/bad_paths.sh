@@ -69,4 +69,24 @@ expect export_to_missing_dir "cannot write '$work/none/m.bin': its directory '$w
   "$trident" ckpt export "$ck" --llmc "$work/none/m.bin"
 expect ckpt_info_dir "checkpoint '$work' is a directory, not a file" "$trident" ckpt info "$work"
 expect generate_dir "checkpoint '$work' is a directory, not a file" "$trident" generate --ckpt "$work"
+# Inputs that are not what they claim: a FIFO where config.json is expected (once a hang), a
+# directory as model.from (once a default model trained), JSON nested 100,000 deep, and an empty
+# output path (once nothing written, exit 0).
+mkdir -p "$work/fifo_hf" && mkfifo "$work/fifo_hf/config.json"
+expect hf_config_fifo "'$work/fifo_hf/config.json' is not a regular file" \
+  "$trident" ckpt import --hf "$work/fifo_hf" --out "$work/fifo.h5"
+printf '[model]\nfrom = "%s"\n' "$work" > "$work/from_dir.toml"
+expect model_from_dir "(model.from): model file '$work' is a directory, not a file" \
+  "$trident" config --config "$work/from_dir.toml"
+mkdir -p "$work/deep_hf"
+/usr/bin/python3 -c 'import sys; n = 100000
+sys.stdout.write("{\"model_type\": \"gpt2\", \"x\": " + "{\"a\":" * n + "1" + "}" * n + "}")' \
+  > "$work/deep_hf/config.json"
+expect deep_json "'$work/deep_hf/config.json': JSON nested deeper than 64 levels" \
+  "$trident" ckpt import --hf "$work/deep_hf" --out "$work/deep.h5"
+"$trident" ckpt export "$ck" --hf "" > "$work/empty_hf.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q -- '--hf: names no path' "$work/empty_hf.log" ||
+  { cat "$work/empty_hf.log"; fail "export --hf '': exit status $rc"; }
+[ ! -e "$work/fifo.h5" ] && [ ! -e "$work/deep.h5" ] || fail "a refused import wrote its output"
 echo "bad paths: ok"

@@ -132,7 +132,9 @@ TEST(Config, BadInputNamesTheKey) {
   expect_error("[train]\nbatch_size = 6\n", "divisible by parallel.dp = 4", {}, 4);
   expect_error("[train]\nbatch_size = 8\nmicro_batch_size = 3\n", "train.micro_batch_size");
   expect_error("[parallel]\ndp = 3\n", "must equal the number of MPI ranks 2", {}, 2);
-  expect_error("[model]\nfrom = \"models/none.toml\"\n", "cannot read model file");
+  expect_error("[model]\nfrom = \"models/none.toml\"\n", "models/none.toml' does not exist");
+  expect_error("[model]\nfrom = \"/tmp\"\n", "(model.from): model file '/tmp' is a directory");
+  expect_error("[model]\nfrom = \"/dev/zero\"\n", "'/dev/zero' is not a regular file");
   expect_error("[run\n", "TOML syntax error");
 }
 
