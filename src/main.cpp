@@ -370,6 +370,7 @@ struct FileCommands {
   trident::GenerateOptions gen;
   trident::PrepareOptions prep;
   std::string ckpt_path, export_out, hf_dir, hf_dtype = "fp32";
+  bool allow_non_finite = false;
   double max_shard_mb = 5000;
 
   void add_to(CLI::App& app) {
@@ -429,6 +430,8 @@ struct FileCommands {
     ckpt_import->add_option("--out", ckpt_path, "checkpoint to write (.h5)")
         ->required()
         ->check(kPath);
+    ckpt_import->add_flag("--allow-non-finite", allow_non_finite,
+                          "keep weights that are NaN or infinite (refused by default)");
   }
   bool chosen() const { return *generate || *prepare || *ckpt; }
   int run(int rank) const {
@@ -447,7 +450,7 @@ struct FileCommands {
     if (*ckpt_export && !hf_dir.empty())
       trident::export_hf(ckpt_path, hf_dir, hf_dtype,
                          static_cast<uint64_t>(max_shard_mb * 1024.0 * 1024.0));
-    if (*ckpt_import) trident::import_hf(hf_dir, ckpt_path);
+    if (*ckpt_import) trident::import_hf(hf_dir, ckpt_path, allow_non_finite);
     return 0;
   }
 };

@@ -19,6 +19,10 @@
 namespace trident {
 namespace {
 
+// The largest communication or staging buffer a setting may ask for (64 GiB): a larger one is a
+// typo, and converting it to an element count would overflow.
+constexpr double kMaxBufferMb = 65536;
+
 // A key whose value is one of an enum's names (or, for zero.stage, one of its numbers): typed on
 // reading, so nothing after parsing compares strings.
 struct Choice {
@@ -297,7 +301,11 @@ void assign(const Field& f, const toml::node& node, const std::string& origin) {
           *ref = node.value<std::string>().value();
         } else if constexpr (std::is_same_v<T, double>) {
           if (!node.is_number()) throw InputError(where + " must be a number");
-          *ref = node.value<double>().value();
+          const double v = node.value<double>().value();
+          // No setting means anything at infinity or NaN; each key's own range follows.
+          if (!std::isfinite(v))
+            throw InputError(fmt::format("{} = {} must be a finite number", where, v));
+          *ref = v;
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!node.is_boolean()) throw InputError(where + " must be true or false");
           *ref = node.value<bool>().value();
@@ -547,6 +555,9 @@ void validate_model_and_run(const Config& c, const Checker& require) {
                         m.head_size()));
     require(m.ffn_hidden >= 0 && m.multiple_of >= 1,
             "model.ffn_hidden must not be negative and model.multiple_of must be positive");
+    require(m.ffn_hidden <= 1 << 20 && m.multiple_of <= 1 << 20,
+            fmt::format("model.ffn_hidden = {} and model.multiple_of = {} must be at most 1048576",
+                        m.ffn_hidden, m.multiple_of));
     require(m.rope_theta > 0, "model.rope_theta must be positive");
     require(m.norm_eps > 0 && m.norm_eps < 1, "model.norm_eps must be in (0, 1)");
   } else {
@@ -606,7 +617,9 @@ void validate_layout(const Config& c, int world_size, const Checker& require) {
   const ModelConfig& m = c.model;
   require(p.tp >= 1 && p.pp >= 1 && p.dp >= 0, "parallel.dp/tp/pp must be positive");
   require(p.virtual_stages >= 1, "parallel.virtual_stages must be at least 1");
-  require(p.dp_bucket_mb > 0, "parallel.dp_bucket_mb must be positive");
+  require(
+      p.dp_bucket_mb > 0 && p.dp_bucket_mb <= kMaxBufferMb,
+      fmt::format("parallel.dp_bucket_mb = {} must be in (0, {}]", p.dp_bucket_mb, kMaxBufferMb));
   // NCCL point-to-point has no tags: transfers between two ranks match in issue order, which the
   // pipeline's tagged, send-before-receive exchange does not guarantee (and interleaving sends
   // equal-sized activations and gradients on the same pair). Until the pipeline orders its
@@ -671,7 +684,8 @@ void validate_layout(const Config& c, int world_size, const Checker& require) {
 void validate_data_parallel(const Config& c, const Checker& require) {
   const OffloadSection& off = c.offload;
   const int zero = static_cast<int>(c.zero.stage);
-  require(off.buffer_mb > 0, "offload.buffer_mb must be positive");
+  require(off.buffer_mb > 0 && off.buffer_mb <= kMaxBufferMb,
+          fmt::format("offload.buffer_mb = {} must be in (0, {}]", off.buffer_mb, kMaxBufferMb));
   // Parameters live where the compute is; only files are a further place for them.
   require(off.params != OffloadTarget::kHost, "offload.params = 'host' must be none or nvme");
   require(off.params == OffloadTarget::kNone ||

@@ -242,6 +242,14 @@ ModelConfig hf_model(const fs::path& path) {
       path.string(), type));
 }
 
+// The dtypes trident reads; any other is refused before a byte of the tensor is read.
+void require_float_dtype(const SafetensorsFile& file, const std::string& name) {
+  const std::string& dtype = file.at(name).dtype;
+  if (dtype != "F32" && dtype != "BF16" && dtype != "F16")
+    throw InputError(fmt::format("'{}': tensor '{}' has dtype {}; trident reads F32, BF16 and F16",
+                                 file.path(), name, dtype));
+}
+
 // Every tensor of the model's safetensors file(s), by name, with the file that holds it.
 struct HfTensors {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
@@ -285,10 +293,19 @@ HfTensors open_tensors(const fs::path& dir) {
 
 }  // namespace
 
-void import_hf(const std::string& dir, const std::string& out) {
+void import_hf(const std::string& dir, const std::string& out, bool allow_non_finite) {
   const fs::path root(dir);
   if (!fs::is_directory(root)) throw InputError(fmt::format("--hf '{}' is not a directory", dir));
   const ModelConfig model = hf_model(root / "config.json");
+  // The sizes validated as a config's are before anything is sized from them (2^30 layers once
+  // built a 3 GB table first).
+  Config config;
+  config.model = model;
+  config.run.name = "imported";
+  config.train.seq_len = std::min(config.train.seq_len, model.block_size);
+  config.parallel.dp = 1;
+  config.source = (root / "config.json").string();  // what a refusal of the model names
+  config = resolve(config, 1);
   HfTensors tensors = open_tensors(root);
   const ParamTable table(model);
 
@@ -307,11 +324,7 @@ void import_hf(const std::string& dir, const std::string& out) {
         throw InputError(
             fmt::format("'{}': tensor '{}' is missing (trident's {})", dir, part, spec.name));
       const SafeTensor& t = tensors.where[found]->at(found);
-      if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
-        throw InputError(
-            fmt::format("'{}': tensor '{}' has dtype {}; trident reads F32, BF16 and "
-                        "F16",
-                        tensors.where[found]->path(), found, t.dtype));
+      require_float_dtype(*tensors.where[found], found);
       const std::vector<int64_t> want = hf_shape(spec, hf);
       if (t.shape != want)
         throw InputError(fmt::format("'{}': tensor '{}' has shape {}, the config gives {}",
@@ -330,6 +343,7 @@ void import_hf(const std::string& dir, const std::string& out) {
       continue;
     if (name == "lm_head.weight" && model.tied()) {  // a saved copy of the tied head
       const std::string wte = stored.at(embedding);
+      require_float_dtype(*file, name);  // before its bytes are read as floats
       if (file->at(name).shape != tensors.where[wte]->at(wte).shape ||
           to_floats(file->read(name), file->at(name).dtype) !=
               to_floats(tensors.where[wte]->read(wte), tensors.where[wte]->at(wte).dtype))
@@ -343,13 +357,6 @@ void import_hf(const std::string& dir, const std::string& out) {
                                  model.llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel"));
   }
 
-  Config config;
-  config.model = model;
-  config.run.name = "imported";
-  config.train.seq_len = std::min(config.train.seq_len, model.block_size);
-  config.parallel.dp = 1;
-  config.source = (root / "config.json").string();  // what a refusal of the model names
-  config = resolve(config, 1);
   const LocalParamTable local(table, model, whole_model(model));
   View1 params("imported params", local.total_numel());
   View1 moment_m("imported m", local.total_numel()), moment_v("imported v", local.total_numel());
@@ -361,6 +368,13 @@ void import_hf(const std::string& dir, const std::string& out) {
       const SafetensorsFile& file = *tensors.where[stored[part]];
       const SafeTensor& t = file.at(stored[part]);
       std::vector<float> rows = to_floats(file.read(stored[part]), t.dtype);
+      if (!allow_non_finite)
+        for (size_t i = 0; i < rows.size(); ++i)
+          if (!std::isfinite(rows[i]))
+            throw InputError(fmt::format(
+                "'{}': tensor '{}' holds {} at element {} (import with --allow-non-finite to "
+                "keep it)",
+                file.path(), stored[part], rows[i], i));
       if (hf.transposed) rows = transpose(rows, t.shape[0], t.shape[1]);
       values.insert(values.end(), rows.begin(), rows.end());
     }

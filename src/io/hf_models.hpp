@@ -14,8 +14,9 @@ namespace trident {
 // trident checkpoint (the weights, fresh AdamW moments) that loads on any layout. GPT-2's Conv1D
 // weights are stored [in, out] and are transposed to trident's [out, in]; Llama's k_proj | v_proj
 // and gate_proj | up_proj are stacked into trident's attn.kv and mlp.fc. RoPE is Hugging Face's
-// rotate-half layout on both sides, so q_proj and k_proj are taken as they are. Prints what it did.
-void import_hf(const std::string& dir, const std::string& out);
+// rotate-half layout on both sides, so q_proj and k_proj are taken as they are. A weight that is
+// NaN or infinite is refused unless `allow_non_finite`. Prints what it did.
+void import_hf(const std::string& dir, const std::string& out, bool allow_non_finite = false);
 
 // Writes a checkpoint's parameters (each checked against its stored checksum) as a
 // GPT2LMHeadModel or LlamaForCausalLM: `dir`/config.json and model.safetensors in `dtype` ("fp32"

@@ -43,7 +43,13 @@ void require_memory_to_sample(const Config& config, const std::string& checkpoin
 }  // namespace
 
 void generate(const GenerateOptions& o, const std::function<void(const std::string&)>& emit) {
-  if (o.temperature <= 0) throw InputError("--temperature must be positive");
+  // Below this, logits / temperature leave float range and sampling would read noise; greedy
+  // decoding is --top-k 1.
+  constexpr double kMinTemperature = 1e-6;
+  if (!(o.temperature >= kMinTemperature))
+    throw InputError(
+        fmt::format("--temperature {} must be at least {} (for greedy decoding use --top-k 1)",
+                    o.temperature, kMinTemperature));
   if (o.top_k < 0) throw InputError("--top-k must be >= 0 (0 samples from the whole vocabulary)");
   if (o.tokens < 0) throw InputError("--tokens must not be negative");
   const Config config = read_checkpoint_config(o.checkpoint);
@@ -72,7 +78,7 @@ void generate(const GenerateOptions& o, const std::function<void(const std::stri
   }
   emit(o.prompt);
   uint64_t counter = 0;
-  std::vector<float> probs(m.vocab_size);
+  std::vector<double> probs(m.vocab_size);
   std::vector<int> order(m.vocab_size);
   for (int i = 0; i < o.tokens; ++i) {
     const int T = std::min<int>(static_cast<int>(context.size()), m.block_size);
@@ -80,12 +86,18 @@ void generate(const GenerateOptions& o, const std::function<void(const std::stri
     model.forward(0, window, nullptr, 1, T);
     const size_t V = model.logits(0).size() / m.block_size;  // the padded vocabulary
     const std::vector<float> last = host_values(model.logits(0), (T - 1) * V, m.vocab_size);
-    for (int v = 0; v < m.vocab_size; ++v) probs[v] = static_cast<float>(last[v] / o.temperature);
+    for (int v = 0; v < m.vocab_size; ++v) {
+      if (!std::isfinite(last[v]))
+        throw InputError(fmt::format(
+            "'{}': logit {} of the token after {} is {}: the checkpoint's weights are not finite",
+            o.checkpoint, v, context.size(), last[v]));
+      probs[v] = last[v] / o.temperature;
+    }
     std::iota(order.begin(), order.end(), 0);
     const int k = o.top_k > 0 ? std::min(o.top_k, m.vocab_size) : m.vocab_size;
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int a, int b) { return probs[a] > probs[b]; });
-    const float maxv = probs[order[0]];
+    const double maxv = probs[order[0]];
     double total = 0;
     for (int j = 0; j < k; ++j) total += std::exp(probs[order[j]] - maxv);
     const uint64_t bits = mix64(mix64(o.seed) ^ mix64(++counter));

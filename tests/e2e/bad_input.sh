@@ -107,7 +107,12 @@ expect_bad "export a model too big to hold" "params/wte" bash -c 'ulimit -v 4000
 expect_bad "resume cut in the data" "checkpoint '$work/cut.h5'" "${train[@]}" --resume "$work/cut.h5"
 expect_bad "resume other model" "holds a different model" "${train[@]}" --set model.n_layer=3 --resume "$good_ckpt"
 expect_bad "generate garbage" "not a readable HDF5 file" "$trident" generate --ckpt "$work/garbage.h5" --prompt hi
-expect_bad "generate temperature" "--temperature must be positive" "$trident" generate --ckpt "$good_ckpt" --temperature 0
+expect_bad "generate temperature" "--temperature 0 must be at least 1e-06" "$trident" generate --ckpt "$good_ckpt" --temperature 0
+expect_bad "underflowing temperature" "--temperature 1e-39 must be at least 1e-06" "$trident" generate --ckpt "$good_ckpt" --temperature 1e-39
+for key in optim.eps optim.max_norm optim.weight_decay run.peak_tflops offload.buffer_mb parallel.dp_bucket_mb; do
+  expect_bad "$key infinite" "key '$key' = inf must be a finite number" "${train[@]}" --set "$key=inf"
+done
+expect_bad "huge dp bucket" "parallel.dp_bucket_mb = 1e+300 must be in (0, 65536]" "${train[@]}" --set parallel.dp_bucket_mb=1e300
 expect_bad "recompute policy" "recompute.policy = 'most' must be one of none, selective, full" "${train[@]}" --set recompute.policy=most
 expect_bad "recompute layers without full" "recompute.layers applies only to recompute.policy = 'full'" "${train[@]}" --set recompute.layers=1
 expect_bad "recompute too many layers" "recompute.layers = 9 must be between 0" "${train[@]}" --set recompute.policy=full --set recompute.layers=9

@@ -93,7 +93,9 @@ echo "run.init_from: equal to resuming, on dp2 x tp2 ZeRO-3 too; the recipe ran 
 
 # Hostile files: exit 2, the tensor (or header) named, no checkpoint written.
 $files hostile "$work/f32" "$work/hostile" >"$work/cases.txt" || fail "writing hostile files"
-hostile_refused "$work/cases.txt" "$work/hostile" 18
+hostile_refused "$work/cases.txt" "$work/hostile" 21
+"$trident" ckpt import --hf "$work/hostile/nan_weight" --out "$work/nan.h5" --allow-non-finite \
+  >/dev/null || fail "a NaN weight asked for with --allow-non-finite"
 
 "$trident" ckpt export "$work/f32.h5" >/dev/null 2>&1
 [ $? = 2 ] || fail "ckpt export without --llmc or --hf did not exit 2"

@@ -217,6 +217,15 @@ def hostile(src, out):
     case("trailing_bytes", "last 4 bytes belong to no tensor", raw=good + b"\0" * 4)
     case("untied_head", "lm_head.weight differs",
          entries_=entries + [("lm_head.weight", "F32", (V, C), b"\1" * (4 * V * C))])
+    # A one-byte copy of the tied head, once read as 16-bit floats past its end.
+    case("byte_head", "tensor 'lm_head.weight' has dtype U8",
+         entries_=entries + [("lm_head.weight", "U8", (V, C), b"\1" * (V * C))])
+    nan_first = bytearray(entries[0][3])
+    nan_first[12:16] = struct.pack("<f", float("nan"))
+    case("nan_weight", f"tensor '{first}' holds nan at element 3",
+         entries_=[(first, entries[0][1], entries[0][2], bytes(nan_first))] + entries[1:])
+    case("huge_layers", "model.n_layer = 1073741824 must be between 1 and 1024",
+         config=lambda c: c.update(n_layer=2 ** 30))
     case("erf_gelu", "activation_function 'gelu'",
          config=lambda c: c.update(activation_function="gelu"))
     case("gpt_neox", "model_type 'gpt_neox' is not supported",
