@@ -35,6 +35,8 @@ set -uo pipefail
 VARIANTS=${VARIANTS:-"dp.sync=sync; dp.sync=async; dp.sync=local_sgd,dp.local_steps=4; precision.compute=bf16"}
 RANKS=${RANKS:-$JOB_MAX_RANKS}
 GLOBAL_BATCH=${GLOBAL_BATCH:-16}
+job_require_count RANKS 1
+job_require_count GLOBAL_BATCH 1
 job_model_parallel_params
 ((RANKS % (TP * PP) == 0)) || job_die "RANKS=$RANKS is not a multiple of TP x PP = $((TP * PP))"
 dp=$((RANKS / (TP * PP)))

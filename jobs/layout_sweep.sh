@@ -36,6 +36,10 @@ GLOBAL_BATCH=${GLOBAL_BATCH:-16}
 SCHEDULES=${SCHEDULES:-1f1b}
 VIRTUAL_STAGES=${VIRTUAL_STAGES:-2}
 ZERO_STAGE=${ZERO_STAGE:-0}
+job_require_count RANKS 1
+job_require_count GLOBAL_BATCH 1
+job_require_count VIRTUAL_STAGES 1
+job_require_count ZERO_STAGE 0 3
 layouts=()
 if [[ -n ${LAYOUTS-} ]]; then
   read -r -a layouts <<<"$LAYOUTS"

@@ -27,6 +27,7 @@ $JOB_COMMON_USAGE" "$@"
 set -uo pipefail
 
 GLOBAL_BATCH=${GLOBAL_BATCH:-32}
+job_require_count GLOBAL_BATCH 1
 job_model_parallel_params
 counts=$(job_rank_counts $((TP * PP))) || exit 2
 job_write_sweep "kind=strong" "tp=$TP" "pp=$PP" "global_batch=$GLOBAL_BATCH" "rank_counts=$counts"

@@ -37,9 +37,14 @@ set -uo pipefail
 
 RANKS=${RANKS:-$JOB_MAX_RANKS}
 MAX_REQUEUES=${MAX_REQUEUES:-20}
+job_require_count RANKS 1
+job_require_count MAX_REQUEUES 0
 RUN_NAME=${RUN_NAME:-$(job_resolve --ranks "$RANKS" | toml_value run name)} ||
   job_die "CONFIG=$CONFIG does not resolve on $RANKS ranks"
 [[ -n $RUN_NAME ]] || job_die "no run name: set RUN_NAME"
+# One path component: RUN_NAME=../.. once wrote outside RUNS_DIR.
+[[ $RUN_NAME != */* && $RUN_NAME != . && $RUN_NAME != .. ]] ||
+  job_die "RUN_NAME='$RUN_NAME' must be one path component (no '/', not '.' or '..')"
 out=${RUNS_DIR:-$TRIDENT_ROOT/runs}/train
 dir=$out/$RUN_NAME
 mkdir -p "$dir" || job_die "cannot create $dir"

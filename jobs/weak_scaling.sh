@@ -36,9 +36,11 @@ $JOB_COMMON_USAGE" "$@"
 set -uo pipefail
 
 BATCH_PER_REPLICA=${BATCH_PER_REPLICA:-8}
+job_require_count BATCH_PER_REPLICA 1
 job_model_parallel_params
 if [[ -n ${CONFIGS-} ]]; then
   DP=${DP:-1}
+  job_require_count DP 1
   job_write_sweep "kind=weak" "configs=$CONFIGS" "dp=$DP" "batch_per_replica=$BATCH_PER_REPLICA"
   for CONFIG in $CONFIGS; do
     [[ -f $CONFIG ]] || job_die "CONFIGS: $CONFIG does not exist"

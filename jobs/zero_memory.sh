@@ -29,6 +29,8 @@ set -uo pipefail
 
 ZERO_STAGES=${ZERO_STAGES:-0 1 2 3}
 BATCH_PER_REPLICA=${BATCH_PER_REPLICA:-4}
+job_require_counts ZERO_STAGES 0 3
+job_require_count BATCH_PER_REPLICA 1
 counts=$(job_rank_counts 1) || exit 2
 job_write_sweep "kind=zero" "zero_stages=$ZERO_STAGES" "batch_per_replica=$BATCH_PER_REPLICA" \
   "rank_counts=$counts"

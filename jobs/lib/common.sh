@@ -53,6 +53,29 @@ job_die() {
 
 job_log() { echo "[$(date +%H:%M:%S)] $*"; }
 
+# Refuses a parameter that is not a whole number of at least MIN (and, given, at most MAX) before
+# any arithmetic sees it: bash evaluates a variable inside (( )) or [[ -gt ]] as an expression,
+# so RANKS_PER_NODE='a[$(cmd)]' would run cmd. Leaves the value in decimal. NAME MIN [MAX]
+job_require_count() {
+  local name=$1 min=$2 max=${3-} value=${!1-} ok=1
+  [[ $value =~ ^[0-9]{1,9}$ ]] || ok=0
+  ((ok)) && ((10#$value < min)) && ok=0
+  ((ok)) && [[ -n $max ]] && ((10#$value > max)) && ok=0
+  ((ok)) || job_die "$name='$value' must be a whole number from $min${max:+ to $max}"
+  printf -v "$name" '%d' "$((10#$value))"
+}
+
+# The same for a list of numbers (RANK_COUNTS, ZERO_STAGES): each word one, the list not empty.
+job_require_counts() {
+  local name=$1 min=$2 max=${3-} value=${!1-} word
+  [[ $value =~ ^[[:space:]]*[0-9]{1,9}([[:space:]]+[0-9]{1,9})*[[:space:]]*$ ]] ||
+    job_die "$name='$value' must be whole numbers separated by spaces"
+  for word in $value; do
+    ((10#$word >= min)) && { [[ -z $max ]] || ((10#$word <= max)); } ||
+      job_die "$name='$value': $word is not a whole number from $min${max:+ to $max}"
+  done
+}
+
 # Resolves the repository, refuses to run outside Slurm unless asked, loads the site profile and
 # the parameters every experiment shares. $1: the experiment name, $2: the script's usage text,
 # then the script's own arguments (only -h/--help is taken; parameters are environment variables).
@@ -115,11 +138,20 @@ EOF
   STEPS=${STEPS:-30}
   WARMUP=${WARMUP:-3}
   REPEATS=${REPEATS:-1}
-  [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || job_die "REPEATS=$REPEATS must be a positive integer"
+  job_require_count STEPS 1
+  job_require_count WARMUP 0
+  job_require_count REPEATS 1
   # A study that measures no time (JOB_NO_REPEATS: why) runs once.
   [[ -n ${JOB_NO_REPEATS-} ]] && ((REPEATS > 1)) && job_die "REPEATS=$REPEATS: $JOB_NO_REPEATS"
   RUN_TIMEOUT=${RUN_TIMEOUT:-0}
   KEEP_CHECKPOINTS=${KEEP_CHECKPOINTS:-0}
+  job_require_count RUN_TIMEOUT 0
+  job_require_count KEEP_CHECKPOINTS 0 1
+  [[ -z ${GPUS_PER_NODE-} ]] || job_require_count GPUS_PER_NODE 0
+  [[ -z ${RANKS_PER_NODE-} ]] || job_require_count RANKS_PER_NODE 1
+  [[ -z ${THREADS_PER_RANK-} ]] || job_require_count THREADS_PER_RANK 1
+  [[ -z ${MICRO_BATCH-} ]] || job_require_count MICRO_BATCH 1
+  [[ -z ${RANK_COUNTS-} ]] || job_require_counts RANK_COUNTS 1
   read -r -a JOB_EXTRA_SETS <<<"${SETS-}"  # extra overrides: SETS="precision.compute=bf16 ..."
 
   job_ranks_and_threads
@@ -351,8 +383,11 @@ print("\t".join(str(s.get(k) or "?") for k in ("job_id", "slurm_cluster", "start
 job_model_parallel_params() {
   TP=${TP:-1}
   PP=${PP:-1}
+  job_require_count TP 1
+  job_require_count PP 1
   SCHEDULE=${SCHEDULE:-1f1b}
   ZERO_STAGE=${ZERO_STAGE:-0}
+  job_require_count ZERO_STAGE 0 3
   micro=()
   [[ -n ${MICRO_BATCH-} ]] && micro=(--set "train.micro_batch_size=$MICRO_BATCH")
   return 0

@@ -190,7 +190,7 @@ grep -q "analysis interpreter: /usr/bin/python3$" "$work/path.out" || fail "did 
 # written.
 before=$(find "$work/runs" | wc -l)
 for bad in "weak_scaling.sh|PYTHON=$work/none/python3|PYTHON=$work/none/python3 is not a program" \
-  "weak_scaling.sh|REPEATS=two|REPEATS=two must be a positive integer" \
+  "weak_scaling.sh|REPEATS=two|REPEATS='two' must be a whole number from 1" \
   "convergence.sh|REPEATS=2|REPEATS=2: convergence.sh runs each variant once"; do
   IFS='|' read -r script setting message <<<"$bad"
   run_job refused "$script" "$setting"
@@ -319,4 +319,22 @@ env "${train_env[@]}" bash jobs/train.sh >"$work/train3.out" 2>&1 || fail "train
 grep -q "^  run $run_dir is already complete at step 400" "$work/train3.out" ||
   { cat "$work/train3.out"; fail "train.sh a third time: not 'already complete'"; }
 [[ -f $run_dir/timings.2.h5 && ! -e $run_dir/timings.3.h5 ]] || fail "train.sh: segments $(ls "$run_dir")"
+
+# Job parameters are numbers and names before any arithmetic or path is built from them: each
+# refused with exit 2 naming it, nothing run, no command inside a value executed, no glob.
+refused_param() {  # SCRIPT PATTERN ENV=VALUE...
+  local script=$1 pattern=$2
+  shift 2
+  rc=0
+  env "$@" LAUNCHER=mpirun bash "jobs/$script" >"$work/param.out" 2>&1 || rc=$?
+  [[ $rc == 2 ]] && grep -qF -- "$pattern" "$work/param.out" ||
+    { cat "$work/param.out"; fail "$script $*: exit $rc, or no '$pattern'"; }
+}
+refused_param weak_scaling.sh "RANKS_PER_NODE='a[\$(touch $work/pwned)]' must be a whole number" \
+  "RANKS_PER_NODE=a[\$(touch $work/pwned)]"
+[[ ! -e $work/pwned ]] || fail "a command inside RANKS_PER_NODE ran"
+refused_param strong_scaling.sh "RANK_COUNTS='0': 0 is not a whole number from 1" RANK_COUNTS=0
+refused_param zero_memory.sh "RANK_COUNTS='*' must be whole numbers" "RANK_COUNTS=*"
+refused_param layout_sweep.sh "STEPS='1e3' must be a whole number" STEPS=1e3
+refused_param train.sh "RUN_NAME='../..' must be one path component" "${train_env[@]}" RUN_NAME=../..
 echo PASS
