@@ -45,6 +45,8 @@ JOB_ANALYSIS_DEBIAN="apt-get install python3-h5py python3-numpy python3-pandas p
 declare -A JOB_WARNED=()
 # The layouts job_run queued: each one's config and job_run arguments, shell-quoted.
 JOB_QUEUE=()
+# Their directory names, with what asked for each: two runs never share a directory.
+declare -A JOB_QUEUED_NAMES=()
 
 job_die() {
   echo "${JOB_EXPERIMENT:-jobs}: error: $*" >&2
@@ -596,6 +598,13 @@ job_run() {
     job_log "  skipping $1: $2 ranks, the allocation has $JOB_NODES node(s) x $RANKS_PER_NODE"
     return 0
   fi
+  # Two configs with one base name, or two variants with one value, would name one directory,
+  # and the second would be counted completed without running.
+  local what="$CONFIG ${*:2}"
+  [[ -z ${JOB_QUEUED_NAMES[$1]-} ]] ||
+    job_die "two runs of this study would share the directory $1: ${JOB_QUEUED_NAMES[$1]}" \
+      "and $what; rename a config or change a variant"
+  JOB_QUEUED_NAMES[$1]=$what
   JOB_QUEUE+=("$(printf '%q ' "$CONFIG" "$@")")
 }
 

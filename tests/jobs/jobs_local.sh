@@ -337,4 +337,12 @@ refused_param strong_scaling.sh "RANK_COUNTS='0': 0 is not a whole number from 1
 refused_param zero_memory.sh "RANK_COUNTS='*' must be whole numbers" "RANK_COUNTS=*"
 refused_param layout_sweep.sh "STEPS='1e3' must be a whole number" STEPS=1e3
 refused_param train.sh "RUN_NAME='../..' must be one path component" "${train_env[@]}" RUN_NAME=../..
+mkdir -p "$work/one" "$work/two"
+for d in one two; do
+  sed "s|^from = \"models/|from = \"$src/inputs/models/|" inputs/tiny.toml > "$work/$d/tiny.toml"
+done
+refused_param weak_scaling.sh "two runs of this study would share the directory n1_dp1_tp1_pp1_tiny" \
+  "CONFIGS=$work/one/tiny.toml $work/two/tiny.toml" DP=1 BATCH_PER_REPLICA=8
+refused_param convergence.sh "two runs of this study would share the directory sync" \
+  "VARIANTS=dp.sync=sync; dp.sync=sync" RANKS=1
 echo PASS
