@@ -145,6 +145,25 @@ Json read_json(const fs::path& path) {
   return read_json_object(path.string());
 }
 
+// config[key] as T (the fallback when absent or null); InputError naming the file and the key
+// when it holds another JSON type (the library's own error names neither).
+template <class T>
+T config_value(const Json& config, const std::string& key, const T& fallback,
+               const fs::path& path) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  const Json& v = config[key];
+  const char* want = std::is_same_v<T, bool>          ? "true or false"
+                     : std::is_same_v<T, std::string> ? "a string"
+                                                      : "a number";
+  const bool ok = std::is_same_v<T, bool>          ? v.is_boolean()
+                  : std::is_same_v<T, std::string> ? v.is_string()
+                                                   : v.is_number();
+  if (!ok)
+    throw InputError(fmt::format("'{}': {} is {} ({}), not {}", path.string(), key, v.dump(),
+                                 v.type_name(), want));
+  return v.get<T>();
+}
+
 // An integer key of config.json in [1, 2^31).
 int config_int(const Json& config, const std::string& key, const fs::path& path) {
   if (!config.contains(key) || !config[key].is_number_integer() || config[key].get<int64_t>() < 1 ||
@@ -166,20 +185,23 @@ ModelConfig gpt2_model(const Json& config, const fs::path& path) {
     return InputError(
         fmt::format("'{}': {}; trident's GPT-2 cannot compute this model", path.string(), what));
   };
-  const std::string activation = config.value("activation_function", "gelu_new");
+  const std::string activation =
+      config_value<std::string>(config, "activation_function", "gelu_new", path);
   if (activation != "gelu_new" && activation != "gelu_pytorch_tanh")
     throw refuse(
         fmt::format("activation_function '{}' is not GELU's tanh approximation", activation));
-  const double eps = config.value("layer_norm_epsilon", 1e-5);
+  const double eps = config_value<double>(config, "layer_norm_epsilon", 1e-5, path);
   if (std::abs(eps - 1e-5) > 1e-12)
     throw refuse(fmt::format("layer_norm_epsilon {} is not 1e-5", eps));
   if (config.contains("n_inner") && !config["n_inner"].is_null() &&
       config["n_inner"] != Json(4 * m.n_embd))
     throw refuse(fmt::format("n_inner {} is not 4 x n_embd", config["n_inner"].dump()));
-  if (!config.value("tie_word_embeddings", true)) throw refuse("tie_word_embeddings is false");
-  if (config.value("scale_attn_by_inverse_layer_idx", false))
+  if (!config_value<bool>(config, "tie_word_embeddings", true, path))
+    throw refuse("tie_word_embeddings is false");
+  if (config_value<bool>(config, "scale_attn_by_inverse_layer_idx", false, path))
     throw refuse("scale_attn_by_inverse_layer_idx is set");
-  if (!config.value("scale_attn_weights", true)) throw refuse("scale_attn_weights is false");
+  if (!config_value<bool>(config, "scale_attn_weights", true, path))
+    throw refuse("scale_attn_weights is false");
   if (m.n_embd % m.n_head != 0)
     throw InputError(fmt::format("'{}': n_embd {} is not a multiple of n_head {}", path.string(),
                                  m.n_embd, m.n_head));
@@ -208,15 +230,17 @@ ModelConfig llama_model(const Json& config, const fs::path& path) {
   };
   m.rope_theta = number("rope_theta", 10000.0);
   m.norm_eps = number("rms_norm_eps", 1e-6);  // LlamaConfig's default
-  m.tie_embeddings = config.value("tie_word_embeddings", false);
+  m.tie_embeddings = config_value<bool>(config, "tie_word_embeddings", false, path);
   const auto refuse = [&](const std::string& what) {
     return InputError(
         fmt::format("'{}': {}; trident's Llama cannot compute this model", path.string(), what));
   };
-  if (config.value("hidden_act", "silu") != "silu")
-    throw refuse(fmt::format("hidden_act '{}' is not silu", config.value("hidden_act", "")));
-  if (config.value("attention_bias", false)) throw refuse("attention_bias is set");
-  if (config.value("mlp_bias", false)) throw refuse("mlp_bias is set");
+  if (config_value<std::string>(config, "hidden_act", "silu", path) != "silu")
+    throw refuse(fmt::format("hidden_act '{}' is not silu",
+                             config_value<std::string>(config, "hidden_act", "", path)));
+  if (config_value<bool>(config, "attention_bias", false, path))
+    throw refuse("attention_bias is set");
+  if (config_value<bool>(config, "mlp_bias", false, path)) throw refuse("mlp_bias is set");
   if (config.contains("rope_scaling") && !config["rope_scaling"].is_null())
     throw refuse(fmt::format("rope_scaling {} is set (trident's RoPE is unscaled)",
                              config["rope_scaling"].dump()));
@@ -233,9 +257,14 @@ ModelConfig llama_model(const Json& config, const fs::path& path) {
 // The model config.json describes, for the families trident computes.
 ModelConfig hf_model(const fs::path& path) {
   const Json config = read_json(path);
-  const std::string type = config.value("model_type", "");
-  if (type == "llama") return llama_model(config, path);
-  if (type == "gpt2") return gpt2_model(config, path);
+  std::string type;
+  try {
+    type = config_value<std::string>(config, "model_type", "", path);
+    if (type == "llama") return llama_model(config, path);
+    if (type == "gpt2") return gpt2_model(config, path);
+  } catch (const Json::exception& e) {  // a key of the wrong JSON type: name the file
+    throw InputError(fmt::format("'{}': {}", path.string(), e.what()));
+  }
   throw InputError(fmt::format(
       "'{}': model_type '{}' is not supported; trident imports GPT2LMHeadModel (gpt2) and "
       "LlamaForCausalLM (llama)",

@@ -178,6 +178,13 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
   if (m.hidden % m.heads != 0)
     throw InputError(
         fmt::format("plan: --heads = {} must divide --hidden = {}", m.heads, m.hidden));
+  if (m.llama) {  // 0: the defaults (--heads, 8h/3 rounded up)
+    require_range(m.kv_heads, 0, m.heads, "--kv-heads");
+    if (m.kv_heads > 0 && m.heads % m.kv_heads != 0)
+      throw InputError(
+          fmt::format("plan: --kv-heads = {} must divide --heads = {}", m.kv_heads, m.heads));
+    require_range(m.ffn, 0, 1 << 20, "--ffn");
+  }
   require_range(m.seq, 1, 1 << 24, "--seq");
   require_range(m.vocab, 1, 1 << 24, "--vocab");
   require_range(m.params, 0, 1e16, "--params");

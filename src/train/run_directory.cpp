@@ -16,7 +16,9 @@
 namespace trident {
 
 int timings_segment(const std::string& file_name) {
-  static const std::regex pattern(R"(timings(\.([0-9]+))?\.h5)");
+  // Up to six digits: a stray timings.<many digits>.h5 is not a segment trident wrote (and would
+  // not fit an int).
+  static const std::regex pattern(R"(timings(\.([0-9]{1,6}))?\.h5)");
   std::smatch m;
   if (!std::regex_match(file_name, m, pattern)) return 0;
   return m[2].matched ? std::stoi(m[2].str()) : 1;

@@ -112,6 +112,8 @@ expect_bad "underflowing temperature" "--temperature 1e-39 must be at least 1e-0
 for key in optim.eps optim.max_norm optim.weight_decay run.peak_tflops offload.buffer_mb parallel.dp_bucket_mb; do
   expect_bad "$key infinite" "key '$key' = inf must be a finite number" "${train[@]}" --set "$key=inf"
 done
+expect_bad "plan kv heads" "plan: --kv-heads = 3 must divide --heads = 4" "$trident" plan --layers 2 --hidden 64 --heads 4 --llama --kv-heads 3
+expect_bad "plan negative ffn" "plan: --ffn = -5 must be between 0" "$trident" plan --layers 2 --hidden 64 --heads 4 --llama --ffn -5
 expect_bad "huge dp bucket" "parallel.dp_bucket_mb = 1e+300 must be in (0, 65536]" "${train[@]}" --set parallel.dp_bucket_mb=1e300
 expect_bad "recompute policy" "recompute.policy = 'most' must be one of none, selective, full" "${train[@]}" --set recompute.policy=most
 expect_bad "recompute layers without full" "recompute.layers applies only to recompute.policy = 'full'" "${train[@]}" --set recompute.layers=1

@@ -93,7 +93,7 @@ echo "run.init_from: equal to resuming, on dp2 x tp2 ZeRO-3 too; the recipe ran 
 
 # Hostile files: exit 2, the tensor (or header) named, no checkpoint written.
 $files hostile "$work/f32" "$work/hostile" >"$work/cases.txt" || fail "writing hostile files"
-hostile_refused "$work/cases.txt" "$work/hostile" 21
+hostile_refused "$work/cases.txt" "$work/hostile" 22
 "$trident" ckpt import --hf "$work/hostile/nan_weight" --out "$work/nan.h5" --allow-non-finite \
   >/dev/null || fail "a NaN weight asked for with --allow-non-finite"
 

@@ -226,6 +226,8 @@ def hostile(src, out):
          entries_=[(first, entries[0][1], entries[0][2], bytes(nan_first))] + entries[1:])
     case("huge_layers", "model.n_layer = 1073741824 must be between 1 and 1024",
          config=lambda c: c.update(n_layer=2 ** 30))
+    case("typed_key", "activation_function is 5 (number), not a string",
+         config=lambda c: c.update(activation_function=5))
     case("erf_gelu", "activation_function 'gelu'",
          config=lambda c: c.update(activation_function="gelu"))
     case("gpt_neox", "model_type 'gpt_neox' is not supported",

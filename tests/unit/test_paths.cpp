@@ -38,6 +38,8 @@ TEST(Paths, TimingsSegmentNumbers) {
   EXPECT_EQ(timings_segment("timings.h5"), 1);
   EXPECT_EQ(timings_segment("timings.2.h5"), 2);
   EXPECT_EQ(timings_segment("timings.17.h5"), 17);
+  // A stray name with more digits than a segment has is not one (it overflowed stoi).
+  EXPECT_EQ(timings_segment("timings.99999999999.h5"), 0);
   for (const char* other : {"timings.h5.tmp", "timings.x.h5", "old_timings.h5", "timings.h",
                             "timings.before_step_5.h5", "run.lock"})
     EXPECT_EQ(timings_segment(other), 0) << other;
