@@ -300,6 +300,13 @@ HfTensors open_tensors(const fs::path& dir) {
                                      index.string(), tensor));
       shards.insert(file.get<std::string>());
     }
+    // A single file beside an index that does not name it: two exports mixed (one killed half-way
+    // over the other); reading either would give a model no one wrote.
+    if (fs::exists(single) && shards.count("model.safetensors") == 0)
+      throw InputError(fmt::format(
+          "'{}' holds model.safetensors and an index of other files: two exports mixed; keep one "
+          "(remove model.safetensors or the index and its shards)",
+          dir.string()));
     for (const std::string& shard : shards)
       out.files.push_back(std::make_unique<SafetensorsFile>((dir / shard).string()));
   } else if (fs::exists(single)) {

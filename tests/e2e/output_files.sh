@@ -59,6 +59,12 @@ left=$(ls "$work/hf" | tr '\n' ' ')
 "$trident" ckpt export "$work/back.h5" --hf "$work/hf2" > /dev/null || fail "export of the import"
 cmp -s "$work/hf/model.safetensors" "$work/hf2/model.safetensors" || fail "the export reads back as another model"
 
+# A directory holding a single file and an index of other shards (two exports mixed) is refused.
+"$trident" ckpt export "$ck" --hf "$work/mixed" --max-shard-mb 0.05 > /dev/null || fail "sharded export"
+cp "$work/hf/model.safetensors" "$work/mixed/"
+refused mixed_exports "holds model.safetensors and an index of other files" \
+  "$trident" ckpt import --hf "$work/mixed" --out "$work/mixed.h5"
+
 # An import onto a file it reads is refused, the file kept.
 cp "$work/hf/model.safetensors" "$work/kept.safetensors"
 refused import_onto_input "it is the input '$work/hf/model.safetensors'" \
