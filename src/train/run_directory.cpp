@@ -2,6 +2,7 @@
 #include "train/run_directory.hpp"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -40,6 +41,23 @@ RunDirectory::RunDirectory(const Config& config, const HostCollectives& world,
                                       fmt::format("run directory {}", path_.string()),
                                       [&](const std::string& why) { console_.line(why); });
     std::filesystem::remove(path_ / "stopped", ec);  // an earlier start's stop: not this one's
+    struct stat st {};
+    if (stat(path_.c_str(), &st) == 0) {
+      device_ = st.st_dev;
+      inode_ = st.st_ino;
+    }
+  });
+}
+
+void RunDirectory::require_still_there() const {
+  world_.agree([&] {
+    if (world_.rank() != 0) return;
+    struct stat st {};
+    if (stat(path_.c_str(), &st) != 0 || st.st_dev != device_ || st.st_ino != inode_)
+      throw InputError(fmt::format(
+          "the run directory {} was removed or replaced during the run: its timings and "
+          "checkpoints are gone",
+          path_.string()));
   });
 }
 

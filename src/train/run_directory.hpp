@@ -2,6 +2,8 @@
 // it holds an earlier one, and the timings segments of a run resumed there.
 #pragma once
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -50,6 +52,11 @@ class RunDirectory {
   // for its k-th (resumed) one; none is ever overwritten. Rank 0.
   std::filesystem::path next_timings_segment(int& segment) const;
 
+  // At the end of a run: refused on every rank when the directory was removed or replaced since
+  // the run made it (its timings, written to a file no name reaches, and checkpoints are gone), so
+  // that the run does not end with exit status 0 and a PERFORMANCE line for nothing kept.
+  void require_still_there() const;
+
  private:
   // The earlier run's files that a fresh run would mix with: timings segments, checkpoints.
   std::vector<std::filesystem::path> earlier_outputs() const;
@@ -58,6 +65,8 @@ class RunDirectory {
   const HostCollectives& world_;
   const Console& console_;
   std::vector<std::filesystem::path> created_;  // deepest first
+  dev_t device_ = 0;                            // rank 0: the directory's identity when made
+  ino_t inode_ = 0;
   std::unique_ptr<RunLock> lock_, offload_lock_;
 };
 

@@ -393,6 +393,7 @@ int Trainer::run() {
       return kExitStoppedEarly;
     }
   }
+  run_dir_->require_still_there();
   metrics.summarise(checkpointer_->last_written());
   return 0;
 }

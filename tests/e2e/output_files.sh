@@ -78,4 +78,17 @@ head -c 4000 "$ck" > "$work/cut.h5"
   fail "an export of a truncated checkpoint succeeded"
 [ "$(cat "$work/model.bin")" = earlier ] || fail "a refused llm.c export replaced the file there"
 [ "$(ls -A "$work" | grep -c '\.tmp$')" = 0 ] || fail "temporaries left: $(ls -A "$work")"
+
+# A run whose directory is removed while it trains ends with exit 2, naming it, and no PERFORMANCE
+# line (its timings went to a file no name reaches).
+"${train[@]}" --set run.steps=600 --set run.checkpoint_every=-1 --set run.log_every=100 \
+  --set run.out_dir="$work/gone" > "$work/gone.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do grep -q "^step" "$work/gone.log" && break; sleep 0.1; done
+rm -rf "$work/gone/tiny"
+wait $pid
+rc=$?
+[ $rc -eq 2 ] && grep -q "the run directory $work/gone/tiny was removed or replaced during the run" \
+  "$work/gone.log" || { cat "$work/gone.log"; fail "a removed run directory: exit $rc"; }
+! grep -q "^PERFORMANCE" "$work/gone.log" || fail "a removed run directory: a PERFORMANCE line"
 echo "output files: links replaced, inputs kept, exports own their directory"
