@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -699,11 +701,17 @@ struct PlanCommand {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Kokkos prints its options for --kokkos-help and takes the flag out: that was the request.
+  const bool kokkos_help = std::find_if(argv, argv + argc, [](const char* a) {
+                             return std::strcmp(a, "--kokkos-help") == 0;
+                           }) != argv + argc;
   return trident::with_mpi_and_kokkos(argc, argv, {"trident", kExitBadInput, false}, [&] {
+    if (kokkos_help) return 0;
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int status = 0;
     CLI::App app{"trident: 3D-parallel GPT training on Kokkos and MPI"};
+    app.footer("Kokkos' own options (threads, devices, tools): trident --kokkos-help");
     app.require_subcommand(1);
     TrainCommand train;
     FileCommands files;

@@ -34,15 +34,18 @@ struct NoDeviceExit {
 };
 
 // trident's own `--device NAME` (`plan`'s GPU presets) is Kokkos 3.4's deprecated spelling of
-// --kokkos-device-id, which would read NAME as a number and abort: `kokkos_args` gets argv
-// without it, and `hidden` the arguments taken out, to be put back once Kokkos has read the rest.
+// --kokkos-device-id, which would read NAME as a number and abort, and `--help` / `-h` would
+// print Kokkos' options instead of trident's (Kokkos' own stay behind --kokkos-help):
+// `kokkos_args` gets argv without them, and `hidden` the arguments taken out, to be put back once
+// Kokkos has read the rest.
 inline void hide_trident_args(int argc, char** argv, std::vector<char*>& kokkos_args,
                               std::vector<char*>& hidden) {
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
       hidden.push_back(argv[i]);
       hidden.push_back(argv[++i]);
-    } else if (std::strncmp(argv[i], "--device=", 9) == 0) {
+    } else if (std::strncmp(argv[i], "--device=", 9) == 0 || std::strcmp(argv[i], "--help") == 0 ||
+               std::strcmp(argv[i], "-h") == 0) {
       hidden.push_back(argv[i]);
     } else {
       kokkos_args.push_back(argv[i]);

@@ -14,6 +14,10 @@ n=$(printf '%s' "$a" | wc -c)
 [ "$n" -ge 40 ] || { echo "FAIL: only $n bytes"; exit 1; }
 
 "$trident" --help | grep "generate" >/dev/null || { echo "FAIL: --help does not list the subcommands"; exit 1; }
+# trident's options first, Kokkos' behind --kokkos-help (Kokkos read --help as its own).
+"$trident" --help | head -n 1 | grep -q "^trident: " || { echo "FAIL: --help starts with Kokkos' options"; exit 1; }
+! "$trident" --help | grep -q "Kokkos command line arguments" || { echo "FAIL: --help prints Kokkos' options"; exit 1; }
+"$trident" --kokkos-help 2>&1 | grep -q "Kokkos command line arguments" || { echo "FAIL: no --kokkos-help"; exit 1; }
 "$trident" train --help | grep -- "--resume" >/dev/null || { echo "FAIL: train --help lacks --resume"; exit 1; }
 echo "generate and --help: ok ($n bytes)"
 # `trident plan` reproduces the ZeRO paper's Figure 1 (Psi = 7.5B, Nd = 64, K = 12).
