@@ -372,7 +372,7 @@ struct FileCommands {
   trident::GenerateOptions gen;
   trident::PrepareOptions prep;
   std::string ckpt_path, export_out, hf_dir, hf_dtype = "fp32";
-  bool allow_non_finite = false;
+  bool allow_non_finite = false, info_json = false;
   double max_shard_mb = 5000;
 
   void add_to(CLI::App& app) {
@@ -401,6 +401,7 @@ struct FileCommands {
     ckpt->require_subcommand(1);
     ckpt_info = ckpt->add_subcommand("info", "configuration, writing layout, step, sizes");
     ckpt_info->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
+    ckpt_info->add_flag("--json", info_json, "print it as one JSON object");
     ckpt_verify = ckpt->add_subcommand("verify", "recompute every dataset's checksum");
     ckpt_verify->add_option("path", ckpt_path, "checkpoint (.h5)")->required();
     ckpt_export = ckpt->add_subcommand(
@@ -443,7 +444,7 @@ struct FileCommands {
       std::cout << std::endl;
     }
     if (*prepare) trident::prepare_byte_corpus(prep);
-    if (*ckpt_info) trident::checkpoint_info(ckpt_path);
+    if (*ckpt_info) trident::checkpoint_info(ckpt_path, info_json);
     if (*ckpt_verify && trident::checkpoint_verify(ckpt_path) > 0) return kExitBadInput;
     if (*ckpt_export && !export_out.empty()) {
       trident::export_llmc(ckpt_path, export_out);

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
 #include <sstream>
 #include <vector>
 
@@ -31,31 +33,75 @@ bool has_link(hid_t file, const std::string& name) {
 
 }  // namespace
 
-void checkpoint_info(const std::string& path) {
+void checkpoint_info(const std::string& path, bool json) {
   const Config c = read_checkpoint_config(path);
   h5::Handle file = open_or_throw(path);
   const ParamTable table(c.model);
+  const CheckpointMeta meta = read_checkpoint_meta(path);
+  const uintmax_t bytes = std::filesystem::file_size(path);
+  const int64_t version = h5::read_attr_int(file, "format_version", path);
+  std::vector<std::string> data, groups;
+  std::istringstream data_lines(meta.data_identity);
+  for (std::string line; std::getline(data_lines, line);) data.push_back(line);
+  for (const char* group : kCheckpointGroups)
+    if (has_link(file, group)) groups.push_back(group);
+  // The [model] keys a config must hold to resume from this checkpoint or start from it
+  // (run.init_from): the model is compared whole.
+  const auto model_keys = c.section_values("model");
+  if (json) {
+    nlohmann::ordered_json out = {{"path", path},
+                                  {"bytes", bytes},
+                                  {"format_version", version},
+                                  {"parameters", table.total_numel()},
+                                  {"model", nlohmann::ordered_json::object()},
+                                  {"written_by", meta.layout},
+                                  {"git_revision", meta.git_revision},
+                                  {"step", meta.step},
+                                  {"data_cursor", meta.data_cursor},
+                                  {"adam_steps", meta.adam_steps},
+                                  {"seed", meta.seed},
+                                  {"data", data},
+                                  {"groups", groups},
+                                  {"precision", name_of(c.precision.compute)},
+                                  {"zero_stage", static_cast<int>(c.zero.stage)},
+                                  {"dp", c.parallel.dp},
+                                  {"tp", c.parallel.tp},
+                                  {"pp", c.parallel.pp}};
+    if (c.precision.compute == Precision::kFp16) out["loss_scale"] = meta.loss_scale;
+    for (const auto& [key, literal] : model_keys) {  // each TOML scalar as its JSON type
+      const toml::table parsed = toml::parse("v = " + literal);
+      const toml::node& v = *parsed.get("v");
+      if (v.is_string())
+        out["model"][key] = v.value<std::string>().value();
+      else if (v.is_integer())
+        out["model"][key] = v.value<int64_t>().value();
+      else if (v.is_boolean())
+        out["model"][key] = v.value<bool>().value();
+      else
+        out["model"][key] = v.value<double>().value();
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
   std::printf("checkpoint   %s (%.1f MiB on disk, format version %lld)\n", path.c_str(),
-              std::filesystem::file_size(path) / 1048576.0,
-              static_cast<long long>(h5::read_attr_int(file, "format_version", path)));
+              bytes / 1048576.0, static_cast<long long>(version));
   std::printf("model        %s: %s, %lld parameters\n", c.model.name.c_str(),
               c.model.shape_line().c_str(), static_cast<long long>(table.total_numel()));
-  const CheckpointMeta meta = read_checkpoint_meta(path);
   std::printf("written by   %s (git %s)\n", meta.layout.c_str(), meta.git_revision.c_str());
   std::printf("step         %lld (data cursor %lld, AdamW steps %lld, seed %lld)\n",
               static_cast<long long>(meta.step), static_cast<long long>(meta.data_cursor),
               static_cast<long long>(meta.adam_steps), static_cast<long long>(meta.seed));
   if (c.precision.compute == Precision::kFp16) std::printf("loss scale   %g\n", meta.loss_scale);
-  std::istringstream data(meta.data_identity);
-  for (std::string line; std::getline(data, line);) std::printf("data         %s\n", line.c_str());
-  for (const char* group : kCheckpointGroups) {
-    if (!has_link(file, group)) continue;
-    std::printf("/%-11s %zu tensors, %.1f MiB fp32\n", group, table.specs().size(),
+  for (const std::string& line : data) std::printf("data         %s\n", line.c_str());
+  for (const std::string& group : groups)
+    std::printf("/%-11s %zu tensors, %.1f MiB fp32\n", group.c_str(), table.specs().size(),
                 table.total_numel() * 4.0 / 1048576.0);
-  }
   std::printf("config       run %s, precision %s, zero %d, dp %d tp %d pp %d\n", c.run.name.c_str(),
               name_of(c.precision.compute), static_cast<int>(c.zero.stage), c.parallel.dp,
               c.parallel.tp, c.parallel.pp);
+  std::printf("[model]      the keys a config must hold to resume from it or start from it:\n");
+  for (const auto& [key, literal] : model_keys)
+    std::printf("  %s = %s\n", key.c_str(), literal.c_str());
 }
 
 namespace {

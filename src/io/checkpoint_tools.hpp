@@ -27,8 +27,9 @@ class CheckpointParams {
   h5::Handle file_;
 };
 
-// Prints the stored configuration, the layout that wrote it, step, tensors and sizes.
-void checkpoint_info(const std::string& path);
+// Prints the stored configuration, the layout that wrote it, step, tensors and sizes, and the
+// [model] keys a config must hold to resume from it; `json`: all of it as one JSON object.
+void checkpoint_info(const std::string& path, bool json = false);
 
 // Reads every dataset and recomputes its checksum. Prints one line per failing dataset and a
 // summary; returns the number of failures. InputError when the file is not a checkpoint.

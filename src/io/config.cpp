@@ -485,6 +485,15 @@ std::string Config::to_toml() const {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> Config::section_values(
+    const std::string& section) const {
+  Config copy = *this;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : schema(copy))
+    if (f.section == section) out.emplace_back(f.key, format_value(f.ref));
+  return out;
+}
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Config c;
   c.source = path;

@@ -155,6 +155,8 @@ struct Config {
 
   // The resolved configuration as TOML: what `from`, defaults and overrides produced.
   std::string to_toml() const;
+  // One section's keys and their values as TOML literals, in schema order.
+  std::vector<std::pair<std::string, std::string>> section_values(const std::string& section) const;
 };
 
 // A key whose value differs between two configs (checkpoint and run), as TOML values.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `trident ckpt`: info names the model, the writing layout and the step; verify passes a good
+# `trident ckpt`: info names the model, the writing layout, the step and the [model] keys a
+# config must hold (also as JSON); verify passes a good
 # checkpoint and fails (exit 2, naming the dataset) a changed one; export writes an llm.c model
 # file that a reader following llm.c's layout loads back into exactly the checkpoint's tensors.
 set -euo pipefail
@@ -13,6 +14,17 @@ ckpt=$work/run/tiny/checkpoints/step_000004.h5
 grep -q "model        tiny: gpt2 L=4 C=32 NH=4 V=256 block=32, 60096 parameters" "$work/info.txt"
 grep -q "written by   dp=2 tp=2 pp=1" "$work/info.txt"
 grep -q "step         4 " "$work/info.txt"
+# The [model] keys a config must hold, printed as TOML lines and, with --json, as typed values.
+grep -q "^\[model\] .*must hold" "$work/info.txt"
+grep -q "^  n_layer = 4$" "$work/info.txt" && grep -q "^  family = 'gpt2'$" "$work/info.txt"
+"$trident" ckpt info "$ckpt" --json > "$work/info.json"
+/usr/bin/python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d['model']['n_layer'] == 4 and d['model']['family'] == 'gpt2', d['model']
+assert d['step'] == 4 and d['dp'] == 2 and d['tp'] == 2 and d['parameters'] == 60096, d
+assert d['groups'] == ['params', 'optim/m', 'optim/v'], d['groups']
+" "$work/info.json"
 "$trident" ckpt verify "$ckpt" | tee "$work/verify.txt"
 grep -q "156 datasets, 156 verified, 0 failing" "$work/verify.txt"
 cp "$ckpt" "$work/changed.h5"
