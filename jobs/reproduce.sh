@@ -11,8 +11,10 @@ and prints one line per row and quantity,
   PAPER_ROW paper=NAME row=ROW quantity=Q published=P trident=T error_percent=E
 with E = 100 (T / P - 1), then a summary. Each paper's tolerances (the largest |E| allowed per
 quantity) come first as PAPER_TOLERANCE lines. Quantities named trident_ref_* have no published
-figure: P there is trident's own documented prediction, recorded in rows.txt so that a change to
-the memory model is seen. Needs only the trident program (make program); no MPI, no data.
+figure and a line of their own kind,
+  TRIDENT_REF paper=NAME row=ROW quantity=Q recorded=R trident=T error_percent=E
+where R is trident's own documented prediction, recorded in rows.txt so that a change to the
+memory model is seen. Needs only the trident program (make program); no MPI, no data.
 
 NAME: ${papers[*]} or all (the default)
   --detail   also one PAPER_DETAIL line per row (layout, memory, fit, step-time breakdown), what
@@ -142,8 +144,14 @@ for paper in "${selected[@]}"; do
     read -r value error within <<<"$(awk -v t="$value" -v p="$published" -v tol="${tolerance[$quantity]}" \
       'BEGIN { e = 100 * (t / p - 1); a = e < 0 ? -e : e
                printf "%s %+.1f %s\n", (t ~ /e/ ? sprintf("%.6g", t) : t), e, (a <= tol ? "yes" : "no") }')"
-    echo "PAPER_ROW paper=$paper row=$row quantity=$quantity published=$published trident=$value" \
-      "error_percent=$error"
+    # A paper's figure, or trident's own recorded reference where the paper gives none.
+    if [[ $quantity == trident_ref_* ]]; then
+      echo "TRIDENT_REF paper=$paper row=$row quantity=$quantity recorded=$published" \
+        "trident=$value error_percent=$error"
+    else
+      echo "PAPER_ROW paper=$paper row=$row quantity=$quantity published=$published" \
+        "trident=$value error_percent=$error"
+    fi
     echo "$paper $quantity $row $error ${tolerance[$quantity]} $within" >>"$tmp/results"
   done <"$rows"
   unset args_of tolerance

@@ -25,13 +25,15 @@ def parse(text):
     tolerances, rows, details = defaultdict(dict), defaultdict(lambda: defaultdict(dict)), defaultdict(dict)
     for line in text.splitlines():
         kind, _, rest = line.partition(" ")
-        if kind not in ("PAPER_TOLERANCE", "PAPER_ROW", "PAPER_DETAIL"):
+        if kind not in ("PAPER_TOLERANCE", "PAPER_ROW", "TRIDENT_REF", "PAPER_DETAIL"):
             continue
         f = dict(item.split("=", 1) for item in rest.split())
         if kind == "PAPER_TOLERANCE":
             tolerances[f["paper"]][f["quantity"]] = f["tolerance_percent"]
         elif kind == "PAPER_ROW":
             rows[f["paper"]][f["row"]][f["quantity"]] = f
+        elif kind == "TRIDENT_REF":  # trident's own recorded figure, where the paper has none
+            rows[f["paper"]][f["row"]][f["quantity"]] = dict(f, published=f["recorded"])
         else:
             details[f["paper"]][f["row"]] = f
     return tolerances, rows, details
