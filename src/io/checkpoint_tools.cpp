@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <toml++/toml.h>
 #include <sstream>
 #include <vector>
 
@@ -68,18 +67,8 @@ void checkpoint_info(const std::string& path, bool json) {
                                   {"tp", c.parallel.tp},
                                   {"pp", c.parallel.pp}};
     if (c.precision.compute == Precision::kFp16) out["loss_scale"] = meta.loss_scale;
-    for (const auto& [key, literal] : model_keys) {  // each TOML scalar as its JSON type
-      const toml::table parsed = toml::parse("v = " + literal);
-      const toml::node& v = *parsed.get("v");
-      if (v.is_string())
-        out["model"][key] = v.value<std::string>().value();
-      else if (v.is_integer())
-        out["model"][key] = v.value<int64_t>().value();
-      else if (v.is_boolean())
-        out["model"][key] = v.value<bool>().value();
-      else
-        out["model"][key] = v.value<double>().value();
-    }
+    for (const auto& [key, literal] : c.section_values("model", /*as_json=*/true))
+      out["model"][key] = nlohmann::ordered_json::parse(literal);
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }

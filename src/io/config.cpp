@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <variant>
 
@@ -485,12 +486,23 @@ std::string Config::to_toml() const {
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> Config::section_values(
-    const std::string& section) const {
+std::vector<std::pair<std::string, std::string>> Config::section_values(const std::string& section,
+                                                                        bool as_json) const {
   Config copy = *this;
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& f : schema(copy))
-    if (f.section == section) out.emplace_back(f.key, format_value(f.ref));
+  for (const auto& f : schema(copy)) {
+    if (f.section != section) continue;
+    std::string literal = format_value(f.ref);
+    if (as_json) {  // the TOML scalar read back, written as JSON of its type
+      const toml::table parsed = toml::parse("v = " + literal);
+      const toml::node& v = *parsed.get("v");
+      if (v.is_string())
+        literal = nlohmann::json(v.value<std::string>().value()).dump();
+      else if (v.is_floating_point())
+        literal = nlohmann::json(v.value<double>().value()).dump();
+    }
+    out.emplace_back(f.key, literal);
+  }
   return out;
 }
 

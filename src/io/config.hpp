@@ -155,8 +155,9 @@ struct Config {
 
   // The resolved configuration as TOML: what `from`, defaults and overrides produced.
   std::string to_toml() const;
-  // One section's keys and their values as TOML literals, in schema order.
-  std::vector<std::pair<std::string, std::string>> section_values(const std::string& section) const;
+  // One section's keys and their values as TOML literals (or JSON ones), in schema order.
+  std::vector<std::pair<std::string, std::string>> section_values(const std::string& section,
+                                                                  bool as_json = false) const;
 };
 
 // A key whose value differs between two configs (checkpoint and run), as TOML values.
