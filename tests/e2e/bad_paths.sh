@@ -84,6 +84,11 @@ sys.stdout.write("{\"model_type\": \"gpt2\", \"x\": " + "{\"a\":" * n + "1" + "}
   > "$work/deep_hf/config.json"
 expect deep_json "'$work/deep_hf/config.json': JSON nested deeper than 64 levels" \
   "$trident" ckpt import --hf "$work/deep_hf" --out "$work/deep.h5"
+# TOML nested 100,000 deep: toml++'s own cap of 256 levels refuses it with its line and column.
+/usr/bin/python3 -c 'n = 100000
+print("[model]\nfrom = \"models/tiny.toml\"\n[run]\nname = " + "[" * n + "]" * n)' > "$work/deep.toml"
+expect deep_toml "deep.toml:4:[0-9]*: TOML syntax error: .*exceeded maximum nested value depth" \
+  "$trident" config --config "$work/deep.toml"
 "$trident" ckpt export "$ck" --hf "" > "$work/empty_hf.log" 2>&1
 rc=$?
 [ $rc -eq 2 ] && grep -q -- '--hf: names no path' "$work/empty_hf.log" ||
