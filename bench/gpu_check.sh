@@ -23,8 +23,9 @@
 #               on the datasheet's ceilings and on stage 4's measured ones, and the profiled
 #               step's labels against it (bench/roofline_vs_profile.py): calls that differ, the
 #               ten longest labels within +-30 % of their prediction;
-#   6. tiles    the same run for 10 steps with the attention tiles it replaced (256 x 256; the
-#               default is now the whole sequence up to 1024): old against new in one call;
+#   6. tiled    the same run for 10 steps with the tiled attention it replaces (attention.kernel
+#               = "tiled", whole-sequence tiles) where stage 2 ran cuDNN's fused attention (the
+#               default, "auto"): old against new in one call;
 #   7. torch    PyTorch on the same shape in its best configuration (bench/torch_gpu_step.py:
 #               SDPA, bf16 autocast, fused AdamW; eager, then torch.compile): the faster counts.
 # It ends with one line, VERDICT pass|fail, naming each goal of issue 49 it missed. Without a GPU
@@ -100,6 +101,11 @@ grep -E '^step +[0-9]+/' "$work/train.log" | head -n 3
 grep '^PERFORMANCE' "$work/train.log"
 record train_exit "$rc"
 ((rc == 0)) || { failed=1 && tail -n 20 "$work/train.log"; }
+# Which attention ran: cuDNN's unless "auto" said why it ran the tiled one.
+grep -m 1 '^attention: ' "$work/train.log"
+refusal=$(sed -n "s/^trident: attention.kernel = 'auto' runs the tiled attention: //p" \
+  "$work/train.log" | head -n 1)
+record trident_attention "\"${refusal:+tiled: }${refusal:-cudnn}\""
 perf=$work/perf.txt
 grep '^PERFORMANCE' "$work/train.log" >"$perf"
 for key in ms_per_step tokens_per_s mfu_percent peak_mem_mib; do
@@ -183,16 +189,16 @@ if [[ -s $work/roofline.tsv && -s $work/profile_step_5.tsv ]]; then
   grep '^roofline_' "$work/roofline_vs_profile.log" | tee -a "$results"
 fi
 
-echo "== 6. the attention tiles it replaced (256 x 256), 10 steps"
+echo "== 6. the tiled attention that cuDNN's replaces (attention.kernel = tiled), 10 steps"
 timeout "$(limit 60)" ./run.sh trident train --config inputs/gpu_check.toml --overwrite \
-  --set run.out_dir="$work/runs_tiles256" --set run.steps=10 --set attention.tile_rows=256 \
-  --set attention.tile_keys=256 >"$work/tiles256.log" 2>&1
+  --set run.out_dir="$work/runs_tiled" --set run.steps=10 --set attention.kernel=tiled \
+  >"$work/tiled.log" 2>&1
 rc=$?
-record tiles256_exit "$rc"
-grep '^PERFORMANCE' "$work/tiles256.log" >"$perf"
-record tiles256_ms_per_step "$(value ms_per_step "$perf")"
-record tiles256_tokens_per_s "$(value tokens_per_s "$perf")"
-((rc == 0)) || { failed=1 && tail -n 20 "$work/tiles256.log"; }
+record tiled_exit "$rc"
+grep '^PERFORMANCE' "$work/tiled.log" >"$perf"
+record tiled_ms_per_step "$(value ms_per_step "$perf")"
+record tiled_tokens_per_s "$(value tokens_per_s "$perf")"
+((rc == 0)) || { failed=1 && tail -n 20 "$work/tiled.log"; }
 
 echo "== 7. PyTorch on the same shape"
 best_torch=""
@@ -227,7 +233,8 @@ echo "== summary (all figures: $results; logs: $work)"
 printf '%-34s %s\n' "GPU" "$gpu" \
   "unit suites passed (of), tests" "$suites_passed ($(value unit_suites "$results")), $tests_passed" \
   "trident tokens/s, MFU %" "${trident_tok:-none}, $(value trident_mfu_percent "$results")" \
-  "ms/step: whole-sequence / 256 tiles" "$(value trident_ms_per_step "$results") / $(value tiles256_ms_per_step "$results")" \
+  "attention (stage 2)" "$(value trident_attention "$results")" \
+  "ms/step: stage 2 / tiled attention" "$(value trident_ms_per_step "$results") / $(value tiled_ms_per_step "$results")" \
   "profiled step: launches, busy %" "$(value profile_launches "$results"), $(value profile_busy_percent "$results")" \
   "roofline: step ms, MFU % (datasheet)" "$(value roofline_datasheet_step_ms "$results"), $(value roofline_datasheet_mfu_percent "$results")" \
   "roofline: step ms (measured ceilings)" "$(value roofline_measured_step_ms "$results")" \

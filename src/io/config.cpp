@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "comm/host_comm.hpp"
+#include "core/build_options.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/paths.hpp"
@@ -233,6 +234,10 @@ std::vector<Field> layout_fields(Config& c) {
       {"recompute", "layers", &c.recompute.layers,
        "full: recompute the first N blocks of each stage (each model chunk under interleaving; "
        "0: all)"},
+      {"attention", "kernel", choice(&c.attention.kernel),
+       "GPU builds: auto (cuDNN's fused flash attention where it takes the shape, else the tiled "
+       "attention, saying why once), cudnn (or an error saying why not), tiled; host builds run "
+       "the tiled attention and refuse cudnn"},
       {"attention", "tile_rows", &c.attention.tile_rows,
        "query rows per attention block (0: the build's default, 32 on CPUs, the whole sequence "
        "up to 1024 on GPUs); a smaller block takes less scratch, more launches on GPUs"},
@@ -691,6 +696,11 @@ void validate_layout(const Config& c, int world_size, const Checker& require) {
           fmt::format("attention.tile_rows = {} and attention.tile_keys = {} must not be negative "
                       "(0: the build's default)",
                       c.attention.tile_rows, c.attention.tile_keys));
+#if !defined(TRIDENT_GPU_BUILD)
+  require(c.attention.kernel != kernels::AttentionKernel::kCudnn,
+          "attention.kernel = 'cudnn' needs the CUDA build (make build-cuda): this build runs "
+          "the tiled attention ('auto' or 'tiled')");
+#endif
   const int micro_batches = per_rank / t.micro_batch_size;
   const std::string why =
       pipeline::validate_schedule(p.schedule, p.pp, micro_batches, p.virtual_stages);

@@ -8,6 +8,7 @@
 #include "comm/collective_backend.hpp"
 #include "core/precision.hpp"
 #include "core/stop_request.hpp"
+#include "kernels/attention_tiles.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
 #include "optim/lr_schedule.hpp"
@@ -134,6 +135,7 @@ struct RecomputeSection {
 // How attention cuts its (query, key) plane (kernels/attention_tiles.hpp): a layout choice that
 // changes only the summation order and the scratch, never the math.
 struct AttentionSection {
+  kernels::AttentionKernel kernel = kernels::AttentionKernel::kAuto;
   int tile_rows = 0;  // query rows per block; 0: the build's default
   int tile_keys = 0;  // keys per tile; 0: the build's default
 };

@@ -4,9 +4,16 @@
 
 #include <cstddef>
 
+#include "core/names.hpp"
 #include "core/precision.hpp"
 
 namespace trident::kernels {
+
+// Which attention a GPU build runs (attention.kernel): cuDNN's fused flash attention where it
+// takes the shape, else the tiled one below, saying why once (auto); cuDNN, or an error naming why
+// it cannot (cudnn); the tiled one (tiled). Host builds have no cuDNN: auto and tiled run the
+// tiled attention, cudnn is a configuration error.
+enum class AttentionKernel { kAuto, kCudnn, kTiled };
 
 // Attention is computed tile by tile: a block of query rows against a tile of keys at a time, with
 // an online softmax (each row's running maximum and sum; earlier tiles' output rescaled when the
@@ -80,3 +87,11 @@ constexpr size_t attention_scratch_elements(int B, int NH, int HS, int T, Precis
 }
 
 }  // namespace trident::kernels
+
+namespace trident {
+template <>
+inline constexpr std::array<Named<kernels::AttentionKernel>, 3> kNames<kernels::AttentionKernel>{
+    {{kernels::AttentionKernel::kAuto, "auto"},
+     {kernels::AttentionKernel::kCudnn, "cudnn"},
+     {kernels::AttentionKernel::kTiled, "tiled"}}};
+}  // namespace trident

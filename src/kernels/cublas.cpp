@@ -16,21 +16,9 @@
 
 namespace trident::kernels {
 
-namespace {
-
-// Not named bind: with a std::string argument, unqualified bind(...) finds std::bind by
-// argument-dependent lookup, which binds the string literal without decay and so wins overload
-// resolution, and its unused result was optimised away: every pointer stayed null.
-template <class Function>
-void load_symbol(void* library, const char* symbol, Function& out, const std::string& path) {
-  out = reinterpret_cast<Function>(dlsym(library, symbol));
-  if (!out) fatal("dlsym", __FILE__, __LINE__, std::string(symbol) + " is not in " + path);
-}
-
-// dlopen of the first of `forced` (an environment variable's path) and `names` that opens; a
-// fatal error naming what was tried when none does.
-void* open_library(const char* what, const char* variable, std::initializer_list<const char*> names,
-                   std::string& path) {
+void* open_runtime_library(const char* what, const char* variable,
+                           std::initializer_list<const char*> names, std::string& path,
+                           std::string* failure) {
   std::string tried;
   const char* forced = std::getenv(variable);
   std::vector<const char*> candidates{forced};
@@ -47,17 +35,34 @@ void* open_library(const char* what, const char* variable, std::initializer_list
     tried += std::string("\n  ") + dlerror();
     if (candidate == forced) break;  // a named library that does not open is an error, not a hint
   }
-  fatal((std::string("dlopen(") + what + ")").c_str(), __FILE__, __LINE__,
-        std::string("no ") + what + " could be opened:" + tried,
-        std::string("put the directory of ") + *names.begin() + " on LD_LIBRARY_PATH, or set " +
-            variable + " to the library's path");
+  const std::string reason = std::string("no ") + what + " could be opened:" + tried;
+  const std::string hint = std::string("put the directory of ") + *names.begin() +
+                           " on LD_LIBRARY_PATH, or set " + variable + " to the library's path";
+  if (failure) {
+    *failure = reason + " (" + hint + ")";
+    return nullptr;
+  }
+  fatal((std::string("dlopen(") + what + ")").c_str(), __FILE__, __LINE__, reason, hint);
   return nullptr;
+}
+
+void* runtime_symbol(void* library, const char* symbol, const std::string& path) {
+  void* found = dlsym(library, symbol);
+  if (!found) fatal("dlsym", __FILE__, __LINE__, std::string(symbol) + " is not in " + path);
+  return found;
+}
+
+namespace {
+
+template <class Function>
+void load_symbol(void* library, const char* symbol, Function& out, const std::string& path) {
+  out = reinterpret_cast<Function>(runtime_symbol(library, symbol, path));
 }
 
 CublasApi open_cublas() {
   std::string path;
-  void* library =
-      open_library("cuBLAS", "TRIDENT_CUBLAS", {"libcublas.so.13", "libcublas.so.12"}, path);
+  void* library = open_runtime_library("cuBLAS", "TRIDENT_CUBLAS",
+                                       {"libcublas.so.13", "libcublas.so.12"}, path);
   CublasApi api;
   load_symbol(library, "cublasCreate_v2", api.create, path);
   load_symbol(library, "cublasDestroy_v2", api.destroy, path);
@@ -78,10 +83,10 @@ CublasLtApi open_cublaslt() {
   const std::string dir = cublas.substr(0, cublas.find_last_of('/') + 1);
   const std::string major = cublas.substr(cublas.find_last_of('.') + 1);
   const std::string beside = dir.empty() ? "" : dir + "libcublasLt.so." + major;
-  void* library = open_library("cuBLASLt", "TRIDENT_CUBLASLT_LIBRARY",
-                               {beside.empty() ? "libcublasLt.so.13" : beside.c_str(),
-                                "libcublasLt.so.13", "libcublasLt.so.12"},
-                               path);
+  void* library = open_runtime_library("cuBLASLt", "TRIDENT_CUBLASLT_LIBRARY",
+                                       {beside.empty() ? "libcublasLt.so.13" : beside.c_str(),
+                                        "libcublasLt.so.13", "libcublasLt.so.12"},
+                                       path);
   CublasLtApi api;
   load_symbol(library, "cublasLtCreate", api.create, path);
   load_symbol(library, "cublasLtDestroy", api.destroy, path);

@@ -9,11 +9,21 @@
 #include <cublas_v2.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "core/precision.hpp"
 
 namespace trident::kernels {
+
+// dlopen of the library at $variable (a path) if set, else of the first of `names` that opens;
+// `path` is set to the file opened. When none opens: a fatal error naming what was tried, or,
+// given `failure`, nullptr with the reason there (a library the run can do without).
+void* open_runtime_library(const char* what, const char* variable,
+                           std::initializer_list<const char*> names, std::string& path,
+                           std::string* failure = nullptr);
+// dlsym of `symbol`; a fatal error naming `path` when the library lacks it.
+void* runtime_symbol(void* library, const char* symbol, const std::string& path);
 
 // The cuBLAS functions trident calls, from the library opened at first use. cuBLAS is not linked:
 // it is opened with dlopen, TRIDENT_CUBLAS (a path) first, else libcublas.so.13, else .so.12, so

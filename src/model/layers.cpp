@@ -2,8 +2,13 @@
 // f and g operators, each dispatched on the storage format (kernels/elements.hpp).
 #include "model/layers.hpp"
 
+#include <cstdio>
+#include <string>
+
+#include "core/error.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
@@ -228,6 +233,36 @@ void RowParallelLinear::backward_weight(const StoredTensor& dout, const StoredTe
   });
 }
 
+// Whether cuDNN's fused attention runs a call (GPU builds): attention.kernel allows it and cuDNN
+// takes the shape in this precision. Under auto, a refusal is said once per process and the
+// tiled attention runs; under cudnn it stops the run.
+bool Attention::runs_on_cudnn(int B, int T, Precision format, const void* qkv,
+                              const void* out) const {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (h_.kernel == AttentionKernel::kTiled) return false;
+  const std::string refusal =
+      cudnn_attention_refusal(ctx_->exec, graph_shape(B, T), format, qkv, out);
+  if (refusal.empty()) return true;
+  if (h_.kernel == AttentionKernel::kCudnn)
+    fatal("attention", __FILE__, __LINE__, "attention.kernel = 'cudnn': " + refusal,
+          "set attention.kernel = 'auto' to run the tiled attention where cuDNN cannot");
+  static bool said = false;
+  if (!said)
+    std::fprintf(stderr, "trident: attention.kernel = 'auto' runs the tiled attention: %s\n",
+                 refusal.c_str());
+  said = true;
+  return false;
+#else
+  (void)B, (void)T, (void)format, (void)qkv, (void)out;
+  return false;
+#endif
+}
+
+AttentionGraphShape Attention::graph_shape(int B, int T) const {
+  const int64_t width = h_.width(), C_tp = int64_t(h_.heads) * h_.head_size;
+  return {B, T, h_.heads, h_.kv_heads, h_.head_size, width, C_tp, C_tp, width};
+}
+
 void Attention::forward(const StoredTensor& out, const View1& lse, const StoredTensor& qkv, int B,
                         int T) const {
   const int N = B * T, C_tp = h_.heads * h_.head_size;
@@ -237,8 +272,13 @@ void Attention::forward(const StoredTensor& out, const View1& lse, const StoredT
     if (h_.rope)
       rope_rotate<E>(ctx_->exec, packed, T, h_.heads + h_.kv_heads, h_.head_size, ctx_->ws->rope,
                      1.0f);
-    attention_forward<E>(ctx_->exec, mat_of<E>(out, N, C_tp), lse, ctx_->ws->attention, packed,
-                         shape(B, T), h_.tiles);
+    const MatOf<E> o = mat_of<E>(out, N, C_tp);
+#if defined(KOKKOS_ENABLE_CUDA)
+    if (runs_on_cudnn(B, T, E::format, packed.data(), o.data()))
+      return cudnn_attention_forward(ctx_->exec, graph_shape(B, T), E::format, o.data(), lse.data(),
+                                     packed.data());
+#endif
+    attention_forward<E>(ctx_->exec, o, lse, ctx_->ws->attention, packed, shape(B, T), h_.tiles);
   });
 }
 
@@ -248,10 +288,19 @@ void Attention::backward(const StoredTensor& dqkv, const StoredTensor& dout,
   const int N = B * T, C_tp = h_.heads * h_.head_size;
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    const MatOf<E> dpacked = mat_of<E>(dqkv, N, h_.width());
-    attention_backward<E>(ctx_->exec, dpacked, ctx_->ws->attention, mat_of<E>(dout, N, C_tp),
-                          mat_of<E>(qkv, N, h_.width()), mat_of<E>(out, N, C_tp), lse, shape(B, T),
-                          h_.tiles);
+    const MatOf<E> dpacked = mat_of<E>(dqkv, N, h_.width()), g = mat_of<E>(dout, N, C_tp);
+    const MatOf<E> packed = mat_of<E>(qkv, N, h_.width()), o = mat_of<E>(out, N, C_tp);
+    bool done = false;
+#if defined(KOKKOS_ENABLE_CUDA)
+    if (runs_on_cudnn(B, T, E::format, packed.data(), o.data())) {
+      cudnn_attention_backward(ctx_->exec, graph_shape(B, T), E::format, dpacked.data(), g.data(),
+                               packed.data(), o.data(), lse.data());
+      done = true;
+    }
+#endif
+    if (!done)
+      attention_backward<E>(ctx_->exec, dpacked, ctx_->ws->attention, g, packed, o, lse,
+                            shape(B, T), h_.tiles);
     if (h_.rope)  // the rotation's transpose: rotate back by the same angles
       rope_rotate<E>(ctx_->exec, dpacked, T, h_.heads + h_.kv_heads, h_.head_size, ctx_->ws->rope,
                      -1.0f);

@@ -13,6 +13,7 @@
 #include "core/stored.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_graph.hpp"
 #include "kernels/elements.hpp"
 #include "model/grad_sink.hpp"
 #include "model/tensor_parallel.hpp"
@@ -155,7 +156,8 @@ struct AttentionHeads {
   int kv_head = 0;    // replicas > 1: the global index of this rank's key/value head
   bool rope = false;  // rotary position embeddings on q and k (table in the workspace)
   kernels::AttentionTiles tiles{0, 0};  // as asked (kernels/attention_tiles.hpp)
-  int width() const { return (heads + 2 * kv_heads) * head_size; }  // of the packed qkv
+  kernels::AttentionKernel kernel = kernels::AttentionKernel::kAuto;  // attention.kernel
+  int width() const { return (heads + 2 * kv_heads) * head_size; }    // of the packed qkv
 };
 
 // Causal self-attention over this rank's heads on a packed q | k | v (grouped-query when
@@ -179,6 +181,8 @@ class Attention {
   kernels::AttentionShape shape(int B, int T) const {
     return {B, T, h_.heads, h_.head_size, h_.kv_heads};
   }
+  kernels::AttentionGraphShape graph_shape(int B, int T) const;
+  bool runs_on_cudnn(int B, int T, Precision format, const void* qkv, const void* out) const;
   const LayerContext* ctx_;
   AttentionHeads h_;
 };

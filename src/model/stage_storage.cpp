@@ -28,6 +28,7 @@ AttentionHeads StageShape::attention_heads() const {
   h.kv_head = layout.tp_rank / h.replicas;
   h.rope = model.llama();
   h.tiles = buffers.attention_tiles;
+  h.kernel = buffers.attention_kernel;
   return h;
 }
 

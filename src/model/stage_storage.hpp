@@ -40,6 +40,8 @@ struct StageBuffers {
   // Attention's tiles as asked (kernels/attention_tiles.hpp; 0: the build's default): they set
   // the scratch and, on GPUs, the launches.
   kernels::AttentionTiles attention_tiles{0, 0};
+  // Which attention GPU builds run (attention.kernel).
+  kernels::AttentionKernel attention_kernel = kernels::AttentionKernel::kAuto;
 };
 
 // A stage's extents: the model, its layers and tp slice, the largest micro-batch, how many

@@ -167,6 +167,7 @@ MemoryQuery memory_query(const Config& c) {
   q.grad_reduce = c.precision.grad_reduce;
   q.dp_bucket_mb = par.dp_bucket_mb;
   q.attention_tiles = {c.attention.tile_rows, c.attention.tile_keys};
+  q.attention_kernel = c.attention.kernel;
   q.offload_nvme = c.offload.optimizer == OffloadTarget::kNvme;
   q.offload_params_nvme = c.offload.params == OffloadTarget::kNvme;
   q.offload_buffer_elements =

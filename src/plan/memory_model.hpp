@@ -33,6 +33,7 @@ struct MemoryQuery {
   Precision grad_reduce = Precision::kFp32;       // 16-bit: gradients rounded into 2-byte buffers
   double dp_bucket_mb = kDefaultDpBucketMb;       // ZeRO-2/3: the block of streamed gradient rows
   kernels::AttentionTiles attention_tiles{0, 0};  // as asked (0: the build's default)
+  kernels::AttentionKernel attention_kernel = kernels::AttentionKernel::kAuto;
 };
 
 struct MemoryPrediction {

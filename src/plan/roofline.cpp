@@ -205,13 +205,21 @@ class StepPredictor {
     const AttentionHeads h = shape_.attention_heads();
     kernel("rope_rotate", 2.0 * N_ * (h.heads + h.kv_heads) * h.head_size * es_);
   }
+  bool cudnn_attention() const {
+    return gpu() && target_.cudnn_attention &&
+           q_.attention_kernel != kernels::AttentionKernel::kTiled &&
+           cudnn_takes(attention_shape());
+  }
   void attention_forward() {
     if (llama()) rope();
+    if (cudnn_attention()) return add_attention_forward_cudnn(out_, attention_shape());
     if (gpu()) return add_attention_forward_batched(out_, attention_shape());
     kernel("attention_forward", rows_bytes(shape_.qkv_tp() + C_), host_attention_flops(2));
   }
   void attention_backward() {
-    if (gpu())
+    if (cudnn_attention())
+      add_attention_backward_cudnn(out_, attention_shape());
+    else if (gpu())
       add_attention_backward_batched(out_, attention_shape());
     else
       kernel("attention_backward", rows_bytes(2 * shape_.qkv_tp() + 2 * C_),
@@ -385,6 +393,33 @@ void add_attention_backward_batched(StepLaunches& out, const AttentionLaunchShap
       out.add("attention_store_dkv", kKernel, 0, s.T * KV * (4 + es));
     }
   }
+}
+
+bool cudnn_takes(const AttentionLaunchShape& s) {
+  return s.half && s.head_size % 8 == 0 && s.head_size <= 128;
+}
+
+namespace {
+double causal_products(const AttentionLaunchShape& s) {
+  return 2.0 * s.B * s.heads * static_cast<double>(s.T) * s.T * s.head_size;
+}
+// The bytes of B T rows of `heads` heads in 16 bits.
+double head_rows(const AttentionLaunchShape& s, int heads) {
+  return 2.0 * s.B * s.T * heads * s.head_size;
+}
+}  // namespace
+
+void add_attention_forward_cudnn(StepLaunches& out, const AttentionLaunchShape& s) {
+  const double bytes =
+      head_rows(s, s.heads + 2 * s.kv_heads) + head_rows(s, s.heads) + 4.0 * s.B * s.heads * s.T;
+  out.add("attention_cudnn_forward", LaunchKind::kLibrary, causal_products(s), bytes, 1, true);
+}
+
+void add_attention_backward_cudnn(StepLaunches& out, const AttentionLaunchShape& s) {
+  const double qkv = head_rows(s, s.heads + 2 * s.kv_heads), rows = head_rows(s, s.heads);
+  const double bytes = 2 * qkv + 2 * rows + 4.0 * s.B * s.heads * s.T * 2;
+  out.add("attention_cudnn_backward", LaunchKind::kLibrary, 2.5 * causal_products(s), bytes, 1,
+          true);
 }
 
 StepLaunches predict_step_launches(const MemoryQuery& q, const LaunchTarget& target) {

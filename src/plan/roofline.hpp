@@ -24,6 +24,10 @@ struct LaunchTarget {
   // GPU shape: 16-bit GEMMs add their bias and residual in cuBLASLt's epilogue (the default;
   // TRIDENT_CUBLASLT=0 fills the output with the bias first and adds the residual in a kernel).
   bool cublaslt_epilogues = true;
+  // GPU shape: attention runs on cuDNN's fused flash attention where the config lets it
+  // (attention.kernel not tiled) and cuDNN takes the shape (16-bit, head size a multiple of 8 up
+  // to 128): one call a layer forward and one backward. False: the tiled attention's launches.
+  bool cudnn_attention = true;
 };
 
 // One label's launches in a step, as LaunchRow counts them.
@@ -71,6 +75,12 @@ struct AttentionLaunchShape {
 };
 void add_attention_forward_batched(StepLaunches& out, const AttentionLaunchShape& s);
 void add_attention_backward_batched(StepLaunches& out, const AttentionLaunchShape& s);
+// cuDNN's fused attention (kernels/cudnn_attention.hpp): one call forward, one backward, the
+// causal half's products on tensor cores (2 B NH T^2 HS FLOPs forward, 2.5 times that backward:
+// the scores again, dp, dq, dk and dv), q, k, v, out and the statistics crossing memory once.
+bool cudnn_takes(const AttentionLaunchShape& s);
+void add_attention_forward_cudnn(StepLaunches& out, const AttentionLaunchShape& s);
+void add_attention_backward_cudnn(StepLaunches& out, const AttentionLaunchShape& s);
 
 // What a launch costs on a device: its GEMM rates (a share of the datasheet peak, or measured),
 // the bandwidth element-wise kernels reach, and the floors a launch cannot go under.

@@ -13,6 +13,7 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "io/config.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "kernels/shapes.hpp"
 #include "plan/planner.hpp"
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -76,6 +77,7 @@ void StepProfiler::predict(const Config& config) {
   target.gpu = kernels::kBuildShape == kernels::Shape::kGpu;
 #if defined(KOKKOS_ENABLE_CUDA)
   target.cublaslt_epilogues = kernels::cublaslt_epilogues();
+  target.cudnn_attention = kernels::cudnn_attention_used();
 #else
   target.fp16_widened = kernels::onednn::fp16_widened();
 #endif

@@ -37,6 +37,7 @@
 #include "io/timings.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/cublas.hpp"
+#include "kernels/cudnn_attention.hpp"
 #include "kernels/gemm.hpp"
 #if !defined(KOKKOS_ENABLE_CUDA)
 #include "kernels/onednn.hpp"
@@ -641,6 +642,7 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
     buffers.deferred_sets = pipeline::max_deferred_weight_grads(schedule_, chunk);
     buffers.sequence_parallel = par.sequence_parallel;
     buffers.attention_tiles = {config_.attention.tile_rows, config_.attention.tile_keys};
+    buffers.attention_kernel = config_.attention.kernel;
     deferred_sets.push_back(buffers.deferred_sets);
     ch.stage = std::make_unique<GptStage>(
         config_.model,
@@ -784,6 +786,8 @@ void Trainer::print_banner(int start_step) const {
                             kernels::cublas_summary(Exec()),
                             kernels::describe(kernels::gemm_math()), Exec().cuda_device(),
                             device.name, device.major, device.minor));
+  console_.line(fmt::format("attention: attention.kernel = '{}' | {}",
+                            name_of(config_.attention.kernel), kernels::cudnn_summary()));
   for (const std::string& line : device_lines(world_)) console_.line(line);
 #else
   const BlasInfo blas = blas_info();

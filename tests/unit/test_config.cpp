@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 
+#include "core/build_options.hpp"
 #include "core/error.hpp"
 #include "io/config.hpp"
 
@@ -103,6 +104,14 @@ TEST(Config, ChoicesAreTypedOnReadingAndBadNamesListTheValidOnes) {
   expect_error("", "offload.params = 'host' must be none or nvme", {"offload.params=host"});
   expect_error("", "precision.fp32_matmul = 'fast' must be ieee or tf32",
                {"precision.fp32_matmul=fast"});
+  expect_error("", "attention.kernel = 'flash' must be one of auto, cudnn, tiled",
+               {"attention.kernel=flash"});
+  EXPECT_EQ(load_config(write_config(""), {}).attention.kernel, kernels::AttentionKernel::kAuto);
+  EXPECT_EQ(load_config(write_config(""), {"attention.kernel=tiled"}).attention.kernel,
+            kernels::AttentionKernel::kTiled);
+#if !defined(TRIDENT_GPU_BUILD)  // no cuDNN on host builds: asking for it is an error
+  expect_error("", "attention.kernel = 'cudnn' needs the CUDA build", {"attention.kernel=cudnn"});
+#endif
   EXPECT_EQ(load_config(write_config(""), {}).precision.fp32_matmul, Fp32Matmul::kIeee);
   const Config c = load_config(write_config(""), {"parallel.backend_tp=nccl", "dp.sync=local_sgd",
                                                   "precision.fp32_matmul=tf32"});

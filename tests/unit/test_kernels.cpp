@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/launch_profiler.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_graph.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
@@ -413,17 +415,17 @@ int qkv_width(const AttentionShape& s) {
 // tile_keys; {0, 0}: its defaults), or one shape with the given tiles, small enough that a short
 // sequence crosses several query blocks and key tiles, so that the online softmax rescales earlier
 // tiles' output.
-enum class AttentionKernel { kBuild, kTiled, kBatched };
+enum class AttentionPath { kBuild, kTiled, kBatched };
 struct AttentionRun {
-  AttentionKernel kernel;
+  AttentionPath kernel;
   AttentionTiles tiles;
 };
-const AttentionRun kBuildAttention{AttentionKernel::kBuild, {0, 0}};
+const AttentionRun kBuildAttention{AttentionPath::kBuild, {0, 0}};
 
 size_t scratch_elements(const AttentionRun& run, const AttentionShape& s) {
-  if (run.kernel == AttentionKernel::kBuild)
+  if (run.kernel == AttentionPath::kBuild)
     return attention_scratch_elements(s.B, s.NH, s.HS, s.T, Precision::kFp32, run.tiles);
-  return run.kernel == AttentionKernel::kTiled
+  return run.kernel == AttentionPath::kTiled
              ? attention_tiled_scratch(s.B, s.NH, s.HS, s.T, run.tiles, Precision::kFp32)
              : attention_batched_scratch(s.NH, s.HS, s.T, run.tiles, Precision::kFp32);
 }
@@ -434,13 +436,13 @@ void run_attention_forward(const AttentionRun& run, const AttentionShape& s, con
   TestBuf scratch("scratch", scratch_elements(run, s));
   fill(scratch, 7.0f);  // stale values: nothing is read before it is written
   const Mat o = window(out, 0, N, C), q = window(qkv, 0, N, qkv_width(s));
-  if (run.kernel == AttentionKernel::kBuild)
+  if (run.kernel == AttentionPath::kBuild)
     attention_forward(exec(), o, lse, scratch, q, s, run.tiles);
 #if !defined(KOKKOS_ENABLE_CUDA)
-  if (run.kernel == AttentionKernel::kTiled)
+  if (run.kernel == AttentionPath::kTiled)
     attention_forward_tiled(exec(), o, lse, scratch, q, s, run.tiles);
 #endif
-  if (run.kernel == AttentionKernel::kBatched)
+  if (run.kernel == AttentionPath::kBatched)
     attention_forward_batched(exec(), o, lse, scratch, q, s, run.tiles);
   exec().fence();
 }
@@ -453,13 +455,13 @@ void run_attention_backward(const AttentionRun& run, const AttentionShape& s, co
   fill(scratch, 7.0f);
   const Mat d = window(dqkv, 0, N, qkv_width(s)), g = window(dout, 0, N, C);
   const Mat q = window(qkv, 0, N, qkv_width(s)), o = window(out, 0, N, C);
-  if (run.kernel == AttentionKernel::kBuild)
+  if (run.kernel == AttentionPath::kBuild)
     attention_backward(exec(), d, scratch, g, q, o, lse, s, run.tiles);
 #if !defined(KOKKOS_ENABLE_CUDA)
-  if (run.kernel == AttentionKernel::kTiled)
+  if (run.kernel == AttentionPath::kTiled)
     attention_backward_tiled(exec(), d, scratch, g, q, o, lse, s, run.tiles);
 #endif
-  if (run.kernel == AttentionKernel::kBatched)
+  if (run.kernel == AttentionPath::kBatched)
     attention_backward_batched(exec(), d, scratch, g, q, o, lse, s, run.tiles);
   exec().fence();
 }
@@ -470,13 +472,13 @@ void run_attention_backward(const AttentionRun& run, const AttentionShape& s, co
 // dividing T).
 std::vector<AttentionRun> attention_runs() {
   std::vector<AttentionRun> runs{
-      kBuildAttention, {AttentionKernel::kBuild, {1024, 1024}}, {AttentionKernel::kBuild, {3, 7}}};
+      kBuildAttention, {AttentionPath::kBuild, {1024, 1024}}, {AttentionPath::kBuild, {3, 7}}};
   for (const AttentionTiles tiles :
        {AttentionTiles{4, 8}, AttentionTiles{8, 4}, AttentionTiles{5, 5}}) {
 #if !defined(KOKKOS_ENABLE_CUDA)
-    runs.push_back({AttentionKernel::kTiled, tiles});
+    runs.push_back({AttentionPath::kTiled, tiles});
 #endif
-    runs.push_back({AttentionKernel::kBatched, tiles});
+    runs.push_back({AttentionPath::kBatched, tiles});
   }
   return runs;
 }
@@ -573,6 +575,88 @@ TEST(Kernels, AttentionShapesAgree) {
         ASSERT_NEAR(dqkv_b(i), dqkv(i), 1e-5 * (1.0 + std::fabs(dqkv(i)))) << describe(run, s);
     }
   }
+}
+
+// The graphs that GPU builds hand to cuDNN's fused attention compute what the tiled attention
+// computes, forward and backward, for multi-head and grouped-query shapes with rows wider than
+// their heads (padding after qkv and out, as a tensor-parallel slice's views have).
+TEST(Kernels, AttentionGraphsMatchTheTiledAttention) {
+  for (const AttentionShape& s :
+       {kAttentionShapes[0], AttentionShape{2, 37, 3, 4}, kGroupedShapes[0], kGroupedShapes[1]}) {
+    const int C = s.NH * s.HS, N = s.B * s.T, W = qkv_width(s);
+    const TestBuf qkv = random_view(N * W, 40), dout = random_view(N * C, 41);
+    TestBuf out("o", N * C), lse("lse", N * s.NH), dqkv("d", N * W);
+    run_attention_forward(kBuildAttention, s, out, lse, qkv);
+    run_attention_backward(kBuildAttention, s, dqkv, dout, qkv, out, lse);
+    const int pad = 3;  // rows of the graph's own copies are `pad` elements wider
+    const AttentionGraphShape g{s.B,     s.T,     s.NH,    s.kv_heads(), s.HS,
+                                W + pad, C + pad, C + pad, W + pad};
+    std::vector<float> qkv_g(size_t(N) * (W + pad), 0.0f), dout_g(size_t(N) * (C + pad), 0.0f);
+    for (int n = 0; n < N; ++n) {
+      for (int c = 0; c < W; ++c) qkv_g[size_t(n) * (W + pad) + c] = qkv(size_t(n) * W + c);
+      for (int c = 0; c < C; ++c) dout_g[size_t(n) * (C + pad) + c] = dout(size_t(n) * C + c);
+    }
+    std::vector<float> out_g(size_t(N) * (C + pad), 7.0f), stats(size_t(N) * s.NH, 7.0f);
+    std::vector<float> dqkv_g(size_t(N) * (W + pad), 7.0f), row_dot(size_t(N) * s.NH, 7.0f);
+    float* const q = qkv_g.data();
+    float* const dq = dqkv_g.data();
+    const int k_col = C, v_col = C + s.kv_heads() * s.HS;
+    evaluate_attention_graph(attention_forward_graph(g), {{kUidQ, q},
+                                                          {kUidK, q + k_col},
+                                                          {kUidV, q + v_col},
+                                                          {kUidOut, out_g.data()},
+                                                          {kUidStats, stats.data()}});
+    evaluate_attention_graph(attention_backward_graph(g), {{kUidQ, q},
+                                                           {kUidK, q + k_col},
+                                                           {kUidV, q + v_col},
+                                                           {kUidOut, out_g.data()},
+                                                           {kUidStats, stats.data()},
+                                                           {kUidDout, dout_g.data()},
+                                                           {kUidRowDot, row_dot.data()},
+                                                           {kUidDq, dq},
+                                                           {kUidDk, dq + k_col},
+                                                           {kUidDv, dq + v_col}});
+    const std::string what = describe(kBuildAttention, s);
+    for (int i = 0; i < N * s.NH; ++i) ASSERT_NEAR(stats[i], lse(i), 1e-5) << what;
+    for (int n = 0; n < N; ++n) {
+      for (int c = 0; c < C; ++c)
+        ASSERT_NEAR(out_g[size_t(n) * (C + pad) + c], out(size_t(n) * C + c), 1e-5) << what;
+      for (int c = 0; c < W; ++c) {
+        const float want = dqkv(size_t(n) * W + c);
+        ASSERT_NEAR(dqkv_g[size_t(n) * (W + pad) + c], want, 1e-5 * (1.0 + std::fabs(want)))
+            << what << " row " << n << " column " << c;
+      }
+      for (int c = W; c < W + pad; ++c)  // the padding is not written
+        ASSERT_EQ(dqkv_g[size_t(n) * (W + pad) + c], 7.0f) << what;
+    }
+  }
+}
+
+// A graph names every tensor a caller binds, and reshapes only transpose: what cuDNN's
+// descriptors are built from.
+TEST(Kernels, AttentionGraphsBindTheirTensorsByUid) {
+  const AttentionGraphShape g{2, 16, 4, 2, 8, 128, 32, 32, 128};
+  const AttentionGraph forward = attention_forward_graph(g), backward = attention_backward_graph(g);
+  for (const int64_t uid : {kUidQ, kUidK, kUidV, kUidOut, kUidStats})
+    EXPECT_FALSE(forward.tensor(uid).is_virtual) << uid;
+  for (const int64_t uid : {kUidDout, kUidDq, kUidDk, kUidDv, kUidRowDot})
+    EXPECT_FALSE(backward.tensor(uid).is_virtual) << uid;
+  EXPECT_THROW(forward.tensor(kUidDq), std::logic_error);
+  // cuDNN binds memory by uid: no two tensors of a graph share one (grouped or not).
+  for (const AttentionGraphShape& shape : {g, AttentionGraphShape{2, 16, 4, 4, 8, 96, 32, 32, 96}})
+    for (const AttentionGraph& graph :
+         {attention_forward_graph(shape), attention_backward_graph(shape)}) {
+      std::set<int64_t> uids;
+      for (const GraphTensor& t : graph.tensors)
+        EXPECT_TRUE(uids.insert(t.uid).second) << t.name << " repeats uid " << t.uid;
+    }
+  EXPECT_EQ(forward.tensor(kUidK).dims, (std::array<int64_t, 4>{2, 2, 16, 8}));
+  EXPECT_EQ(forward.tensor(kUidK).strides, (std::array<int64_t, 4>{16 * 128, 8, 128, 1}));
+  EXPECT_EQ(forward.tensor(kUidStats).strides, (std::array<int64_t, 4>{4 * 16, 16, 1, 1}));
+  EXPECT_TRUE(forward.tensor(kUidScale).by_value);
+  EXPECT_FLOAT_EQ(forward.tensor(kUidScale).value, 1.0f / std::sqrt(8.0f));
+  EXPECT_THROW(attention_forward_graph({2, 16, 4, 3, 8, 128, 32, 32, 128}),
+               std::invalid_argument);  // 3 key/value heads cannot serve 4 query heads
 }
 
 TEST(Kernels, CrossEntropyMatchesNaiveLoopAndFiniteDifferences) {

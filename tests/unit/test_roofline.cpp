@@ -42,13 +42,20 @@ int64_t calls_of(const StepLaunches& s, const std::string& label) {
   return r ? r->calls : 0;
 }
 
+// The CUDA build's shape with the tiled attention (attention.kernel = "tiled", or no cuDNN).
+LaunchTarget tiled_attention() {
+  LaunchTarget t;
+  t.cudnn_attention = false;
+  return t;
+}
+
 }  // namespace
 
 // The counts the review made by reading the code: with whole-sequence tiles a layer's
 // attention is 4 launches a sequence forward and 10 backward (bf16), 2,688 a step; the 16-bit
 // GEMMs add bias and residual in cuBLASLt's epilogue; one AdamW launch and one norm launch.
 TEST(Roofline, GpuShapeOfTheGpt2Step) {
-  const StepLaunches s = predict_step_launches(gpt2_124m_step(), LaunchTarget{});
+  const StepLaunches s = predict_step_launches(gpt2_124m_step(), tiled_attention());
   const int64_t attention = calls_named(s, "attention_") + calls_named(s, "gemm16_batched");
   EXPECT_EQ(attention, 2688);
   // Scores: once forward, again backward with dout v^T beside them.
@@ -80,7 +87,7 @@ TEST(Roofline, GpuShapeOfTheGpt2Step) {
 // scores (2 L C T); whole-sequence tiles compute the masked half too.
 TEST(Roofline, GemmFlopsAreSixNPlusTheAttentionProducts) {
   const MemoryQuery q = gpt2_124m_step();
-  const StepLaunches s = predict_step_launches(q, LaunchTarget{});
+  const StepLaunches s = predict_step_launches(q, tiled_attention());
   const double L = 12, C = 768, T = 1024, tokens = 16 * T, V = 50304;
   const double matrices = L * 12 * C * C + V * C;
   EXPECT_DOUBLE_EQ(s.gemm_flops(), 6 * tokens * matrices + 14 * L * C * T * tokens);
@@ -93,6 +100,34 @@ TEST(Roofline, GemmFlopsAreSixNPlusTheAttentionProducts) {
   EXPECT_DOUBLE_EQ(h.gemm_flops(), 6 * 128 * (L * 12 * C * C + 50257 * C));
   EXPECT_EQ(calls_of(h, "attention_forward"), 12);
   EXPECT_EQ(calls_of(h, "adamw_update_split"), 148);
+}
+
+// With cuDNN's fused attention a layer's attention is one call forward and one backward, in place
+// of 2,688 launches a step; its FLOPs are the causal half's products (2 B NH T^2 HS forward, 2.5
+// times that backward). attention.kernel = "tiled", fp32 and head sizes cuDNN does not take keep
+// the tiled attention's launches.
+TEST(Roofline, CudnnAttentionIsOneCallEachWay) {
+  const MemoryQuery q = gpt2_124m_step();
+  const StepLaunches cudnn = predict_step_launches(q, LaunchTarget{});
+  const StepLaunches tiled = predict_step_launches(q, tiled_attention());
+  EXPECT_EQ(calls_of(cudnn, "attention_cudnn_forward"), 12);
+  EXPECT_EQ(calls_of(cudnn, "attention_cudnn_backward"), 12);
+  EXPECT_EQ(calls_named(cudnn, "gemm16_batched") + calls_named(cudnn, "attention_softmax"), 0);
+  EXPECT_EQ(cudnn.launches(), tiled.launches() - 2688 + 24);
+  const double products = 2.0 * 16 * 12 * 1024.0 * 1024 * 64;
+  EXPECT_DOUBLE_EQ(cudnn.find("attention_cudnn_forward")->flops, 12 * products);
+  EXPECT_DOUBLE_EQ(cudnn.find("attention_cudnn_backward")->flops, 12 * 2.5 * products);
+  EXPECT_TRUE(cudnn.find("attention_cudnn_forward")->tensor_cores);
+  MemoryQuery asked_tiled = q;
+  asked_tiled.attention_kernel = kernels::AttentionKernel::kTiled;
+  EXPECT_EQ(predict_step_launches(asked_tiled, LaunchTarget{}).launches(), tiled.launches());
+  MemoryQuery fp32 = q;
+  fp32.precision = Precision::kFp32;
+  EXPECT_EQ(calls_of(predict_step_launches(fp32, LaunchTarget{}), "attention_cudnn_forward"), 0);
+  MemoryQuery odd_heads = q;
+  odd_heads.model = ModelConfig::gpt2(12, 780, 12, 50257, 1024);  // heads of 65 channels
+  EXPECT_EQ(calls_of(predict_step_launches(odd_heads, LaunchTarget{}), "attention_cudnn_forward"),
+            0);
 }
 
 // Recomputation repeats a block's forward but for its last projection; micro-batches repeat the
