@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -121,9 +122,11 @@ struct EpilogueKey {
   Precision format;
   bool bias, residual;
   int align_a, align_b, align_d, align_bias, align_residual;
+  GeluEpilogue gelu;
+  int ld_aux, align_aux;
   auto tie() const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldd, format, bias, residual, align_a,
-                    align_b, align_d, align_bias, align_residual);
+                    align_b, align_d, align_bias, align_residual, gelu, ld_aux, align_aux);
   }
   bool operator<(const EpilogueKey& o) const { return tie() < o.tie(); }
 };
@@ -169,7 +172,19 @@ CublasLtState& cublaslt_state() {
 
 // The plan of a row-major D = op(A) op(B) computed as cuBLAS's column-major D^T = op(B)^T
 // op(A)^T: cuBLASLt's first operand is trident's B, its second trident's A.
-EpiloguePlan make_plan(const EpilogueKey& key, const void* bias) {
+cublasLtEpilogue_t epilogue_of(const EpilogueKey& key) {
+  switch (key.gelu) {
+    case GeluEpilogue::kForward:
+      return key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case GeluEpilogue::kBackward:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case GeluEpilogue::kNone:
+      break;
+  }
+  return key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+EpiloguePlan make_plan(const EpilogueKey& key, const void* bias, const void* aux) {
   const CublasLtApi& lt = cublaslt_api();
   CublasLtState& state = cublaslt_state();
   const cudaDataType_t type = key.format == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -180,9 +195,16 @@ EpiloguePlan make_plan(const EpilogueKey& key, const void* bias) {
   TRIDENT_CUBLAS(lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
   TRIDENT_CUBLAS(
       lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
-  const cublasLtEpilogue_t epilogue = key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  const cublasLtEpilogue_t epilogue = epilogue_of(key);
   TRIDENT_CUBLAS(
       lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (key.gelu != GeluEpilogue::kNone) {  // aux is laid out like D (column-major n x m)
+    const int64_t ld_aux = key.ld_aux;
+    TRIDENT_CUBLAS(
+        lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    TRIDENT_CUBLAS(
+        lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
+  }
   if (key.bias) {  // the heuristic reads its alignment; each call sets its own
     TRIDENT_CUBLAS(lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     TRIDENT_CUBLAS(
@@ -282,7 +304,11 @@ void set_cublaslt_epilogues(bool on) {
 bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m, int n, int k,
                      float alpha, const uint16_t* A, int lda, const uint16_t* B, int ldb,
                      Precision format, uint16_t* D, int ldd, const uint16_t* bias,
-                     const uint16_t* residual) {
+                     const uint16_t* residual, GeluEpilogue gelu, uint16_t* aux, int ld_aux) {
+  if (gelu != GeluEpilogue::kNone &&
+      (residual || !aux || (gelu == GeluEpilogue::kBackward && bias)))
+    throw std::logic_error(
+        "gemm16_epilogue: GELU takes aux, and no residual (nor, backward, bias)");
   CublasLtState& state = cublaslt_state();
   const EpilogueKey key{trans_a,
                         trans_b,
@@ -299,17 +325,26 @@ bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m
                         alignment_of(B),
                         alignment_of(D),
                         bias ? alignment_of(bias) : 16,
-                        residual ? alignment_of(residual) : 16};
+                        residual ? alignment_of(residual) : 16,
+                        gelu,
+                        aux ? ld_aux : 0,
+                        aux ? alignment_of(aux) : 16};
   auto at = state.plans.find(key);
-  if (at == state.plans.end()) at = state.plans.emplace(key, make_plan(key, bias)).first;
+  if (at == state.plans.end()) at = state.plans.emplace(key, make_plan(key, bias, aux)).first;
   EpiloguePlan& plan = at->second;
   if (!plan.found) return false;
   const CublasLtApi& lt = cublaslt_api();
   if (bias)
     TRIDENT_CUBLAS(lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (aux)
+    TRIDENT_CUBLAS(
+        lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   const float beta = residual ? 1.0f : 0.0f;
   ProfiledCall call;  // the launch roofline names it as the cublasGemmEx path does
-  call.open_gemm("gemm16_out", trans_a, trans_b, m, n, k);
+  call.open_gemm(gelu == GeluEpilogue::kForward    ? "gemm16_gelu"
+                 : gelu == GeluEpilogue::kBackward ? "gemm16_dgelu"
+                                                   : "gemm16_out",
+                 trans_a, trans_b, m, n, k);
   TRIDENT_CUBLAS(lt.matmul(state.handle, plan.desc, &alpha, B, plan.a, A, plan.b, &beta,
                            residual ? static_cast<const void*>(residual) : D, plan.d, D, plan.d,
                            &plan.algo, state.workspace, kCublasLtWorkspaceBytes,

@@ -95,14 +95,20 @@ void set_cublaslt_epilogues(bool on);
 // (within the planner's runtime reserve, kPlanRuntimeGB, like cuBLAS's own).
 constexpr size_t kCublasLtWorkspaceBytes = size_t{32} << 20;
 
+// GELU (tanh approximation) in an epilogue: none; forward, D = gelu(sum) with the sum itself
+// written to `aux` (what backward reads); backward, D = sum * gelu'(aux).
+enum class GeluEpilogue { kNone, kForward, kBackward };
+
 // Row-major D[m,n] (16-bit in `format`) = alpha op(A) op(B) + bias + residual, summed in fp32 and
 // rounded once, on Kokkos' stream: bias [n] or null, residual [m,n] with D's leading dimension or
-// null. The descriptors, layouts and algorithm of a shape (with its pointers' alignments) are
-// chosen once and kept. False when cuBLASLt has no algorithm for it (the caller falls back).
+// null; with `gelu`, aux [m,n] (leading dimension ld_aux) as GeluEpilogue says (no residual).
+// The descriptors, layouts and algorithm of a shape (with its pointers' alignments) are chosen
+// once and kept. False when cuBLASLt has no algorithm for it (the caller falls back).
 bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m, int n, int k,
                      float alpha, const uint16_t* A, int lda, const uint16_t* B, int ldb,
                      Precision format, uint16_t* D, int ldd, const uint16_t* bias,
-                     const uint16_t* residual);
+                     const uint16_t* residual, GeluEpilogue gelu = GeluEpilogue::kNone,
+                     uint16_t* aux = nullptr, int ld_aux = 0);
 
 }  // namespace trident::kernels
 

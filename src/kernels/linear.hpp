@@ -7,6 +7,7 @@
 #include "core/math.hpp"
 #include "core/types.hpp"
 #include "kernels/elements.hpp"
+#include "kernels/gelu.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/region.hpp"
 #include "kernels/shapes.hpp"
@@ -59,6 +60,31 @@ inline void linear_forward_residual(const Exec& exec, const MatOf<E>& out, const
   gemm16(exec, 'N', 'T', 1.0f, inp, weight, E::format, 0.0f, out, bias, residual);
 }
 
+// fc[N,OC] = inp[N,IC] * weight[OC,IC]^T + bias[OC] and act = gelu(fc): an MLP's first
+// projection and its activation (GPT-2). 16-bit tensors on GPUs take one GEMM (cuBLASLt's
+// GELU_AUX_BIAS epilogue: the GELU of the fp32 sum, fc and act each rounded once); elsewhere,
+// and where cuBLASLt has no algorithm for the shape, the GEMM writes fc and gelu_forward reads
+// it back (the GELU of the rounded fc).
+template <class E = Fp32Elements>
+inline void linear_forward_gelu(const Exec& exec, const MatOf<E>& act, const MatOf<E>& fc,
+                                const ConstMatOf<E>& inp, const ConstMatOf<E>& weight,
+                                const ConstVecOf<E>& bias, Shape shape = kBuildShape) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (!kFp32Elements<E>) {
+    const auto leading = [](auto view) { return static_cast<int>(view.stride(0)); };
+    if (cublaslt_epilogues() &&
+        gemm16_epilogue(exec, 'N', 'T', static_cast<int>(fc.extent(0)),
+                        static_cast<int>(fc.extent(1)), static_cast<int>(inp.extent(1)), 1.0f,
+                        inp.data(), leading(inp), weight.data(), leading(weight), E::format,
+                        act.data(), leading(act), bias.extent(0) > 0 ? bias.data() : nullptr,
+                        nullptr, GeluEpilogue::kForward, fc.data(), leading(fc)))
+      return;
+  }
+#endif
+  linear_forward<E>(exec, fc, inp, weight, bias, shape);
+  gelu_forward<E>(exec, VecOf<E>(act.data(), act.size()), ConstVecOf<E>(fc.data(), fc.size()));
+}
+
 // dinp[N,IC] (+)= dout * weight: the input-gradient half of a linear layer's backward.
 // `accumulate_dinp` chooses += (the input feeds several consumers) or = (it feeds only this one).
 template <class E = Fp32Elements>
@@ -69,6 +95,30 @@ inline void linear_backward_input(const Exec& exec, const MatOf<E>& dinp, const 
     gemm(exec, 'N', 'N', 1.0f, dout, weight, accumulate_dinp ? 1.0f : 0.0f, dinp);
   else
     gemm16(exec, 'N', 'N', 1.0f, dout, weight, E::format, accumulate_dinp ? 1.0f : 0.0f, dinp);
+}
+
+// dfc[N,IC] = (dout[N,OC] * weight[OC,IC]) * gelu'(fc): the input gradient of an MLP's second
+// projection through its activation. 16-bit on GPUs: one GEMM (cuBLASLt's DGELU epilogue on the
+// fp32 sum); elsewhere the GEMM writes dact (which may be dfc) and gelu_backward reads it.
+template <class E = Fp32Elements>
+inline void linear_backward_input_gelu(const Exec& exec, const MatOf<E>& dfc, const MatOf<E>& dact,
+                                       const ConstMatOf<E>& dout, const ConstMatOf<E>& weight,
+                                       const ConstMatOf<E>& fc) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (!kFp32Elements<E>) {
+    const auto leading = [](auto view) { return static_cast<int>(view.stride(0)); };
+    if (cublaslt_epilogues() &&
+        gemm16_epilogue(exec, 'N', 'N', static_cast<int>(dfc.extent(0)),
+                        static_cast<int>(dfc.extent(1)), static_cast<int>(dout.extent(1)), 1.0f,
+                        dout.data(), leading(dout), weight.data(), leading(weight), E::format,
+                        dfc.data(), leading(dfc), nullptr, nullptr, GeluEpilogue::kBackward,
+                        const_cast<typename E::Stored*>(fc.data()), leading(fc)))
+      return;
+  }
+#endif
+  linear_backward_input<E>(exec, dact, dout, weight, false);
+  gelu_backward<E>(exec, VecOf<E>(dfc.data(), dfc.size()), ConstVecOf<E>(fc.data(), fc.size()),
+                   ConstVecOf<E>(dact.data(), dact.size()));
 }
 
 // dweight[OC,IC] (+)= dout^T * inp (= without accumulate_dweight: the first write after the

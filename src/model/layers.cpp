@@ -3,6 +3,7 @@
 #include "model/layers.hpp"
 
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include "core/error.hpp"
@@ -10,7 +11,6 @@
 #include "kernels/cross_entropy.hpp"
 #include "kernels/cudnn_attention.hpp"
 #include "kernels/embedding.hpp"
-#include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/residual.hpp"
@@ -147,6 +147,17 @@ void ColumnParallelLinear::forward(const StoredTensor& out, const StoredTensor& 
   });
 }
 
+void ColumnParallelLinear::forward_gelu(const StoredTensor& act, const StoredTensor& out,
+                                        const StoredTensor& x_rows, int N) const {
+  const StoredTensor x = ctx_->tp->gather_rows(x_rows, N, ctx_->ws->gathered);
+  ctx_->dispatch([&](auto e) {
+    using E = decltype(e);
+    linear_forward_gelu<E>(ctx_->exec, mat_of<E>(act, N, out_), mat_of<E>(out, N, out_),
+                           mat_of<E>(x, N, in_), mat_of<E>(weights.weight, out_, in_),
+                           vec_of<E>(weights.bias, out_));
+  });
+}
+
 StoredTensor ColumnParallelLinear::backward_input(const StoredTensor& dout, int N) const {
   const LayerWorkspace& ws = *ctx_->ws;
   ctx_->dispatch([&](auto e) {
@@ -217,6 +228,17 @@ void RowParallelLinear::backward_input(const StoredTensor& dx, const StoredTenso
     using E = decltype(e);
     linear_backward_input<E>(ctx_->exec, mat_of<E>(dx, N, in_), mat_of<E>(dout, N, out_),
                              mat_of<E>(weights.weight, out_, in_), false);
+  });
+}
+
+void RowParallelLinear::backward_input_gelu(const StoredTensor& dfc, const StoredTensor& dx,
+                                            const StoredTensor& dout, const StoredTensor& fc,
+                                            int N) const {
+  ctx_->dispatch([&](auto e) {
+    using E = decltype(e);
+    linear_backward_input_gelu<E>(ctx_->exec, mat_of<E>(dfc, N, in_), mat_of<E>(dx, N, in_),
+                                  mat_of<E>(dout, N, out_), mat_of<E>(weights.weight, out_, in_),
+                                  mat_of<E>(fc, N, in_));
   });
 }
 
@@ -335,26 +357,20 @@ void Attention::sum_kv_replicas(const StoredTensor& dqkv, int N) const {
 }
 
 void MlpActivation::forward(const StoredTensor& out, const StoredTensor& fc, int N) const {
+  if (!swiglu_) throw std::logic_error("MlpActivation: GELU runs inside the projections");
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    const size_t n = static_cast<size_t>(N) * F_;
-    if (swiglu_)
-      swiglu_forward<E>(ctx_->exec, mat_of<E>(out, N, F_), mat_of<E>(fc, N, 2 * F_));
-    else
-      gelu_forward<E>(ctx_->exec, vec_of<E>(out, n), vec_of<E>(fc, n));
+    swiglu_forward<E>(ctx_->exec, mat_of<E>(out, N, F_), mat_of<E>(fc, N, 2 * F_));
   });
 }
 
 void MlpActivation::backward(const StoredTensor& dfc, const StoredTensor& dout,
                              const StoredTensor& fc, int N) const {
+  if (!swiglu_) throw std::logic_error("MlpActivation: GELU runs inside the projections");
   ctx_->dispatch([&](auto e) {
     using E = decltype(e);
-    const size_t n = static_cast<size_t>(N) * F_;
-    if (swiglu_)
-      swiglu_backward<E>(ctx_->exec, mat_of<E>(dfc, N, 2 * F_), mat_of<E>(dout, N, F_),
-                         mat_of<E>(fc, N, 2 * F_));
-    else
-      gelu_backward<E>(ctx_->exec, vec_of<E>(dfc, n), vec_of<E>(fc, n), vec_of<E>(dout, n));
+    swiglu_backward<E>(ctx_->exec, mat_of<E>(dfc, N, 2 * F_), mat_of<E>(dout, N, F_),
+                       mat_of<E>(fc, N, 2 * F_));
   });
 }
 

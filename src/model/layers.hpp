@@ -105,6 +105,10 @@ class ColumnParallelLinear {
   GradStream weight_grad_stream;  // ZeRO-2/3: the weight gradient goes there, not to grads.weight
   // out [N, out_tp] from this rank's rows of x [local_rows(N), in].
   void forward(const StoredTensor& out, const StoredTensor& x_rows, int N) const;
+  // out as forward, and act [N, out_tp] = gelu(out): GPT-2's MLP projection and activation, in
+  // one GEMM where its epilogue can (kernels::linear_forward_gelu).
+  void forward_gelu(const StoredTensor& act, const StoredTensor& out, const StoredTensor& x_rows,
+                    int N) const;
   // This rank's rows of d/dx (the tp sum of dout W): returns the buffer that holds them.
   StoredTensor backward_input(const StoredTensor& dout, int N) const;
   // Weight and bias gradients (+)= from dout [N, out_tp] and x's rows; `accumulate` false
@@ -138,6 +142,11 @@ class RowParallelLinear {
   StoredTensor gather_output_grad(const StoredTensor& dout_rows, int N) const;
   // dx [N, in_tp] = dout W, from all rows of dout.
   void backward_input(const StoredTensor& dx, const StoredTensor& dout, int N) const;
+  // d/d(fc) [N, in_tp] = (dout W) * gelu'(fc) through GPT-2's activation, in one GEMM where its
+  // epilogue can (kernels::linear_backward_input_gelu); dx: where dout W goes otherwise (may be
+  // dfc).
+  void backward_input_gelu(const StoredTensor& dfc, const StoredTensor& dx,
+                           const StoredTensor& dout, const StoredTensor& fc, int N) const;
   void backward_weight(const StoredTensor& dout, const StoredTensor& x, int N,
                        bool accumulate) const;
 
@@ -187,14 +196,17 @@ class Attention {
   AttentionHeads h_;
 };
 
-// The MLP's activation between its two projections: GELU (tanh approximation) of fc [N, F], or
-// SwiGLU, silu(gate) * up, of fc = gate | up [N, 2F]. Output [N, F].
+// The MLP's activation between its two projections: SwiGLU, silu(gate) * up, of fc = gate | up
+// [N, 2F], output [N, F] (Llama). GPT-2's GELU (tanh approximation) runs inside the projections
+// around it (ColumnParallelLinear::forward_gelu, RowParallelLinear::backward_input_gelu), so that
+// GPU builds fuse it into their GEMMs' epilogues.
 class MlpActivation {
  public:
   MlpActivation(const LayerContext* ctx, bool swiglu, int F_tp)
       : ctx_(ctx), swiglu_(swiglu), F_(F_tp) {}
+  bool swiglu() const { return swiglu_; }
   void forward(const StoredTensor& out, const StoredTensor& fc, int N) const;
-  // dfc [N, fc width] from dout [N, F] (GELU: may be one tensor; SwiGLU: must not).
+  // dfc [N, 2F] from dout [N, F] (separate tensors).
   void backward(const StoredTensor& dfc, const StoredTensor& dout, const StoredTensor& fc,
                 int N) const;
 

@@ -42,8 +42,12 @@ void TransformerBlock::forward(const BlockActivations& b, const StoredTensor& x,
   proj.forward_residual(b.res_attn, b.atty, x, N);
   hooks.need(unit(2), complete ? unit(3) : next);
   ln2.forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.res_attn, rows);
-  fc.forward(b.fch, b.ln2, N);
-  act.forward(b.fch_act, b.fch, N);
+  if (act.swiglu()) {
+    fc.forward(b.fch, b.ln2, N);
+    act.forward(b.fch_act, b.fch, N);
+  } else {
+    fc.forward_gelu(b.fch_act, b.fch, b.ln2, N);
+  }
   if (!complete) return;
   hooks.need(unit(3), next);
   fcproj.forward_residual(b.res_mlp, b.fch_act, b.res_attn, N);
@@ -64,12 +68,15 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   hooks.need(unit(3), unit(2));
   // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
   const StoredTensor dout = fcproj.gather_output_grad(dres, N);
-  fcproj.backward_input(st.dact, dout, N);
+  if (act.swiglu())
+    fcproj.backward_input(st.dact, dout, N);
+  else
+    fcproj.backward_input_gelu(st.dfch, st.dact, dout, b.fch, N);
   if (kept) sc_->keep(kept->out, dres, e.rows_c);
   if (!kept) fcproj.backward_weight(dout, b.fch_act, N, accumulate);
   if (!kept) hooks.unit_done(unit(3));
   hooks.need(unit(2), unit(1));
-  act.backward(st.dfch, st.dact, b.fch, N);
+  if (act.swiglu()) act.backward(st.dfch, st.dact, b.fch, N);
   const StoredTensor dln2 = fc.backward_input(st.dfch, N);
   if (kept) sc_->keep(kept->dfch, st.dfch, e.fc);
   if (!kept) fc.backward_weight(st.dfch, b.ln2, N, accumulate);

@@ -227,6 +227,22 @@ class StepPredictor {
     if (llama()) rope();
   }
 
+  // GPT-2's GELU in the epilogues of the MLP's GEMMs (the 16-bit GPU shape with cuBLASLt's
+  // epilogues): the up projection writes gelu(fc) and fc itself, the down projection's input
+  // gradient reads fc back (output bytes counted twice, as a GEMM reading C); else its kernels.
+  bool gelu_in_epilogues() const { return gpu() && half_ && epilogues() && !llama(); }
+  void mlp_up_forward(bool bias) {
+    if (gelu_in_epilogues())
+      return out_.add_gemm("gemm16_gelu", 'N', 'T', N_, shape_.fc_tp(), C_, 1, 2, 2, true);
+    linear_forward(shape_.fc_tp(), C_, bias);
+    activation_forward();
+  }
+  void mlp_down_backward_input() {
+    if (gelu_in_epilogues())
+      return out_.add_gemm("gemm16_dgelu", 'N', 'N', N_, shape_.F_tp(), C_, 1, 2, 2, true);
+    linear_backward_input(C_, shape_.F_tp());
+  }
+
   void activation_forward() {
     const int F = shape_.F_tp();
     if (llama())
@@ -251,17 +267,16 @@ class StepPredictor {
     attention_forward();
     linear_forward_residual(C_, shape_.C_tp());
     norm_forward();
-    linear_forward(shape_.fc_tp(), C_, bias);
-    activation_forward();
+    mlp_up_forward(bias);
     if (complete) linear_forward_residual(C_, shape_.F_tp());
   }
 
   void block_backward(int index) {
     const bool bias = !llama();
     if (shape_.buffers.recompute.full_block(index)) block_forward(false);
-    linear_backward_input(C_, shape_.F_tp());
+    mlp_down_backward_input();
     linear_backward_weight(C_, shape_.F_tp(), bias);
-    activation_backward();
+    if (!gelu_in_epilogues()) activation_backward();
     linear_backward_input(shape_.fc_tp(), C_);
     linear_backward_weight(shape_.fc_tp(), C_, bias);
     norm_backward();

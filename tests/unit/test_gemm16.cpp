@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #if !defined(KOKKOS_ENABLE_CUDA)
@@ -15,6 +16,7 @@
 
 #include "core/half.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/linear.hpp"
 #include "test_space.hpp"
 
 using namespace trident;
@@ -215,6 +217,90 @@ TEST(Gemm16, ResidualIsAddedBeforeTheOneRounding) {
 #else
   expect_residual_added_before_the_one_rounding(9, 6, 21);
   expect_residual_added_before_the_one_rounding(32, 16, 64);
+#endif
+}
+
+// GPT-2's GELU (tanh approximation) inside the MLP's projections (kernels/linear.hpp): forward
+// fc = x W^T + b and act = gelu(fc), backward dfc = (dout W) * gelu'(fc), against double sums of
+// the same 16-bit operands. GPU builds run them in cuBLASLt's GELU_AUX_BIAS and DGELU epilogues
+// (the GELU of the fp32 sum) where it has an algorithm (16-column rows; 6 columns fall back),
+// hosts as the GEMM and the GELU kernel (the GELU of the rounded fc): either is within one 16-bit
+// ulp of the exact value, relative, plus the fp32 sum's error.
+namespace {
+
+double gelu_exact(double x) {
+  return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+double gelu_slope(double x) {
+  const double t = std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) +
+         0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+template <class E>
+void expect_gelu_in_the_projections(int m, int n, int k) {
+  const Precision format = E::format;
+  const double ulp = format == Precision::kBf16 ? 1.0 / 128 : 1.0 / 1024;
+  const Matrix<uint16_t> x = random_half(m, k, 21, format), W = random_half(n, k, 22, format);
+  const Matrix<uint16_t> bias = random_half(1, n, 23, format);
+  Matrix<uint16_t> fc(m, n), act(m, n);
+  kernels::linear_forward_gelu<E>(Exec(), kernels::MatOf<E>(act.data.data(), m, n),
+                                  kernels::MatOf<E>(fc.data.data(), m, n), as_mat(x), as_mat(W),
+                                  kernels::ConstVecOf<E>(bias.data.data(), n));
+  // Backward through the down projection: dout [m, k] times its weight [k, n].
+  const Matrix<uint16_t> dout = random_half(m, k, 24, format), down = random_half(k, n, 25, format);
+  Matrix<uint16_t> dfc(m, n);
+  kernels::linear_backward_input_gelu<E>(Exec(), kernels::MatOf<E>(dfc.data.data(), m, n),
+                                         kernels::MatOf<E>(dfc.data.data(), m, n), as_mat(dout),
+                                         as_mat(down), as_mat(fc));
+  Exec().fence();
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double sum = from_half(bias.at(0, j), format), magnitude = std::fabs(sum);
+      double dsum = 0, dmagnitude = 0;
+      for (int p = 0; p < k; ++p) {
+        const double product = op_at(x, 'N', i, p, format) * op_at(W, 'T', p, j, format);
+        const double dproduct = op_at(dout, 'N', i, p, format) * op_at(down, 'N', p, j, format);
+        sum += product;
+        magnitude += std::fabs(product);
+        dsum += dproduct;
+        dmagnitude += std::fabs(dproduct);
+      }
+      const double fp32 = (k + 3) * 6e-8, slope = gelu_slope(sum);
+      const std::string at = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                             " at " + std::to_string(i) + "," + std::to_string(j);
+      ASSERT_NEAR(from_half(fc.at(i, j), format), sum, ulp * std::fabs(sum) + fp32 * magnitude)
+          << "fc " << at;
+      ASSERT_NEAR(from_half(act.at(i, j), format), gelu_exact(sum),
+                  ulp * (std::fabs(slope * sum) + std::fabs(gelu_exact(sum))) +
+                      fp32 * magnitude * (1 + std::fabs(slope)) + 1e-6)
+          << "act " << at;
+      const double g = gelu_slope(from_half(fc.at(i, j), format));
+      ASSERT_NEAR(from_half(dfc.at(i, j), format), dsum * g,
+                  ulp * std::fabs(dsum * g) + fp32 * dmagnitude * std::fabs(g) + 1e-6)
+          << "dfc " << at;
+    }
+}
+
+void expect_gelu_in_the_projections_of_each_format(int m, int n, int k) {
+  expect_gelu_in_the_projections<kernels::Bf16Elements>(m, n, k);
+  expect_gelu_in_the_projections<kernels::Fp16Elements>(m, n, k);
+}
+
+}  // namespace
+
+TEST(Gemm16, GeluInTheProjectionsMatchesDoubleSums) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  const bool was = kernels::cublaslt_epilogues();
+  for (const bool epilogues : {true, false}) {
+    kernels::set_cublaslt_epilogues(epilogues);
+    expect_gelu_in_the_projections_of_each_format(9, 6, 21);
+    expect_gelu_in_the_projections_of_each_format(32, 16, 64);
+  }
+  kernels::set_cublaslt_epilogues(was);
+#else
+  expect_gelu_in_the_projections_of_each_format(9, 6, 21);
+  expect_gelu_in_the_projections_of_each_format(32, 16, 64);
 #endif
 }
 

@@ -71,13 +71,17 @@ TEST(Roofline, GpuShapeOfTheGpt2Step) {
   EXPECT_EQ(calls_of(s, "layernorm_backward"), 2 * 12 + 1);
   EXPECT_EQ(calls_of(s, "layernorm_backward_input") + calls_of(s, "layernorm_backward_params"), 0);
   EXPECT_EQ(calls_of(s, "attention_softmax"), 12 * 16);
-  // Forward: the embedding, 71 a layer (2 norms, 4 GEMMs, GELU, 64 attention launches), the final
-  // norm, the head, the fused classifier and the loss's sum. Backward: 4 at the head (its 2 GEMMs,
-  // the final norm's 2-pass backward), 181 a layer (8 GEMMs, 4 bias column sums and 2 norm
-  // backwards of 2 passes each, GELU, 160 attention launches), 2 into the embeddings. Then the
-  // norm, AdamW, and the gradient clearing: d/d(residual) and 49 runs of biases and norms (wpe to
-  // layer 0's ln_1, then 4 a layer, the last joined to ln_f).
-  EXPECT_EQ(s.launches(), (1 + 71 * 12 + 4) + (4 + 181 * 12 + 2) + 2 + 1 + 49);
+  // Forward: the embedding, 70 a layer (2 norms, 4 GEMMs, GELU in the first MLP GEMM's epilogue,
+  // 64 attention launches), the final norm, the head, the fused classifier and the loss's sum.
+  // Backward: 4 at the head (its 2 GEMMs, the final norm's 2-pass backward), 180 a layer (8 GEMMs,
+  // GELU's gradient in one's epilogue, 4 bias column sums and 2 norm backwards of 2 passes each,
+  // 160 attention launches), 2 into the embeddings. Then the norm, AdamW, and the gradient
+  // clearing: d/d(residual) and 49 runs of biases and norms (wpe to layer 0's ln_1, then 4 a
+  // layer, the last joined to ln_f).
+  EXPECT_EQ(s.launches(), (1 + 70 * 12 + 4) + (4 + 180 * 12 + 2) + 2 + 1 + 49);
+  EXPECT_EQ(calls_of(s, "gemm16_gelu NT 16384x3072x768"), 12);
+  EXPECT_EQ(calls_of(s, "gemm16_dgelu NN 16384x3072x768"), 12);
+  EXPECT_EQ(calls_of(s, "gelu_forward") + calls_of(s, "gelu_backward"), 0);
   EXPECT_EQ(calls_of(s, "cross_entropy_fused"), 1);
   EXPECT_EQ(calls_of(s, "cross_entropy_backward"), 0);
 }
@@ -114,6 +118,7 @@ TEST(Roofline, CudnnAttentionIsOneCallEachWay) {
   EXPECT_EQ(calls_of(cudnn, "attention_cudnn_backward"), 12);
   EXPECT_EQ(calls_named(cudnn, "gemm16_batched") + calls_named(cudnn, "attention_softmax"), 0);
   EXPECT_EQ(cudnn.launches(), tiled.launches() - 2688 + 24);
+  EXPECT_EQ(cudnn.launches(), 399);
   const double products = 2.0 * 16 * 12 * 1024.0 * 1024 * 64;
   EXPECT_DOUBLE_EQ(cudnn.find("attention_cudnn_forward")->flops, 12 * products);
   EXPECT_DOUBLE_EQ(cudnn.find("attention_cudnn_backward")->flops, 12 * 2.5 * products);
@@ -142,7 +147,7 @@ TEST(Roofline, RecomputationAndMicroBatches) {
   const StepLaunches full = predict_step_launches(q, LaunchTarget{});
   EXPECT_EQ(calls_of(plain, "layernorm_forward"), 4 * 25);
   EXPECT_EQ(calls_of(full, "layernorm_forward"), 4 * (25 + 2 * 5));
-  EXPECT_EQ(calls_of(full, "gelu_forward"), 4 * (12 + 5));
+  EXPECT_EQ(calls_of(full, "gemm16_gelu NT 4096x3072x768"), 4 * (12 + 5));
   EXPECT_EQ(calls_of(full, "adamw_update_split"), 1);
   EXPECT_EQ(calls_of(full, "gemm16_out NT 4096x50304x768"), 4);
   // Without cuBLASLt's epilogues (TRIDENT_CUBLASLT=0) the residual has its own kernel, which
@@ -151,6 +156,8 @@ TEST(Roofline, RecomputationAndMicroBatches) {
   plain_gemms.cublaslt_epilogues = false;
   const StepLaunches kernels = predict_step_launches(q, plain_gemms);
   EXPECT_EQ(calls_of(kernels, "residual_forward"), 4 * (24 + 5));
+  EXPECT_EQ(calls_of(kernels, "gelu_forward"), 4 * (12 + 5));  // and GELU its kernels
+  EXPECT_EQ(calls_of(kernels, "gelu_backward"), 4 * 12);
   EXPECT_EQ(calls_of(kernels, "gemm16_bias"), 4 * (48 + 3 * 5));
   EXPECT_EQ(calls_of(full, "residual_forward"), 0);
 }
