@@ -9,7 +9,9 @@
   " x12" a batch of 12), its time beside trident's mean, written to --out as TSV;
 - sdpa: causal scaled-dot-product attention at GPT-2 124M's shape (B 16, 12 heads of 64,
   T 1024), forward and forward + backward, ms. Without SDPA (PyTorch < 2.0) the same causal
-  softmax(q k^T / sqrt(d)) v is timed written out.
+  softmax(q k^T / sqrt(d)) v is timed written out. Where the profile holds cuDNN's attention
+  (attention_cudnn_forward / _backward: one layer's call at that shape), --out gets those labels
+  too, at SDPA's forward and its backward (forward + backward less forward).
 
 Prints `key=value` lines (gpu_check.sh records them). --device cpu and --quick shrink every
 shape for a smoke test on a host.
@@ -100,6 +102,25 @@ def attention(timer, device, dtype, B, NH, T, HS):
     return fwd, timer.ms(both), "sdpa" if sdpa is not None else "written out"
 
 
+def attention_rows(path, fwd_ms, both_ms):
+    """The profile's cuDNN attention labels at SDPA's times (one call: one layer at the check's
+    shape)."""
+    # Timing noise on a tiny host shape can put forward above forward + backward.
+    per_call = {"attention_cudnn_forward": fwd_ms,
+                "attention_cudnn_backward": max(both_ms - fwd_ms, 1e-6)}
+    rows = []
+    with open(path) as f:
+        table = csv.DictReader((line for line in f if not line.startswith("#")), delimiter="\t")
+        for r in table:
+            ms = per_call.get(r["label"])
+            if ms is None or int(r["calls"]) == 0:
+                continue
+            rows.append({"label": r["label"], "calls": int(r["calls"]),
+                         "trident_mean_us": float(r["mean_us"]), "torch_mean_us": 1e3 * ms,
+                         "torch_tflops": float("nan")})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
@@ -143,6 +164,7 @@ def main():
         print(f"ceiling_gemm_labels={len(rows)}")
         print(f"ceiling_gemm_labels_trident_ms={trident_ms:.3f}")
         print(f"ceiling_gemm_labels_torch_ms={torch_ms:.3f}")
+        rows += attention_rows(args.profile, fwd, both)
         if args.out:
             with open(args.out, "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t")

@@ -124,9 +124,11 @@ struct EpilogueKey {
   int align_a, align_b, align_d, align_bias, align_residual;
   GeluEpilogue gelu;
   int ld_aux, align_aux;
+  bool bias_grad;  // D fp32 (a weight gradient) and the bias gradient of op(A)'s rows
   auto tie() const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldd, format, bias, residual, align_a,
-                    align_b, align_d, align_bias, align_residual, gelu, ld_aux, align_aux);
+                    align_b, align_d, align_bias, align_residual, gelu, ld_aux, align_aux,
+                    bias_grad);
   }
   bool operator<(const EpilogueKey& o) const { return tie() < o.tie(); }
 };
@@ -173,6 +175,8 @@ CublasLtState& cublaslt_state() {
 // The plan of a row-major D = op(A) op(B) computed as cuBLAS's column-major D^T = op(B)^T
 // op(A)^T: cuBLASLt's first operand is trident's B, its second trident's A.
 cublasLtEpilogue_t epilogue_of(const EpilogueKey& key) {
+  // cuBLASLt's B is trident's A (make_plan): the sums of op(A)'s rows are BGRADB's.
+  if (key.bias_grad) return CUBLASLT_EPILOGUE_BGRADB;
   switch (key.gelu) {
     case GeluEpilogue::kForward:
       return key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
@@ -205,10 +209,11 @@ EpiloguePlan make_plan(const EpilogueKey& key, const void* bias, const void* aux
     TRIDENT_CUBLAS(
         lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
   }
-  if (key.bias) {  // the heuristic reads its alignment; each call sets its own
+  const cudaDataType_t out_type = key.bias_grad ? CUDA_R_32F : type;
+  if (key.bias || key.bias_grad) {  // the heuristic reads its alignment; each call sets its own
     TRIDENT_CUBLAS(lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     TRIDENT_CUBLAS(
-        lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
+        lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type, sizeof(out_type)));
   }
   // Column-major extents as stored: trident's B is n x k (k x n transposed), A k x m (m x k).
   const bool first_n = key.trans_b != 'T', second_n = key.trans_a != 'T';
@@ -216,7 +221,7 @@ EpiloguePlan make_plan(const EpilogueKey& key, const void* bias, const void* aux
       lt.layout_create(&plan.a, type, first_n ? key.n : key.k, first_n ? key.k : key.n, key.ldb));
   TRIDENT_CUBLAS(
       lt.layout_create(&plan.b, type, second_n ? key.k : key.m, second_n ? key.m : key.k, key.lda));
-  TRIDENT_CUBLAS(lt.layout_create(&plan.d, type, key.n, key.m, key.ldd));
+  TRIDENT_CUBLAS(lt.layout_create(&plan.d, out_type, key.n, key.m, key.ldd));
   cublasLtMatmulPreference_t preference = nullptr;
   TRIDENT_CUBLAS(lt.preference_create(&preference));
   const uint64_t workspace = kCublasLtWorkspaceBytes;
@@ -328,7 +333,8 @@ bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m
                         residual ? alignment_of(residual) : 16,
                         gelu,
                         aux ? ld_aux : 0,
-                        aux ? alignment_of(aux) : 16};
+                        aux ? alignment_of(aux) : 16,
+                        false};
   auto at = state.plans.find(key);
   if (at == state.plans.end()) at = state.plans.emplace(key, make_plan(key, bias, aux)).first;
   EpiloguePlan& plan = at->second;
@@ -348,6 +354,48 @@ bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m
   TRIDENT_CUBLAS(lt.matmul(state.handle, plan.desc, &alpha, B, plan.a, A, plan.b, &beta,
                            residual ? static_cast<const void*>(residual) : D, plan.d, D, plan.d,
                            &plan.algo, state.workspace, kCublasLtWorkspaceBytes,
+                           exec.cuda_stream()));
+  return true;
+}
+
+bool gemm16_weight_grad_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m, int n,
+                                 int k, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                                 Precision format, float beta, float* D, int ldd,
+                                 float* bias_grad) {
+  CublasLtState& state = cublaslt_state();
+  const EpilogueKey key{trans_a,
+                        trans_b,
+                        m,
+                        n,
+                        k,
+                        lda,
+                        ldb,
+                        ldd,
+                        format,
+                        false,
+                        false,
+                        alignment_of(A),
+                        alignment_of(B),
+                        alignment_of(D),
+                        alignment_of(bias_grad),
+                        16,
+                        GeluEpilogue::kNone,
+                        0,
+                        16,
+                        true};
+  auto at = state.plans.find(key);
+  if (at == state.plans.end())
+    at = state.plans.emplace(key, make_plan(key, bias_grad, nullptr)).first;
+  EpiloguePlan& plan = at->second;
+  if (!plan.found) return false;
+  const CublasLtApi& lt = cublaslt_api();
+  TRIDENT_CUBLAS(
+      lt.desc_set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_grad, sizeof(bias_grad)));
+  const float alpha = 1.0f;
+  ProfiledCall call;
+  call.open_gemm("gemm16_bgrad", trans_a, trans_b, m, n, k);
+  TRIDENT_CUBLAS(lt.matmul(state.handle, plan.desc, &alpha, B, plan.a, A, plan.b, &beta, D, plan.d,
+                           D, plan.d, &plan.algo, state.workspace, kCublasLtWorkspaceBytes,
                            exec.cuda_stream()));
   return true;
 }

@@ -110,6 +110,14 @@ bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m
                      const uint16_t* residual, GeluEpilogue gelu = GeluEpilogue::kNone,
                      uint16_t* aux = nullptr, int ld_aux = 0);
 
+// Row-major D[m,n] (fp32) = op(A) op(B) + beta D from 16-bit A and B, and bias_grad[m] (fp32,
+// overwritten) = the sums of op(A)'s rows, in cuBLASLt's BGRADB epilogue: a 16-bit linear
+// layer's weight gradient and its bias's from one read of dout. Plans kept as above; false when
+// cuBLASLt has no algorithm for it.
+bool gemm16_weight_grad_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m, int n,
+                                 int k, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                                 Precision format, float beta, float* D, int ldd, float* bias_grad);
+
 }  // namespace trident::kernels
 
 #define TRIDENT_CUBLAS(call) ::trident::kernels::check_cublas((call), #call, __FILE__, __LINE__)

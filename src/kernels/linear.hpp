@@ -132,6 +132,25 @@ inline void linear_backward_weight(const Exec& exec, const Mat& dweight, const V
                                    const Vec& partials = Vec()) {
   Region region("trident::linear_backward_weight");
   const float beta = accumulate_dweight ? 1.0f : 0.0f;
+#if defined(KOKKOS_ENABLE_CUDA)
+  // 16-bit on GPUs: the bias gradient in the weight GEMM's epilogue (cuBLASLt's BGRADB), written
+  // to the partials' first OC floats and added to dbias (which accumulates) by a small kernel.
+  if constexpr (!kFp32Elements<E>) {
+    const int OC = static_cast<int>(dout.extent(1));
+    const auto leading = [](auto view) { return static_cast<int>(view.stride(0)); };
+    if (dweight.extent(0) > 0 && dbias.extent(0) > 0 && shape == Shape::kGpu &&
+        partials.extent(0) >= static_cast<size_t>(OC) && cublaslt_epilogues() &&
+        gemm16_weight_grad_epilogue(exec, 'T', 'N', OC, static_cast<int>(dweight.extent(1)),
+                                    static_cast<int>(dout.extent(0)), dout.data(), leading(dout),
+                                    inp.data(), leading(inp), E::format, beta, dweight.data(),
+                                    leading(dweight), partials.data())) {
+      Kokkos::parallel_for(
+          "linear_bias_grad_add", Kokkos::RangePolicy<Exec>(exec, 0, OC),
+          KOKKOS_LAMBDA(int o) { dbias(o) += partials(o); });
+      return;
+    }
+  }
+#endif
   if (dweight.extent(0) == 0) {  // streamed (linear_weight_grad_rows): the bias alone
   } else if constexpr (kFp32Elements<E>) {
     gemm(exec, 'T', 'N', 1.0f, dout, inp, beta, dweight);

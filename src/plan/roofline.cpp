@@ -177,7 +177,16 @@ class StepPredictor {
     kernel("residual_forward", 3 * rows_bytes(out));
   }
   void linear_backward_input(int out, int in) { gemm('N', 'N', N_, in, out, true, false); }
+  // 16-bit GPU shape with cuBLASLt's epilogues: the bias gradient in the weight GEMM's (BGRADB,
+  // into the column partials' first floats) and a small kernel adding it to the gradient.
+  bool bias_grad_in_epilogue(int out) const {
+    return gpu() && half_ && epilogues() && partials_ >= static_cast<size_t>(out);
+  }
   void linear_backward_weight(int out, int in, bool bias) {
+    if (bias && bias_grad_in_epilogue(out)) {
+      out_.add_gemm("gemm16_bgrad", 'T', 'N', out, in, N_, 1, 2, 4, !first_micro_);
+      return kernel("linear_bias_grad_add", 12.0 * out);
+    }
     gemm('T', 'N', out, in, N_, false, !first_micro_);
     if (bias) column_sums("linear_backward_bias", 1, out, rows_bytes(out));
   }
@@ -489,13 +498,13 @@ RooflineCeilings measured_ceilings(double copy_gbs, double gemm_tflops,
     }
     if (static_cast<int>(cells.size()) <= std::max(label_at, us_at)) continue;
     try {
-      c.gemm_us[cells[label_at]] = std::stod(cells[us_at]);
+      c.library_us[cells[label_at]] = std::stod(cells[us_at]);
     } catch (const std::exception&) {
       throw InputError(fmt::format("--gemm-ceilings {}: '{}' is no time in microseconds", gemm_tsv,
                                    cells[us_at]));
     }
   }
-  if (c.gemm_us.empty())
+  if (c.library_us.empty())
     throw InputError(fmt::format("--gemm-ceilings {}: no GEMM label in it", gemm_tsv));
   return c;
 }
@@ -505,10 +514,9 @@ Roofline time_launches(const StepLaunches& launches, const RooflineCeilings& c) 
   for (const PredictedLaunch& l : launches.rows()) {
     if (l.calls == 0) continue;
     const double calls = static_cast<double>(l.calls);
-    const bool is_gemm = l.kind == LaunchKind::kLibrary && l.label.rfind("gemm", 0) == 0;
     double per_call = l.bytes / calls / (c.memory_gbs * 1e9);
-    const auto measured = c.gemm_us.find(l.label);
-    if (is_gemm && measured != c.gemm_us.end()) {
+    const auto measured = c.library_us.find(l.label);
+    if (l.kind == LaunchKind::kLibrary && measured != c.library_us.end()) {
       per_call = 1e-6 * measured->second;
     } else if (l.flops > 0) {
       const double tflops = l.tensor_cores ? c.gemm16_tflops : c.gemm32_tflops;
@@ -558,7 +566,7 @@ std::string roofline_report(const Roofline& r, const RooflineCeilings& c, const 
       "the host):\n",
       d.model, c.source, c.gemm16_tflops,
       c.gemm32_tflops > 0 ? fmt::format("{:.1f} TFLOP/s", c.gemm32_tflops) : "none", c.memory_gbs,
-      c.gemm_us.empty() ? "" : fmt::format(", {} GEMM labels timed", c.gemm_us.size()),
+      c.library_us.empty() ? "" : fmt::format(", {} library labels timed", c.library_us.size()),
       c.device_floor_us, c.host_launch_us);
   out +=
       fmt::format("  {:<42} {:>7} {:>10} {:>9} {:>6}\n", "label", "calls", "GFLOP", "ms", "share");

@@ -93,9 +93,9 @@ struct RooflineCeilings {
   // and the host needs this long to issue one (Kokkos and cuBLAS each add their own overhead).
   double device_floor_us = kRooflineDeviceFloorUs;
   double host_launch_us = kRooflineHostLaunchUs;
-  // Measured per-call times of GEMM labels (bench/gpu_ceilings.py's TSV: torch_mean_us), used
-  // for the labels they name instead of the rate.
-  std::map<std::string, double> gemm_us;
+  // Measured per-call times of library labels (bench/gpu_ceilings.py's TSV: torch_mean_us; GEMMs
+  // and cuDNN's attention), used for the labels they name instead of the rate.
+  std::map<std::string, double> library_us;
 
   // Assumptions, not yet fitted to a GPU: the first device check's profile table says how far
   // off each is, label by label.

@@ -21,3 +21,22 @@ rows=$(($(wc -l < "$work/gemms.tsv") - 1))
 grep -q "^ceiling_gemm_labels=$labels$" "$work/ceilings.txt" && [[ $rows == "$labels" ]] ||
   { echo "FAIL: $labels GEMM labels in the profile, $rows rows timed"; exit 1; }
 echo "ok   $labels GEMM labels timed beside trident's; copy, 8192^3 GEMM and attention measured"
+# A GPU build's profile holds cuDNN's attention: its two labels get SDPA's forward and backward.
+"$python" - "$table" "$work/with_cudnn.tsv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader((l for l in open(sys.argv[1]) if not l.startswith("#")), delimiter="\t"))
+with open(sys.argv[2], "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t")
+    w.writeheader()
+    w.writerows(rows)
+    for label in ("attention_cudnn_forward", "attention_cudnn_backward"):
+        w.writerow({**{k: "0" for k in rows[0]}, "label": label, "kind": "library", "calls": "2",
+                    "mean_us": "100.0"})
+EOF
+"$python" bench/gpu_ceilings.py --device cpu --quick --repeats 2 --profile "$work/with_cudnn.tsv" \
+  --out "$work/with_cudnn_out.tsv" > "$work/ceilings_cudnn.txt"
+for label in attention_cudnn_forward attention_cudnn_backward; do
+  grep -qP "^$label\t2\t100.000\t[0-9]+\.[0-9]{3}\t" "$work/with_cudnn_out.tsv" ||
+    { echo "FAIL: $label not timed"; cat "$work/with_cudnn_out.tsv"; exit 1; }
+done
+echo "ok   cuDNN's attention labels timed at SDPA's forward and backward"

@@ -304,6 +304,72 @@ TEST(Gemm16, GeluInTheProjectionsMatchesDoubleSums) {
 #endif
 }
 
+// A 16-bit linear layer's weight and bias gradients (kernels::linear_backward_weight): GPU builds
+// take the bias gradient in the weight GEMM's epilogue (cuBLASLt's BGRADB) and add it to the
+// gradient, hosts sum its columns; either way dW (+)= dout^T x and dbias += the column sums of
+// dout, to the fp32 sums' error, accumulating into what was there or overwriting dW.
+namespace {
+
+template <class E>
+void expect_weight_and_bias_gradients(int rows, int out, int in, bool accumulate) {
+  const Precision format = E::format;
+  const Matrix<uint16_t> dout = random_half(rows, out, 31, format),
+                         x = random_half(rows, in, 32, format);
+  Matrix<float> dW(out, in), dbias(1, out);
+  for (int o = 0; o < out; ++o) {
+    dbias.at(0, o) = 0.25f * o;
+    for (int i = 0; i < in; ++i) dW.at(o, i) = 0.5f - 0.01f * (o + i);
+  }
+  const size_t partial_floats = kernels::column_partials_elements(1, rows, out);
+  Kokkos::View<float*, Kokkos::LayoutRight, TestSpace> partials("partials", partial_floats);
+  kernels::linear_backward_weight<E>(
+      Exec(), Mat(dW.data.data(), out, in), Vec(dbias.data.data(), out), as_mat(dout), as_mat(x),
+      accumulate, kernels::kBuildShape, Vec(partials.data(), partial_floats));
+  Exec().fence();
+  for (int o = 0; o < out; ++o) {
+    double bias_sum = 0.25 * o, bias_magnitude = std::fabs(bias_sum);
+    for (int r = 0; r < rows; ++r) {
+      bias_sum += from_half(dout.at(r, o), format);
+      bias_magnitude += std::fabs(from_half(dout.at(r, o), format));
+    }
+    ASSERT_NEAR(dbias.at(0, o), bias_sum, (rows + 3) * 6e-8 * bias_magnitude) << "dbias " << o;
+    for (int i = 0; i < in; ++i) {
+      double sum = accumulate ? 0.5 - 0.01 * (o + i) : 0.0, magnitude = std::fabs(sum);
+      for (int r = 0; r < rows; ++r) {
+        const double product =
+            from_half(dout.at(r, o), format) * static_cast<double>(from_half(x.at(r, i), format));
+        sum += product;
+        magnitude += std::fabs(product);
+      }
+      ASSERT_NEAR(dW.at(o, i), sum, (rows + 3) * 6e-8 * magnitude) << "dW " << o << "," << i;
+    }
+  }
+}
+
+void expect_weight_and_bias_gradients_of_each_format(int rows, int out, int in) {
+  for (const bool accumulate : {true, false}) {
+    expect_weight_and_bias_gradients<kernels::Bf16Elements>(rows, out, in, accumulate);
+    expect_weight_and_bias_gradients<kernels::Fp16Elements>(rows, out, in, accumulate);
+  }
+}
+
+}  // namespace
+
+TEST(Gemm16, BiasGradientBesideTheWeightGradient) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  const bool was = kernels::cublaslt_epilogues();
+  for (const bool epilogues : {true, false}) {
+    kernels::set_cublaslt_epilogues(epilogues);
+    expect_weight_and_bias_gradients_of_each_format(300, 24, 16);
+    expect_weight_and_bias_gradients_of_each_format(64, 6, 9);
+  }
+  kernels::set_cublaslt_epilogues(was);
+#else
+  expect_weight_and_bias_gradients_of_each_format(300, 24, 16);
+  expect_weight_and_bias_gradients_of_each_format(64, 6, 9);
+#endif
+}
+
 TEST(Gemm16, StridedBatchedIsEachItemsGemm) {
   const int m = 6, n = 5, k = 8, batch = 3;
   for (const Precision format : {Precision::kBf16, Precision::kFp16}) {
