@@ -22,8 +22,10 @@ struct AdamWHyper {
 // One element's AdamW update: the new m, v and parameter from the old ones and the gradient.
 struct AdamWElement {
   float b1, b2, eps, lr, inv_bc1, inv_sqrt_bc2, decay, grad_scale;
+  // Where the gradient's scale is read on the device instead (clip_scale's output), or null.
+  const float* grad_scale_at = nullptr;
 
-  AdamWElement(AdamWHyper h, float scale)
+  AdamWElement(AdamWHyper h, float scale, const float* scale_at = nullptr)
       : b1(h.beta1),
         b2(h.beta2),
         eps(h.eps),
@@ -31,7 +33,16 @@ struct AdamWElement {
         inv_bc1(1.0f / (1.0f - static_cast<float>(std::pow(h.beta1, h.step)))),
         inv_sqrt_bc2(1.0f / std::sqrt(1.0f - static_cast<float>(std::pow(h.beta2, h.step)))),
         decay(1.0f - h.lr * h.weight_decay),
-        grad_scale(scale) {}
+        grad_scale(scale),
+        grad_scale_at(scale_at) {}
+
+  // This update with the scale read where it is kept on the device, once per work item.
+  KOKKOS_INLINE_FUNCTION AdamWElement resolved() const {
+    AdamWElement u = *this;
+    if (grad_scale_at) u.grad_scale = *grad_scale_at;
+    u.grad_scale_at = nullptr;
+    return u;
+  }
 
   // Returns the new parameter; m and v are updated in place.
   KOKKOS_INLINE_FUNCTION float operator()(float param, float& m, float& v, float grad) const {
@@ -167,18 +178,38 @@ KOKKOS_INLINE_FUNCTION AdamWPiece piece_of(const AdamWPieces& pieces, int64_t j)
 // tensor was 148 launches a GPT-2 step, most of them biases and gains too small to fill the
 // device). f(j, flat, update) updates owned element j, at `flat` of the flat buffers, with its
 // tensor's update (with or without weight decay): the arithmetic of adamw_update, bit for bit.
+// With `grad_scale_at`, the gradient's scale is read there (device memory) instead of grad_scale.
 template <class F>
 inline void adamw_update_pieces(const Exec& exec, const char* label, const AdamWPieces& pieces,
-                                int64_t count, AdamWHyper h, float grad_scale, const F& f) {
+                                int64_t count, AdamWHyper h, float grad_scale, const F& f,
+                                const float* grad_scale_at = nullptr) {
   Region region("trident::adamw_update");
-  const AdamWElement decayed(h, grad_scale);
+  const AdamWElement decayed(h, grad_scale, grad_scale_at);
   h.weight_decay = 0.0f;
-  const AdamWElement plain(h, grad_scale);
+  const AdamWElement plain(h, grad_scale, grad_scale_at);
   Kokkos::parallel_for(
       label, Kokkos::RangePolicy<Exec>(exec, 0, count), KOKKOS_LAMBDA(int64_t j) {
         const AdamWPiece p = piece_of(pieces, j);
         if (p.kind != AdamWPiece::kPadding)
-          f(j, p.flat + (j - p.compact), p.kind == AdamWPiece::kDecays ? decayed : plain);
+          f(j, p.flat + (j - p.compact),
+            (p.kind == AdamWPiece::kDecays ? decayed : plain).resolved());
+      });
+}
+
+// The global gradient norm and AdamW's gradient scale, computed where the squares are (no wait
+// for the host): norm = grad_scale sqrt(squares), and the scale grad_scale times max_norm /
+// (norm + 1e-6) where norm exceeds max_norm > 0, else grad_scale: Trainer's arithmetic on the
+// host, in the same double operations, so the same bits.
+inline void clip_scale(const Exec& exec, const Kokkos::View<double, MemSpace>& squares,
+                       double grad_scale, double max_norm,
+                       const Kokkos::View<double, MemSpace>& norm,
+                       const Kokkos::View<float, MemSpace>& scale) {
+  Kokkos::parallel_for(
+      "clip_scale", Kokkos::RangePolicy<Exec>(exec, 0, 1), KOKKOS_LAMBDA(int) {
+        const double n = grad_scale * kmath::sqrt(squares());
+        norm() = n;
+        scale() = static_cast<float>(grad_scale *
+                                     (max_norm > 0 && n > max_norm ? max_norm / (n + 1e-6) : 1.0));
       });
 }
 
@@ -267,6 +298,23 @@ inline void square_chunk_sums(const Exec& exec, const Kokkos::View<SquareChunk*,
       });
 }
 
+// total() = 0 + the sum over vectors v < `vectors` of (0 + the sums of chunks [starts(v),
+// starts(v + 1))), in that order: SquareSums::add_to's arithmetic, on the device in one thread.
+inline void add_vector_sums(const Exec& exec, const Kokkos::View<size_t*, MemSpace>& starts,
+                            const Kokkos::View<double*, MemSpace>& sums, size_t vectors,
+                            const Kokkos::View<double, MemSpace>& total) {
+  Kokkos::parallel_for(
+      "sum_of_squares_total", Kokkos::RangePolicy<Exec>(exec, 0, 1), KOKKOS_LAMBDA(int) {
+        double t = 0.0;
+        for (size_t v = 0; v < vectors; ++v) {
+          double s = 0.0;
+          for (size_t c = starts(v); c < starts(v + 1); ++c) s += sums(c);
+          t += s;
+        }
+        total() = t;
+      });
+}
+
 // The global norm's squares of many vectors, with one launch and one wait. On GPUs (kGpu) every
 // queued vector is cut into chunks of kSquareChunk elements, one launch sums each chunk in a team,
 // and add_to() reads the chunks' sums and adds each vector's in order: one launch a step where a
@@ -300,19 +348,45 @@ class SquareSums {
 
   // total += every queued sum, in queue order; empties the queue.
   void add_to(const Exec& exec, double& total) {
-    if (!chunks_.empty()) sum_chunks(exec);
+    if (!chunks_.empty()) {
+      upload_chunks(exec);
+      square_chunk_sums(exec, device_chunks_, chunk_sums_, chunks_.size());
+      read_chunk_sums(exec);
+    }
     for (const double s : host_sums_) total += s;
+    clear();
+  }
+
+  // total() = 0 + every queued sum in queue order, the bits add_to() gives, left on the device:
+  // the GPU shape adds the chunks' sums there (no wait for the host); the CPU shape, whose sums
+  // are on the host already, copies theirs. Empties the queue.
+  void sum_on_device(const Exec& exec, const Kokkos::View<double, MemSpace>& total) {
+    if (chunks_.empty()) {
+      double sum = 0.0;
+      for (const double s : host_sums_) sum += s;
+      Kokkos::deep_copy(exec, total, sum);
+      exec.fence();  // `sum` is a local
+    } else {
+      upload_chunks(exec);
+      square_chunk_sums(exec, device_chunks_, chunk_sums_, chunks_.size());
+      add_vector_sums(exec, device_vector_chunks_, chunk_sums_, vector_chunks_.size() - 1, total);
+    }
+    clear();
+  }
+
+ private:
+  void clear() {
     queued_ = 0;
     host_sums_.clear();
     chunks_.clear();
     vector_chunks_.clear();
   }
 
- private:
-  // The GPU shape's one launch, and each vector's sum of its chunks' into host_sums_.
-  void sum_chunks(const Exec& exec) {
+  // The GPU shape's chunk table (and where each vector's chunks start) on the device, copied when
+  // it differs from the last round's.
+  void upload_chunks(const Exec& exec) {
     const size_t count = chunks_.size();
-    if (uploaded_ != chunks_) {
+    if (uploaded_ != chunks_ || uploaded_vectors_ != vector_chunks_) {
       Region region("trident::sum_of_squares_chunks");
       if (device_chunks_.extent(0) < count) {  // the first round, or more chunks than before
         // Every element is written before it is read: no initialising kernels.
@@ -325,9 +399,23 @@ class SquareSums {
       }
       std::copy(chunks_.begin(), chunks_.end(), host_chunks_.data());
       Kokkos::deep_copy(exec, device_chunks_, host_chunks_);
+      if (device_vector_chunks_.extent(0) < vector_chunks_.size()) {
+        device_vector_chunks_ = Kokkos::View<size_t*, MemSpace>(
+            Kokkos::view_alloc(Kokkos::WithoutInitializing, "square_vector_chunks"),
+            vector_chunks_.size());
+        host_vector_chunks_ = Kokkos::create_mirror_view(device_vector_chunks_);
+      }
+      std::copy(vector_chunks_.begin(), vector_chunks_.end(), host_vector_chunks_.data());
+      Kokkos::deep_copy(exec, device_vector_chunks_, host_vector_chunks_);
+      exec.fence();  // the host tables are rewritten next time only after the copies
       uploaded_ = chunks_;
+      uploaded_vectors_ = vector_chunks_;
     }
-    square_chunk_sums(exec, device_chunks_, chunk_sums_, count);
+  }
+
+  // Each vector's sum of its chunks' sums into host_sums_ (one wait).
+  void read_chunk_sums(const Exec& exec) {
+    const size_t count = chunks_.size();
     const auto sums = chunk_sums_;
     const auto range = std::make_pair(size_t{0}, count);
     Kokkos::deep_copy(exec, Kokkos::subview(host_chunk_sums_, range), Kokkos::subview(sums, range));
@@ -344,6 +432,9 @@ class SquareSums {
   std::vector<double> host_sums_;
   std::vector<SquareChunk> chunks_, uploaded_;
   std::vector<size_t> vector_chunks_;  // chunks_ index where each queued vector starts, and the end
+  std::vector<size_t> uploaded_vectors_;
+  Kokkos::View<size_t*, MemSpace> device_vector_chunks_;
+  Kokkos::View<size_t*, MemSpace>::HostMirror host_vector_chunks_;
   Kokkos::View<SquareChunk*, Device> device_chunks_;
   Kokkos::View<SquareChunk*, Device>::HostMirror host_chunks_;
   Kokkos::View<double*, MemSpace> chunk_sums_;

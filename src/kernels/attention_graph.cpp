@@ -70,10 +70,11 @@ class GraphWriter {
     t.type = type;
     return add(std::move(t));
   }
-  // The transpose of tensor x's last two axes, as a reshape into a virtual tensor.
-  int transpose(int x, std::string name) {
+  // The transpose of tensor x's last two axes, as a reshape into a virtual tensor of `type`.
+  int transpose(int x, std::string name, GraphType type) {
     GraphTensor t = transposed(graph_.tensors[x]);
     t.name = std::move(name);
+    t.type = type;
     t.uid = next_uid_++;
     t.is_virtual = true;
     const int y = add(std::move(t));
@@ -99,6 +100,13 @@ class GraphWriter {
 Dims head_strides(const AttentionGraphShape& s, int64_t ld) {
   return {static_cast<int64_t>(s.T) * ld, s.HS, ld, 1};
 }
+// The same heads transposed, [B, heads, HS, T]: how cuDNN takes k in q k^T (and v in dout v^T).
+Dims transposed_head_strides(const AttentionGraphShape& s, int64_t ld) {
+  return {static_cast<int64_t>(s.T) * ld, s.HS, 1, ld};
+}
+Dims transposed_heads_dims(const AttentionGraphShape& s, int heads) {
+  return {s.B, heads, s.HS, s.T};
+}
 Dims heads_dims(const AttentionGraphShape& s, int heads) {
   return {s.B, heads, s.T, s.HS};
 }
@@ -121,8 +129,7 @@ void check_shape(const AttentionGraphShape& s) {
 struct MaskedScores {
   int scores, scale;
 };
-MaskedScores masked_scores(GraphWriter& w, const AttentionGraphShape& s, int q, int k) {
-  const int kt = w.transpose(k, "k_transposed");
+MaskedScores masked_scores(GraphWriter& w, const AttentionGraphShape& s, int q, int kt) {
   const int scores = w.op(GraphOpKind::kMatmul, q, kt, w.temporary("scores", score_dims(s)));
   const int scale = w.scalar("scale", kUidScale, 1.0f / std::sqrt(static_cast<float>(s.HS)));
   const int scaled =
@@ -149,7 +156,8 @@ void matmul_into_kv_heads(GraphWriter& w, const AttentionGraphShape& s, int x, i
     w.op(GraphOpKind::kMatmul, x, b, y);
     return;
   }
-  const int per_query_head = w.temporary(name + "_per_query_head", heads_dims(s, s.NH));
+  const int per_query_head =
+      w.temporary(name + "_per_query_head", heads_dims(s, s.NH), GraphType::kStored);
   w.op(GraphOpKind::kReduceAdd, w.op(GraphOpKind::kMatmul, x, b, per_query_head), -1, y);
 }
 
@@ -161,11 +169,12 @@ AttentionGraph attention_forward_graph(const AttentionGraphShape& s) {
   GraphWriter w(graph);
   const int q =
       w.bound("q", kUidQ, heads_dims(s, s.NH), head_strides(s, s.ld_qkv), GraphType::kStored);
-  const int k =
-      w.bound("k", kUidK, heads_dims(s, s.KVH), head_strides(s, s.ld_qkv), GraphType::kStored);
+  // cuDNN takes k as k^T: the same memory through transposed strides.
+  const int kt = w.bound("k_transposed", kUidK, transposed_heads_dims(s, s.KVH),
+                         transposed_head_strides(s, s.ld_qkv), GraphType::kStored);
   const int v =
       w.bound("v", kUidV, heads_dims(s, s.KVH), head_strides(s, s.ld_qkv), GraphType::kStored);
-  const int masked = masked_scores(w, s, q, k).scores;
+  const int masked = masked_scores(w, s, q, kt).scores;
   // The softmax with its statistics, as cuDNN's flash attention recognises it.
   const int row_max = w.op(GraphOpKind::kReduceMax, masked, -1, w.temporary("max", row_dims(s)));
   const int shifted =
@@ -176,7 +185,9 @@ AttentionGraph attention_forward_graph(const AttentionGraphShape& s) {
   const int stats =
       w.bound("stats", kUidStats, row_dims(s), dense_strides(row_dims(s)), GraphType::kFloat);
   w.op(GraphOpKind::kAdd, row_max, log_sums, stats);
-  const int probs = w.op(GraphOpKind::kDiv, exps, sums, w.temporary("probs", score_dims(s)));
+  // p in the storage type: what cuDNN's fused kernel multiplies v by.
+  const int probs =
+      w.op(GraphOpKind::kDiv, exps, sums, w.temporary("probs", score_dims(s), GraphType::kStored));
   const int out =
       w.bound("out", kUidOut, heads_dims(s, s.NH), head_strides(s, s.ld_out), GraphType::kStored);
   w.op(GraphOpKind::kMatmul, probs, v, out);
@@ -189,39 +200,49 @@ AttentionGraph attention_backward_graph(const AttentionGraphShape& s) {
   GraphWriter w(graph);
   const Dims q_dims = heads_dims(s, s.NH), kv_dims = heads_dims(s, s.KVH);
   const int q = w.bound("q", kUidQ, q_dims, head_strides(s, s.ld_qkv), GraphType::kStored);
-  const int k = w.bound("k", kUidK, kv_dims, head_strides(s, s.ld_qkv), GraphType::kStored);
-  const int v = w.bound("v", kUidV, kv_dims, head_strides(s, s.ld_qkv), GraphType::kStored);
+  const int kt = w.bound("k_transposed", kUidK, transposed_heads_dims(s, s.KVH),
+                         transposed_head_strides(s, s.ld_qkv), GraphType::kStored);
+  const int vt = w.bound("v_transposed", kUidV, transposed_heads_dims(s, s.KVH),
+                         transposed_head_strides(s, s.ld_qkv), GraphType::kStored);
   const int out = w.bound("out", kUidOut, q_dims, head_strides(s, s.ld_out), GraphType::kStored);
   const int dout =
       w.bound("dout", kUidDout, q_dims, head_strides(s, s.ld_dout), GraphType::kStored);
   const int stats =
       w.bound("stats", kUidStats, row_dims(s), dense_strides(row_dims(s)), GraphType::kFloat);
   // dout . out per query row: the softmax's backward subtracts it from every dp of the row.
+  // cuDNN's pattern multiplies the sums by one (a dropout scale where there is dropout).
   const int products = w.op(GraphOpKind::kMul, dout, out, w.temporary("dout_out", q_dims));
+  const int sums =
+      w.op(GraphOpKind::kReduceAdd, products, -1, w.temporary("row_sums", row_dims(s)));
   const int row_dot =
       w.bound("row_dot", kUidRowDot, row_dims(s), dense_strides(row_dims(s)), GraphType::kFloat);
-  w.op(GraphOpKind::kReduceAdd, products, -1, row_dot);
+  w.op(GraphOpKind::kMul, sums, w.scalar("one", kUidOne, 1.0f), row_dot);
   // The probabilities again, from the scores and forward's log-sum-exp.
-  const MaskedScores masked = masked_scores(w, s, q, k);
+  const MaskedScores masked = masked_scores(w, s, q, kt);
   const int shifted =
       w.op(GraphOpKind::kSub, masked.scores, stats, w.temporary("shifted", score_dims(s)));
   const int probs = w.op(GraphOpKind::kExp, shifted, -1, w.temporary("probs", score_dims(s)));
   // dv = p^T dout (summed over a group's query heads).
   const int dv = w.bound("dv", kUidDv, kv_dims, head_strides(s, s.ld_dqkv), GraphType::kStored);
-  matmul_into_kv_heads(w, s, w.transpose(probs, "probs_transposed"), dout, dv, "dv");
+  matmul_into_kv_heads(w, s, w.transpose(probs, "probs_transposed", GraphType::kStored), dout, dv,
+                       "dv");
   // ds = p (dp - dout . out) / sqrt(HS), dp = dout v^T.
-  const int vt = w.transpose(v, "v_transposed");
   const int dp = w.op(GraphOpKind::kMatmul, dout, vt, w.temporary("dp", score_dims(s)));
   const int centred =
       w.op(GraphOpKind::kSub, dp, row_dot, w.temporary("dp_centred", score_dims(s)));
   const int dscores =
       w.op(GraphOpKind::kMul, centred, probs, w.temporary("dscores", score_dims(s)));
   const int ds = w.op(GraphOpKind::kMul, dscores, masked.scale, w.temporary("ds", score_dims(s)));
-  // dq = ds k; dk = ds^T q (summed over a group's query heads).
+  // dq = ds k, summed in fp32 memory the caller provides (how cuDNN's backward is told to use its
+  // workspace-saving kernel) and copied into dq; dk = ds^T q (summed over a group's query heads).
+  const int k = w.transpose(kt, "k", GraphType::kStored);
+  const int dq_sums =
+      w.bound("dq_sums", kUidDqSums, q_dims, dense_strides(q_dims), GraphType::kFloat);
+  w.op(GraphOpKind::kMatmul, ds, k, dq_sums);
   const int dq = w.bound("dq", kUidDq, q_dims, head_strides(s, s.ld_dqkv), GraphType::kStored);
-  w.op(GraphOpKind::kMatmul, ds, k, dq);
+  w.op(GraphOpKind::kIdentity, dq_sums, -1, dq);
   const int dk = w.bound("dk", kUidDk, kv_dims, head_strides(s, s.ld_dqkv), GraphType::kStored);
-  matmul_into_kv_heads(w, s, w.transpose(ds, "ds_transposed"), q, dk, "dk");
+  matmul_into_kv_heads(w, s, w.transpose(ds, "ds_transposed", GraphType::kStored), q, dk, "dk");
   return graph;
 }
 
@@ -276,6 +297,8 @@ double pointwise(GraphOpKind kind, double x, double b) {
       return std::log(x);
     case GraphOpKind::kCmpGe:
       return x >= b ? 1.0 : 0.0;
+    case GraphOpKind::kIdentity:
+      return x;
     default:
       throw std::logic_error("attention graph: not a pointwise operation");
   }

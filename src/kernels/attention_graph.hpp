@@ -36,7 +36,8 @@ struct GraphTensor {
 // kSelect: y = t ? x : b; kGenIndex: y = the index along `axis`; reductions sum (or take the
 // maximum) over the axes where y's dimension is 1 and over the groups where it divides x's;
 // kMatmul: y = x b per [batch, head] on the last two axes; kReshape: y is x with dimensions and
-// strides permuted (a transpose, no data moved).
+// strides permuted (a transpose, no data moved); kIdentity: y = x (a copy into another layout
+// and type).
 enum class GraphOpKind {
   kMatmul,
   kReshape,
@@ -50,7 +51,8 @@ enum class GraphOpKind {
   kLog,
   kCmpGe,
   kGenIndex,
-  kSelect
+  kSelect,
+  kIdentity
 };
 
 struct GraphOp {
@@ -80,6 +82,8 @@ enum AttentionUid : int64_t {
   kUidRowDot,  // backward's dout . out per query row, [B, NH, T, 1] fp32 the caller provides
   kUidScale,   // by value: 1 / sqrt(HS)
   kUidMaskValue,
+  kUidOne,     // by value: 1
+  kUidDqSums,  // backward's fp32 sums of dq, [B, NH, T, HS] dense, the caller provides (zeroed)
   kFirstVirtualUid = 100
 };
 

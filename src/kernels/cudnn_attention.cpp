@@ -177,6 +177,8 @@ cudnnPointwiseMode_t pointwise_mode(GraphOpKind kind) {
       return CUDNN_POINTWISE_GEN_INDEX;
     case GraphOpKind::kSelect:
       return CUDNN_POINTWISE_BINARY_SELECT;
+    case GraphOpKind::kIdentity:
+      return CUDNN_POINTWISE_IDENTITY;
     default:
       throw std::logic_error("not a pointwise operation");
   }
@@ -224,8 +226,12 @@ const Descriptor& operation(const GraphOp& op, const std::vector<Owned>& tensors
     }
     default: {
       Descriptor& desc = add(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise");
+      // The mask's indices and comparison compute in their own types, as cuDNN's frontend emits.
+      const cudnnDataType_t math = op.kind == GraphOpKind::kGenIndex ? CUDNN_DATA_INT32
+                                   : op.kind == GraphOpKind::kCmpGe  ? CUDNN_DATA_BOOLEAN
+                                                                     : fp32;
       desc.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, pointwise_mode(op.kind))
-          .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, fp32);
+          .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, math);
       if (op.kind == GraphOpKind::kGenIndex)
         desc.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, static_cast<int64_t>(op.axis));
       desc.finalize();
@@ -259,29 +265,37 @@ Plan make_plan(cudnnHandle_t handle, const AttentionGraph& graph, Precision form
       .finalize();
   std::string tried;
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
-    heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, op_graph)
-        .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode)
-        .finalize();
+    const std::string heuristic = mode == CUDNN_HEUR_MODE_A ? "heuristics A" : "fallback";
     constexpr int kMaxConfigs = 16;
     std::vector<Owned> configs;
     std::vector<cudnnBackendDescriptor_t> handles;
-    for (int i = 0; i < kMaxConfigs; ++i) {
-      configs.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "config"));
-      handles.push_back(configs.back()->get());
-    }
     int64_t found = 0;
-    check(cudnn_api().get_attribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxConfigs, &found,
-                                    handles.data()),
-          "reading the engine heuristics' results");
+    Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
+    try {  // a mode that fails is reported beside the other's, not instead of it
+      heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, op_graph)
+          .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode)
+          .finalize();
+      for (int i = 0; i < kMaxConfigs; ++i) {
+        configs.push_back(
+            std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "config"));
+        handles.push_back(configs.back()->get());
+      }
+      check(cudnn_api().get_attribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxConfigs, &found,
+                                      handles.data()),
+            "reading the engine heuristics' results");
+    } catch (const CudnnRefusal& refusal) {
+      tried += "\n  " + heuristic + ": " + refusal.what();
+      continue;
+    }
     for (int64_t i = 0; i < found; ++i) {
       auto plan = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan");
       plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle)
           .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, *configs[i]);
       const cudnnStatus_t status = cudnn_api().finalize(plan->get());
       if (status != CUDNN_STATUS_SUCCESS) {
-        tried += "\n  engine configuration " + std::to_string(i) + ": " + cudnn_message(status);
+        tried += "\n  " + heuristic + ", engine configuration " + std::to_string(i) + ": " +
+                 cudnn_message(status);
         continue;
       }
       Plan out;
@@ -323,6 +337,8 @@ struct CudnnState {
   size_t workspace_bytes = 0;
   void* row_dots = nullptr;  // backward's dout . out per query row, fp32
   size_t row_dot_bytes = 0;
+  void* dq_sums = nullptr;  // backward's fp32 sums of dq, zeroed before each call
+  size_t dq_sum_bytes = 0;
 };
 CudnnState* state = nullptr;
 bool used = false;
@@ -338,6 +354,7 @@ CudnnState& cudnn_state() {
     state->shapes.clear();
     cudaFree(state->workspace);
     cudaFree(state->row_dots);
+    cudaFree(state->dq_sums);
     cudnn_api().destroy(state->handle);
     delete state;
     state = nullptr;
@@ -459,6 +476,12 @@ void cudnn_attention_backward(const Kokkos::Cuda& exec, const AttentionGraphShap
   CudnnState& st = cudnn_state();
   const size_t rows = static_cast<size_t>(s.B) * s.NH * s.T;
   void* row_dots = grown(st.row_dots, st.row_dot_bytes, rows * sizeof(float), "row dots");
+  const size_t dq_bytes = rows * s.HS * sizeof(float);
+  void* dq_sums = grown(st.dq_sums, st.dq_sum_bytes, dq_bytes, "dq sums");
+  // cuDNN before 9.6 adds into the sums; later ones overwrite them. Zeroed either way.
+  const cudaError_t zeroed = cudaMemsetAsync(dq_sums, 0, dq_bytes, exec.cuda_stream());
+  if (zeroed != cudaSuccess)
+    fatal("cudaMemsetAsync", __FILE__, __LINE__, cudaGetErrorString(zeroed));
   char* q = const_cast<char*>(static_cast<const char*>(qkv));
   char* d = static_cast<char*>(dqkv);
   const size_t bytes = 2, head = static_cast<size_t>(s.HS) * bytes;
@@ -470,6 +493,7 @@ void cudnn_attention_backward(const Kokkos::Cuda& exec, const AttentionGraphShap
            {kUidStats, const_cast<float*>(lse)},
            {kUidDout, const_cast<void*>(dout)},
            {kUidRowDot, row_dots},
+           {kUidDqSums, dq_sums},
            {kUidDq, d},
            {kUidDk, d + s.NH * head},
            {kUidDv, d + (s.NH + s.KVH) * head}},

@@ -132,6 +132,19 @@ void AdamW::for_each_piece(const View1& grads, Placement grads_at, double lr, bo
   for_streamed_blocks(stream_params, [&](int64_t lo, int64_t n) { pieces(lo, lo + n, lo); });
 }
 
+bool AdamW::read_grad_scale_from(const float* scale) {
+  constexpr bool host_reads = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  if (scale && pieces_.extent(0) == 0 && !host_reads) return false;
+  grad_scale_at_ = scale;
+  return true;
+}
+
+float AdamW::scale_now(float grad_scale) const {
+  if (!grad_scale_at_) return grad_scale;
+  exec_.fence();  // clip_scale has written it
+  return *grad_scale_at_;
+}
+
 void AdamW::step(const View1& params, Placement params_at, const View1& grads, Placement grads_at,
                  double lr, float grad_scale) {
   const bool compact_params = params_at == Placement::kCompact;
@@ -147,10 +160,12 @@ void AdamW::step(const View1& params, Placement params_at, const View1& grads, P
           p = update(p, mj, vj, grads(compact_grads ? j : flat));
           m(j) = mj;
           v(j) = vj;
-        });
+        },
+        grad_scale_at_);
     exec_.fence();
     return;
   }
+  grad_scale = scale_now(grad_scale);
   const bool stream_params = streamed() && param_file_ != nullptr && compact_params;
   for_each_piece(grads, grads_at, lr, stream_params,
                  [&](const kernels::AdamWHyper& h, const PieceAt& at) {
@@ -173,7 +188,8 @@ void AdamW::step(const MasterParams& params, const View1& grads, Placement grads
     const bool bf16 = compute.format == Precision::kBf16;
     kernels::adamw_update_pieces(
         exec_, bf16 ? "adamw_update_split" : "adamw_update_rounded", pieces_, count_, hyper(lr),
-        grad_scale, KOKKOS_LAMBDA(int64_t j, int64_t flat, const kernels::AdamWElement& update) {
+        grad_scale,
+        KOKKOS_LAMBDA(int64_t j, int64_t flat, const kernels::AdamWElement& update) {
           float mj = m(j), vj = v(j);
           uint16_t& half = copy(compact_copy ? j : flat);
           const float g = grads(compact_grads ? j : flat);
@@ -189,10 +205,12 @@ void AdamW::step(const MasterParams& params, const View1& grads, Placement grads
           }
           m(j) = mj;
           v(j) = vj;
-        });
+        },
+        grad_scale_at_);
     exec_.fence();
     return;
   }
+  grad_scale = scale_now(grad_scale);
   for_each_piece(grads, grads_at, lr, false, [&](const kernels::AdamWHyper& h, const PieceAt& at) {
     const HalfVec copy = window(compute.values, compact_copy ? at.compact : at.flat, at.count);
     if (compute.format == Precision::kBf16)

@@ -91,6 +91,11 @@ class AdamW {
   // (local SGD averages them over dp this way, with no copy in flat layout).
   void transform_moments(const std::function<void(const Vec& m, const Vec& v)>& f);
   bool streamed() const { return m_file_ != nullptr; }
+  // Reads the gradient's scale at `scale` in device memory (kernels::clip_scale's output) instead
+  // of step()'s argument: the GPU shape's one launch reads it there, the per-piece launches read
+  // it on the host after a fence. Null: step()'s argument again. False, and nothing changed,
+  // where the host cannot read device memory and there is no single launch.
+  bool read_grad_scale_from(const float* scale);
   int steps_taken() const { return step_; }
   void set_steps_taken(int s) { step_ = s; }
 
@@ -135,6 +140,9 @@ class AdamW {
   std::unique_ptr<FileStore> m_file_, v_file_;
   int step_ = 0;
   kernels::AdamWPieces pieces_;  // GPU shape, resident moments: the single launch's; else empty
+  const float* grad_scale_at_ = nullptr;  // read_grad_scale_from
+  // step()'s grad_scale for launches that take it by value: where read_grad_scale_from says.
+  float scale_now(float grad_scale) const;
 };
 
 }  // namespace trident

@@ -339,6 +339,10 @@ class StepPredictor {
     else
       for (const LocalParam& p : local_.params())
         if (p.numel > 0) kernel("sum_of_squares", 4.0 * static_cast<double>(p.numel));
+    // One rank clips on the device: the GPU shape adds the chunks' sums there, and one thread
+    // computes the norm and AdamW's scale (Trainer::clip_and_step).
+    if (gpu()) kernel("sum_of_squares_total", 0);
+    kernel("clip_scale", 0);
     const char* label = q_.precision == Precision::kBf16   ? "adamw_update_split"
                         : q_.precision == Precision::kFp16 ? "adamw_update_rounded"
                                                            : "adamw_update";

@@ -41,8 +41,9 @@ PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp
 
 double PipelineRunner::train(const std::vector<pipeline::Action>& actions,
                              const BatchSampler& sampler, int64_t batch_index, bool reduce_over_dp,
-                             float loss_scale) {
-  const double loss_sum = run_actions(actions, sampler, batch_index, reduce_over_dp, loss_scale);
+                             float loss_scale, bool read_losses) {
+  const double loss_sum =
+      run_actions(actions, sampler, batch_index, reduce_over_dp, loss_scale, read_losses);
   {
     ScopedPhase phase(timer_, Phase::kDpComm);
     for (ModelChunk& ch : chunks_) ch.dp->finish_reduction(reduce_over_dp);
@@ -53,12 +54,12 @@ double PipelineRunner::train(const std::vector<pipeline::Action>& actions,
 
 double PipelineRunner::evaluate(const std::vector<pipeline::Action>& actions,
                                 const BatchSampler& sampler, int64_t batch_index) {
-  return run_actions(actions, sampler, batch_index, false, 0.0f);  // 0: no backward follows
+  return run_actions(actions, sampler, batch_index, false, 0.0f, true);  // 0: no backward follows
 }
 
 double PipelineRunner::run_actions(const std::vector<pipeline::Action>& actions,
                                    const BatchSampler& sampler, int64_t batch_index,
-                                   bool reduce_over_dp, float loss_scale) {
+                                   bool reduce_over_dp, float loss_scale, bool read_losses) {
   // Gradients become final with a chunk's last backward or weight-gradient pass.
   std::vector<int> gradient_passes(chunks_.size(), 0);
   const auto final_pass = [&](int chunk) {
@@ -91,6 +92,11 @@ double PipelineRunner::run_actions(const std::vector<pipeline::Action>& actions,
     throw std::logic_error("PipelineRunner: " + std::to_string(head_forwards) +
                            " forwards through the head for " +
                            std::to_string(place_.micro_batches) + " micro-batches");
+  return read_losses ? this->read_losses() : 0.0;
+}
+
+double PipelineRunner::read_losses() {
+  if (!counts_losses_) return 0.0;
   Kokkos::deep_copy(micro_losses_host_, micro_losses_);
   double loss_sum = 0.0;  // in micro-batch order
   for (int mb = 0; mb < place_.micro_batches; ++mb) loss_sum += micro_losses_host_(mb);

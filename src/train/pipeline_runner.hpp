@@ -49,8 +49,13 @@ class PipelineRunner {
   // share of the summed per-token losses. Gradients, multiplied by `loss_scale`, accumulate over
   // micro-batches and are final on return: reduced over dp when `reduce_over_dp`, and summed
   // between the tied embedding's two stages.
+  // With `read_losses` false the losses stay on the device and train() returns 0: read_losses()
+  // reads them later (one rank reads them with the gradient norm, once AdamW is launched).
   double train(const std::vector<pipeline::Action>& actions, const BatchSampler& sampler,
-               int64_t batch_index, bool reduce_over_dp, float loss_scale);
+               int64_t batch_index, bool reduce_over_dp, float loss_scale, bool read_losses = true);
+  // This rank's share of the summed per-token losses of the last pass, in micro-batch order (a
+  // wait for the device).
+  double read_losses();
   // Runs forward-only `actions` (evaluation); returns this rank's share of the summed losses.
   double evaluate(const std::vector<pipeline::Action>& actions, const BatchSampler& sampler,
                   int64_t batch_index);
@@ -74,7 +79,7 @@ class PipelineRunner {
   // A zero-bubble schedule's deferred weight-gradient pass (no communication).
   void backward_weight(const pipeline::Action& act, bool final_pass);
   double run_actions(const std::vector<pipeline::Action>& actions, const BatchSampler& sampler,
-                     int64_t batch_index, bool reduce_over_dp, float loss_scale);
+                     int64_t batch_index, bool reduce_over_dp, float loss_scale, bool read_losses);
   void wait_for_sends();
   void sum_tied_embedding_gradient();
   // Messages are tagged by micro-batch, receiving virtual stage and direction, so transfers of

@@ -35,6 +35,7 @@
 #include "io/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "io/timings.hpp"
+#include "kernels/adamw.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/cublas.hpp"
 #include "kernels/cudnn_attention.hpp"
@@ -273,6 +274,9 @@ class Trainer {
   // Clips by the global norm of grad_scale x the gradient and steps every chunk; returns the
   // norm.
   double clip_and_step(double lr, double grad_scale);
+  // The step's mean loss from the summed per-token losses into `out`; false, saying so, when it
+  // is not finite (the run stops).
+  bool take_loss(double loss_sum, StepOutcome& out);
   // fp16: whether any rank's gradient holds an infinity or NaN (1-based `step`), decided for
   // every rank: then the step is skipped and the loss scale updated.
   bool overflow_skips_step(int step);
@@ -294,6 +298,12 @@ class Trainer {
   PhaseTimer timer_;
   MemoryLedger ledger_;
   std::vector<ModelChunk> chunks_;
+  // One rank and one model chunk: the global norm and AdamW's gradient scale are computed on the
+  // device (kernels::clip_scale), so AdamW follows the norm with no wait for the host, which
+  // reads the norm once AdamW is launched. Decided at the first update.
+  enum class DeviceClip { kUndecided, kOn, kOff } device_clip_ = DeviceClip::kUndecided;
+  Kokkos::View<double, MemSpace> clip_squares_{"clip_squares"}, clip_norm_{"clip_norm"};
+  Kokkos::View<float, MemSpace> clip_scale_{"clip_scale"};
   std::unique_ptr<PipelineRunner> runner_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::vector<pipeline::Action> schedule_, eval_actions_;
@@ -419,15 +429,12 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   // Mean over the global batch's tokens, times the fp16 loss scale (1 otherwise).
   const float loss_scale =
       static_cast<float>(scaler_.scale() / static_cast<double>(tokens_per_step_));
-  out.loss =
-      world_.sum(runner_->train(schedule_, *train_sampler_, step, reduce_over_dp, loss_scale)) /
-      static_cast<double>(tokens_per_step_);
-  if (!std::isfinite(out.loss)) {
-    console_.line(
-        fmt::format("error: loss is {} at step {}; stopping (lower optim.lr or check the data)",
-                    out.loss, out.step));
-    return false;
-  }
+  // One rank reads its loss with the gradient norm, once AdamW is launched, so that the device
+  // runs on from backward to the update; several ranks sum theirs over MPI first.
+  const bool loss_with_norm = world_.size() == 1;
+  const double loss_sum =
+      runner_->train(schedule_, *train_sampler_, step, reduce_over_dp, loss_scale, !loss_with_norm);
+  if (!loss_with_norm && !take_loss(world_.sum(loss_sum), out)) return false;
   // async applies the gradient reduced during the previous step; the first has none.
   bool update = sync != DpSync::kAsync || exchange_async_gradients();
   // fp16: an overflow on any rank skips the step everywhere and (after the hysteresis) lowers the
@@ -446,6 +453,7 @@ bool Trainer::train_step(int step, StepOutcome& out) {
     const double replica_scale = reduce_over_dp || sync == DpSync::kAsync ? 1.0 : grid_.shape().dp;
     out.grad_norm = update ? clip_and_step(out.lr, replica_scale / out.loss_scale) : 0.0;
   }
+  if (loss_with_norm && !take_loss(runner_->read_losses(), out)) return false;
   if (sync == DpSync::kLocalSgd && !synchronous) replicas_diverged_ = true;
   if (sync == DpSync::kLocalSgd && synchronous && replicas_diverged_) {
     ScopedPhase phase(timer_, Phase::kDpComm);
@@ -463,15 +471,41 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   return true;
 }
 
+bool Trainer::take_loss(double loss_sum, StepOutcome& out) {
+  out.loss = loss_sum / static_cast<double>(tokens_per_step_);
+  if (std::isfinite(out.loss)) return true;
+  console_.line(
+      fmt::format("error: loss is {} at step {}; stopping (lower optim.lr or check the data)",
+                  out.loss, out.step));
+  return false;
+}
+
 double Trainer::clip_and_step(double lr, double grad_scale) {
   // One model replica's norm, each tensor counted once: a slice held by several tp ranks only on
   // the first of them, the tied embedding only on the first stage.
-  double squares = 0.0;
   const int tp_rank = grid_.coord().tp;
-  for (const ModelChunk& ch : chunks_)
-    ch.dp->add_grad_squares(squares, [&](const LocalParam& p) {
+  const auto counted = [tp_rank](const ModelChunk& ch) {
+    return [&ch, tp_rank](const LocalParam& p) {
       return p.first_replica(tp_rank) && (ch.first || p.spec->name != "wte");
-    });
+    };
+  };
+  if (device_clip_ == DeviceClip::kUndecided)
+    device_clip_ = world_.size() == 1 && chunks_.size() == 1 &&
+                           chunks_.front().dp->read_grad_scale_from(clip_scale_.data())
+                       ? DeviceClip::kOn
+                       : DeviceClip::kOff;
+  if (device_clip_ == DeviceClip::kOn) {
+    const ModelChunk& ch = chunks_.front();
+    ch.dp->grad_squares_on_device(counted(ch), clip_squares_);
+    kernels::clip_scale(Exec(), clip_squares_, grad_scale, config_.optim.max_norm, clip_norm_,
+                        clip_scale_);
+    ch.dp->step(lr, 0.0f);  // AdamW reads the scale clip_scale wrote
+    double norm = 0.0;
+    Kokkos::deep_copy(norm, clip_norm_);
+    return norm;
+  }
+  double squares = 0.0;
+  for (const ModelChunk& ch : chunks_) ch.dp->add_grad_squares(squares, counted(ch));
   // Summed over pp x tp, and over dp too when dp ranks hold different shards of the gradient.
   squares =
       chunks_.front().dp->gradient_sharded() ? world_.sum(squares) : model_replica_.sum(squares);

@@ -111,6 +111,35 @@ TEST(AdamW, SingleLaunchGivesThePerTensorLaunchesBits) {
   }
 }
 
+// AdamW reading its gradient's scale on the device (kernels::clip_scale's output: the clip with
+// no wait for the host) gives the bits of the scale passed by value, in the single launch and the
+// per-tensor launches, and goes back to the argument when told.
+TEST(AdamW, ScaleReadOnTheDeviceGivesTheArgumentsBits) {
+  const ModelConfig m = ModelConfig::gpt2(2, 16, 2, 37, 8);
+  const ParamTable table(m);
+  const LocalParamTable local(table, m, whole_model(m), 1);
+  const size_t n = local.total_numel();
+  const View1 grads = filled("grads", n, 4, 0.5f);
+  const Kokkos::View<float, MemSpace> scale("scale");
+  Kokkos::deep_copy(scale, 0.3f);
+  for (const kernels::Shape shape : {kernels::Shape::kCpu, kernels::Shape::kGpu}) {
+    MemoryLedger l1, l2;
+    AdamW by_value(local, l1, AdamWSettings{}, {}, {}, shape);
+    AdamW on_device(local, l2, AdamWSettings{}, {}, {}, shape);
+    ASSERT_TRUE(on_device.read_grad_scale_from(scale.data()));
+    const View1 p1 = filled("p1", n, 5, 1.0f), p2 = filled("p2", n, 5, 1.0f);
+    for (int s = 0; s < 2; ++s) {
+      by_value.step(p1, grads, 1e-2, 0.3f);
+      on_device.step(p2, grads, 1e-2, 123.0f);  // the argument is not read
+    }
+    ASSERT_EQ(values(p1), values(p2)) << (shape == kernels::Shape::kGpu ? "gpu" : "cpu");
+    ASSERT_TRUE(on_device.read_grad_scale_from(nullptr));
+    by_value.step(p1, grads, 1e-2, 0.7f);
+    on_device.step(p2, grads, 1e-2, 0.7f);
+    ASSERT_EQ(values(p1), values(p2));
+  }
+}
+
 // The per-tensor path launches once for each piece of a tensor it owns: many more.
 TEST(AdamW, PerTensorLaunchesAreManyMore) {
   const ModelConfig m = ModelConfig::gpt2(2, 16, 2, 37, 8);

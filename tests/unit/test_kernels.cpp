@@ -598,6 +598,7 @@ TEST(Kernels, AttentionGraphsMatchTheTiledAttention) {
     }
     std::vector<float> out_g(size_t(N) * (C + pad), 7.0f), stats(size_t(N) * s.NH, 7.0f);
     std::vector<float> dqkv_g(size_t(N) * (W + pad), 7.0f), row_dot(size_t(N) * s.NH, 7.0f);
+    std::vector<float> dq_sums(size_t(N) * C, 0.0f);
     float* const q = qkv_g.data();
     float* const dq = dqkv_g.data();
     const int k_col = C, v_col = C + s.kv_heads() * s.HS;
@@ -613,6 +614,7 @@ TEST(Kernels, AttentionGraphsMatchTheTiledAttention) {
                                                            {kUidStats, stats.data()},
                                                            {kUidDout, dout_g.data()},
                                                            {kUidRowDot, row_dot.data()},
+                                                           {kUidDqSums, dq_sums.data()},
                                                            {kUidDq, dq},
                                                            {kUidDk, dq + k_col},
                                                            {kUidDv, dq + v_col}});
@@ -639,7 +641,7 @@ TEST(Kernels, AttentionGraphsBindTheirTensorsByUid) {
   const AttentionGraph forward = attention_forward_graph(g), backward = attention_backward_graph(g);
   for (const int64_t uid : {kUidQ, kUidK, kUidV, kUidOut, kUidStats})
     EXPECT_FALSE(forward.tensor(uid).is_virtual) << uid;
-  for (const int64_t uid : {kUidDout, kUidDq, kUidDk, kUidDv, kUidRowDot})
+  for (const int64_t uid : {kUidDout, kUidDq, kUidDk, kUidDv, kUidRowDot, kUidDqSums})
     EXPECT_FALSE(backward.tensor(uid).is_virtual) << uid;
   EXPECT_THROW(forward.tensor(kUidDq), std::logic_error);
   // cuDNN binds memory by uid: no two tensors of a graph share one (grouped or not).
@@ -650,8 +652,11 @@ TEST(Kernels, AttentionGraphsBindTheirTensorsByUid) {
       for (const GraphTensor& t : graph.tensors)
         EXPECT_TRUE(uids.insert(t.uid).second) << t.name << " repeats uid " << t.uid;
     }
-  EXPECT_EQ(forward.tensor(kUidK).dims, (std::array<int64_t, 4>{2, 2, 16, 8}));
-  EXPECT_EQ(forward.tensor(kUidK).strides, (std::array<int64_t, 4>{16 * 128, 8, 128, 1}));
+  // k (and v in backward) as cuDNN takes them: transposed through their strides.
+  EXPECT_EQ(forward.tensor(kUidK).dims, (std::array<int64_t, 4>{2, 2, 8, 16}));
+  EXPECT_EQ(forward.tensor(kUidK).strides, (std::array<int64_t, 4>{16 * 128, 8, 1, 128}));
+  EXPECT_EQ(backward.tensor(kUidV).strides, (std::array<int64_t, 4>{16 * 128, 8, 1, 128}));
+  EXPECT_EQ(forward.tensor(kUidV).strides, (std::array<int64_t, 4>{16 * 128, 8, 128, 1}));
   EXPECT_EQ(forward.tensor(kUidStats).strides, (std::array<int64_t, 4>{4 * 16, 16, 1, 1}));
   EXPECT_TRUE(forward.tensor(kUidScale).by_value);
   EXPECT_FLOAT_EQ(forward.tensor(kUidScale).value, 1.0f / std::sqrt(8.0f));
@@ -816,6 +821,44 @@ TEST(Kernels, SquareSumsAreTheBitsOfOneSumOfSquaresPerVector) {
   SquareSums one_slot(1, Shape::kGpu);
   one_slot.queue(exec(), a);
   EXPECT_THROW(one_slot.queue(exec(), b), std::logic_error);
+}
+
+// The clip on the device: SquareSums leaves add_to()'s bits there (0 + each vector's sum, in
+// order) in either shape, a round that queues other vectors as well, and clip_scale computes the
+// norm and AdamW's scale with the host's arithmetic, bit for bit: clipped, unclipped, and with
+// clipping off (max_norm 0).
+TEST(Kernels, ClipOnTheDeviceIsTheHostsBits) {
+  const TestBuf a = random_view(150001, 47), b = random_view(37, 48), c = random_view(5000, 49);
+  const Kokkos::View<double, MemSpace> total("total"), norm("norm");
+  const Kokkos::View<float, MemSpace> scale("scale");
+  for (const Shape shape : {Shape::kCpu, Shape::kGpu}) {
+    SquareSums sums(3, shape);
+    for (const std::vector<const TestBuf*>& round :
+         {std::vector<const TestBuf*>{&a, &b, &c}, std::vector<const TestBuf*>{&c, &a}}) {
+      double on_host = 0.0;
+      for (const TestBuf* x : round) sums.queue(exec(), *x);
+      sums.add_to(exec(), on_host);
+      for (const TestBuf* x : round) sums.queue(exec(), *x);
+      sums.sum_on_device(exec(), total);
+      double on_device = 0.0;
+      Kokkos::deep_copy(on_device, total);
+      EXPECT_EQ(on_device, on_host) << (shape == Shape::kGpu ? "gpu" : "cpu") << " shape";
+      for (const double max_norm : {0.0, 1.0, 1e9}) {
+        const double grad_scale = 0.37;
+        clip_scale(exec(), total, grad_scale, max_norm, norm, scale);
+        double device_norm = 0.0;
+        float device_scale = 0.0f;
+        Kokkos::deep_copy(device_norm, norm);
+        Kokkos::deep_copy(device_scale, scale);
+        const double host_norm = grad_scale * std::sqrt(on_host);
+        const float host_scale = static_cast<float>(
+            grad_scale *
+            (max_norm > 0 && host_norm > max_norm ? max_norm / (host_norm + 1e-6) : 1.0));
+        EXPECT_EQ(device_norm, host_norm);
+        EXPECT_EQ(device_scale, host_scale) << "max_norm " << max_norm;
+      }
+    }
+  }
 }
 
 // The GPU shape sums every queued vector in one launch, in chunks that a long vector spans

@@ -147,10 +147,24 @@ Vec PlainDataParallel::held_gradient(const LocalParam& p) const {
   return window(stage_.grads(), p.offset, p.numel);
 }
 
-void PlainDataParallel::add_grad_squares(double& sum, const ParamFilter& counted) const {
+void DataParallelStrategy::add_grad_squares(double& sum, const ParamFilter& counted) const {
+  queue_grad_squares(counted);
+  squares_.add_to(Exec(), sum);
+}
+
+void DataParallelStrategy::grad_squares_on_device(
+    const ParamFilter& counted, const Kokkos::View<double, MemSpace>& total) const {
+  queue_grad_squares(counted);
+  squares_.sum_on_device(Exec(), total);
+}
+
+bool DataParallelStrategy::read_grad_scale_from(const float* scale) {
+  return optimizer_->read_grad_scale_from(scale);
+}
+
+void PlainDataParallel::queue_grad_squares(const ParamFilter& counted) const {
   for (const LocalParam& p : stage_.local().params())
     if (counted(p)) squares_.queue(Exec(), held_gradient(p));
-  squares_.add_to(Exec(), sum);
 }
 
 void PlainDataParallel::step(double lr, float grad_scale) {
@@ -228,7 +242,7 @@ Vec Zero2::held_gradient(const LocalParam& p) const {
   return window(grad_shards_->shard(), grad_shards_->shard_offset(u), grad_shards_->shard_size(u));
 }
 
-void Zero2::add_grad_squares(double& sum, const ParamFilter& counted) const {
+void Zero2::queue_grad_squares(const ParamFilter& counted) const {
   // This rank holds the reduced gradient of its shard of each unit only.
   const LocalParamTable& local = stage_.local();
   for (const LocalParam& p : local.params()) {
@@ -243,7 +257,6 @@ void Zero2::add_grad_squares(double& sum, const ParamFilter& counted) const {
                      window(grad_shards_->shard(), grad_shards_->shard_offset(u) + (a - own_begin),
                             static_cast<size_t>(b - a)));
   }
-  squares_.add_to(Exec(), sum);
 }
 
 void Zero2::step(double lr, float grad_scale) {

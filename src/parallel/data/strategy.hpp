@@ -74,7 +74,13 @@ class DataParallelStrategy {
   // The whole gradient this rank holds after the reduction (the overflow check reads it).
   virtual View1 held_gradients() const = 0;
   // Adds to `sum` the squares of the held gradient of every parameter `counted` accepts.
-  virtual void add_grad_squares(double& sum, const ParamFilter& counted) const = 0;
+  void add_grad_squares(double& sum, const ParamFilter& counted) const;
+  // total() = those squares (0 + each in the same order: the same bits), left on the device.
+  void grad_squares_on_device(const ParamFilter& counted,
+                              const Kokkos::View<double, MemSpace>& total) const;
+  // AdamW reads the gradient's scale at `scale` (device memory; null: step()'s argument again).
+  // False, and nothing changed, where it cannot (moments streamed through host memory).
+  bool read_grad_scale_from(const float* scale);
   // True when dp ranks hold different parts of the gradient: the global norm's squares are then
   // summed over dp as well as over the model-parallel ranks.
   virtual bool gradient_sharded() const { return false; }
@@ -113,6 +119,9 @@ class DataParallelStrategy {
   virtual void restore_params(const View1& full);
   // ZeRO-1/2: every replica all-gathers the updated shards of every unit.
   void gather_updated_shards();
+  // Queues in squares_ the held gradient (or this rank's part of it) of every parameter `counted`
+  // accepts, in parameter order.
+  virtual void queue_grad_squares(const ParamFilter& counted) const = 0;
 
   GptStage& stage_;
   Communicator& dp_;
@@ -134,7 +143,7 @@ class PlainDataParallel : public DataParallelStrategy {
   void progress() override { async_pending_.test(); }
   Vec held_gradient(const LocalParam& p) const override;
   View1 held_gradients() const override { return stage_.grads(); }
-  void add_grad_squares(double& sum, const ParamFilter& counted) const override;
+  void queue_grad_squares(const ParamFilter& counted) const override;
   void step(double lr, float grad_scale) override;
   bool exchange_async_gradients() override;
   void average_replicas() override;
@@ -164,7 +173,7 @@ class Zero2 : public DataParallelStrategy {
   void zero_grads() override;
   Vec held_gradient(const LocalParam& p) const override;
   View1 held_gradients() const override { return grad_shards_->shard(); }
-  void add_grad_squares(double& sum, const ParamFilter& counted) const override;
+  void queue_grad_squares(const ParamFilter& counted) const override;
   bool gradient_sharded() const override { return true; }
   void step(double lr, float grad_scale) override;
   void gather_params() override { gather_updated_shards(); }
