@@ -306,6 +306,40 @@ void set_cublaslt_epilogues(bool on) {
   epilogues_setting() = on;
 }
 
+namespace {
+
+// A plan's key with the GEMM's shape and operands; no epilogue yet (the caller adds its own).
+EpilogueKey shape_key(char trans_a, char trans_b, int m, int n, int k, int lda, int ldb, int ldd,
+                      Precision format, const void* A, const void* B, const void* D) {
+  EpilogueKey key{};
+  key.trans_a = trans_a;
+  key.trans_b = trans_b;
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  key.lda = lda;
+  key.ldb = ldb;
+  key.ldd = ldd;
+  key.format = format;
+  key.align_a = alignment_of(A);
+  key.align_b = alignment_of(B);
+  key.align_d = alignment_of(D);
+  key.align_bias = key.align_residual = key.align_aux = 16;
+  key.gelu = GeluEpilogue::kNone;
+  return key;
+}
+
+// The kept plan of `key`, made at its first call (the heuristic reads the bias's and aux's
+// alignment from their pointers).
+EpiloguePlan& plan_of(const EpilogueKey& key, const void* bias, const void* aux) {
+  CublasLtState& state = cublaslt_state();
+  auto at = state.plans.find(key);
+  if (at == state.plans.end()) at = state.plans.emplace(key, make_plan(key, bias, aux)).first;
+  return at->second;
+}
+
+}  // namespace
+
 bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m, int n, int k,
                      float alpha, const uint16_t* A, int lda, const uint16_t* B, int ldb,
                      Precision format, uint16_t* D, int ldd, const uint16_t* bias,
@@ -315,29 +349,15 @@ bool gemm16_epilogue(const Kokkos::Cuda& exec, char trans_a, char trans_b, int m
     throw std::logic_error(
         "gemm16_epilogue: GELU takes aux, and no residual (nor, backward, bias)");
   CublasLtState& state = cublaslt_state();
-  const EpilogueKey key{trans_a,
-                        trans_b,
-                        m,
-                        n,
-                        k,
-                        lda,
-                        ldb,
-                        ldd,
-                        format,
-                        bias != nullptr,
-                        residual != nullptr,
-                        alignment_of(A),
-                        alignment_of(B),
-                        alignment_of(D),
-                        bias ? alignment_of(bias) : 16,
-                        residual ? alignment_of(residual) : 16,
-                        gelu,
-                        aux ? ld_aux : 0,
-                        aux ? alignment_of(aux) : 16,
-                        false};
-  auto at = state.plans.find(key);
-  if (at == state.plans.end()) at = state.plans.emplace(key, make_plan(key, bias, aux)).first;
-  EpiloguePlan& plan = at->second;
+  EpilogueKey key = shape_key(trans_a, trans_b, m, n, k, lda, ldb, ldd, format, A, B, D);
+  key.bias = bias != nullptr;
+  key.residual = residual != nullptr;
+  key.align_bias = bias ? alignment_of(bias) : 16;
+  key.align_residual = residual ? alignment_of(residual) : 16;
+  key.gelu = gelu;
+  key.ld_aux = aux ? ld_aux : 0;
+  key.align_aux = aux ? alignment_of(aux) : 16;
+  EpiloguePlan& plan = plan_of(key, bias, aux);
   if (!plan.found) return false;
   const CublasLtApi& lt = cublaslt_api();
   if (bias)
@@ -363,30 +383,10 @@ bool gemm16_weight_grad_epilogue(const Kokkos::Cuda& exec, char trans_a, char tr
                                  Precision format, float beta, float* D, int ldd,
                                  float* bias_grad) {
   CublasLtState& state = cublaslt_state();
-  const EpilogueKey key{trans_a,
-                        trans_b,
-                        m,
-                        n,
-                        k,
-                        lda,
-                        ldb,
-                        ldd,
-                        format,
-                        false,
-                        false,
-                        alignment_of(A),
-                        alignment_of(B),
-                        alignment_of(D),
-                        alignment_of(bias_grad),
-                        16,
-                        GeluEpilogue::kNone,
-                        0,
-                        16,
-                        true};
-  auto at = state.plans.find(key);
-  if (at == state.plans.end())
-    at = state.plans.emplace(key, make_plan(key, bias_grad, nullptr)).first;
-  EpiloguePlan& plan = at->second;
+  EpilogueKey key = shape_key(trans_a, trans_b, m, n, k, lda, ldb, ldd, format, A, B, D);
+  key.bias_grad = true;
+  key.align_bias = alignment_of(bias_grad);
+  EpiloguePlan& plan = plan_of(key, bias_grad, nullptr);
   if (!plan.found) return false;
   const CublasLtApi& lt = cublaslt_api();
   TRIDENT_CUBLAS(
