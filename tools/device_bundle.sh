@@ -8,9 +8,10 @@
 # MPI, HDF5 or Debian packages; nothing can be fetched there. The bundle carries:
 #   bin/      trident, its unit tests and step benchmark (CUDA build), OpenMPI's mpirun and orted;
 #   lib/      every shared library they need but glibc's, libstdc++/libgcc_s (the newer system's
-#             serve), the driver's, cuBLAS and NCCL: the last two are 760 MB, so they come from
-#             PyTorch's own nvidia-* wheels at run time (trident opens cuBLAS 13 or 12 itself;
-#             NCCL's soname libnccl.so.2 is the same in both);
+#             serve), the driver's, cuBLAS, cuDNN and NCCL: those are far over the carry limit
+#             (cuBLAS and NCCL alone 760 MB), so they come from PyTorch's own nvidia-* wheels at
+#             run time (trident opens cuBLAS 13 or 12 and cuDNN 9 itself; NCCL's soname
+#             libnccl.so.2 is the same in both);
 #   lib/x86_64-linux-gnu/openmpi/lib/openmpi3/  OpenMPI's plugins for one node (shared memory,
 #             TCP; no InfiniBand, UCX, OFI, PSM or OpenSHMEM), found through OPAL_PREFIX;
 #   lib/pmix/ PMIx's plugins; share/openmpi, share/pmix: their help texts;
@@ -112,7 +113,7 @@ fi
 cat >"$out/run.sh" <<'RUN'
 #!/bin/sh
 # Runs a command with the bundle's programs and libraries: ./run.sh trident ..., ./run.sh mpirun ...
-# cuBLAS and NCCL come from PyTorch's nvidia-* wheels (or TRIDENT_CUDA_LIBS, a directory list),
+# cuBLAS, cuDNN and NCCL come from PyTorch's nvidia-* wheels (or TRIDENT_CUDA_LIBS, a directory list),
 # found by the Python in PYTHON (default python3): the one with PyTorch, which gpu_check.sh uses too.
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -z "${TRIDENT_CUDA_LIBS:-}" ]; then
@@ -127,7 +128,7 @@ except Exception:
     pass
 dirs = []
 for root in roots:
-    for pattern in ("libcublas.so.1[23]", "libnccl.so.2"):
+    for pattern in ("libcublas.so.1[23]", "libcudnn.so.9", "libnccl.so.2"):
         for f in glob.glob(os.path.join(root, "**", pattern), recursive=True):
             d = os.path.dirname(f)
             if d not in dirs:
