@@ -23,6 +23,22 @@ using namespace trident;
 
 namespace {
 
+// Runs `check` with cuBLASLt's epilogues on and then off (TRIDENT_CUBLASLT=0's path) on GPU
+// builds, restoring the setting; once on host builds, which have no such switch.
+template <class F>
+void with_epilogues_on_and_off(F check) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  const bool was = kernels::cublaslt_epilogues();
+  for (const bool epilogues : {true, false}) {
+    kernels::set_cublaslt_epilogues(epilogues);
+    check();
+  }
+  kernels::set_cublaslt_epilogues(was);
+#else
+  check();
+#endif
+}
+
 // A row-major [rows, cols] matrix on the test space.
 template <class T>
 struct Matrix {
@@ -206,18 +222,10 @@ void expect_residual_added_before_the_one_rounding(int m, int n, int k) {
 }  // namespace
 
 TEST(Gemm16, ResidualIsAddedBeforeTheOneRounding) {
-#if defined(KOKKOS_ENABLE_CUDA)
-  const bool was = kernels::cublaslt_epilogues();
-  for (const bool epilogues : {true, false}) {
-    kernels::set_cublaslt_epilogues(epilogues);
+  with_epilogues_on_and_off([] {
     expect_residual_added_before_the_one_rounding(9, 6, 21);
     expect_residual_added_before_the_one_rounding(32, 16, 64);
-  }
-  kernels::set_cublaslt_epilogues(was);
-#else
-  expect_residual_added_before_the_one_rounding(9, 6, 21);
-  expect_residual_added_before_the_one_rounding(32, 16, 64);
-#endif
+  });
 }
 
 // GPT-2's GELU (tanh approximation) inside the MLP's projections (kernels/linear.hpp): forward
@@ -290,18 +298,10 @@ void expect_gelu_in_the_projections_of_each_format(int m, int n, int k) {
 }  // namespace
 
 TEST(Gemm16, GeluInTheProjectionsMatchesDoubleSums) {
-#if defined(KOKKOS_ENABLE_CUDA)
-  const bool was = kernels::cublaslt_epilogues();
-  for (const bool epilogues : {true, false}) {
-    kernels::set_cublaslt_epilogues(epilogues);
+  with_epilogues_on_and_off([] {
     expect_gelu_in_the_projections_of_each_format(9, 6, 21);
     expect_gelu_in_the_projections_of_each_format(32, 16, 64);
-  }
-  kernels::set_cublaslt_epilogues(was);
-#else
-  expect_gelu_in_the_projections_of_each_format(9, 6, 21);
-  expect_gelu_in_the_projections_of_each_format(32, 16, 64);
-#endif
+  });
 }
 
 // A 16-bit linear layer's weight and bias gradients (kernels::linear_backward_weight): GPU builds
@@ -356,18 +356,10 @@ void expect_weight_and_bias_gradients_of_each_format(int rows, int out, int in) 
 }  // namespace
 
 TEST(Gemm16, BiasGradientBesideTheWeightGradient) {
-#if defined(KOKKOS_ENABLE_CUDA)
-  const bool was = kernels::cublaslt_epilogues();
-  for (const bool epilogues : {true, false}) {
-    kernels::set_cublaslt_epilogues(epilogues);
+  with_epilogues_on_and_off([] {
     expect_weight_and_bias_gradients_of_each_format(300, 24, 16);
     expect_weight_and_bias_gradients_of_each_format(64, 6, 9);
-  }
-  kernels::set_cublaslt_epilogues(was);
-#else
-  expect_weight_and_bias_gradients_of_each_format(300, 24, 16);
-  expect_weight_and_bias_gradients_of_each_format(64, 6, 9);
-#endif
+  });
 }
 
 TEST(Gemm16, StridedBatchedIsEachItemsGemm) {
