@@ -100,9 +100,8 @@ int run_train(MPI_Comm world, const std::string& config_path,
   // Every rank must run the same config (an MPMD launch, or a file that differs between nodes,
   // would otherwise build mismatched grids or diverge silently).
   trident::require_same_config(config, trident::HostCollectives(world));
-  const trident::GridShape shape{config.parallel.dp, config.parallel.tp, config.parallel.pp};
-  trident::Grid grid(world, shape);
-  if (!grid.tp_groups_node_local() && grid.rank() == 0)
+  trident::Grid grid(world, config.parallel.shape());
+  if (!grid.groups_node_local(trident::Axis::tp) && grid.rank() == 0)
     std::fprintf(stderr,
                  "warning: a tensor-parallel group spans nodes; tp traffic will cross "
                  "the network (place ranks so tp groups share a node)\n");
@@ -226,8 +225,7 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
       p.sequence_parallel && p.tp > 1 ? ", sequence parallel" : "", static_cast<int>(c.zero.stage),
       trident::name_of(c.precision.compute), trident::name_of(c.recompute.policy),
       c.train.micro_batch_size, c.train.batch_size / p.dp / c.train.micro_batch_size);
-  std::printf("trident's memory model, busiest rank (dp=%d tp=%d pp=%d), GB:", r.rank.dp, r.rank.tp,
-              r.rank.pp);
+  std::printf("trident's memory model, busiest rank (%s), GB:", r.rank.describe().c_str());
   for (int k = 0; k < trident::kMemCategories; ++k)
     std::printf(" %s %.2f", trident::mem_category_name(static_cast<trident::MemCategory>(k)),
                 r.prediction.bytes[k] / 1e9);

@@ -1,48 +1,109 @@
-// Grid construction with MPI_Cart_create / MPI_Cart_sub and the node-locality check.
+// Grid construction with MPI_Cart_create / MPI_Cart_sub, the rank numbering and the
+// node-locality check.
 #include "comm/grid.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/error.hpp"
 
 namespace trident {
 
+const char* name_of(Axis axis) {
+  switch (axis) {
+    case Axis::dp:
+      return "dp";
+    case Axis::tp:
+      return "tp";
+    case Axis::pp:
+      return "pp";
+  }
+  return "?";
+}
+
+PerAxis::PerAxis(int fill, std::initializer_list<AxisValue> named) {
+  values_.fill(fill);
+  for (const AxisValue& v : named) (*this)[v.axis] = v.value;
+}
+
+int GridShape::size() const {
+  int n = 1;
+  for (const Axis a : kAxes) n *= (*this)[a];
+  return n;
+}
+
+std::string PerAxis::describe() const {
+  std::string out;
+  for (const Axis a : kAxes)
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", name_of(a), (*this)[a]);
+  return out;
+}
+
+GridCoord GridCoord::with(Axis axis, int index) const {
+  GridCoord moved = *this;
+  moved[axis] = index;
+  return moved;
+}
+
 int grid_rank(const GridShape& s, const GridCoord& c) {
-  return c.tp + s.tp * (c.dp + s.dp * c.pp);
+  int rank = 0, stride = 1;
+  for (const Axis a : kRankOrder) {
+    rank += c[a] * stride;
+    stride *= s[a];
+  }
+  return rank;
 }
 
 GridCoord grid_coord(const GridShape& s, int rank) {
   GridCoord c;
-  c.tp = rank % s.tp;
-  c.dp = (rank / s.tp) % s.dp;
-  c.pp = rank / (s.tp * s.dp);
+  for (const Axis a : kRankOrder) {
+    c[a] = rank % s[a];
+    rank /= s[a];
+  }
   return c;
 }
 
+namespace {
+
+// MPI's Cartesian dimensions vary the last fastest, so they are kRankOrder reversed: exactly
+// grid_rank's numbering.
+int cart_dimension(Axis axis) {
+  const auto at = std::find(kRankOrder.begin(), kRankOrder.end(), axis);
+  return kAxisCount - 1 - static_cast<int>(at - kRankOrder.begin());
+}
+
+}  // namespace
+
 Grid::Grid(MPI_Comm world, GridShape shape) : shape_(shape) {
-  // MPI's Cartesian dims vary the last fastest, so they are listed slowest first (pp, dp, tp):
-  // exactly grid_rank's numbering. reorder = 0 keeps ranks where the launcher placed them.
-  int dims[3] = {shape.pp, shape.dp, shape.tp};
-  int periods[3] = {0, 0, 0};
-  TRIDENT_MPI(MPI_Cart_create(world, 3, dims, periods, 0, &cart_));
+  std::array<int, kAxisCount> dims{}, periods{};
+  for (const Axis a : kAxes) dims[cart_dimension(a)] = shape[a];
+  // reorder = 0 keeps ranks where the launcher placed them.
+  TRIDENT_MPI(MPI_Cart_create(world, kAxisCount, dims.data(), periods.data(), 0, &cart_));
   TRIDENT_MPI(MPI_Comm_rank(cart_, &rank_));
   coord_ = grid_coord(shape, rank_);
-  const int keep_pp[3] = {1, 0, 0}, keep_dp[3] = {0, 1, 0}, keep_tp[3] = {0, 0, 1};
-  TRIDENT_MPI(MPI_Cart_sub(cart_, keep_pp, &pp_));
-  TRIDENT_MPI(MPI_Cart_sub(cart_, keep_dp, &dp_));
-  TRIDENT_MPI(MPI_Cart_sub(cart_, keep_tp, &tp_));
-  const int keep_mp[3] = {1, 0, 1};
-  TRIDENT_MPI(MPI_Cart_sub(cart_, keep_mp, &mp_));
-  const bool end_rank = coord_.pp == 0 || coord_.pp == shape.pp - 1;
+  axis_comms_.fill(MPI_COMM_NULL);
+  for (const Axis a : kAxes) axis_comms_[static_cast<int>(a)] = sub_grid({a});
+  mp_ = sub_grid({Axis::pp, Axis::tp});
+  const int last_stage = shape[Axis::pp] - 1;
+  const bool end_rank = coord_[Axis::pp] == 0 || coord_[Axis::pp] == last_stage;
   // One group per (dp, tp), named by its pp rank 0.
-  const int first = grid_rank(shape, {coord_.dp, coord_.tp, 0});
-  TRIDENT_MPI(MPI_Comm_split(cart_, end_rank ? first : MPI_UNDEFINED, coord_.pp, &embedding_));
+  const int first = grid_rank(shape, coord_.with(Axis::pp, 0));
+  TRIDENT_MPI(
+      MPI_Comm_split(cart_, end_rank ? first : MPI_UNDEFINED, coord_[Axis::pp], &embedding_));
   MPI_Comm node;
   TRIDENT_MPI(MPI_Comm_split_type(cart_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   TRIDENT_MPI(MPI_Comm_size(node, &ranks_on_node_));
   TRIDENT_MPI(MPI_Comm_free(&node));
-  tp_node_local_ = axis_node_local(tp_, shape.tp);
-  dp_node_local_ = axis_node_local(dp_, shape.dp);
+  for (const Axis a : kAxes) node_local_[static_cast<int>(a)] = axis_node_local(comm(a), shape[a]);
+}
+
+MPI_Comm Grid::sub_grid(std::initializer_list<Axis> kept) const {
+  std::array<int, kAxisCount> keep{};
+  for (const Axis a : kept) keep[cart_dimension(a)] = 1;
+  MPI_Comm sub = MPI_COMM_NULL;
+  TRIDENT_MPI(MPI_Cart_sub(cart_, keep.data(), &sub));
+  return sub;
 }
 
 bool Grid::axis_node_local(MPI_Comm axis, int size) const {
@@ -58,12 +119,10 @@ bool Grid::axis_node_local(MPI_Comm axis, int size) const {
 }
 
 Grid::~Grid() {
-  for (MPI_Comm* c : {&embedding_, &mp_, &tp_, &dp_, &pp_, &cart_})
+  for (MPI_Comm& c : axis_comms_)
+    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  for (MPI_Comm* c : {&embedding_, &mp_, &cart_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
-}
-
-std::string Grid::describe() const {
-  return fmt::format("dp={} tp={} pp={}", shape_.dp, shape_.tp, shape_.pp);
 }
 
 }  // namespace trident

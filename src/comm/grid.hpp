@@ -1,30 +1,68 @@
-// The Cartesian process grid world = dp x tp x pp and its per-axis communicators. Axes are named
-// in the order dp, tp, pp everywhere; ranks are numbered tp fastest, then dp, then pp.
+// The process grid: a named list of axes (name, size, rank order), one communicator per axis
+// and the groups derived from them. A new axis is one entry in Axis, kAxes and kRankOrder.
 #pragma once
 
 #include <mpi.h>
 
 #include <array>
+#include <initializer_list>
 #include <string>
 
 namespace trident {
 
-struct GridShape {
-  int dp = 1, tp = 1, pp = 1;
-  int size() const { return dp * tp * pp; }
+// The world's axes, in the order they are printed ("dp=2 tp=2 pp=1") and configured.
+enum class Axis { dp, tp, pp };
+inline constexpr int kAxisCount = 3;
+inline constexpr std::array<Axis, kAxisCount> kAxes{Axis::dp, Axis::tp, Axis::pp};
+// Rank order, fastest first: rank = tp + tp_size * (dp + dp_size * pp). A tensor-parallel group
+// is contiguous in rank order, hence on one node under the usual block rank placement.
+inline constexpr std::array<Axis, kAxisCount> kRankOrder{Axis::tp, Axis::dp, Axis::pp};
+const char* name_of(Axis axis);
+
+// One axis and a value along it: a size in a GridShape, an index in a GridCoord.
+struct AxisValue {
+  Axis axis;
+  int value;
 };
 
-struct GridCoord {
-  int dp = 0, tp = 0, pp = 0;
+// A value per axis; axes not named take `fill`.
+class PerAxis {
+ public:
+  explicit PerAxis(int fill) { values_.fill(fill); }
+  PerAxis(int fill, std::initializer_list<AxisValue> named);
+  int operator[](Axis a) const { return values_[static_cast<int>(a)]; }
+  int& operator[](Axis a) { return values_[static_cast<int>(a)]; }
+  bool operator==(const PerAxis& o) const { return values_ == o.values_; }
+  std::string describe() const;  // "dp=2 tp=4 pp=1"
+
+ private:
+  std::array<int, kAxisCount> values_;
 };
 
-// rank = tp + tp_size * (dp + dp_size * pp): a tensor-parallel group is contiguous in rank
-// order, hence on one node under the usual block rank placement. Pure functions, no MPI.
+// The size of every axis (1 for an axis not named): GridShape{{Axis::dp, 2}, {Axis::tp, 4}}.
+class GridShape : public PerAxis {
+ public:
+  GridShape() : PerAxis(1) {}
+  GridShape(std::initializer_list<AxisValue> sizes) : PerAxis(1, sizes) {}
+  int size() const;  // the number of ranks: the product of the axes' sizes
+};
+
+// A rank's index along every axis (0 for an axis not named).
+class GridCoord : public PerAxis {
+ public:
+  GridCoord() : PerAxis(0) {}
+  GridCoord(std::initializer_list<AxisValue> indices) : PerAxis(0, indices) {}
+  // This coordinate moved to `index` along `axis`: the members of an axis group.
+  GridCoord with(Axis axis, int index) const;
+};
+
+// Pure functions, no MPI: the numbering kRankOrder defines.
 int grid_rank(const GridShape& s, const GridCoord& c);
 GridCoord grid_coord(const GridShape& s, int rank);
 
-// Owns the Cartesian communicator and one communicator per axis (freed in the destructor).
-// Built from the communicator main() hands it; nothing below main() uses MPI_COMM_WORLD.
+// Owns the Cartesian communicator, one communicator per axis and the derived groups (freed in
+// the destructor). Built from the communicator main() hands it; nothing below main() uses
+// MPI_COMM_WORLD.
 class Grid {
  public:
   Grid(MPI_Comm world, GridShape shape);
@@ -37,20 +75,18 @@ class Grid {
   int rank() const { return rank_; }
   int size() const { return shape_.size(); }
   MPI_Comm world() const { return cart_; }
-  MPI_Comm dp_comm() const { return dp_; }
-  MPI_Comm tp_comm() const { return tp_; }
-  MPI_Comm pp_comm() const { return pp_; }
+  // The ranks that differ from this one only along `axis`, in the axis's index order.
+  MPI_Comm comm(Axis axis) const { return axis_comms_[static_cast<int>(axis)]; }
   // pp x tp: one model replica, over which the global gradient norm is reduced.
   MPI_Comm model_parallel_comm() const { return mp_; }
   // pp ranks 0 and pp-1 at this (dp, tp): the first and last stage, both holding the tied token
   // embedding (a single rank when pp == 1; MPI_COMM_NULL on the middle pp ranks).
   MPI_Comm embedding_comm() const { return embedding_; }
   // "dp=2 tp=1 pp=1"
-  std::string describe() const;
+  std::string describe() const { return shape_.describe(); }
   // True when every group of the axis shares a node (NCCL's auto choice, comm/backend.hpp); main()
   // warns when tp groups do not.
-  bool tp_groups_node_local() const { return tp_node_local_; }
-  bool dp_groups_node_local() const { return dp_node_local_; }
+  bool groups_node_local(Axis axis) const { return node_local_[static_cast<int>(axis)]; }
   // The ranks of this run on this rank's node (shared memory), which share its cores.
   int ranks_on_node() const { return ranks_on_node_; }
 
@@ -58,11 +94,13 @@ class Grid {
   GridShape shape_;
   GridCoord coord_;
   int rank_ = 0;
-  MPI_Comm cart_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, tp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL;
-  MPI_Comm mp_ = MPI_COMM_NULL, embedding_ = MPI_COMM_NULL;
-  bool tp_node_local_ = true, dp_node_local_ = true;
+  MPI_Comm cart_ = MPI_COMM_NULL, mp_ = MPI_COMM_NULL, embedding_ = MPI_COMM_NULL;
+  std::array<MPI_Comm, kAxisCount> axis_comms_{};
+  std::array<bool, kAxisCount> node_local_{};
   int ranks_on_node_ = 1;
 
+  // The sub-communicator of the Cartesian one that keeps `kept` and fixes every other axis.
+  MPI_Comm sub_grid(std::initializer_list<Axis> kept) const;
   bool axis_node_local(MPI_Comm axis, int size) const;  // collective over every rank
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/collective_backend.hpp"
+#include "comm/grid.hpp"
 #include "core/precision.hpp"
 #include "core/stop_request.hpp"
 #include "kernels/attention_tiles.hpp"
@@ -80,6 +81,7 @@ struct ParallelSection {
   int dp = 0;  // 0: derived from the world size
   int tp = 1;
   int pp = 1;
+  GridShape shape() const { return {{Axis::dp, dp}, {Axis::tp, tp}, {Axis::pp, pp}}; }
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
   // Sequence parallelism: activations outside the tp regions split along the tokens over tp.

@@ -114,11 +114,11 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank
   const ModelConfig& m = q.model;
   const ParamTable table(m);
   const auto actions =
-      pipeline::make_schedule(q.schedule, q.pp, rank.pp, q.micro_batches, q.virtual_stages);
+      pipeline::make_schedule(q.schedule, q.pp, rank[Axis::pp], q.micro_batches, q.virtual_stages);
   MemoryPrediction p;
   for (int chunk = 0; chunk < q.virtual_stages; ++chunk) {
     const StageLayout layout =
-        stage_layout(m, q.pp, q.virtual_stages, rank.pp, chunk, q.tp, rank.tp);
+        stage_layout(m, q.pp, q.virtual_stages, rank[Axis::pp], chunk, q.tp, rank[Axis::tp]);
     const StageShape shape =
         stage_shape(q, layout, std::max(1, pipeline::max_in_flight(actions, chunk)),
                     pipeline::max_deferred_weight_grads(actions, chunk));
@@ -129,7 +129,7 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank
     pipeline::lay_out_transfers(layout.has_embedding, layout.has_head, activation_elements,
                                 q.precision, transfers);
     add(p, transfers);
-    add_strategy(q, local, rank.dp, p);
+    add_strategy(q, local, rank[Axis::dp], p);
   }
   return p;
 }
@@ -180,16 +180,15 @@ BusiestRank predict_busiest_rank(const MemoryQuery& q) {
   double most = -1;
   // Ranks differ by pipeline stage (embedding, head), by tp slice (vocabulary padding) and by
   // ZeRO shard (unit padding falls on the last dp ranks).
-  for (int pp = 0; pp < q.pp; ++pp)  // ties go to the lowest pp, then tp, then dp
-    for (int tp = 0; tp < q.tp; ++tp)
-      for (int dp = 0; dp < q.dp; ++dp) {
-        const GridCoord rank{dp, tp, pp};
-        const MemoryPrediction p = predict_rank_memory(q, rank);
-        if (p.total() > most) {
-          most = p.total();
-          busiest = {rank, p};
-        }
-      }
+  const GridShape shape = q.shape();
+  for (int r = 0; r < shape.size(); ++r) {  // ties go to the lowest rank
+    const GridCoord rank = grid_coord(shape, r);
+    const MemoryPrediction p = predict_rank_memory(q, rank);
+    if (p.total() > most) {
+      most = p.total();
+      busiest = {rank, p};
+    }
+  }
   return busiest;
 }
 

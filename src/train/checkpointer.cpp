@@ -34,7 +34,7 @@ bool Checkpointer::due(int step) const {
 }
 
 ShardOwner Checkpointer::owner() const {
-  return {grid_.shape().dp, grid_.coord().dp, grid_.coord().tp,
+  return {grid_.shape()[Axis::dp], grid_.coord()[Axis::dp], grid_.coord()[Axis::tp],
           static_cast<int>(config_.zero.stage)};
 }
 

@@ -345,11 +345,11 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
       // The pipeline's auto stays on MPI, staged through pinned host memory when the MPI is not
       // CUDA-aware, until NCCL point-to-point in schedule order has run on a GPU;
       // parallel.backend_pp = "nccl" asks for it.
-      tp_(make_communicator(grid.tp_comm(), config_.parallel.backend_tp,
-                            grid.tp_groups_node_local(), "parallel.backend_tp")),
-      dp_(make_communicator(grid.dp_comm(), config_.parallel.backend_dp,
-                            grid.dp_groups_node_local(), "parallel.backend_dp")),
-      pp_(make_communicator(grid.pp_comm(), config_.parallel.backend_pp, /*node_local=*/false,
+      tp_(make_communicator(grid.comm(Axis::tp), config_.parallel.backend_tp,
+                            grid.groups_node_local(Axis::tp), "parallel.backend_tp")),
+      dp_(make_communicator(grid.comm(Axis::dp), config_.parallel.backend_dp,
+                            grid.groups_node_local(Axis::dp), "parallel.backend_dp")),
+      pp_(make_communicator(grid.comm(Axis::pp), config_.parallel.backend_pp, /*node_local=*/false,
                             "parallel.backend_pp")),
       tokens_per_step_(static_cast<int64_t>(config_.train.batch_size) * config_.train.seq_len) {
   if (grid.embedding_comm() != MPI_COMM_NULL)
@@ -450,7 +450,8 @@ bool Trainer::train_step(int step, StepOutcome& out) {
     ScopedPhase phase(timer_, Phase::kOptimizer);
     out.lr = lr_.at(step);
     // A local step's gradient is normalised by the global batch: scale it to the replica's.
-    const double replica_scale = reduce_over_dp || sync == DpSync::kAsync ? 1.0 : grid_.shape().dp;
+    const double replica_scale =
+        reduce_over_dp || sync == DpSync::kAsync ? 1.0 : grid_.shape()[Axis::dp];
     out.grad_norm = update ? clip_and_step(out.lr, replica_scale / out.loss_scale) : 0.0;
   }
   if (loss_with_norm && !take_loss(runner_->read_losses(), out)) return false;
@@ -483,7 +484,7 @@ bool Trainer::take_loss(double loss_sum, StepOutcome& out) {
 double Trainer::clip_and_step(double lr, double grad_scale) {
   // One model replica's norm, each tensor counted once: a slice held by several tp ranks only on
   // the first of them, the tied embedding only on the first stage.
-  const int tp_rank = grid_.coord().tp;
+  const int tp_rank = grid_.coord()[Axis::tp];
   const auto counted = [tp_rank](const ModelChunk& ch) {
     return [&ch, tp_rank](const LocalParam& p) {
       return p.first_replica(tp_rank) && (ch.first || p.spec->name != "wte");
@@ -652,13 +653,13 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
   const int v = par.virtual_stages, stages = par.pp * v;
   const int per_rank = config_.train.batch_size / par.dp;
   const PipelinePlace place{par.pp,
-                            grid_.coord().pp,
+                            grid_.coord()[Axis::pp],
                             v,
-                            grid_.coord().tp,
+                            grid_.coord()[Axis::tp],
                             config_.train.seq_len,
                             config_.train.micro_batch_size,
                             per_rank / config_.train.micro_batch_size,
-                            grid_.coord().dp * per_rank};
+                            grid_.coord()[Axis::dp] * per_rank};
   schedule_ = pipeline::make_schedule(par.schedule, par.pp, place.pp_rank, place.micro_batches, v);
   // Evaluation runs forwards only, in (micro-batch, virtual stage) order on every rank.
   for (int mb = 0; mb < place.micro_batches; ++mb)

@@ -27,29 +27,26 @@ void check_shape(const GridShape& shape) {
   ASSERT_EQ(shape.size(), world_size);
   Grid grid(MPI_COMM_WORLD, shape);
   EXPECT_EQ(grid.rank(), world_rank);  // no reordering
-  const GridCoord c = grid.coord(), pure = grid_coord(shape, world_rank);
-  EXPECT_EQ(c.pp, pure.pp);
-  EXPECT_EQ(c.dp, pure.dp);
-  EXPECT_EQ(c.tp, pure.tp);
-  std::vector<int> tp_expected, dp_expected, pp_expected;
-  for (int t = 0; t < shape.tp; ++t) tp_expected.push_back(grid_rank(shape, {c.dp, t, c.pp}));
-  for (int d = 0; d < shape.dp; ++d) dp_expected.push_back(grid_rank(shape, {d, c.tp, c.pp}));
-  for (int p = 0; p < shape.pp; ++p) pp_expected.push_back(grid_rank(shape, {c.dp, c.tp, p}));
-  EXPECT_EQ(members(grid.tp_comm(), world_rank), tp_expected);
-  EXPECT_EQ(members(grid.dp_comm(), world_rank), dp_expected);
-  EXPECT_EQ(members(grid.pp_comm(), world_rank), pp_expected);
-  // One machine: every group of every axis shares the node.
-  EXPECT_TRUE(grid.tp_groups_node_local());
-  EXPECT_TRUE(grid.dp_groups_node_local());
+  const GridCoord c = grid.coord();
+  EXPECT_EQ(c, grid_coord(shape, world_rank));
+  for (const Axis a : kAxes) {
+    std::vector<int> expected;
+    for (int i = 0; i < shape[a]; ++i) expected.push_back(grid_rank(shape, c.with(a, i)));
+    EXPECT_EQ(members(grid.comm(a), world_rank), expected) << name_of(a);
+    // One machine: every group of every axis shares the node.
+    EXPECT_TRUE(grid.groups_node_local(a)) << name_of(a);
+  }
   std::vector<int> mp_expected;
-  for (int p = 0; p < shape.pp; ++p)
-    for (int t = 0; t < shape.tp; ++t) mp_expected.push_back(grid_rank(shape, {c.dp, t, p}));
+  for (int p = 0; p < shape[Axis::pp]; ++p)
+    for (int t = 0; t < shape[Axis::tp]; ++t)
+      mp_expected.push_back(grid_rank(shape, c.with(Axis::pp, p).with(Axis::tp, t)));
   EXPECT_EQ(members(grid.model_parallel_comm(), world_rank), mp_expected);
-  const bool end_stage = c.pp == 0 || c.pp == shape.pp - 1;
+  const int last_stage = shape[Axis::pp] - 1;
+  const bool end_stage = c[Axis::pp] == 0 || c[Axis::pp] == last_stage;
   ASSERT_EQ(grid.embedding_comm() != MPI_COMM_NULL, end_stage);
   if (end_stage) {
-    std::vector<int> ends{grid_rank(shape, {c.dp, c.tp, 0})};
-    if (shape.pp > 1) ends.push_back(grid_rank(shape, {c.dp, c.tp, shape.pp - 1}));
+    std::vector<int> ends{grid_rank(shape, c.with(Axis::pp, 0))};
+    if (last_stage > 0) ends.push_back(grid_rank(shape, c.with(Axis::pp, last_stage)));
     EXPECT_EQ(members(grid.embedding_comm(), world_rank), ends);
   }
 }
@@ -57,10 +54,10 @@ void check_shape(const GridShape& shape) {
 }  // namespace
 
 TEST(GridMpi, FourRanksAllShapes) {
-  check_shape({4, 1, 1});
-  check_shape({1, 4, 1});
-  check_shape({1, 1, 4});
-  check_shape({2, 2, 1});
-  check_shape({1, 2, 2});
-  check_shape({2, 1, 2});
+  check_shape({{Axis::dp, 4}});
+  check_shape({{Axis::tp, 4}});
+  check_shape({{Axis::pp, 4}});
+  check_shape({{Axis::dp, 2}, {Axis::tp, 2}});
+  check_shape({{Axis::tp, 2}, {Axis::pp, 2}});
+  check_shape({{Axis::dp, 2}, {Axis::pp, 2}});
 }

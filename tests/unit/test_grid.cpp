@@ -1,6 +1,9 @@
-// Rank <-> (dp, tp, pp) coordinates: tp fastest, pp slowest, a pure function tested for several
-// shapes.
+// The grid's named axes: rank <-> coordinates (tp fastest, pp slowest), a pure function tested
+// for several shapes, and the description every log line uses.
 #include <gtest/gtest.h>
+
+#include <array>
+#include <vector>
 
 #include "comm/grid.hpp"
 #include "core/device.hpp"
@@ -8,32 +11,46 @@
 using namespace trident;
 
 TEST(GridMapping, TensorParallelVariesFastest) {
-  const GridShape s{2, 2, 2};  // dp, tp, pp
-  EXPECT_EQ(grid_rank(s, {0, 1, 0}), 1);
-  EXPECT_EQ(grid_rank(s, {1, 0, 0}), 2);
-  EXPECT_EQ(grid_rank(s, {0, 0, 1}), 4);
-  EXPECT_EQ(grid_rank(s, {1, 1, 1}), 7);
+  const GridShape s{{Axis::dp, 2}, {Axis::tp, 2}, {Axis::pp, 2}};
+  EXPECT_EQ(grid_rank(s, {{Axis::tp, 1}}), 1);
+  EXPECT_EQ(grid_rank(s, {{Axis::dp, 1}}), 2);
+  EXPECT_EQ(grid_rank(s, {{Axis::pp, 1}}), 4);
+  EXPECT_EQ(grid_rank(s, {{Axis::dp, 1}, {Axis::tp, 1}, {Axis::pp, 1}}), 7);
+}
+
+TEST(GridMapping, AxesNotNamedHaveSizeOneAndIndexZero) {
+  const GridShape s{{Axis::tp, 4}};
+  EXPECT_EQ(s[Axis::dp], 1);
+  EXPECT_EQ(s[Axis::pp], 1);
+  EXPECT_EQ(s.size(), 4);
+  EXPECT_EQ(s.describe(), "dp=1 tp=4 pp=1");
+  const GridCoord c{{Axis::tp, 3}};
+  EXPECT_EQ(c[Axis::dp], 0);
+  EXPECT_EQ(c.with(Axis::pp, 0), c);
+  EXPECT_EQ(c.with(Axis::tp, 1)[Axis::tp], 1);
 }
 
 TEST(GridMapping, RoundTripsForSeveralShapes) {
-  for (const GridShape s : {GridShape{1, 1, 1}, GridShape{8, 1, 1}, GridShape{2, 2, 2},
-                            GridShape{1, 2, 4}, GridShape{5, 4, 3}, GridShape{3, 8, 1}}) {
+  for (const auto& [dp, tp, pp] : std::vector<std::array<int, 3>>{
+           {1, 1, 1}, {8, 1, 1}, {2, 2, 2}, {1, 2, 4}, {5, 4, 3}, {3, 8, 1}}) {
+    const GridShape s{{Axis::dp, dp}, {Axis::tp, tp}, {Axis::pp, pp}};
+    ASSERT_EQ(s.size(), dp * tp * pp);
     for (int r = 0; r < s.size(); ++r) {
       const GridCoord c = grid_coord(s, r);
-      EXPECT_GE(c.tp, 0);
-      EXPECT_LT(c.tp, s.tp);
-      EXPECT_LT(c.dp, s.dp);
-      EXPECT_LT(c.pp, s.pp);
+      for (const Axis a : kAxes) {
+        EXPECT_GE(c[a], 0);
+        EXPECT_LT(c[a], s[a]) << name_of(a);
+      }
       EXPECT_EQ(grid_rank(s, c), r);
     }
   }
 }
 
 TEST(GridLive, SingleRankGridMatchesThePureMapping) {
-  Grid grid(MPI_COMM_WORLD, GridShape{1, 1, 1});
+  Grid grid(MPI_COMM_WORLD, GridShape{});
   EXPECT_EQ(grid.rank(), 0);
-  EXPECT_EQ(grid.coord().dp, 0);
-  EXPECT_TRUE(grid.tp_groups_node_local());
+  EXPECT_EQ(grid.coord(), GridCoord{});
+  for (const Axis a : kAxes) EXPECT_TRUE(grid.groups_node_local(a)) << name_of(a);
   EXPECT_EQ(grid.describe(), "dp=1 tp=1 pp=1");
 }
 

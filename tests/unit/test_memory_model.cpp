@@ -30,7 +30,7 @@ double bytes(const MemoryPrediction& p, MemCategory c) {
 }  // namespace
 
 TEST(MemoryModel, SerialGpt2ModelStatesAreSixteenBytesPerParameter) {
-  const MemoryPrediction p = predict_rank_memory(gpt2_query(), {0, 0, 0});
+  const MemoryPrediction p = predict_rank_memory(gpt2_query(), GridCoord{});
   // fp32: 4 (parameters) + 4 (gradients) + 8 (AdamW moments) bytes per parameter.
   EXPECT_EQ(p.model_states(), 16.0 * 124439808);
   EXPECT_GT(bytes(p, MemCategory::kActivations), 0);
@@ -39,9 +39,9 @@ TEST(MemoryModel, SerialGpt2ModelStatesAreSixteenBytesPerParameter) {
 TEST(MemoryModel, ZeroOneShardsOnlyTheOptimizerStates) {
   MemoryQuery q = gpt2_query();
   q.dp = 4;
-  const MemoryPrediction base = predict_rank_memory(q, {0, 0, 0});
+  const MemoryPrediction base = predict_rank_memory(q, GridCoord{});
   q.zero_stage = 1;
-  const MemoryPrediction z1 = predict_rank_memory(q, {1, 0, 0});
+  const MemoryPrediction z1 = predict_rank_memory(q, {{Axis::dp, 1}});
   EXPECT_NEAR(bytes(z1, MemCategory::kOptimizer), bytes(base, MemCategory::kOptimizer) / 4, 16);
   EXPECT_NEAR(bytes(z1, MemCategory::kParams), bytes(base, MemCategory::kParams), 16);
   EXPECT_EQ(bytes(z1, MemCategory::kActivations), bytes(base, MemCategory::kActivations));
@@ -49,22 +49,23 @@ TEST(MemoryModel, ZeroOneShardsOnlyTheOptimizerStates) {
 
 TEST(MemoryModel, TensorAndPipelineParallelismSplitModelStates) {
   MemoryQuery q = gpt2_query();
-  const double serial = predict_rank_memory(q, {0, 0, 0}).model_states();
+  const double serial = predict_rank_memory(q, GridCoord{}).model_states();
   q.tp = 2;
-  const double tp2 = predict_rank_memory(q, {0, 0, 0}).model_states();
+  const double tp2 = predict_rank_memory(q, GridCoord{}).model_states();
   // Everything but LayerNorms, row-parallel biases and wpe is split.
   EXPECT_LT(tp2, 0.52 * serial);
   EXPECT_GT(tp2, 0.5 * serial);
   q.tp = 1;
   q.pp = 4;
   q.micro_batches = 4;
-  const double first = predict_rank_memory(q, {0, 0, 0}).model_states();
-  const double middle = predict_rank_memory(q, {0, 0, 1}).model_states();
+  const double first = predict_rank_memory(q, GridCoord{}).model_states();
+  const double middle = predict_rank_memory(q, {{Axis::pp, 1}}).model_states();
   EXPECT_GT(first, middle);  // the first stage also holds the embeddings
   // 1F1B: stage r keeps min(pp - r, m) micro-batches in flight: 4 on the first, 3 on the next,
   // whose layers and inputs are the same size.
-  const double act_first = bytes(predict_rank_memory(q, {0, 0, 0}), MemCategory::kActivations);
-  const double act_middle = bytes(predict_rank_memory(q, {0, 0, 1}), MemCategory::kActivations);
+  const double act_first = bytes(predict_rank_memory(q, GridCoord{}), MemCategory::kActivations);
+  const double act_middle =
+      bytes(predict_rank_memory(q, {{Axis::pp, 1}}), MemCategory::kActivations);
   EXPECT_DOUBLE_EQ(act_first / act_middle, 4.0 / 3.0);
 }
 
@@ -72,9 +73,9 @@ TEST(MemoryModel, ZeroTwoKeepsTheShardTheUnitsSmallGradientsAndABlockOfRows) {
   MemoryQuery q = gpt2_query();
   q.dp = 8;
   q.zero_stage = 1;
-  const MemoryPrediction z1 = predict_rank_memory(q, {0, 0, 0});
+  const MemoryPrediction z1 = predict_rank_memory(q, GridCoord{});
   q.zero_stage = 2;
-  const MemoryPrediction z2 = predict_rank_memory(q, {0, 0, 0});
+  const MemoryPrediction z2 = predict_rank_memory(q, GridCoord{});
   const double full = bytes(z1, MemCategory::kGrads);
   // The shard (1/8); the kept gradients of the units in use: wpe (1024 x 768), ln_f (2 x 768)
   // and two blocks' largest quarter (ln_2 and the fc bias: 2 x 768 + 3072); one block of the
@@ -83,7 +84,7 @@ TEST(MemoryModel, ZeroTwoKeepsTheShardTheUnitsSmallGradientsAndABlockOfRows) {
   EXPECT_EQ(bytes(z2, MemCategory::kGrads), full / 8 + 4 * (kept + rows));
   // The block of rows follows the bucket: 1 MiB is 341 rows.
   q.dp_bucket_mb = 1;
-  EXPECT_EQ(bytes(predict_rank_memory(q, {0, 0, 0}), MemCategory::kGrads),
+  EXPECT_EQ(bytes(predict_rank_memory(q, GridCoord{}), MemCategory::kGrads),
             full / 8 + 4 * (kept + 341 * 768));
   EXPECT_EQ(bytes(z2, MemCategory::kOptimizer), bytes(z1, MemCategory::kOptimizer));
 }
@@ -92,9 +93,9 @@ TEST(MemoryModel, ZeroThreeShardsParametersLikeGradients) {
   MemoryQuery q = gpt2_query();
   q.dp = 8;
   q.zero_stage = 2;
-  const MemoryPrediction z2 = predict_rank_memory(q, {0, 0, 0});
+  const MemoryPrediction z2 = predict_rank_memory(q, GridCoord{});
   q.zero_stage = 3;
-  const MemoryPrediction z3 = predict_rank_memory(q, {0, 0, 0});
+  const MemoryPrediction z3 = predict_rank_memory(q, GridCoord{});
   // Parameters are gathered a whole unit at a time; gradients leave in blocks of rows.
   EXPECT_GT(bytes(z3, MemCategory::kParams), bytes(z3, MemCategory::kGrads));
   EXPECT_EQ(bytes(z3, MemCategory::kGrads), bytes(z2, MemCategory::kGrads));
