@@ -48,7 +48,6 @@ class TestBuffer {
   Kokkos::View<T*, Kokkos::LayoutRight, TestSpace> view_;
 };
 using TestBuf = TestBuffer<float, Vec, ConstVec>;
-using IntVec = Kokkos::View<int32_t*, Kokkos::LayoutRight, Device, Unmanaged>;
 using TestInts = TestBuffer<int32_t, IntVec, ConstIntVec>;
 
 Mat window(const TestBuf& b, size_t offset, size_t rows, size_t cols) {
