@@ -626,8 +626,32 @@ struct PlanCommand {
     if (measured)  // read before any output: a bad file is an input error
       measured_ceilings = trident::measured_ceilings(copy_gbs, gemm_tflops, gemm_ceilings);
     if (!device.empty()) apply_device(rank);
+    if (!config_path.empty() && plan_moe_config(rank)) return;
     if (!config_path.empty()) plan_for_config(rank);
     if (rank == 0) print_plan(model, cluster, batch_tokens, top);
+  }
+  // A Mixture-of-Experts config: its parameter counts from the parameter table (total and
+  // active per token, the FLOPs MFU counts); the memory and time models do not cover its expert
+  // layers yet, so no layout is planned rather than one planned as if it were dense.
+  bool plan_moe_config(int rank) {
+    const trident::Config c = trident::load_config(config_path, overrides);
+    if (!c.model.moe.enabled()) return false;
+    trident::validate_model(c);
+    if (rank != 0) return true;
+    const trident::ModelConfig& m = c.model;
+    const double total = static_cast<double>(trident::parameter_count(m));
+    const double active = static_cast<double>(trident::active_parameter_count(m));
+    std::printf(
+        "model: %.4gB parameters, %.4gB active per token | %s, %d of %d MoE layers, top-%d "
+        "routing (%s)\n",
+        total / 1e9, active / 1e9, m.shape_line().c_str(), m.moe_layers(), m.n_layer, m.moe.top_k,
+        trident::name_of(m.moe.router));
+    std::printf("model FLOPs per token (training, active experts only): %.4g at seq %d\n",
+                trident::flops_per_token(m, c.train.seq_len), c.train.seq_len);
+    std::printf(
+        "no layout planned: the memory and time models do not cover Mixture-of-Experts layers "
+        "yet\n");
+    return true;
   }
   // The preset's figures, except where the command line gave its own.
   void apply_device(int rank) {

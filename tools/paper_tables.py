@@ -134,8 +134,17 @@ class Tables:
                       "trident's own model states GB", "GB per GPU", "fits 32 GB"],
                      body)
 
+    def deepspeed_moe2022(self):
+        ids = list(self.rows.get("deepspeed_moe2022", {}))
+        if not ids:
+            sys.exit("paper_tables: no deepspeed_moe2022 rows in the output; run "
+                     "`bash jobs/reproduce.sh --detail all`")
+        body = [[r, self.against(self.rows["deepspeed_moe2022"][r], "params_billion")] for r in ids]
+        return table(["row", "parameters, B: Table 1 / trident"], body)
+
     def render(self, name):
         makers = {"tolerances": self.tolerances_table, "megatron2019": self.megatron2019,
+                  "deepspeed_moe2022": self.deepspeed_moe2022,
                   "narayanan2021-table1": self.narayanan2021_table1,
                   "narayanan2021-table2": self.narayanan2021_table2, "zero2020": self.zero2020}
         if name not in makers:

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <toml++/toml.h>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -246,9 +247,51 @@ std::vector<Field> layout_fields(Config& c) {
   };
 }
 
+// The Mixture-of-Experts keys (docs/moe.md).
+std::vector<Field> moe_fields(Config& c) {
+  MoeConfig& moe = c.model.moe;
+  return {
+      {"model", "n_experts", &moe.n_experts,
+       "routed experts per MoE layer (0: a dense model, no MoE)"},
+      {"model", "top_k", &moe.top_k, "experts each token is sent to"},
+      {"model", "expert_ffn_hidden", &moe.expert_ffn_hidden,
+       "an expert's MLP width (0: the dense MLP's)"},
+      {"model", "n_shared_experts", &moe.n_shared_experts,
+       "experts every token also runs (one dense MLP of this many experts' width)"},
+      {"model", "moe_layer_every", &moe.moe_layer_every,
+       "layer l is an MoE layer when l % moe_layer_every == 0 (1: every layer)"},
+      {"model", "router", choice(&moe.router),
+       "router scores: softmax (over all experts, top-k renormalised; Mixtral) or sigmoid (per "
+       "expert, the top-k normalised; DeepSeek-V3)"},
+      {"model", "capacity_factor", &moe.capacity_factor,
+       "0: dropless; else each expert keeps ceil(T k / E x factor) slots of a micro-batch"},
+      {"model", "drop_policy", choice(&moe.drop_policy),
+       "slots an expert over capacity keeps: probs (its highest scores) or position (first "
+       "choices before second, then token order)"},
+      {"train", "aux_loss_coeff", &c.train.aux_loss_coeff,
+       "load-balancing loss coefficient: coeff x E x sum_i f_i P_i, summed over MoE layers "
+       "(Hugging Face's Mixtral value is top_k times this loss)"},
+      {"train", "z_loss_coeff", &c.train.z_loss_coeff,
+       "router z-loss coefficient: coeff x mean logsumexp(logits)^2"},
+      {"train", "expert_bias_rate", &c.train.expert_bias_rate,
+       "aux-loss-free balance: each step, expert bias += rate x sign(mean load - load) (0: off)"},
+  };
+}
+
+// Every key, each section's together in the order its first key comes (what to_toml writes).
 std::vector<Field> schema(Config& c) {
   std::vector<Field> fields = run_fields(c);
   for (Field& f : layout_fields(c)) fields.push_back(std::move(f));
+  for (Field& f : moe_fields(c)) fields.push_back(std::move(f));
+  std::vector<std::string> sections;
+  for (const Field& f : fields)
+    if (std::find(sections.begin(), sections.end(), f.section) == sections.end())
+      sections.push_back(f.section);
+  auto rank = [&](const Field& f) {
+    return std::find(sections.begin(), sections.end(), f.section) - sections.begin();
+  };
+  std::stable_sort(fields.begin(), fields.end(),
+                   [&](const Field& a, const Field& b) { return rank(a) < rank(b); });
   return fields;
 }
 
@@ -753,6 +796,36 @@ void validate_data_parallel(const Config& c, const Checker& require) {
                       zero));
 }
 
+// The Mixture-of-Experts keys against each other and the model.
+void validate_moe(const Config& c, const Checker& require) {
+  const MoeConfig& moe = c.model.moe;
+  const TrainSection& t = c.train;
+  auto finite_non_negative = [](double v) { return std::isfinite(v) && v >= 0; };
+  require(moe.n_experts >= 0 && moe.n_experts <= 4096,
+          fmt::format("model.n_experts = {} must be between 0 (dense) and 4096", moe.n_experts));
+  require(finite_non_negative(t.aux_loss_coeff) && finite_non_negative(t.z_loss_coeff) &&
+              finite_non_negative(t.expert_bias_rate),
+          "train.aux_loss_coeff, z_loss_coeff and expert_bias_rate must be finite and not "
+          "negative");
+  if (!moe.enabled()) return;
+  require(moe.top_k >= 1 && moe.top_k <= moe.n_experts,
+          fmt::format("model.top_k = {} must be between 1 and model.n_experts = {}", moe.top_k,
+                      moe.n_experts));
+  require(moe.expert_ffn_hidden >= 0 && moe.expert_ffn_hidden <= 1 << 20,
+          fmt::format("model.expert_ffn_hidden = {} must be between 0 (the dense MLP's width) and "
+                      "1048576",
+                      moe.expert_ffn_hidden));
+  require(
+      moe.n_shared_experts >= 0 && moe.n_shared_experts <= 64,
+      fmt::format("model.n_shared_experts = {} must be between 0 and 64", moe.n_shared_experts));
+  require(moe.moe_layer_every >= 1 && moe.moe_layer_every <= c.model.n_layer,
+          fmt::format("model.moe_layer_every = {} must be between 1 and model.n_layer = {}",
+                      moe.moe_layer_every, c.model.n_layer));
+  require(finite_non_negative(moe.capacity_factor),
+          fmt::format("model.capacity_factor = {} must be 0 (dropless) or a positive number",
+                      moe.capacity_factor));
+}
+
 }  // namespace
 
 Config resolve(Config c, int world_size) {
@@ -769,9 +842,16 @@ Config resolve(Config c, int world_size) {
   return c;
 }
 
+void validate_model(const Config& c) {
+  const Checker require{c.source};
+  validate_model_and_run(c, require);
+  validate_moe(c, require);
+}
+
 void validate(const Config& c, int world_size) {
   const Checker require{c.source};
   validate_model_and_run(c, require);
+  validate_moe(c, require);
   validate_optim(c.optim, require);
   validate_layout(c, world_size, require);
   validate_data_parallel(c, require);

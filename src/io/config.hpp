@@ -62,6 +62,11 @@ struct TrainSection {
   int seq_len = 64;          // T
   int batch_size = 8;        // global sequences per optimizer step
   int micro_batch_size = 0;  // sequences per rank per forward/backward; 0 = batch_size / dp
+  // Mixture of Experts balance (model.n_experts > 0): the auxiliary loss E sum_i f_i P_i and the
+  // router z-loss, each times its coefficient, and the aux-loss-free expert bias step.
+  double aux_loss_coeff = 0.01;
+  double z_loss_coeff = 0.0;
+  double expert_bias_rate = 0.0;
 };
 
 struct OptimSection {
@@ -192,5 +197,7 @@ Config resolve(Config c, int world_size);
 // Checks relations between keys (heads divide C, T within the block size, ...) for a world of
 // `world_size` ranks; reads and never changes the config. Throws InputError.
 void validate(const Config& c, int world_size);
+// The model's and the run's keys alone (what `plan` checks of a config it does not lay out).
+void validate_model(const Config& c);
 
 }  // namespace trident

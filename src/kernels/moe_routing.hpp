@@ -6,16 +6,10 @@
 
 #include "core/math.hpp"
 #include "core/types.hpp"
+#include "kernels/moe_options.hpp"
 #include "kernels/region.hpp"
 
 namespace trident::kernels {
-
-// How logits become scores: softmax over all experts (Mixtral), or a sigmoid per expert
-// (DeepSeek-V3, whose expert bias shifts only the selection).
-enum class RouterScore { kSoftmax, kSigmoid };
-// Which slots an expert over capacity keeps: its highest scores (ties to the lower token), or
-// the first in (slot, token) order: every token's first choice before any second choice.
-enum class DropPolicy { kProbs, kPosition };
 
 // One group of T tokens routed to k of E experts.
 struct RoutingShape {

@@ -9,6 +9,7 @@
 
 #include "core/build_options.hpp"
 #include "core/names.hpp"
+#include "kernels/moe_options.hpp"
 #include "model/recompute.hpp"
 
 namespace trident {
@@ -21,6 +22,21 @@ enum class ModelFamily { kGpt2, kLlama };
 template <>
 inline constexpr std::array<Named<ModelFamily>, 2> kNames<ModelFamily>{
     {{ModelFamily::kGpt2, "gpt2"}, {ModelFamily::kLlama, "llama"}}};
+
+// A Mixture of Experts in place of the dense MLP on some layers (model.n_experts = 0: dense).
+// Each routed expert is the family's MLP (GPT-2: GELU with biases; Llama: SwiGLU) of width
+// expert_ffn_hidden; shared experts are one dense MLP of n_shared x that width beside them.
+struct MoeConfig {
+  int n_experts = 0;          // E routed experts per MoE layer
+  int top_k = 2;              // experts per token
+  int expert_ffn_hidden = 0;  // an expert's hidden width; 0: the dense MLP's
+  int n_shared_experts = 0;   // always-on experts, run on every token
+  int moe_layer_every = 1;    // layer l has the MoE when l % moe_layer_every == 0 (Megatron)
+  kernels::RouterScore router = kernels::RouterScore::kSoftmax;
+  double capacity_factor = 0;  // 0: dropless; else capacity ceil(T k / E x factor) per expert
+  kernels::DropPolicy drop_policy = kernels::DropPolicy::kProbs;
+  bool enabled() const { return n_experts > 0; }
+};
 
 // model.vocab_padding's default. GPU builds pad the vocabulary to a multiple of 128 (Megatron's
 // make-vocab-size-divisible-by): GPT-2's 50,257 logits make rows that are no multiple of 16 bytes,
@@ -53,6 +69,7 @@ struct ModelConfig {
   // nothing outside a rank's buffers sees them (the parameter table, checkpoints and exports hold
   // V rows). A layout choice, like tp's own padding: it changes no result.
   int vocab_padding = kDefaultVocabPadding;
+  MoeConfig moe;
 
   // A GPT-2 of these sizes (the family's other knobs at their defaults).
   static ModelConfig gpt2(int layers, int embd, int heads, int vocab, int block) {
@@ -74,6 +91,16 @@ struct ModelConfig {
   }
   // Columns of the MLP's first (column-parallel) projection: 4C, or gate | up = 2F.
   int mlp_fc_width() const { return llama() ? 2 * mlp_hidden() : mlp_hidden(); }
+  // Whether layer l's MLP is a Mixture of Experts.
+  bool moe_layer(int l) const { return moe.enabled() && l % moe.moe_layer_every == 0; }
+  int moe_layers() const {
+    return moe.enabled() ? (n_layer + moe.moe_layer_every - 1) / moe.moe_layer_every : 0;
+  }
+  // One expert's hidden width and the columns of its first projection (gate | up for SwiGLU).
+  int expert_hidden() const {
+    return moe.expert_ffn_hidden > 0 ? moe.expert_ffn_hidden : mlp_hidden();
+  }
+  int expert_fc_width() const { return llama() ? 2 * expert_hidden() : expert_hidden(); }
   // Rows of the fused q | k | v projection.
   int qkv_width() const { return (n_head + 2 * kv_heads()) * head_size(); }
   // The shape that decides the parameter table, one line: "gpt2 L=12 C=768 NH=12 V=50257
@@ -84,16 +111,24 @@ struct ModelConfig {
     if (llama())
       s += " KVH=" + std::to_string(kv_heads()) + " F=" + std::to_string(mlp_hidden()) +
            (tied() ? " tied" : " untied");
+    if (moe.enabled())
+      s += " E=" + std::to_string(moe.n_experts) + " Fe=" + std::to_string(expert_hidden()) +
+           " shared=" + std::to_string(moe.n_shared_experts) +
+           " moe_every=" + std::to_string(moe.moe_layer_every);
     return s + " V=" + std::to_string(vocab_size) + " block=" + std::to_string(block_size);
   }
 };
 
 // Parameter count of the model (its parameter table).
 int64_t parameter_count(const ModelConfig& m);
+// The parameters one token uses: all but the routed experts it is not sent to (a dense model's
+// every parameter; an MoE layer counts its router, top_k experts and the shared ones).
+int64_t active_parameter_count(const ModelConfig& m);
 
-// Training FLOPs per token: 6 * the parameters that multiply (forward + backward: all of them but
-// an untied input embedding, a lookup; a tied one is the head's matrix) plus the attention score
-// and value products, 12 * L * C * T (PaLM appendix B). Printed at start-up.
+// Training FLOPs per token: 6 * the active parameters that multiply (forward + backward: all of
+// them but an untied input embedding, a lookup; a tied one is the head's matrix; of an MoE layer,
+// the experts a token is sent to, as Megatron counts MFU) plus the attention score and value
+// products, 12 * L * C * T (PaLM appendix B). Printed at start-up.
 double flops_per_token(const ModelConfig& m, int T);
 
 // What recomputation adds to a token's FLOPs (hardware FLOPs utilisation counts them, MFU does

@@ -19,9 +19,28 @@ int64_t parameter_count(const ModelConfig& m) {
   return ParamTable(m).total_numel();
 }
 
+namespace {
+
+// The share of a parameter one token uses: k of E for the routed experts' tensors.
+double active_share(const ModelConfig& m, const ParamSpec& p) {
+  return p.name.find(".moe.experts.") != std::string::npos
+             ? static_cast<double>(m.moe.top_k) / m.moe.n_experts
+             : 1.0;
+}
+
+}  // namespace
+
+int64_t active_parameter_count(const ModelConfig& m) {
+  int64_t active = 0;
+  const ParamTable table(m);
+  for (const ParamSpec& p : table.specs())
+    active += static_cast<int64_t>(std::llround(p.numel() * active_share(m, p)));
+  return active;
+}
+
 double flops_per_token(const ModelConfig& m, int T) {
   const double lookup = m.tied() ? 0.0 : static_cast<double>(m.vocab_size) * m.n_embd;
-  return 6.0 * (static_cast<double>(parameter_count(m)) - lookup) +
+  return 6.0 * (static_cast<double>(active_parameter_count(m)) - lookup) +
          12.0 * m.n_layer * static_cast<double>(m.n_embd) * T;
 }
 
@@ -29,10 +48,11 @@ double recompute_flops_per_token(const ModelConfig& m, int T, const Recompute& r
   if (r.policy != RecomputePolicy::kFull) return 0.0;
   const int per_chunk = m.n_layer / std::max(1, chunks);
   const int blocks = r.layers == 0 ? m.n_layer : std::min(r.layers, per_chunk) * chunks;
-  double matrices = 0;  // one block's: every 2-D parameter of layer 0
+  double matrices = 0;  // the blocks' active matrices (2-D, or an expert's slice of 3-D), averaged
   const ParamTable table(m);
   for (const ParamSpec& p : table.specs())
-    if (p.layer == 0 && p.shape.size() == 2) matrices += static_cast<double>(p.numel());
+    if (p.layer >= 0 && p.layer < m.n_layer && p.shape.size() >= 2)
+      matrices += static_cast<double>(p.numel()) * active_share(m, p) / m.n_layer;
   return blocks * (2.0 * matrices + 4.0 * static_cast<double>(m.n_embd) * T);
 }
 
@@ -89,10 +109,38 @@ ParamTable::ParamTable(const ModelConfig& m) {
     norm("ln_2");
     // Llama: gate | up, each split alike (SwiGLU reads a rank's gate and up columns together).
     const Split fc = m.llama() ? Split{0, 2, 1} : column;
-    add(h + "mlp.fc.weight", {m.mlp_fc_width(), C}, fc, l, InitKind::kNormal, std, true);
-    if (!m.llama()) add(h + "mlp.fc.bias", {4 * C}, column, l, InitKind::kZeros, 0, false);
-    add(h + "mlp.proj.weight", {C, F}, row, l, InitKind::kNormal, residual_std, true);
-    if (!m.llama()) add(h + "mlp.proj.bias", {C}, replicated, l, InitKind::kZeros, 0, false);
+    // The two projections of a dense MLP of hidden width `width` named `name` (the block's, or
+    // the shared experts').
+    auto mlp_fc = [&](const std::string& name, int64_t width) {
+      const int64_t fc_rows = m.llama() ? 2 * width : width;
+      add(h + name + ".fc.weight", {fc_rows, C}, fc, l, InitKind::kNormal, std, true);
+      if (!m.llama()) add(h + name + ".fc.bias", {width}, column, l, InitKind::kZeros, 0, false);
+    };
+    auto mlp_proj = [&](const std::string& name, int64_t width) {
+      add(h + name + ".proj.weight", {C, width}, row, l, InitKind::kNormal, residual_std, true);
+      if (!m.llama()) add(h + name + ".proj.bias", {C}, replicated, l, InitKind::kZeros, 0, false);
+    };
+    if (!m.moe_layer(l)) {
+      mlp_fc("mlp", F);
+      mlp_proj("mlp", F);
+      continue;
+    }
+    // Mixture of Experts: the router (fp32 arithmetic) and every routed expert's MLP, stacked
+    // along a leading expert dimension (the one expert parallelism splits), and the shared
+    // experts' MLP; first projections before second ones, so each ZeRO unit is contiguous.
+    const int64_t E = m.moe.n_experts, Fe = m.expert_hidden();
+    const int64_t shared = static_cast<int64_t>(m.moe.n_shared_experts) * Fe;
+    add(h + "moe.router.weight", {E, C}, replicated, l, InitKind::kNormal, std, true);
+    add(h + "moe.experts.fc.weight", {E, m.expert_fc_width(), C}, replicated, l, InitKind::kNormal,
+        std, true);
+    if (!m.llama())
+      add(h + "moe.experts.fc.bias", {E, Fe}, replicated, l, InitKind::kZeros, 0, false);
+    if (shared > 0) mlp_fc("moe.shared", shared);
+    add(h + "moe.experts.proj.weight", {E, C, Fe}, replicated, l, InitKind::kNormal, residual_std,
+        true);
+    if (!m.llama())
+      add(h + "moe.experts.proj.bias", {E, C}, replicated, l, InitKind::kZeros, 0, false);
+    if (shared > 0) mlp_proj("moe.shared", shared);
   }
   add("ln_f.weight", {C}, replicated, m.n_layer, InitKind::kOnes, 0, false);
   if (!m.llama()) add("ln_f.bias", {C}, replicated, m.n_layer, InitKind::kZeros, 0, false);
@@ -184,12 +232,13 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
 }
 
 namespace {
-// Each block unit's parameter prefixes (after "h.<layer>."), the first naming its first parameter.
-constexpr const char* kUnitPrefixes[kUnitsPerBlock][4] = {
-    {"ln_1.", "attn.qkv.", "attn.q.", "attn.kv."},
-    {"attn.proj.", "", "", ""},
-    {"ln_2.", "mlp.fc.", "", ""},
-    {"mlp.proj.", "", "", ""}};
+// Each block unit's parameter prefixes (after "h.<layer>."), the first naming its first parameter
+// (the fourth unit's first: a dense layer's, then an MoE layer's).
+constexpr const char* kUnitPrefixes[kUnitsPerBlock][5] = {
+    {"ln_1.", "attn.qkv.", "attn.q.", "attn.kv.", ""},
+    {"attn.proj.", "", "", "", ""},
+    {"ln_2.", "mlp.fc.", "moe.router.", "moe.experts.fc.", "moe.shared.fc."},
+    {"mlp.proj.", "moe.experts.proj.", "moe.shared.proj.", "", ""}};
 }  // namespace
 
 bool streams_grad(const ParamSpec& spec) {
@@ -207,8 +256,9 @@ int block_unit_part(const std::string& name) {
   throw std::invalid_argument(name + " belongs to no block unit");
 }
 
-std::string block_unit_first_param(int layer, int part) {
-  return "h." + std::to_string(layer) + "." + kUnitPrefixes[part][0] + "weight";
+std::string block_unit_first_param(const ModelConfig& m, int layer, int part) {
+  const bool moe_proj = part == kUnitsPerBlock - 1 && m.moe_layer(layer);
+  return "h." + std::to_string(layer) + "." + kUnitPrefixes[part][moe_proj ? 1 : 0] + "weight";
 }
 
 int LocalParamTable::unit_of(const LocalParam& p) const {

@@ -84,11 +84,12 @@ struct LocalParam {
 // or reduce-scattered as one equal-count collective.
 inline constexpr int kUnitsPerBlock = 4;
 // The unit within its block of a block parameter (its name's part after "h.<layer>."): 0 for
-// ln_1 and attn.qkv (Llama: attn.q, attn.kv), 1 for attn.proj, 2 for ln_2 and mlp.fc, 3 for
-// mlp.proj.
+// ln_1 and attn.qkv (Llama: attn.q, attn.kv), 1 for attn.proj, 2 for ln_2 and mlp.fc (an MoE
+// layer: moe.router, moe.experts.fc, moe.shared.fc), 3 for mlp.proj (moe.experts.proj,
+// moe.shared.proj).
 int block_unit_part(const std::string& name);
-// The first parameter of part `part` (0..kUnitsPerBlock-1) of block `layer`.
-std::string block_unit_first_param(int layer, int part);
+// The first parameter of part `part` (0..kUnitsPerBlock-1) of block `layer` of model m.
+std::string block_unit_first_param(const ModelConfig& m, int layer, int part);
 
 // Whether ZeRO-2/3 streams this parameter's gradient out of its GEMM a block of rows at a time
 // (model/grad_sink.hpp) instead of keeping it until its unit is done: the linear layers' matrices,

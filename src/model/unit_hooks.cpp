@@ -19,7 +19,7 @@ void UnitHooks::grads_ready_from(const std::string& param) const {
 
 std::string UnitHooks::unit_param(int i, int part) const {
   if (i < 0 || i >= shape_.blocks()) return "";
-  return block_unit_first_param(shape_.layout.first_layer + i, part);
+  return block_unit_first_param(shape_.model, shape_.layout.first_layer + i, part);
 }
 
 std::string UnitHooks::first_backward_unit(int i) const {

@@ -868,6 +868,12 @@ void Trainer::print_banner(int start_step) const {
 }  // namespace
 
 int train(Config config, const Grid& grid, const TrainOptions& options) {
+  if (config.model.moe.enabled())
+    throw InputError(fmt::format(
+        "model.n_experts = {}: Mixture-of-Experts models are counted by `trident plan` but "
+        "cannot be trained yet (the MoE layer is not in the transformer block); set "
+        "model.n_experts = 0",
+        config.model.moe.n_experts));
   StepHooks no_hooks;
   StepHooks& hooks = options.hooks ? *options.hooks : no_hooks;
   return Trainer(std::move(config), grid, options, hooks).run();

@@ -207,3 +207,29 @@ TEST(Config, LlamaKeysAreReadAndChecked) {
                {"parallel.tp=4"}, 4);
   expect_error(llama + "ffn_hidden = 90\n", "must divide the MLP width 90", {"parallel.tp=4"}, 4);
 }
+
+TEST(Config, MixtureOfExpertsKeysParseAndTheirLimitsNameTheKey) {
+  const Config c = resolve(load_config(write_config("[model]\nfamily = \"llama\"\nn_experts = 8\n"
+                                                    "top_k = 2\nrouter = \"sigmoid\"\n"
+                                                    "drop_policy = \"position\"\n"
+                                                    "capacity_factor = 1.25\n"),
+                                       {"train.z_loss_coeff=0.001"}),
+                           1);
+  EXPECT_EQ(c.model.moe.n_experts, 8);
+  EXPECT_EQ(c.model.moe.router, kernels::RouterScore::kSigmoid);
+  EXPECT_EQ(c.model.moe.drop_policy, kernels::DropPolicy::kPosition);
+  EXPECT_EQ(c.model.moe.capacity_factor, 1.25);
+  EXPECT_EQ(c.train.z_loss_coeff, 0.001);
+  EXPECT_EQ(c.train.aux_loss_coeff, 0.01);  // the default
+  EXPECT_EQ(Config().model.moe.n_experts, 0) << "a dense model unless asked";
+  expect_error("[model]\nn_experts = 4\ntop_k = 5\n",
+               "model.top_k = 5 must be between 1 and model.n_experts = 4");
+  expect_error("[model]\nn_experts = 4\nmoe_layer_every = 0\n", "model.moe_layer_every = 0");
+  expect_error("[model]\nn_experts = -1\n", "model.n_experts = -1");
+  expect_error("[model]\nn_experts = 4\ncapacity_factor = -1.0\n",
+               "model.capacity_factor = -1 must be 0 (dropless) or a positive number");
+  expect_error("[model]\nn_experts = 4\ncapacity_factor = inf\n",
+               "'model.capacity_factor' = inf must be a finite number");
+  expect_error("", "train.aux_loss_coeff", {"train.aux_loss_coeff=-1"});
+  expect_error("", "model.router = 'top' must be softmax or sigmoid", {"model.router=top"});
+}

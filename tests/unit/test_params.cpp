@@ -213,7 +213,7 @@ TEST(LocalParams, UnitsArePaddedForZeroAndShardedEvenly) {
     EXPECT_EQ(plain.units()[first_block + 2].numel, 2 * C + 4 * C * C + 4 * C);
     EXPECT_EQ(plain.units()[first_block + 3].numel, 4 * C * C + C);
     for (int part = 0; part < kUnitsPerBlock; ++part) {
-      const std::string name = block_unit_first_param(layout.first_layer, part);
+      const std::string name = block_unit_first_param(m, layout.first_layer, part);
       EXPECT_EQ(plain.unit_of(plain.at(name)), static_cast<int>(first_block) + part) << name;
       EXPECT_EQ(block_unit_part(name), part);
     }
@@ -352,4 +352,85 @@ TEST(LocalParams, UntiedHeadSitsOnTheLastStageOnly) {
   EXPECT_FALSE(last.holds("wte"));
   EXPECT_TRUE(last.holds("lm_head"));
   EXPECT_NE(last.unit_of(last.at("lm_head")), last.unit_of(last.at("ln_f.weight")));
+}
+
+namespace {
+
+ModelConfig tiny_moe(bool llama) {
+  ModelConfig m;
+  m.family = llama ? ModelFamily::kLlama : ModelFamily::kGpt2;
+  m.n_layer = 3, m.n_embd = 16, m.n_head = 4, m.vocab_size = 50, m.block_size = 8;
+  if (llama) m.ffn_hidden = 40;
+  m.moe.n_experts = 8, m.moe.top_k = 2, m.moe.expert_ffn_hidden = 24;
+  m.moe.n_shared_experts = 1, m.moe.moe_layer_every = 2;
+  return m;
+}
+
+}  // namespace
+
+TEST(Params, MoeLayersHoldRouterExpertsAndSharedExpertsInTheirUnits) {
+  for (const bool llama : {false, true}) {
+    const ModelConfig m = tiny_moe(llama);
+    const ParamTable table(m);
+    const int64_t C = 16, E = 8, Fe = 24, fc = llama ? 2 * Fe : Fe;
+    EXPECT_EQ(table.at("h.0.moe.router.weight").shape, (std::vector<int64_t>{E, C}));
+    EXPECT_EQ(table.at("h.0.moe.experts.fc.weight").shape, (std::vector<int64_t>{E, fc, C}));
+    EXPECT_EQ(table.at("h.0.moe.experts.proj.weight").shape, (std::vector<int64_t>{E, C, Fe}));
+    EXPECT_EQ(table.at("h.0.moe.shared.fc.weight").shape, (std::vector<int64_t>{fc, C}));
+    EXPECT_EQ(table.at("h.2.moe.shared.proj.weight").shape, (std::vector<int64_t>{C, Fe}));
+    EXPECT_THROW(table.at("h.0.mlp.fc.weight"), std::out_of_range);
+    EXPECT_NO_THROW(table.at("h.1.mlp.fc.weight")) << "moe_layer_every = 2: layer 1 is dense";
+    EXPECT_EQ(m.moe_layers(), 2);
+    if (!llama) {
+      EXPECT_EQ(table.at("h.2.moe.experts.fc.bias").shape, (std::vector<int64_t>{E, Fe}));
+    }
+    // Every block still has four contiguous units; the MoE projection's unit starts at the
+    // experts' second projection.
+    const LocalParamTable local(table, m, whole_model(m));
+    const size_t embedding_units = llama ? 1 : 2;
+    ASSERT_EQ(local.units().size(), embedding_units + kUnitsPerBlock * 3 + (m.tied() ? 1 : 2));
+    for (int layer = 0; layer < 3; ++layer)
+      for (int part = 0; part < kUnitsPerBlock; ++part) {
+        const std::string first = block_unit_first_param(m, layer, part);
+        EXPECT_EQ(local.unit_of(local.at(first)),
+                  static_cast<int>(embedding_units + kUnitsPerBlock * layer + part))
+            << first;
+        EXPECT_EQ(block_unit_part(first), part);
+      }
+    EXPECT_EQ(block_unit_first_param(m, 0, 3), "h.0.moe.experts.proj.weight");
+    EXPECT_EQ(block_unit_first_param(m, 1, 3), "h.1.mlp.proj.weight");
+  }
+}
+
+TEST(Params, ActiveParametersCountTheChosenExpertsOnly) {
+  const ModelConfig m = tiny_moe(true);
+  ModelConfig dense = m;
+  dense.moe = {};
+  const int64_t C = 16, E = 8, Fe = 24, dense_mlp = 3 * C * 40;
+  const int64_t expert = 3 * C * Fe, router = E * C, shared = 3 * C * Fe;
+  const int64_t moe_layer = router + E * expert + shared;
+  EXPECT_EQ(parameter_count(m), parameter_count(dense) + 2 * (moe_layer - dense_mlp));
+  EXPECT_EQ(active_parameter_count(m),
+            parameter_count(dense) + 2 * (router + 2 * expert + shared - dense_mlp));
+  EXPECT_EQ(active_parameter_count(dense), parameter_count(dense));
+  // MFU counts the experts a token runs: the FLOPs follow the active parameters.
+  EXPECT_DOUBLE_EQ(flops_per_token(m, 8) - flops_per_token(dense, 8),
+                   6.0 * (active_parameter_count(m) - parameter_count(dense)));
+}
+
+// DeepSpeed-MoE (Rajbhandari et al. 2022, Table 1): GPT-3 350M and 1.3B with 128 experts on
+// every other layer are 13B and 52B parameters (as the paper rounds them).
+TEST(Params, DeepSpeedMoeParameterCountsRoundToThePapers) {
+  auto deepspeed_moe = [](int hidden) {
+    ModelConfig m = ModelConfig::gpt2(24, hidden, 16, 50257, 2048);
+    m.moe.n_experts = 128, m.moe.top_k = 1, m.moe.moe_layer_every = 2;
+    return m;
+  };
+  const double small = parameter_count(deepspeed_moe(1024)) / 1e9;
+  const double large = parameter_count(deepspeed_moe(2048)) / 1e9;
+  EXPECT_EQ(std::lround(small), 13) << small;
+  EXPECT_EQ(std::lround(large), 52) << large;
+  // An expert is the dense MLP (8 h^2 + 5 h) and a router row h per expert; 12 layers of 128.
+  const double h = 1024, dense = parameter_count(ModelConfig::gpt2(24, 1024, 16, 50257, 2048));
+  EXPECT_DOUBLE_EQ(small * 1e9, dense + 12 * (127 * (8 * h * h + 5 * h) + 128 * h));
 }
