@@ -67,20 +67,21 @@ inline void moe_combine_backward(const Exec& exec, const MatOf<E>& dexpert_out, 
       });
 }
 
-// Backward of moe_dispatch_rows: dx[t] (+)= Σ_s ddispatched[row(t, s)] over kept slots, in slot
-// order (`accumulate` adds to dx, else overwrites it).
+// Backward of moe_dispatch_rows: dx[t] = extra[t] + Σ_s ddispatched[row(t, s)] over kept slots,
+// in slot order, summed in fp32 and rounded once (extra: the router's part, fp32; may be empty).
 template <class E = Fp32Elements>
 inline void moe_dispatch_rows_backward(const Exec& exec, const MatOf<E>& dx,
                                        const ConstMatOf<E>& ddispatched, const ConstIntMat& row,
-                                       bool accumulate) {
+                                       const ConstMat& extra) {
   Region region("trident::moe_dispatch_rows_backward");
   const int C = static_cast<int>(dx.extent(1)), k = static_cast<int>(row.extent(1));
+  const bool has_extra = extra.extent(0) > 0;
   Kokkos::parallel_for(
       "moe_dispatch_rows_backward", Kokkos::RangePolicy<Exec>(exec, 0, dx.extent(0) * C),
       KOKKOS_LAMBDA(size_t i) {
         const size_t t = i / C;
         const int c = static_cast<int>(i % C);
-        float sum = accumulate ? E::load(dx(t, c)) : 0.0f;
+        float sum = has_extra ? extra(t, c) : 0.0f;
         for (int s = 0; s < k; ++s)
           if (row(t, s) >= 0) sum += E::load(ddispatched(row(t, s), c));
         dx(t, c) = E::store(sum);

@@ -362,7 +362,7 @@ TEST(MoePermute, CombineAndItsBackwardMatchLoopsWithDrops) {
   moe_combine(exec, out.mat(), y.mat(), r.row.mat(), r.weight.mat());
   moe_combine_backward(exec, dy.mat(), dweight.mat(), dout.mat(), y.mat(), r.row.mat(),
                        r.weight.mat());
-  moe_dispatch_rows_backward(exec, dx.mat(), dy.mat(), r.row.mat(), false);
+  moe_dispatch_rows_backward(exec, dx.mat(), dy.mat(), r.row.mat(), ConstMat());
   exec.fence();
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < C; ++c) {

@@ -1,0 +1,82 @@
+// The Mixture-of-Experts layer (SwiGLU experts, the Llama family): the router in fp32, top-k
+// routing with capacity (kernels/moe_routing.hpp), tokens dispatched into an expert-ordered
+// buffer, each expert's MLP as GEMMs over its own rows, and the combine in slot order. One rank
+// holds every expert: tensor and expert parallelism come with parallel.ep.
+#pragma once
+
+#include "core/stored.hpp"
+#include "core/types.hpp"
+#include "kernels/moe_options.hpp"
+#include "kernels/moe_routing.hpp"
+#include "model/layers.hpp"
+#include "model/model_config.hpp"
+
+namespace trident {
+
+// The sizes and choices an MoE layer runs with.
+struct MoeShape {
+  int C = 0, E = 0, k = 1, Fe = 0;  // channels, experts, experts per token, an expert's width
+  double capacity_factor = 0;       // 0: dropless
+  kernels::RouterScore router = kernels::RouterScore::kSoftmax;
+  kernels::DropPolicy drop_policy = kernels::DropPolicy::kProbs;
+  static MoeShape of(const ModelConfig& m);
+  // Slots an expert keeps of a group of T tokens: 0 (dropless) or ceil(T k / E x factor).
+  int capacity(int T) const;
+};
+
+// An MoE layer's parameters (storage format) or their gradients (fp32), flat.
+struct MoeParams {
+  StoredTensor router;  // [E, C]
+  StoredTensor fc;      // [E, 2 Fe, C]: each expert's gate | up
+  StoredTensor proj;    // [E, C, Fe]
+};
+
+// What forward keeps for backward, for one group of N tokens (the routing in fp32 and ints, the
+// experts' activations in the storage format; at most N k rows each).
+struct MoeActivations {
+  View1 logits, scores;      // [N, E]
+  View1 weight;              // [N, k] combine weights
+  IntView1 choice, row;      // [N, k] chosen experts, and each slot's row (-1: dropped)
+  IntView1 counts, offsets;  // [E] slots routed to each expert, [E + 1] its kept rows
+  StoredTensor dispatched;   // [N k, C] token rows in expert order
+  StoredTensor fc, act;      // [N k, 2 Fe], [N k, Fe]
+  StoredTensor expert_out;   // [N k, C]
+};
+
+// Scratch every MoE layer reuses.
+struct MoeScratch {
+  kernels::DispatchScratch plan;      // [N k], [E + 1], [N k]
+  View1 x32, router32;                // 16-bit storage: [N, C] the input, [E, C] the router
+  View1 dlogits, dweight, dx_router;  // [N, E], [N, k], [N, C]
+  StoredTensor dexpert_out, dact;     // [N k, C], [N k, Fe]
+  StoredTensor dfc, ddispatched;      // [N k, 2 Fe], [N k, C]
+  View1 losses, expert_mass;          // [2]: aux and z of the last group; [E]
+};
+
+class MoeLayer {
+ public:
+  MoeLayer(const LayerContext* ctx, const MoeShape& shape);
+  MoeParams weights, grads;
+
+  // out [N, C] from x [N, C] (routing, experts, combine); a holds what backward reads.
+  void forward(const StoredTensor& out, const StoredTensor& x, int N, const MoeActivations& a,
+               const MoeScratch& s) const;
+  // dx [N, C] (overwritten) from dout [N, C], forward's x and a: through the experts, the
+  // combine weights and the balancing losses (scales) to the router. Weight gradients += (=
+  // without `accumulate`: the step's first write).
+  void backward(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x, int N,
+                const MoeActivations& a, const MoeScratch& s, kernels::RouterLossScales scales,
+                bool accumulate) const;
+  // The group's balancing losses, unscaled, into s.losses: aux, z (kernels::router_losses).
+  void losses(int N, const MoeActivations& a, const MoeScratch& s) const;
+
+ private:
+  // The router's input and weight in fp32 (windows onto x and the weight under fp32 storage).
+  ConstMat input32(const StoredTensor& x, int N, const MoeScratch& s) const;
+  ConstMat router32(const MoeScratch& s) const;
+
+  const LayerContext* ctx_;
+  MoeShape shape_;
+};
+
+}  // namespace trident

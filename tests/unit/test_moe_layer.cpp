@@ -1,0 +1,185 @@
+// The MoE layer (router, top-k, capacity, SwiGLU experts, combine) against a double-precision
+// reference written from the definition: its output, and every gradient against central
+// differences of the same objective with the routing held, dropless and with drops.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/memory.hpp"
+#include "model/moe_layer.hpp"
+
+using namespace trident;
+using namespace trident::kernels;
+
+namespace {
+
+using Doubles = std::vector<double>;
+
+// The layer's inputs and parameters in double, indexed as the layer's tensors.
+struct Problem {
+  int N, C, E, k, Fe;
+  Doubles x, router, fc, proj, dout;
+};
+
+double silu(double v) {
+  return v / (1 + std::exp(-v));
+}
+
+// Sum(dout * out) + a aux + z zloss with the routing (choice, kept) held: the objective whose
+// gradient the layer's backward computes.
+double objective(const Problem& p, const std::vector<int>& choice, const std::vector<int>& kept,
+                 double a, double z, Doubles* out = nullptr) {
+  const int N = p.N, C = p.C, E = p.E, k = p.k, Fe = p.Fe;
+  double total = 0, zloss = 0;
+  Doubles mean_p(E, 0.0), counts(E, 0.0);
+  for (int t = 0; t < N; ++t) {
+    Doubles logit(E), prob(E);
+    double most = -1e300, sum = 0;
+    for (int e = 0; e < E; ++e) {
+      logit[e] = 0;
+      for (int c = 0; c < C; ++c) logit[e] += p.x[t * C + c] * p.router[e * C + c];
+      most = std::max(most, logit[e]);
+    }
+    for (int e = 0; e < E; ++e) sum += prob[e] = std::exp(logit[e] - most);
+    for (int e = 0; e < E; ++e) mean_p[e] += (prob[e] /= sum) / N;
+    zloss += std::pow(most + std::log(sum), 2) / N;
+    double chosen = 0;
+    for (int s = 0; s < k; ++s) chosen += prob[choice[t * k + s]];
+    for (int s = 0; s < k; ++s) {
+      const int e = choice[t * k + s];
+      counts[e] += 1;
+      if (!kept[t * k + s]) continue;
+      const double w = prob[e] / chosen;
+      Doubles h(Fe);
+      for (int f = 0; f < Fe; ++f) {
+        double gate = 0, up = 0;
+        for (int c = 0; c < C; ++c) {
+          gate += p.fc[(e * 2 * Fe + f) * C + c] * p.x[t * C + c];
+          up += p.fc[(e * 2 * Fe + Fe + f) * C + c] * p.x[t * C + c];
+        }
+        h[f] = silu(gate) * up;
+      }
+      for (int c = 0; c < C; ++c) {
+        double y = 0;
+        for (int f = 0; f < Fe; ++f) y += p.proj[(e * C + c) * Fe + f] * h[f];
+        if (out) (*out)[t * C + c] += w * y;
+        total += p.dout[t * C + c] * w * y;
+      }
+    }
+  }
+  double aux = 0;
+  for (int e = 0; e < E; ++e) aux += E * counts[e] / (N * k) * mean_p[e];
+  return total + a * aux + z * zloss;
+}
+
+StoredTensor f32_tensor(const Doubles& values) {
+  StoredTensor t;
+  t.f32 = View1("moe_layer_test", values.size());
+  set_host_values(t, 0, std::vector<float>(values.begin(), values.end()));
+  return t;
+}
+StoredTensor f32_zeros(size_t n) {
+  StoredTensor t;
+  t.f32 = View1("moe_layer_test", n);
+  return t;
+}
+
+std::vector<int> host_ints(const IntView1& v) {
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::vector<int>(h.data(), h.data() + h.extent(0));
+}
+
+// Central differences of the objective in every element of `values`, against `got`.
+void expect_gradient(Problem& p, Doubles& values, const std::vector<float>& got,
+                     const std::vector<int>& choice, const std::vector<int>& kept, double a,
+                     double z, const char* what) {
+  ASSERT_EQ(values.size(), got.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double keep = values[i], h = 1e-6;
+    values[i] = keep + h;
+    const double up = objective(p, choice, kept, a, z);
+    values[i] = keep - h;
+    const double down = objective(p, choice, kept, a, z);
+    values[i] = keep;
+    const double numeric = (up - down) / (2 * h);
+    EXPECT_NEAR(got[i], numeric, 1e-5 + 1e-4 * std::abs(numeric)) << what << " element " << i;
+  }
+}
+
+void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops) {
+  Problem p{9, 6, 4, 2, 5, {}, {}, {}, {}, {}};
+  std::mt19937 rng(17);
+  std::normal_distribution<double> normal(0.0, 0.7);
+  auto random = [&](size_t n) {
+    Doubles v(n);
+    for (double& x : v) x = normal(rng);
+    return v;
+  };
+  const int N = p.N, C = p.C, E = p.E, k = p.k, Fe = p.Fe, slots = N * k;
+  p.x = random(N * C), p.router = random(E * C), p.fc = random(E * 2 * Fe * C);
+  p.proj = random(E * C * Fe), p.dout = random(N * C);
+  for (int t = 0; t < N; ++t) p.router[0 * C + t % C] += 0.5;  // lean towards expert 0
+
+  LayerContext ctx;
+  MoeShape shape;
+  shape.C = C, shape.E = E, shape.k = k, shape.Fe = Fe;
+  shape.capacity_factor = capacity_factor, shape.drop_policy = policy;
+  MoeLayer layer(&ctx, shape);
+  layer.weights = {f32_tensor(p.router), f32_tensor(p.fc), f32_tensor(p.proj)};
+  layer.grads = {f32_zeros(E * C), f32_zeros(E * 2 * Fe * C), f32_zeros(E * C * Fe)};
+  MoeActivations a{View1("l", N * E),     View1("s", N * E),    View1("w", slots),
+                   IntView1("c", slots),  IntView1("r", slots), IntView1("n", E),
+                   IntView1("o", E + 1),  f32_zeros(slots * C), f32_zeros(slots * 2 * Fe),
+                   f32_zeros(slots * Fe), f32_zeros(slots * C)};
+  MoeScratch s;
+  const IntView1 listed("listed", slots), listed_offsets("lo", E + 1), kept_flags("kept", slots);
+  s.plan = {IntVec(listed.data(), slots), IntVec(listed_offsets.data(), E + 1),
+            IntVec(kept_flags.data(), slots)};
+  s.dlogits = View1("dl", N * E), s.dweight = View1("dw", slots), s.dx_router = View1("dxr", N * C);
+  s.dexpert_out = f32_zeros(slots * C), s.dact = f32_zeros(slots * Fe);
+  s.dfc = f32_zeros(slots * 2 * Fe), s.ddispatched = f32_zeros(slots * C);
+  s.losses = View1("losses", 2), s.expert_mass = View1("mass", E);
+
+  const StoredTensor x = f32_tensor(p.x), out = f32_zeros(N * C), dout = f32_tensor(p.dout);
+  const StoredTensor dx = f32_zeros(N * C);
+  layer.forward(out, x, N, a, s);
+  const double aux_scale = 0.3, z_scale = 0.2;
+  layer.backward(dx, dout, x, N, a, s, {static_cast<float>(aux_scale), static_cast<float>(z_scale)},
+                 false);
+  ctx.exec.fence();
+
+  const std::vector<int> choice = host_ints(a.choice), row = host_ints(a.row);
+  std::vector<int> kept(slots);
+  for (int i = 0; i < slots; ++i) kept[i] = row[i] >= 0;
+  const int dropped = slots - std::accumulate(kept.begin(), kept.end(), 0);
+  if (expect_drops)
+    ASSERT_GT(dropped, 0) << "the skewed router must overflow an expert";
+  else
+    ASSERT_EQ(dropped, 0);
+  Doubles want(N * C, 0.0);
+  objective(p, choice, kept, 0, 0, &want);
+  const std::vector<float> got = host_values(out, 0, N * C);
+  for (int i = 0; i < N * C; ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "output " << i;
+  expect_gradient(p, p.x, host_values(dx, 0, N * C), choice, kept, aux_scale, z_scale, "dx");
+  expect_gradient(p, p.router, host_values(layer.grads.router, 0, E * C), choice, kept, aux_scale,
+                  z_scale, "router");
+  expect_gradient(p, p.fc, host_values(layer.grads.fc, 0, E * 2 * Fe * C), choice, kept, aux_scale,
+                  z_scale, "experts.fc");
+  expect_gradient(p, p.proj, host_values(layer.grads.proj, 0, E * C * Fe), choice, kept, aux_scale,
+                  z_scale, "experts.proj");
+}
+
+}  // namespace
+
+TEST(MoeLayer, DroplessOutputAndGradientsMatchTheDefinition) {
+  check_layer(0.0, DropPolicy::kProbs, false);
+}
+
+TEST(MoeLayer, DroppedSlotsContributeNothingAndGetNoGradient) {
+  check_layer(1.0, DropPolicy::kPosition, true);
+  check_layer(1.0, DropPolicy::kProbs, true);
+}
