@@ -72,14 +72,26 @@ StoredTensor expert_of(const StoredTensor& t, int e, int rows, int cols) {
 
 void MoeLayer::forward(const StoredTensor& out, const StoredTensor& x, int N,
                        const MoeActivations& a, const MoeScratch& s) const {
+  forward_first(x, N, a, s);
+  forward_second(out, {}, N, a);
+}
+
+void MoeLayer::backward(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x,
+                        int N, const MoeActivations& a, const MoeScratch& s,
+                        RouterLossScales scales, bool accumulate) const {
+  backward_second(dout, N, a, s, accumulate);
+  backward_first(dx, x, N, a, s, scales, accumulate);
+}
+
+void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations& a,
+                             const MoeScratch& s) const {
   const Exec& exec = ctx_->exec;
   const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
   const Mat logits(a.logits.data(), N, E), scores(a.scores.data(), N, E);
-  const Mat weight(a.weight.data(), N, k);
   const IntMat choice(a.choice.data(), N, k), row(a.row.data(), N, k);
   linear_forward<Fp32Elements>(exec, logits, input32(x, N, s), router32(s), ConstVec());
   router_scores(exec, scores, logits, shape_.router);
-  router_top_k(exec, choice, weight, scores, ConstVec());
+  router_top_k(exec, choice, Mat(a.weight.data(), N, k), scores, ConstVec());
   const RoutingShape routing{N, E, k, shape_.capacity(N)};
   router_dispatch_plan(exec, row, IntVec(a.counts.data(), E), IntVec(a.offsets.data(), E + 1),
                        s.plan, choice, scores, routing, shape_.drop_policy);
@@ -94,68 +106,95 @@ void MoeLayer::forward(const StoredTensor& out, const StoredTensor& x, int N,
     ctx_->dispatch([&](auto el) {
       using El = decltype(el);
       const auto fc = mat_of<El>(rows_of(a.fc, first, rows, 2 * Fe), rows, 2 * Fe);
-      const auto act = mat_of<El>(rows_of(a.act, first, rows, Fe), rows, Fe);
       linear_forward<El>(exec, fc, mat_of<El>(rows_of(a.dispatched, first, rows, C), rows, C),
                          mat_of<El>(expert_of(weights.fc, e, 2 * Fe, C), 2 * Fe, C),
                          ConstVecOf<El>());
-      swiglu_forward<El>(exec, act, fc);
-      linear_forward<El>(exec, mat_of<El>(rows_of(a.expert_out, first, rows, C), rows, C), act,
+      swiglu_forward<El>(exec, mat_of<El>(rows_of(a.act, first, rows, Fe), rows, Fe), fc);
+    });
+  }
+}
+
+void MoeLayer::forward_second(const StoredTensor& out, const StoredTensor& residual, int N,
+                              const MoeActivations& a) const {
+  const Exec& exec = ctx_->exec;
+  const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
+  const std::vector<int> offsets = host_offsets(a.offsets);
+  for (int e = 0; e < E; ++e) {
+    const int first = offsets[e], rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    ctx_->dispatch([&](auto el) {
+      using El = decltype(el);
+      linear_forward<El>(exec, mat_of<El>(rows_of(a.expert_out, first, rows, C), rows, C),
+                         mat_of<El>(rows_of(a.act, first, rows, Fe), rows, Fe),
                          mat_of<El>(expert_of(weights.proj, e, C, Fe), C, Fe), ConstVecOf<El>());
     });
   }
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
-    moe_combine<El>(exec, mat_of<El>(out, N, C), mat_of<El>(a.expert_out, N * k, C), row, weight);
+    moe_combine<El>(exec, mat_of<El>(out, N, C), mat_of<El>(a.expert_out, N * k, C),
+                    ConstIntMat(a.row.data(), N, k), ConstMat(a.weight.data(), N, k),
+                    mat_of<El>(residual, N, C));
   });
 }
 
-void MoeLayer::backward(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x,
-                        int N, const MoeActivations& a, const MoeScratch& s,
-                        RouterLossScales scales, bool accumulate) const {
+void MoeLayer::backward_second(const StoredTensor& dout, int N, const MoeActivations& a,
+                               const MoeScratch& s, bool accumulate) const {
   const Exec& exec = ctx_->exec;
   const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
-  const Mat dweight(s.dweight.data(), N, k), dlogits(s.dlogits.data(), N, E);
-  const ConstIntMat row(a.row.data(), N, k);
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
-    moe_combine_backward<El>(exec, mat_of<El>(s.dexpert_out, N * k, C), dweight,
-                             mat_of<El>(dout, N, C), mat_of<El>(a.expert_out, N * k, C), row,
-                             ConstMat(a.weight.data(), N, k));
+    moe_combine_backward<El>(exec, mat_of<El>(s.dexpert_out, N * k, C), Mat(s.dweight.data(), N, k),
+                             mat_of<El>(dout, N, C), mat_of<El>(a.expert_out, N * k, C),
+                             ConstIntMat(a.row.data(), N, k), ConstMat(a.weight.data(), N, k));
   });
   const std::vector<int> offsets = host_offsets(a.offsets);
   for (int e = 0; e < E; ++e) {
     const int first = offsets[e], rows = offsets[e + 1] - offsets[e];
-    const StoredTensor dfc_w = expert_of(grads.fc, e, 2 * Fe, C);
     const StoredTensor dproj_w = expert_of(grads.proj, e, C, Fe);
     if (rows == 0) {  // no token: no gradient, but the step's first write still clears it
-      if (!accumulate) {
-        zero_stored(exec, dfc_w, dfc_w.size());
-        zero_stored(exec, dproj_w, dproj_w.size());
-      }
+      if (!accumulate) zero_stored(exec, dproj_w, dproj_w.size());
       continue;
     }
     ctx_->dispatch([&](auto el) {
       using El = decltype(el);
       const auto dy = mat_of<El>(rows_of(s.dexpert_out, first, rows, C), rows, C);
-      const auto act = mat_of<El>(rows_of(a.act, first, rows, Fe), rows, Fe);
-      const auto dact = mat_of<El>(rows_of(s.dact, first, rows, Fe), rows, Fe);
-      const auto fc = mat_of<El>(rows_of(a.fc, first, rows, 2 * Fe), rows, 2 * Fe);
-      const auto dfc = mat_of<El>(rows_of(s.dfc, first, rows, 2 * Fe), rows, 2 * Fe);
-      const auto input = mat_of<El>(rows_of(a.dispatched, first, rows, C), rows, C);
-      linear_backward_input<El>(exec, dact, dy,
+      linear_backward_input<El>(exec, mat_of<El>(rows_of(s.dact, first, rows, Fe), rows, Fe), dy,
                                 mat_of<El>(expert_of(weights.proj, e, C, Fe), C, Fe), false);
-      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(dproj_w, C, Fe), Vec(), dy, act,
-                                 accumulate);
-      swiglu_backward<El>(exec, dfc, dact, fc);
+      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(dproj_w, C, Fe), Vec(), dy,
+                                 mat_of<El>(rows_of(a.act, first, rows, Fe), rows, Fe), accumulate);
+    });
+  }
+}
+
+void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int N,
+                              const MoeActivations& a, const MoeScratch& s, RouterLossScales scales,
+                              bool accumulate) const {
+  const Exec& exec = ctx_->exec;
+  const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
+  const std::vector<int> offsets = host_offsets(a.offsets);
+  for (int e = 0; e < E; ++e) {
+    const int first = offsets[e], rows = offsets[e + 1] - offsets[e];
+    const StoredTensor dfc_w = expert_of(grads.fc, e, 2 * Fe, C);
+    if (rows == 0) {
+      if (!accumulate) zero_stored(exec, dfc_w, dfc_w.size());
+      continue;
+    }
+    ctx_->dispatch([&](auto el) {
+      using El = decltype(el);
+      const auto dfc = mat_of<El>(rows_of(s.dfc, first, rows, 2 * Fe), rows, 2 * Fe);
+      swiglu_backward<El>(exec, dfc, mat_of<El>(rows_of(s.dact, first, rows, Fe), rows, Fe),
+                          mat_of<El>(rows_of(a.fc, first, rows, 2 * Fe), rows, 2 * Fe));
       linear_backward_input<El>(exec, mat_of<El>(rows_of(s.ddispatched, first, rows, C), rows, C),
                                 dfc, mat_of<El>(expert_of(weights.fc, e, 2 * Fe, C), 2 * Fe, C),
                                 false);
-      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(dfc_w, 2 * Fe, C), Vec(), dfc, input,
+      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(dfc_w, 2 * Fe, C), Vec(), dfc,
+                                 mat_of<El>(rows_of(a.dispatched, first, rows, C), rows, C),
                                  accumulate);
     });
   }
+  const Mat dlogits(s.dlogits.data(), N, E);
   const ConstMat x32 = input32(x, N, s), w32 = router32(s);
-  router_backward(exec, dlogits, dweight, ConstMat(a.scores.data(), N, E),
+  router_backward(exec, dlogits, ConstMat(s.dweight.data(), N, k), ConstMat(a.scores.data(), N, E),
                   ConstMat(a.logits.data(), N, E), ConstIntMat(a.choice.data(), N, k),
                   ConstMat(a.weight.data(), N, k), ConstIntVec(a.counts.data(), E), shape_.router,
                   scales);
@@ -164,7 +203,7 @@ void MoeLayer::backward(const StoredTensor& dx, const StoredTensor& dout, const 
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
     moe_dispatch_rows_backward<El>(exec, mat_of<El>(dx, N, C), mat_of<El>(s.ddispatched, N * k, C),
-                                   row, dx_router);
+                                   ConstIntMat(a.row.data(), N, k), dx_router);
   });
   linear_backward_weight<Fp32Elements>(exec, mat_of<Fp32Elements>(grads.router, E, C), Vec(),
                                        dlogits, x32, accumulate);

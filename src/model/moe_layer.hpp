@@ -67,6 +67,19 @@ class MoeLayer {
   void backward(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x, int N,
                 const MoeActivations& a, const MoeScratch& s, kernels::RouterLossScales scales,
                 bool accumulate) const;
+
+  // The same in the halves a block runs between its ZeRO units. The first reads the router and
+  // the experts' first projections (routing, dispatch, gate | up, activation); the second the
+  // experts' second projections (down, then the combine: out = residual + the experts' sum,
+  // residual may be empty). Backward runs the second half's first.
+  void forward_first(const StoredTensor& x, int N, const MoeActivations& a,
+                     const MoeScratch& s) const;
+  void forward_second(const StoredTensor& out, const StoredTensor& residual, int N,
+                      const MoeActivations& a) const;
+  void backward_second(const StoredTensor& dout, int N, const MoeActivations& a,
+                       const MoeScratch& s, bool accumulate) const;
+  void backward_first(const StoredTensor& dx, const StoredTensor& x, int N, const MoeActivations& a,
+                      const MoeScratch& s, kernels::RouterLossScales scales, bool accumulate) const;
   // The group's balancing losses, unscaled, into s.losses: aux, z (kernels::router_losses).
   void losses(int N, const MoeActivations& a, const MoeScratch& s) const;
 
