@@ -631,8 +631,9 @@ struct PlanCommand {
     if (rank == 0) print_plan(model, cluster, batch_tokens, top);
   }
   // A Mixture-of-Experts config: its parameter counts from the parameter table (total and
-  // active per token, the FLOPs MFU counts); the memory and time models do not cover its expert
-  // layers yet, so no layout is planned rather than one planned as if it were dense.
+  // active per token, the FLOPs MFU counts). The planner's analytic models do not cover expert
+  // layers yet (the stage's buffer plan does: `train` predicts a run's memory to the byte), so
+  // no layout is planned rather than one planned as if the model were dense.
   bool plan_moe_config(int rank) {
     const trident::Config c = trident::load_config(config_path, overrides);
     if (!c.model.moe.enabled()) return false;
@@ -649,8 +650,8 @@ struct PlanCommand {
     std::printf("model FLOPs per token (training, active experts only): %.4g at seq %d\n",
                 trident::flops_per_token(m, c.train.seq_len), c.train.seq_len);
     std::printf(
-        "no layout planned: the memory and time models do not cover Mixture-of-Experts layers "
-        "yet\n");
+        "no layout planned: the planner's memory and time models do not cover "
+        "Mixture-of-Experts layers yet (a run's own memory is predicted exactly at start-up)\n");
     return true;
   }
   // The preset's figures, except where the command line gave its own.

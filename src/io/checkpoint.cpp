@@ -54,13 +54,19 @@ struct Selection {
   int64_t count = 0;
 };
 
+// The length of a tensor's rows in the file: its last dimension (a vector is one row). A block
+// of rows of a tensor of three or more dimensions counts its leading dimensions as one.
+int64_t row_length(const ParamSpec& spec) {
+  return spec.shape.size() >= 2 ? spec.shape.back() : spec.numel();
+}
+
 // Adds elements [lo, hi) of local parameter p (relative to p) to `sel` as runs contiguous in the
 // global tensor within one global row (tensor parallelism maps a local row, or a group of a
 // split vector, onto such a run); consecutive runs on consecutive rows with the same columns
 // merge into one block.
 void select_range(const LocalParamTable& local, const LocalParam& p, int64_t lo, int64_t hi,
                   Selection& sel) {
-  const int64_t global_cols = p.spec->shape.size() == 2 ? p.spec->shape[1] : p.spec->numel();
+  const int64_t global_cols = row_length(*p.spec);
   auto add_run = [&](int64_t g, int64_t len) {
     const Block b{static_cast<hsize_t>(g / global_cols), static_cast<hsize_t>(g % global_cols), 1,
                   static_cast<hsize_t>(len)};
@@ -136,11 +142,30 @@ h5::Handle file_selection(hid_t dset, const Selection& sel) {
   TRIDENT_H5(static_cast<hid_t>(space));
   TRIDENT_H5(H5Sselect_none(space));
   const int rank = H5Sget_simple_extent_ndims(space);
+  TRIDENT_H5(rank);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank)), start(dims.size()), count(dims.size());
+  TRIDENT_H5(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
   for (const Block& b : sel.blocks) {
-    const hsize_t start2[2] = {b.row, b.col}, count2[2] = {b.rows, b.cols};
-    const hsize_t start1[1] = {b.col}, count1[1] = {b.cols};
-    TRIDENT_H5(H5Sselect_hyperslab(space, H5S_SELECT_OR, rank == 2 ? start2 : start1, nullptr,
-                                   rank == 2 ? count2 : count1, nullptr));
+    if (rank == 1) {
+      start = {b.col}, count = {b.cols};
+      TRIDENT_H5(
+          H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr));
+      continue;
+    }
+    // Rows of the leading dimensions flattened: one hyperslab per run of rows that stays within
+    // the innermost leading dimension (a whole block for a matrix).
+    const hsize_t inner = dims[rank - 2];
+    for (hsize_t r = b.row; r < b.row + b.rows;) {
+      const hsize_t n = std::min(b.row + b.rows - r, inner - r % inner);
+      hsize_t outer = r / inner;
+      for (int d = rank - 3; d >= 0; --d) start[d] = outer % dims[d], outer /= dims[d];
+      std::fill(count.begin(), count.end(), 1);
+      start[rank - 2] = r % inner, count[rank - 2] = n;
+      start[rank - 1] = b.col, count[rank - 1] = b.cols;
+      TRIDENT_H5(
+          H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr));
+      r += n;
+    }
   }
   return space;
 }
@@ -262,7 +287,7 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
         Selection sel = owned_selection(mine, spec.name, owner);
         for (int64_t at : sel.local)
           sel.values.push_back(host[static_cast<size_t>(sel.chunk)][k](static_cast<size_t>(at)));
-        const int64_t global_cols = spec.shape.size() == 2 ? spec.shape[1] : spec.numel();
+        const int64_t global_cols = row_length(spec);
         uint64_t sums[2] = {0, static_cast<uint64_t>(sel.values.size())};
         for_each_global(sel, global_cols,
                         [&](size_t i, int64_t g) { sums[0] += element_hash(g, sel.values[i]); });
@@ -418,7 +443,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
     for (const ParamSpec& spec : table.specs()) {
       const h5::Handle dset = h5::open_tensor(
           file, std::string(kCheckpointGroups[k]) + "/" + spec.name, spec.shape, path);
-      const int64_t global_cols = spec.shape.size() == 2 ? spec.shape[1] : spec.numel();
+      const int64_t global_cols = row_length(spec);
       // Every element this rank keeps, chunk by chunk (padding stays zero): all it holds, or
       // only its owned part of what ZeRO shards.
       const bool owned_only = (k > 0 && owner.zero_stage >= 1) || owner.zero_stage >= 3;

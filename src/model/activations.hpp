@@ -11,6 +11,19 @@
 
 namespace trident {
 
+// What an MoE layer's forward keeps for its backward, for one group of N tokens (the routing in
+// fp32 and ints, the experts' activations in the storage format): every kept slot takes one row
+// of the expert-ordered buffers, so N k rows bound them (model/moe_layer.hpp).
+struct MoeActivations {
+  View1 logits, scores;      // [N, E]
+  View1 weight;              // [N, k] combine weights
+  IntView1 choice, row;      // [N, k] chosen experts, and each slot's row (-1: dropped)
+  IntView1 counts, offsets;  // [E] slots routed to each expert, [E + 1] its kept rows
+  StoredTensor dispatched;   // [N k, C] token rows in expert order
+  StoredTensor fc, act;      // [N k, 2 Fe], [N k, Fe]
+  StoredTensor expert_out;   // [N k, C]
+};
+
 // One block's tensors, in the storage format (the norm and softmax statistics in fp32): what
 // its ops write and its backward reads. A slot keeps them per block (ActivationSlot::blocks), and
 // the ops compute there; where a slot does not keep a tensor (a block recomputed whole keeps only
@@ -29,8 +42,9 @@ struct BlockActivations {
   StoredTensor res_attn;     // [N,C] residual stream after attention
   StoredTensor ln2;          // [N,C]
   View1 ln2_mean, ln2_rstd;  // [N], [N]
-  StoredTensor fch;          // [N,fc_tp]
+  StoredTensor fch;          // [N,fc_tp]        a dense MLP's
   StoredTensor fch_act;      // [N,F_tp] the activation's output
+  MoeActivations moe;        // an MoE layer's, in place of fch and fch_act
   StoredTensor res_mlp;      // [N,C] residual stream after the MLP (block output)
 };
 
@@ -55,6 +69,7 @@ struct ActivationSlot {
   View1 lnf_mean, lnf_rstd;              // [N], [N]
   StoredTensor logits;                   // [N,V_tp]; overwritten by its gradient in backward
   View1 losses, lse;                     // [N]
+  View1 moe_losses;                      // [2 per block] each MoE block's aux and z losses
   int B = 0, T = 0;
   // > 0: the forward already wrote the logits' gradient over them, at this loss scale (the fused
   // classifier, tp = 1); backward then starts from it.

@@ -24,9 +24,11 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
       }()),
       layer_context_{exec_, buffers.precision, tp_.get(), &st_.layers},
       hooks_(shape_, local_),
-      context_{&shape_, &st_, &layer_context_, &hooks_, nullptr},
+      context_{&shape_, &st_, &layer_context_, &hooks_, nullptr, {}},
       embedding_(&layer_context_, m.n_embd, layout.tp_rank * shape_.V_tp()),
       head_(&context_) {
+  if (shape_.any_moe_block() && layout.tp_size > 1)
+    throw InputError("Mixture-of-Experts layers run on one tensor-parallel rank for now (tp = 1)");
   for (int i = 0; i < shape_.blocks(); ++i) blocks_.emplace_back(&context_, i);
   if (buffers.full_params) bind(stage_tensors(local_, layout, st_.params), false);
   if (buffers.full_grads) {
@@ -57,6 +59,7 @@ void GptStage::bind(const StageTensors& t, bool grads) {
     const BlockTensors& l = t.blocks[i];
     side(b.ln1) = l.ln1, side(b.qkv) = l.qkv, side(b.proj) = l.proj;
     side(b.ln2) = l.ln2, side(b.fc) = l.fc, side(b.fcproj) = l.fcproj;
+    if (b.moe) side(*b.moe) = l.moe;
   }
 }
 
@@ -81,6 +84,7 @@ void GptStage::stream_weight_grads(GradSink* sink) {
                    ? std::vector<std::string>{h + "attn.qkv.weight"}
                    : std::vector<std::string>{h + "attn.q.weight", h + "attn.kv.weight"});
     b.proj.weight_grad_stream = stream({h + "attn.proj.weight"});
+    if (b.moe) continue;  // an MoE layer keeps its gradients whole (streams_grad)
     b.fc.weight_grad_stream = stream({h + "mlp.fc.weight"});
     b.fcproj.weight_grad_stream = stream({h + "mlp.proj.weight"});
   }
@@ -114,12 +118,46 @@ void GptStage::zero_grads() {
 double GptStage::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                          const StoredTensor& output, float gradient_scale) {
   forward_pass(slot, tokens, targets, B, T, output, gradient_scale);
-  if (!shape_.layout.has_head || targets == nullptr) return 0.0;
+  if (targets == nullptr) return 0.0;
+  const std::array<double, 2> moe = moe_losses(slot);
+  double host = static_cast<double>(B) * T * (moe_aux_coeff_ * moe[0] + moe_z_coeff_ * moe[1]);
+  if (!shape_.layout.has_head) return host;
   const Kokkos::View<double, Device> sum("loss_sum");
   loss_sum(slot, sum);
-  double host = 0.0;
-  Kokkos::deep_copy(host, sum);
-  return host;
+  double ce = 0.0;
+  Kokkos::deep_copy(ce, sum);
+  return host + ce;
+}
+
+void GptStage::set_moe_loss_coefficients(double aux, double z) {
+  moe_aux_coeff_ = aux;
+  moe_z_coeff_ = z;
+}
+
+std::vector<int32_t> GptStage::moe_routing(int slot) const {
+  const ActivationSlot& a = st_.slots[slot];
+  const size_t n = static_cast<size_t>(a.B) * a.T * shape_.model.moe.top_k;
+  std::vector<int32_t> routing;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (!blocks_[i].moe) continue;
+    const BlockActivations b = blocks_[i].working(a);
+    for (const IntView1& v : {b.moe.choice, b.moe.row}) {
+      const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+      routing.insert(routing.end(), host.data(), host.data() + n);
+    }
+  }
+  return routing;
+}
+
+std::array<double, 2> GptStage::moe_losses(int slot) const {
+  const View1& kept = st_.slots[slot].moe_losses;
+  std::array<double, 2> sums{0.0, 0.0};
+  if (kept.extent(0) == 0) return sums;
+  const std::vector<float> values =
+      host_values(stored_f32(kept.data(), kept.extent(0)), 0, kept.extent(0));
+  for (int i = 0; i < shape_.blocks(); ++i)
+    if (shape_.moe_block(i)) sums[0] += values[2 * i], sums[1] += values[2 * i + 1];
+  return sums;
 }
 
 void GptStage::loss_sum(int slot, const Kokkos::View<double, Device>& sum) const {
@@ -153,6 +191,7 @@ void GptStage::forward_pass(int slot, const int32_t* tokens, const int32_t* targ
     const BlockActivations b = blocks_[i].working(a, sent);
     const std::string next = i + 1 < n_blocks ? hooks_.unit_param(i + 1, 0) : "";
     blocks_[i].forward(b, *x, B, T, true, next.empty() && !sends ? "ln_f.weight" : next);
+    if (blocks_[i].moe) blocks_[i].moe_losses(window(a.moe_losses, 2 * i, 2), b, N);
     x = sends && i + 1 == n_blocks ? &output : &a.blocks[i].res_mlp;
   }
   if (!sends) head_.forward(a, *x, targets != nullptr, gradient_scale);  // else it is sent
@@ -173,6 +212,10 @@ void GptStage::backward_pass(const ActivationSlot& a, float loss_scale,
                              const StoredTensor& grad_output, const DeferredGrads* defer) {
   const bool accumulate = !grads_fresh_;  // weight matrices: the step's first write overwrites
   const size_t rows_c = static_cast<size_t>(local_rows(a.B * a.T)) * shape_.model.n_embd;
+  // The balancing losses weigh as a mean over the micro-batch's tokens, like its loss.
+  const double per_token = static_cast<double>(loss_scale) * a.B * a.T;
+  context_.moe_scales = {static_cast<float>(moe_aux_coeff_ * per_token),
+                         static_cast<float>(moe_z_coeff_ * per_token)};
   if (shape_.layout.has_head) {
     head_.backward(a, loss_scale, defer, accumulate);
   } else {

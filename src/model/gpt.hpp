@@ -3,6 +3,7 @@
 // slice, with their parameters, gradients and activation slots.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -61,6 +62,16 @@ class GptStage {
   // written that unit's whole contribution.
   void set_unit_done_hook(std::function<void(int)> f) { hooks_.on_unit_done = std::move(f); }
 
+  // The Mixture-of-Experts balancing losses' coefficients (train.aux_loss_coeff, z_loss_coeff):
+  // backward adds their gradients, forward()'s objective their values. 0 until set.
+  void set_moe_loss_coefficients(double aux, double z);
+  // The sums over this stage's MoE blocks of the slot's last forward's balancing losses,
+  // unscaled: {aux, z} (zeros without MoE blocks).
+  std::array<double, 2> moe_losses(int slot) const;
+  // The routing of the slot's last forward, block by block: each MoE block's chosen experts and
+  // each slot's row in the expert buffers (-1: dropped), [N k] each (empty without MoE blocks).
+  std::vector<int32_t> moe_routing(int slot) const;
+
   // Fills this rank's parameters from the counter-based initialiser (its slice only).
   void init_params(uint64_t seed);
   // Clears the gradients for the next step's accumulation; the weight matrices' are overwritten
@@ -81,7 +92,9 @@ class GptStage {
   // last stage, after a forward with targets).
   void loss_sum(int slot, const Kokkos::View<double, Device>& sum) const;
   // forward_pass, then the sum of the per-token losses read back (0 without the head or
-  // targets): for callers that want each micro-batch's loss at once (tests, generation).
+  // targets), plus N x the MoE blocks' coefficient-weighted balancing losses (the objective
+  // backward differentiates): for callers that want each micro-batch's loss at once (tests,
+  // generation).
   double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                  const StoredTensor& output = {}, float gradient_scale = 0.0f);
   // The token rows of a micro-batch of n this rank holds outside the tensor-parallel regions.
@@ -129,6 +142,7 @@ class GptStage {
   OutputHead head_;
   // zero_grads() was called and no backward has written since: GEMMs overwrite weight gradients.
   bool grads_fresh_ = false;
+  double moe_aux_coeff_ = 0.0, moe_z_coeff_ = 0.0;
   std::vector<Segment> cleared_grads_;  // the ranges of grads zero_grads clears
   IntView1::HostMirror tokens_host_, targets_host_;
 };

@@ -93,8 +93,10 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
   router_scores(exec, scores, logits, shape_.router);
   router_top_k(exec, choice, Mat(a.weight.data(), N, k), scores, ConstVec());
   const RoutingShape routing{N, E, k, shape_.capacity(N)};
-  router_dispatch_plan(exec, row, IntVec(a.counts.data(), E), IntVec(a.offsets.data(), E + 1),
-                       s.plan, choice, scores, routing, shape_.drop_policy);
+  const DispatchScratch plan{IntVec(s.listed.data(), N * k), IntVec(s.listed_offsets.data(), E + 1),
+                             IntVec(s.kept.data(), N * k)};
+  router_dispatch_plan(exec, row, IntVec(a.counts.data(), E), IntVec(a.offsets.data(), E + 1), plan,
+                       choice, scores, routing, shape_.drop_policy);
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
     moe_dispatch_rows<El>(exec, mat_of<El>(a.dispatched, N * k, C), mat_of<El>(x, N, C), row);
@@ -116,8 +118,19 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
 
 void MoeLayer::forward_second(const StoredTensor& out, const StoredTensor& residual, int N,
                               const MoeActivations& a) const {
+  expert_outputs(a);
+  const int C = shape_.C, k = shape_.k;
+  ctx_->dispatch([&](auto el) {
+    using El = decltype(el);
+    moe_combine<El>(ctx_->exec, mat_of<El>(out, N, C), mat_of<El>(a.expert_out, N * k, C),
+                    ConstIntMat(a.row.data(), N, k), ConstMat(a.weight.data(), N, k),
+                    mat_of<El>(residual, N, C));
+  });
+}
+
+void MoeLayer::expert_outputs(const MoeActivations& a) const {
   const Exec& exec = ctx_->exec;
-  const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
+  const int C = shape_.C, E = shape_.E, Fe = shape_.Fe;
   const std::vector<int> offsets = host_offsets(a.offsets);
   for (int e = 0; e < E; ++e) {
     const int first = offsets[e], rows = offsets[e + 1] - offsets[e];
@@ -129,12 +142,6 @@ void MoeLayer::forward_second(const StoredTensor& out, const StoredTensor& resid
                          mat_of<El>(expert_of(weights.proj, e, C, Fe), C, Fe), ConstVecOf<El>());
     });
   }
-  ctx_->dispatch([&](auto el) {
-    using El = decltype(el);
-    moe_combine<El>(exec, mat_of<El>(out, N, C), mat_of<El>(a.expert_out, N * k, C),
-                    ConstIntMat(a.row.data(), N, k), ConstMat(a.weight.data(), N, k),
-                    mat_of<El>(residual, N, C));
-  });
 }
 
 void MoeLayer::backward_second(const StoredTensor& dout, int N, const MoeActivations& a,
@@ -209,11 +216,11 @@ void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int
                                        dlogits, x32, accumulate);
 }
 
-void MoeLayer::losses(int N, const MoeActivations& a, const MoeScratch& s) const {
+void MoeLayer::losses(const Vec& out, int N, const MoeActivations& a, const MoeScratch& s) const {
   const int E = shape_.E;
-  router_losses(ctx_->exec, Vec(s.losses.data(), 2), Vec(s.expert_mass.data(), E),
-                ConstMat(a.scores.data(), N, E), ConstMat(a.logits.data(), N, E),
-                ConstIntVec(a.counts.data(), E), shape_.router, shape_.k);
+  router_losses(ctx_->exec, out, Vec(s.expert_mass.data(), E), ConstMat(a.scores.data(), N, E),
+                ConstMat(a.logits.data(), N, E), ConstIntVec(a.counts.data(), E), shape_.router,
+                shape_.k);
 }
 
 }  // namespace trident

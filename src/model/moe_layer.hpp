@@ -8,6 +8,7 @@
 #include "core/types.hpp"
 #include "kernels/moe_options.hpp"
 #include "kernels/moe_routing.hpp"
+#include "model/activations.hpp"
 #include "model/layers.hpp"
 #include "model/model_config.hpp"
 
@@ -31,26 +32,14 @@ struct MoeParams {
   StoredTensor proj;    // [E, C, Fe]
 };
 
-// What forward keeps for backward, for one group of N tokens (the routing in fp32 and ints, the
-// experts' activations in the storage format; at most N k rows each).
-struct MoeActivations {
-  View1 logits, scores;      // [N, E]
-  View1 weight;              // [N, k] combine weights
-  IntView1 choice, row;      // [N, k] chosen experts, and each slot's row (-1: dropped)
-  IntView1 counts, offsets;  // [E] slots routed to each expert, [E + 1] its kept rows
-  StoredTensor dispatched;   // [N k, C] token rows in expert order
-  StoredTensor fc, act;      // [N k, 2 Fe], [N k, Fe]
-  StoredTensor expert_out;   // [N k, C]
-};
-
 // Scratch every MoE layer reuses.
 struct MoeScratch {
-  kernels::DispatchScratch plan;      // [N k], [E + 1], [N k]
-  View1 x32, router32;                // 16-bit storage: [N, C] the input, [E, C] the router
-  View1 dlogits, dweight, dx_router;  // [N, E], [N, k], [N, C]
-  StoredTensor dexpert_out, dact;     // [N k, C], [N k, Fe]
-  StoredTensor dfc, ddispatched;      // [N k, 2 Fe], [N k, C]
-  View1 losses, expert_mass;          // [2]: aux and z of the last group; [E]
+  IntView1 listed, listed_offsets, kept;  // the dispatch plan's: [N k], [E + 1], [N k]
+  View1 x32, router32;                    // 16-bit storage: [N, C] the input, [E, C] the router
+  View1 dlogits, dweight, dx_router;      // [N, E], [N, k], [N, C]
+  StoredTensor dexpert_out, dact;         // [N k, C], [N k, Fe]
+  StoredTensor dfc, ddispatched;          // [N k, 2 Fe], [N k, C]
+  View1 expert_mass;                      // [E]
 };
 
 class MoeLayer {
@@ -76,12 +65,16 @@ class MoeLayer {
                      const MoeScratch& s) const;
   void forward_second(const StoredTensor& out, const StoredTensor& residual, int N,
                       const MoeActivations& a) const;
+  // forward_second without the combine: the experts' outputs, which backward reads (what a
+  // recomputed block rebuilds).
+  void expert_outputs(const MoeActivations& a) const;
   void backward_second(const StoredTensor& dout, int N, const MoeActivations& a,
                        const MoeScratch& s, bool accumulate) const;
   void backward_first(const StoredTensor& dx, const StoredTensor& x, int N, const MoeActivations& a,
                       const MoeScratch& s, kernels::RouterLossScales scales, bool accumulate) const;
-  // The group's balancing losses, unscaled, into s.losses: aux, z (kernels::router_losses).
-  void losses(int N, const MoeActivations& a, const MoeScratch& s) const;
+  // The group's balancing losses, unscaled, into out[0] (aux) and out[1] (z)
+  // (kernels::router_losses).
+  void losses(const Vec& out, int N, const MoeActivations& a, const MoeScratch& s) const;
 
  private:
   // The router's input and weight in fp32 (windows onto x and the weight under fp32 storage).

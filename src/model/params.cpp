@@ -242,7 +242,8 @@ constexpr const char* kUnitPrefixes[kUnitsPerBlock][5] = {
 }  // namespace
 
 bool streams_grad(const ParamSpec& spec) {
-  return spec.shape.size() == 2 && spec.name != "wpe";
+  return spec.shape.size() == 2 && spec.name != "wpe" &&
+         spec.name.find(".moe.") == std::string::npos;
 }
 
 int block_unit_part(const std::string& name) {

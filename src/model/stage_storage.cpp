@@ -18,6 +18,18 @@ BlockExtents StageShape::extents(int B, int T) const {
   return {rows * C, N * qkv_tp(), N * heads_tp(), N * C_tp(), N * fc_tp(), N * F_tp(), rows};
 }
 
+bool StageShape::any_moe_block() const {
+  for (int i = 0; i < blocks(); ++i)
+    if (moe_block(i)) return true;
+  return false;
+}
+
+bool StageShape::any_dense_block() const {
+  for (int i = 0; i < blocks(); ++i)
+    if (!moe_block(i)) return true;
+  return false;
+}
+
 AttentionHeads StageShape::attention_heads() const {
   AttentionHeads h;
   h.heads = heads_tp();
@@ -34,9 +46,30 @@ AttentionHeads StageShape::attention_heads() const {
 
 namespace {
 
-// A block's tensors other than its output, in the storage format (the statistics in fp32).
+// What an MoE layer keeps for a micro-batch of N tokens: N k rows of the expert buffers.
+MoeActivations moe_internals(const StageShape& s, size_t N, MemCategory c, BufferList& list) {
+  const Precision p = s.buffers.precision;
+  const MoeShape m = MoeShape::of(s.model);
+  const size_t slots = N * m.k;
+  MoeActivations a;
+  a.logits = list.f32("moe_logits", c, N * m.E);
+  a.scores = list.f32("moe_scores", c, N * m.E);
+  a.weight = list.f32("moe_weight", c, slots);
+  a.choice = list.int32("moe_choice", c, slots);
+  a.row = list.int32("moe_row", c, slots);
+  a.counts = list.int32("moe_counts", c, m.E);
+  a.offsets = list.int32("moe_offsets", c, m.E + 1);
+  a.dispatched = list.stored("moe_dispatched", c, slots * m.C, p);
+  a.fc = list.stored("moe_fc", c, slots * 2 * m.Fe, p);
+  a.act = list.stored("moe_act", c, slots * m.Fe, p);
+  a.expert_out = list.stored("moe_expert_out", c, slots * m.C, p);
+  return a;
+}
+
+// A block's tensors other than its output, in the storage format (the statistics in fp32): a
+// dense MLP's and, or, an MoE layer's.
 BlockActivations block_internals(const StageShape& s, const BlockExtents& e, MemCategory c,
-                                 BufferList& list) {
+                                 BufferList& list, bool dense, bool moe) {
   const Precision p = s.buffers.precision;
   const bool layernorm = !s.model.llama();  // RMSNorm keeps no mean
   BlockActivations b;
@@ -50,17 +83,20 @@ BlockActivations block_internals(const StageShape& s, const BlockExtents& e, Mem
   b.ln2 = list.stored("ln2", c, e.rows_c, p);
   if (layernorm) b.ln2_mean = list.f32("ln2_mean", c, e.stats);
   b.ln2_rstd = list.f32("ln2_rstd", c, e.stats);
-  b.fch = list.stored("fch", c, e.fc, p);
-  b.fch_act = list.stored("fch_act", c, e.act, p);
+  if (dense) {
+    b.fch = list.stored("fch", c, e.fc, p);
+    b.fch_act = list.stored("fch_act", c, e.act, p);
+  }
+  if (moe) b.moe = moe_internals(s, static_cast<size_t>(s.max_batch) * s.max_seq, c, list);
   return b;
 }
 
-// What a slot keeps of a block: its output unless it is sent, and unless the block is recomputed
-// whole what its backward reads.
+// What a slot keeps of a block (an MoE one or not): its output unless it is sent, and unless the
+// block is recomputed whole what its backward reads.
 BlockActivations kept_block(const StageShape& s, const BlockExtents& e, bool output, bool internals,
-                            BufferList& list) {
+                            bool moe, BufferList& list) {
   constexpr MemCategory act = MemCategory::kActivations;
-  BlockActivations k = internals ? block_internals(s, e, act, list) : BlockActivations{};
+  BlockActivations k = internals ? block_internals(s, e, act, list, !moe, moe) : BlockActivations{};
   if (output) k.res_mlp = list.stored("res_mlp", act, e.rows_c, s.buffers.precision);
   return k;
 }
@@ -77,8 +113,10 @@ ActivationSlot activation_slot(const StageShape& s, BufferList& list) {
   for (int i = 0; i < s.blocks(); ++i) {
     // The last block's output of a stage without the head is sent, not kept.
     const bool output = i + 1 < s.blocks() || s.layout.has_head;
-    a.blocks.push_back(kept_block(s, e, output, !s.buffers.recompute.full_block(i), list));
+    a.blocks.push_back(
+        kept_block(s, e, output, !s.buffers.recompute.full_block(i), s.moe_block(i), list));
   }
+  if (s.any_moe_block()) a.moe_losses = list.f32("moe_losses", act, 2 * s.blocks());
   if (s.layout.has_head) {
     a.lnf = list.stored("lnf", act, e.rows_c, p);
     a.logits = list.stored("logits", act, N * s.V_tp(), p);
@@ -125,6 +163,32 @@ size_t column_partial_floats(const StageShape& s) {
 
 namespace {
 
+// What a stage's MoE layers share: the dispatch plan's lists, the router's fp32 operands (16-bit
+// storage) and the backward's gradients of the routing and the expert buffers.
+MoeScratch moe_scratch(const StageShape& s, BufferList& list) {
+  constexpr MemCategory work = MemCategory::kWorkspace;
+  const Precision p = s.buffers.precision;
+  const MoeShape m = MoeShape::of(s.model);
+  const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq, slots = N * m.k;
+  MoeScratch x;
+  x.listed = list.int32("moe_listed", work, slots);
+  x.listed_offsets = list.int32("moe_listed_offsets", work, m.E + 1);
+  x.kept = list.int32("moe_kept", work, slots);
+  if (s.half()) {
+    x.x32 = list.f32("moe_x32", work, N * m.C);
+    x.router32 = list.f32("moe_router32", work, static_cast<size_t>(m.E) * m.C);
+  }
+  x.dlogits = list.f32("moe_dlogits", work, N * m.E);
+  x.dweight = list.f32("moe_dweight", work, slots);
+  x.dx_router = list.f32("moe_dx_router", work, N * m.C);
+  x.dexpert_out = list.stored("moe_dexpert_out", work, slots * m.C, p);
+  x.dact = list.stored("moe_dact", work, slots * m.Fe, p);
+  x.dfc = list.stored("moe_dfc", work, slots * 2 * m.Fe, p);
+  x.ddispatched = list.stored("moe_ddispatched", work, slots * m.C, p);
+  x.expert_mass = list.f32("moe_expert_mass", work, m.E);
+  return x;
+}
+
 void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   const BlockExtents e = s.extents(s.max_batch, s.max_seq);
   const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq, C = s.model.n_embd;
@@ -134,7 +198,9 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   const auto stored = [&](const char* label, size_t n) { return list.stored(label, work, n, p); };
   // One block's recomputed tensors, shared by every recomputed block.
   if (s.blocks() > 0 && s.buffers.recompute.full_block(0))
-    st.shared = block_internals(s, e, MemCategory::kActivations, list);
+    st.shared = block_internals(s, e, MemCategory::kActivations, list, s.any_dense_block(),
+                                s.any_moe_block());
+  if (s.any_moe_block()) st.moe = moe_scratch(s, list);
   LayerWorkspace& ws = st.layers;
   ws.partial = stored("scratch_c", N * C);
   if (s.sequence_parallel()) {
@@ -217,7 +283,8 @@ void init_stage_params(const StageShape& s, const LocalParamTable& local, const 
 
 BufferList describe_kept_block(const StageShape& shape, bool internals) {
   BufferList list;
-  kept_block(shape, shape.extents(shape.max_batch, shape.max_seq), true, internals, list);
+  kept_block(shape, shape.extents(shape.max_batch, shape.max_seq), true, internals,
+             shape.any_moe_block(), list);
   return list;
 }
 

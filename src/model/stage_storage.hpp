@@ -11,6 +11,7 @@
 #include "model/activations.hpp"
 #include "model/layers.hpp"
 #include "model/model_config.hpp"
+#include "model/moe_layer.hpp"
 #include "model/params.hpp"
 #include "model/partition.hpp"
 #include "model/recompute.hpp"
@@ -68,6 +69,10 @@ struct StageShape {
   int V_tp() const { return padded_vocab(model, layout.tp_size) / layout.tp_size; }
   // The extents of one block's tensors for a micro-batch of B sequences of T tokens.
   BlockExtents extents(int B, int T) const;
+  // Whether local block i's MLP is a Mixture of Experts, and whether any block's is (or is not).
+  bool moe_block(int i) const { return model.moe_layer(layout.first_layer + i); }
+  bool any_moe_block() const;
+  bool any_dense_block() const;
 };
 
 // The stage's buffers, made by lay_out_stage.
@@ -85,6 +90,7 @@ struct StageStorage {
   // MLP's two share it with the attention's two, whose backward comes after theirs.
   StoredTensor dresidual, datty, dqkv, dfch, dact;
   StoredTensor block_grads;
+  MoeScratch moe;  // what the stage's MoE layers share (empty without one)
 };
 
 // Describes (and, when `list` has a ledger, allocates) every buffer of a stage of `shape` whose

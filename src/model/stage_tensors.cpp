@@ -39,8 +39,14 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
   t.wpe = tensor("wpe");
   for (int l = layout.first_layer; l < layout.last_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    t.blocks.push_back({norm(h + "ln_1"), qkv(h), linear(h + "attn.proj"), norm(h + "ln_2"),
-                        linear(h + "mlp.fc"), linear(h + "mlp.proj")});
+    t.blocks.push_back({norm(h + "ln_1"),
+                        qkv(h),
+                        linear(h + "attn.proj"),
+                        norm(h + "ln_2"),
+                        linear(h + "mlp.fc"),
+                        linear(h + "mlp.proj"),
+                        {tensor(h + "moe.router.weight"), tensor(h + "moe.experts.fc.weight"),
+                         tensor(h + "moe.experts.proj.weight")}});
   }
   if (layout.has_head) {
     t.lnf = norm("ln_f");

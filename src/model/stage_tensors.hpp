@@ -7,12 +7,13 @@
 #include "core/stored.hpp"
 #include "core/types.hpp"
 #include "model/layers.hpp"
+#include "model/moe_layer.hpp"
 #include "model/params.hpp"
 
 namespace trident {
 
-// One transformer block's local tensors.
-// One transformer block's local tensors (Llama: no biases; its q and kv tensors read as one).
+// One transformer block's local tensors (Llama: no biases; its q and kv tensors read as one). Its
+// MLP is a dense one (fc, fcproj) or an MoE layer (moe); the other's tensors are empty.
 struct BlockTensors {
   NormParams ln1;       // [C]
   LinearParams qkv;     // [qkv_tp, C], [qkv_tp]  column-parallel, q|k|v of this rank's heads
@@ -20,6 +21,7 @@ struct BlockTensors {
   NormParams ln2;       // [C]
   LinearParams fc;      // [fc_tp, C], [fc_tp]    column-parallel (Llama: gate | up)
   LinearParams fcproj;  // [C, F_tp], [C]         row-parallel
+  MoeParams moe;        // [E, C], [E, 2 Fe, C], [E, C, Fe]
 };
 
 struct StageTensors {

@@ -1,6 +1,8 @@
 // A transformer block's forward, backward and deferred weight-gradient pass over its layers.
 #include "model/transformer_block.hpp"
 
+#include <stdexcept>
+
 #include "kernels/cast.hpp"
 
 namespace trident {
@@ -28,7 +30,9 @@ TransformerBlock::TransformerBlock(const StageContext* sc, int index)
       act(sc->layers, sc->shape->model.llama(), sc->shape->F_tp()),
       fcproj(sc->layers, sc->shape->F_tp(), sc->shape->model.n_embd),
       sc_(sc),
-      index_(index) {}
+      index_(index) {
+  if (sc->shape->moe_block(index)) moe.emplace(sc->layers, MoeShape::of(sc->shape->model));
+}
 
 void TransformerBlock::forward(const BlockActivations& b, const StoredTensor& x, int B, int T,
                                bool complete, const std::string& next) const {
@@ -40,8 +44,18 @@ void TransformerBlock::forward(const BlockActivations& b, const StoredTensor& x,
   attention.forward(b.atty, b.att_lse, b.qkv, B, T);
   hooks.need(unit(1), unit(2));
   proj.forward_residual(b.res_attn, b.atty, x, N);
-  hooks.need(unit(2), complete ? unit(3) : next);
+  // An MoE layer's backward reads its experts' outputs: a recomputation runs them too.
+  hooks.need(unit(2), complete || moe ? unit(3) : next);
   ln2.forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.res_attn, rows);
+  if (moe) {  // one tensor-parallel rank: all N rows here (GptStage checks)
+    moe->forward_first(b.ln2, N, b.moe, sc_->storage->moe);
+    hooks.need(unit(3), next);
+    if (complete)
+      moe->forward_second(b.res_mlp, b.res_attn, N, b.moe);
+    else
+      moe->expert_outputs(b.moe);
+    return;
+  }
   if (act.swiglu()) {
     fc.forward(b.fch, b.ln2, N);
     act.forward(b.fch_act, b.fch, N);
@@ -66,27 +80,12 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   const StoredTensor& x = sc_->block_input(a, index_);
   const BlockActivations b = activations_for_backward(a, x, unit(3));
   hooks.need(unit(3), unit(2));
-  // MLP: dres holds d/d(block output) = d/d(res_attn) through the residual path.
-  const StoredTensor dout = fcproj.gather_output_grad(dres, N);
-  if (act.swiglu())
-    fcproj.backward_input(st.dact, dout, N);
-  else
-    fcproj.backward_input_gelu(st.dfch, st.dact, dout, b.fch, N);
-  if (kept) sc_->keep(kept->out, dres, e.rows_c);
-  if (!kept) fcproj.backward_weight(dout, b.fch_act, N, accumulate);
-  if (!kept) hooks.unit_done(unit(3));
-  hooks.need(unit(2), unit(1));
-  if (act.swiglu()) act.backward(st.dfch, st.dact, b.fch, N);
-  const StoredTensor dln2 = fc.backward_input(st.dfch, N);
-  if (kept) sc_->keep(kept->dfch, st.dfch, e.fc);
-  if (!kept) fc.backward_weight(st.dfch, b.ln2, N, accumulate);
-  if (kept) {
-    ln2.backward_input(dres, dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
-    sc_->keep(kept->dln2, dln2, e.rows_c);
+  if (moe) {
+    if (kept) throw std::logic_error("MoE layers do not run the split (zero-bubble) backward yet");
+    mlp_backward_moe(b, N, rows);
   } else {
-    ln2.backward(dres, dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
+    mlp_backward_dense(b, kept, N, rows, e, accumulate);
   }
-  if (!kept) hooks.unit_done(unit(2));
   // Attention: dres now holds d/d(res_attn) = d/d(block input) through the residual path.
   const StoredTensor dmid = proj.gather_output_grad(dres, N);
   hooks.need(unit(1), unit(0));
@@ -110,6 +109,56 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   if (!kept) hooks.unit_done(unit(0));
 }
 
+// The dense MLP's backward: dres holds d/d(block output) = d/d(res_attn) through the residual
+// path; the norm adds its input gradient there.
+void TransformerBlock::mlp_backward_dense(const BlockActivations& b,
+                                          const DeferredGrads::Block* kept, int N, int rows,
+                                          const BlockExtents& e, bool accumulate) const {
+  UnitHooks& hooks = *sc_->hooks;
+  const StageStorage& st = *sc_->storage;
+  const StoredTensor& dres = st.dresidual;
+  const StoredTensor dout = fcproj.gather_output_grad(dres, N);
+  if (act.swiglu())
+    fcproj.backward_input(st.dact, dout, N);
+  else
+    fcproj.backward_input_gelu(st.dfch, st.dact, dout, b.fch, N);
+  if (kept) sc_->keep(kept->out, dres, e.rows_c);
+  if (!kept) fcproj.backward_weight(dout, b.fch_act, N, accumulate);
+  if (!kept) hooks.unit_done(unit(3));
+  hooks.need(unit(2), unit(1));
+  if (act.swiglu()) act.backward(st.dfch, st.dact, b.fch, N);
+  const StoredTensor dln2 = fc.backward_input(st.dfch, N);
+  if (kept) sc_->keep(kept->dfch, st.dfch, e.fc);
+  if (!kept) fc.backward_weight(st.dfch, b.ln2, N, accumulate);
+  if (kept) {
+    ln2.backward_input(dres, dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
+    sc_->keep(kept->dln2, dln2, e.rows_c);
+  } else {
+    ln2.backward(dres, dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
+  }
+  if (!kept) hooks.unit_done(unit(2));
+}
+
+// The MoE layer's backward, on one tensor-parallel rank (all N rows): the experts' second
+// projections (unit 3), then their first, the router and the norm (unit 2). Its gradients
+// accumulate onto the cleared ones (grads_to_clear).
+void TransformerBlock::mlp_backward_moe(const BlockActivations& b, int N, int rows) const {
+  UnitHooks& hooks = *sc_->hooks;
+  const StageStorage& st = *sc_->storage;
+  const StoredTensor& dres = st.dresidual;
+  const StoredTensor& dln2 = sc_->layers->ws->dinput;
+  moe->backward_second(dres, N, b.moe, st.moe, true);
+  hooks.unit_done(unit(3));
+  hooks.need(unit(2), unit(1));
+  moe->backward_first(dln2, b.ln2, N, b.moe, st.moe, sc_->moe_scales, true);
+  ln2.backward(dres, dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
+  hooks.unit_done(unit(2));
+}
+
+void TransformerBlock::moe_losses(const Vec& out, const BlockActivations& b, int N) const {
+  moe->losses(out, N, b.moe, sc_->storage->moe);
+}
+
 // The weight gradients backward left in `kept`, in its order, from the same operands (so the
 // same bits; sequence parallelism gathers the same rows again). Only recomputation reads
 // parameters here.
@@ -122,6 +171,7 @@ void TransformerBlock::backward_weight(const ActivationSlot& a, const DeferredGr
   const bool previous_recomputed =
       index_ > 0 && sc_->shape->buffers.recompute.full_block(index_ - 1);
   const std::string next = previous_recomputed ? hooks.unit_param(index_ - 1, 0) : "";
+  if (moe) throw std::logic_error("MoE layers do not run the split (zero-bubble) backward yet");
   const BlockActivations b = activations_for_backward(a, x, next);
   fcproj.backward_weight(fcproj.gather_output_grad(kept.out, N), b.fch_act, N, accumulate);
   hooks.unit_done(unit(3));
@@ -144,6 +194,15 @@ void or_shared(StoredTensor& t, const StoredTensor& shared) {
 void or_shared(View1& t, const View1& shared) {
   if (t.extent(0) == 0) t = shared;
 }
+void or_shared(IntView1& t, const IntView1& shared) {
+  if (t.extent(0) == 0) t = shared;
+}
+void or_shared(MoeActivations& m, const MoeActivations& s) {
+  or_shared(m.logits, s.logits), or_shared(m.scores, s.scores), or_shared(m.weight, s.weight);
+  or_shared(m.choice, s.choice), or_shared(m.row, s.row), or_shared(m.counts, s.counts);
+  or_shared(m.offsets, s.offsets), or_shared(m.dispatched, s.dispatched);
+  or_shared(m.fc, s.fc), or_shared(m.act, s.act), or_shared(m.expert_out, s.expert_out);
+}
 
 }  // namespace
 
@@ -157,6 +216,7 @@ BlockActivations TransformerBlock::working(const ActivationSlot& a,
   or_shared(b.res_attn, s.res_attn);
   or_shared(b.ln2, s.ln2), or_shared(b.ln2_mean, s.ln2_mean), or_shared(b.ln2_rstd, s.ln2_rstd);
   or_shared(b.fch, s.fch), or_shared(b.fch_act, s.fch_act);
+  if (moe) or_shared(b.moe, s.moe);
   return b;
 }
 

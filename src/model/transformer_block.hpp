@@ -3,12 +3,14 @@
 // visible in the programs, between the layers.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/stored.hpp"
 #include "core/timer.hpp"
 #include "model/activations.hpp"
 #include "model/layers.hpp"
+#include "model/moe_layer.hpp"
 #include "model/stage_storage.hpp"
 #include "model/unit_hooks.hpp"
 
@@ -21,6 +23,9 @@ struct StageContext {
   const LayerContext* layers = nullptr;
   UnitHooks* hooks = nullptr;
   PhaseTimer* timer = nullptr;
+  // The balancing losses' scales for the MoE layers of the backward in progress (coefficient x
+  // loss scale x tokens: the losses weigh as a per-token mean does).
+  kernels::RouterLossScales moe_scales;
 
   int local_rows(int n) const { return layers->tp->local_rows(n); }
   // The stage's norm (LayerNorm or RMSNorm) over C channels.
@@ -41,9 +46,11 @@ class TransformerBlock {
   Attention attention;
   RowParallelLinear proj;
   Norm ln2;
+  // The MLP slot: a dense MLP (fc, act, fcproj) or, on the model's MoE layers, `moe`.
   ColumnParallelLinear fc;
   MlpActivation act;
   RowParallelLinear fcproj;
+  std::optional<MoeLayer> moe;
 
   // From x into b (b.res_mlp is the output); `complete` false stops after the activation (what
   // backward needs when recomputing). `next` is the unit needed after this block's.
@@ -57,6 +64,9 @@ class TransformerBlock {
   void backward(const ActivationSlot& a, const DeferredGrads::Block* kept, bool accumulate) const;
   void backward_weight(const ActivationSlot& a, const DeferredGrads::Block& kept,
                        bool accumulate) const;
+  // An MoE block's balancing losses for the micro-batch forward wrote into b: out[0] aux, out[1]
+  // z, unscaled.
+  void moe_losses(const Vec& out, const BlockActivations& b, int N) const;
 
  private:
   // The activations backward reads: slot a's, or recomputed into the shared buffers (`next`: the
@@ -64,6 +74,11 @@ class TransformerBlock {
   BlockActivations activations_for_backward(const ActivationSlot& a, const StoredTensor& x,
                                             const std::string& next) const;
   std::string unit(int part) const { return sc_->hooks->unit_param(index_, part); }
+  // The MLP slot's backward: the dense MLP (weight gradients now, or their output gradients
+  // into `kept`) or the MoE layer.
+  void mlp_backward_dense(const BlockActivations& b, const DeferredGrads::Block* kept, int N,
+                          int rows, const BlockExtents& e, bool accumulate) const;
+  void mlp_backward_moe(const BlockActivations& b, int N, int rows) const;
 
   const StageContext* sc_;
   int index_;

@@ -685,6 +685,7 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
         tp_.get(), ledger, place.micro_batch, place.seq_len,
         std::max(1, pipeline::max_in_flight(schedule_, chunk)), buffers);
     ch.stage->set_timer(&timer_);
+    ch.stage->set_moe_loss_coefficients(config_.train.aux_loss_coeff, config_.train.z_loss_coeff);
     ch.dp = DataParallelStrategy::create(
         *ch.stage, *dp_, data_parallel_settings(config_, grid_.rank(), chunk), ledger, timer_);
     chunks_.push_back(std::move(ch));
@@ -867,13 +868,27 @@ void Trainer::print_banner(int start_step) const {
 
 }  // namespace
 
+namespace {
+
+// What of Mixture of Experts training is not built yet, as a clear error (docs/moe.md).
+void refuse_moe_not_built(const Config& c) {
+  const MoeConfig& moe = c.model.moe;
+  if (!moe.enabled()) return;
+  const auto refuse = [](bool bad, const std::string& what) {
+    if (bad) throw InputError("Mixture of Experts: " + what + " is not built yet (docs/moe.md)");
+  };
+  refuse(!c.model.llama(), "model.family = 'gpt2' (GELU experts)");
+  refuse(moe.n_shared_experts > 0, "model.n_shared_experts > 0");
+  refuse(c.train.expert_bias_rate > 0, "train.expert_bias_rate > 0 (the aux-loss-free bias)");
+  refuse(c.parallel.tp > 1, "parallel.tp > 1 (experts on tensor-parallel ranks: parallel.ep)");
+  refuse(c.parallel.schedule == pipeline::ScheduleKind::kZeroBubbleH1,
+         "the zb_h1 schedule (split backward)");
+}
+
+}  // namespace
+
 int train(Config config, const Grid& grid, const TrainOptions& options) {
-  if (config.model.moe.enabled())
-    throw InputError(fmt::format(
-        "model.n_experts = {}: Mixture-of-Experts models are counted by `trident plan` but "
-        "cannot be trained yet (the MoE layer is not in the transformer block); set "
-        "model.n_experts = 0",
-        config.model.moe.n_experts));
+  refuse_moe_not_built(config);
   StepHooks no_hooks;
   StepHooks& hooks = options.hooks ? *options.hooks : no_hooks;
   return Trainer(std::move(config), grid, options, hooks).run();

@@ -64,7 +64,8 @@ expect_bad "unknown key" "unknown key 'run.stepz'" "${train[@]}" --set run.stepz
 expect_bad "unknown key in file" "unknown key 'train.batch_sizes'" "$trident" train --config "$work/unknown.toml" --set run.out_dir="$work/out"
 expect_bad "wrong type in file" "'train.batch_size' must be an integer" "$trident" train --config "$work/type.toml" --set run.out_dir="$work/out"
 expect_bad "wrong type in --set" "is not an integer" "${train[@]}" --set run.steps=ten
-expect_bad "MoE not trainable yet" "Mixture-of-Experts models are counted by \`trident plan\` but cannot be trained yet" "${train[@]}" --set model.n_experts=4
+expect_bad "MoE GELU experts not built" "Mixture of Experts: model.family = 'gpt2' (GELU experts) is not built yet" "${train[@]}" --set model.n_experts=4
+expect_bad "MoE over tp not built" "Mixture of Experts: parallel.tp > 1" mpirun -np 2 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.tp=2
 expect_bad "MoE top_k above the experts" "model.top_k = 5 must be between 1 and model.n_experts = 4" "$trident" plan --config inputs/tiny.toml --set model.n_experts=4 --set model.top_k=5
 expect_bad "TOML syntax" "TOML syntax error" "$trident" train --config "$work/syntax.toml"
 expect_bad "missing config" "does not exist" "$trident" train --config "$work/none.toml"

@@ -5,7 +5,8 @@
 # global gradient norms (the clipping norm, reduced over every axis and shard) to a relative
 # 1e-5, and the first step's gradients, gathered to global shapes, match the serial ones to 1e-5
 # of each tensor's largest entry. Small dp buckets (20 KiB) so the overlapped bucketed all-reduce
-# runs many buckets per step.
+# runs many buckets per step. A Mixture-of-Experts model routes (and balances) each micro-batch
+# of one data-parallel replica as a group, so its serial run takes the layout's micro-batches.
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0} offload=${10:-none}
 sp=${11:-0}
@@ -16,10 +17,14 @@ ranks=$((dp * tp * pp))
 layers=$((pp * v > 4 ? pp * v : 4))  # the tiny model has 4 layers; interleaving at pp 4 needs 8
 common=(--config inputs/$run_config.toml --set run.steps=20 --set run.eval_every=0
         --set run.checkpoint_every=0 --set train.batch_size=8 --set model.n_layer="$layers")
-"$trident" train "${common[@]}" --set run.out_dir="$work/serial" \
-  --dump-grads "$work/serial_grads.h5" > "$work/serial.log"
 # Two micro-batches per pipeline (four for interleaved, which needs a multiple of pp).
 micro=$((8 / dp / (pp > 1 ? (v > 1 ? 2 * pp : pp) : 1)))
+serial_micro=0
+if "$trident" config --config "inputs/$run_config.toml" | grep -q '^n_experts = [1-9]'; then
+  serial_micro=$micro
+fi
+"$trident" train "${common[@]}" --set run.out_dir="$work/serial" \
+  --set train.micro_batch_size="$serial_micro" --dump-grads "$work/serial_grads.h5" > "$work/serial.log"
 mpirun -np "$ranks" --oversubscribe "$trident" train "${common[@]}" \
   --set run.out_dir="$work/layout" --set parallel.dp="$dp" --set parallel.tp="$tp" \
   --set parallel.pp="$pp" --set parallel.schedule="$schedule" --set parallel.virtual_stages="$v" \

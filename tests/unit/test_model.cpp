@@ -3,6 +3,7 @@
 // tests read and write them through host copies.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "core/hash.hpp"
@@ -25,6 +26,14 @@ void set_value(const View1& v, size_t i, float value) {
   set_host_values(stored_f32(v.data(), v.extent(0)), i, {value});
 }
 
+// Multiplies every parameter by `factor` and returns the new values.
+std::vector<float> scale_weights(const View1& p, float factor) {
+  std::vector<float> weights = values(p);
+  for (float& w : weights) w *= factor;
+  set_host_values(stored_f32(p.data(), p.extent(0)), 0, weights);
+  return weights;
+}
+
 void batch(int B, int T, int V, std::vector<int32_t>& in, std::vector<int32_t>& tg) {
   in.resize(B * T);
   tg.resize(B * T);
@@ -45,9 +54,7 @@ TEST(Gpt, GradientsMatchFiniteDifferences) {
   // Larger weights than GPT-2's 0.02 so every path contributes visibly to the loss; h = 1e-3
   // and an absolute floor of 5e-2 on the relative error absorb float rounding of the loss.
   const View1 p = model.params();
-  std::vector<float> weights = values(p);
-  for (float& w : weights) w *= 10.0f;
-  set_host_values(stored_f32(p.data(), p.extent(0)), 0, weights);
+  const std::vector<float> weights = scale_weights(p, 10.0f);
   std::vector<int32_t> in, tg;
   batch(B, T, m.vocab_size, in, tg);
   const float scale = 1.0f / (B * T);
@@ -284,4 +291,77 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
         ++compared;
       }
   EXPECT_EQ(compared, 36);
+}
+
+namespace {
+
+// A tiny Llama whose layer 0 is an MoE layer (8 experts, top-2) and layer 1 dense.
+ModelConfig tiny_moe(double capacity_factor) {
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.n_layer = 2, m.n_embd = 16, m.n_head = 4, m.n_kv_head = 2, m.vocab_size = 11;
+  m.block_size = 8, m.ffn_hidden = 24;
+  m.moe.n_experts = 8, m.moe.top_k = 2, m.moe.expert_ffn_hidden = 12, m.moe.moe_layer_every = 2;
+  m.moe.capacity_factor = capacity_factor;
+  return m;
+}
+
+}  // namespace
+
+// Every parameter's gradient of the objective (the loss plus the balancing losses) against
+// central differences, with an MoE layer in the stack, dropless and with drops. A finite
+// difference that changes the routing is skipped (the objective jumps there).
+TEST(Gpt, MoeModelGradientsMatchFiniteDifferences) {
+  for (const double capacity_factor : {0.0, 1.0}) {
+    const ModelConfig m = tiny_moe(capacity_factor);
+    MemoryLedger ledger;
+    const int B = 2, T = 6;
+    GptStage model(m, whole_model(m), nullptr, ledger, B, T, 1);
+    model.set_moe_loss_coefficients(0.05, 0.01);
+    model.init_params(3);
+    const View1 p = model.params();
+    // Half the dense test's factor: the MoE paths curve more.
+    const std::vector<float> weights = scale_weights(p, 5.0f);
+    std::vector<int32_t> in, tg;
+    batch(B, T, m.vocab_size, in, tg);
+    const float scale = 1.0f / (B * T);
+    model.zero_grads();
+    model.forward(0, in.data(), tg.data(), B, T);
+    const std::array<double, 2> losses = model.moe_losses(0);
+    const std::vector<int32_t> routing = model.moe_routing(0);
+    ASSERT_EQ(routing.size(), 2u * B * T * 2);
+    EXPECT_GT(losses[0], 0.5) << "aux of a router is at least about 1 (E sum f P)";
+    EXPECT_GT(losses[1], 0.0);
+    model.backward(0, scale, {});
+    const std::vector<float> g = values(model.grads());
+    int routing_changes = 0;
+    for (const ParamSpec& s : model.table().specs()) {
+      const int64_t offset = model.local().at(s.name).offset;
+      double largest = 0;
+      for (int k = 0; k < 4; ++k) {
+        const int64_t i = offset + static_cast<int64_t>(mix64(k * 31 + s.offset) % s.numel());
+        const float saved = weights[i], h = 1e-3f;
+        set_value(p, i, saved + h);
+        const double fp = model.forward(0, in.data(), tg.data(), B, T) * scale;
+        const bool moved_up = model.moe_routing(0) != routing;
+        set_value(p, i, saved - h);
+        const double fm = model.forward(0, in.data(), tg.data(), B, T) * scale;
+        const bool moved_down = model.moe_routing(0) != routing;
+        set_value(p, i, saved);
+        if (moved_up || moved_down) {
+          ++routing_changes;
+          continue;
+        }
+        const double numeric = (fp - fm) / (2 * h);
+        const double err = std::abs(numeric - g[i]) / std::max(5e-2, std::abs(numeric));
+        EXPECT_LT(err, 5e-2) << s.name << "[" << i - offset << "] numeric " << numeric
+                             << " analytic " << g[i] << " capacity " << capacity_factor;
+        largest = std::max(largest, std::abs(numeric));
+      }
+      if (s.name.find("moe.experts") == std::string::npos) {  // an expert may get no token
+        EXPECT_GT(largest, 1e-4) << s.name << ": no sampled element moves the loss";
+      }
+    }
+    EXPECT_LT(routing_changes, 10);
+  }
 }

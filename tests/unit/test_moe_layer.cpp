@@ -136,13 +136,12 @@ void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops) {
                    IntView1("o", E + 1),  f32_zeros(slots * C), f32_zeros(slots * 2 * Fe),
                    f32_zeros(slots * Fe), f32_zeros(slots * C)};
   MoeScratch s;
-  const IntView1 listed("listed", slots), listed_offsets("lo", E + 1), kept_flags("kept", slots);
-  s.plan = {IntVec(listed.data(), slots), IntVec(listed_offsets.data(), E + 1),
-            IntVec(kept_flags.data(), slots)};
+  s.listed = IntView1("listed", slots), s.listed_offsets = IntView1("lo", E + 1);
+  s.kept = IntView1("kept", slots);
   s.dlogits = View1("dl", N * E), s.dweight = View1("dw", slots), s.dx_router = View1("dxr", N * C);
   s.dexpert_out = f32_zeros(slots * C), s.dact = f32_zeros(slots * Fe);
   s.dfc = f32_zeros(slots * 2 * Fe), s.ddispatched = f32_zeros(slots * C);
-  s.losses = View1("losses", 2), s.expert_mass = View1("mass", E);
+  s.expert_mass = View1("mass", E);
 
   const StoredTensor x = f32_tensor(p.x), out = f32_zeros(N * C), dout = f32_tensor(p.dout);
   const StoredTensor dx = f32_zeros(N * C);
