@@ -23,6 +23,9 @@ const char* units_of(const std::string& name) {
                                                         {"step_seconds_max", "s"},
                                                         {"step_seconds_min", "s"},
                                                         {"bubble", "1"},
+                                                        {"moe_aux_loss", "1"},
+                                                        {"moe_z_loss", "1"},
+                                                        {"moe_dropped_fraction", "1"},
                                                         {"phase_seconds", "s"},
                                                         {"peak_memory_bytes", "bytes"},
                                                         {"peak_memory_by_category", "bytes"},
@@ -69,8 +72,9 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   h5::write_attr(file_, "start_step", static_cast<int64_t>(segment.start_step));
   const hsize_t r = static_cast<hsize_t>(ranks);
   create_extendible(file_, "step", {}, H5T_STD_I64LE);
-  for (const char* name : {"loss", "val_loss", "lr", "grad_norm", "loss_scale", "step_seconds_max",
-                           "step_seconds_min", "bubble"})
+  for (const char* name :
+       {"loss", "val_loss", "lr", "grad_norm", "loss_scale", "step_seconds_max", "step_seconds_min",
+        "bubble", "moe_aux_loss", "moe_z_loss", "moe_dropped_fraction"})
     create_extendible(file_, name, {}, H5T_IEEE_F64LE);
   create_extendible(file_, "tokens", {}, H5T_STD_I64LE);
   create_extendible(file_, "skipped", {}, H5T_STD_I64LE);
@@ -125,6 +129,9 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("step_seconds_max", &r.step_seconds_max, H5T_NATIVE_DOUBLE);
   append_row("step_seconds_min", &r.step_seconds_min, H5T_NATIVE_DOUBLE);
   append_row("bubble", &r.bubble, H5T_NATIVE_DOUBLE);
+  append_row("moe_aux_loss", &r.moe_aux_loss, H5T_NATIVE_DOUBLE);
+  append_row("moe_z_loss", &r.moe_z_loss, H5T_NATIVE_DOUBLE);
+  append_row("moe_dropped_fraction", &r.moe_dropped_fraction, H5T_NATIVE_DOUBLE);
   append_row("tokens", &r.tokens, H5T_NATIVE_INT64);
   append_row("phase_seconds", r.phase_seconds.data(), H5T_NATIVE_DOUBLE);
   append_row("peak_memory_bytes", r.peak_mem_bytes.data(), H5T_NATIVE_DOUBLE);

@@ -19,9 +19,12 @@ struct StepRecord {
   int64_t skipped = 0;    // 1 when the step made no update (fp16 overflow)
   int64_t tokens = 0;
   double step_seconds_max = 0, step_seconds_min = 0;
-  double bubble = 0;                   // mean share of the step ranks spent waiting on the pipeline
-  std::vector<double> phase_seconds;   // [ranks * phases]
-  std::vector<double> peak_mem_bytes;  // [ranks]
+  double bubble = 0;  // mean share of the step ranks spent waiting on the pipeline
+  // Mixture of Experts (0 for a dense model): the mean aux and z losses over MoE blocks and
+  // micro-batches, and the share of routed slots the capacity dropped.
+  double moe_aux_loss = 0, moe_z_loss = 0, moe_dropped_fraction = 0;
+  std::vector<double> phase_seconds;         // [ranks * phases]
+  std::vector<double> peak_mem_bytes;        // [ranks]
   std::vector<double> peak_mem_by_category;  // [ranks * memory categories]
 };
 

@@ -251,6 +251,24 @@ inline void router_backward(const Exec& exec, const Mat& dlogits, const ConstMat
       });
 }
 
+// stats[0..3] += one MoE block's forward: its aux and z losses (losses[0..1]), its dropped slots
+// (row = -1) and all its slots, one thread in slot order (the sums do not depend on threads).
+inline void moe_accumulate_stats(const Exec& exec, const Vec& stats, const ConstVec& losses,
+                                 const ConstIntVec& row) {
+  Region region("trident::moe_accumulate_stats");
+  const int slots = static_cast<int>(row.extent(0));
+  Kokkos::parallel_for(
+      "moe_accumulate_stats", Kokkos::RangePolicy<Exec>(exec, 0, 1), KOKKOS_LAMBDA(int) {
+        int dropped = 0;
+        for (int i = 0; i < slots; ++i) dropped += row(i) < 0 ? 1 : 0;
+        stats(0) += losses(0);
+        stats(1) += losses(1);
+        stats(2) += static_cast<float>(dropped);
+        stats(3) += static_cast<float>(slots);
+        stats(4) += 1.0f;
+      });
+}
+
 // The aux-loss-free balance (DeepSeek-V3): bias_i += rate · sign(mean(c) - c_i) from the step's
 // counts summed over every micro-batch and data-parallel rank (held as floats: exact integers).
 inline void expert_bias_update(const Exec& exec, const Vec& bias, const ConstVec& counts,

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "kernels/cast.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/moe_routing.hpp"
 #include "kernels/rope.hpp"
 
 namespace trident {
@@ -149,6 +150,15 @@ std::vector<int32_t> GptStage::moe_routing(int slot) const {
   return routing;
 }
 
+std::array<double, 5> GptStage::take_moe_stats() {
+  std::array<double, 5> stats{};
+  if (st_.moe_stats.extent(0) == 0) return stats;
+  const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), st_.moe_stats);
+  for (int i = 0; i < 5; ++i) stats[i] = host(i);
+  Kokkos::deep_copy(exec_, st_.moe_stats, 0.0f);
+  return stats;
+}
+
 std::array<double, 2> GptStage::moe_losses(int slot) const {
   const View1& kept = st_.slots[slot].moe_losses;
   std::array<double, 2> sums{0.0, 0.0};
@@ -191,7 +201,12 @@ void GptStage::forward_pass(int slot, const int32_t* tokens, const int32_t* targ
     const BlockActivations b = blocks_[i].working(a, sent);
     const std::string next = i + 1 < n_blocks ? hooks_.unit_param(i + 1, 0) : "";
     blocks_[i].forward(b, *x, B, T, true, next.empty() && !sends ? "ln_f.weight" : next);
-    if (blocks_[i].moe) blocks_[i].moe_losses(window(a.moe_losses, 2 * i, 2), b, N);
+    if (blocks_[i].moe) {
+      const Vec losses = window(a.moe_losses, 2 * i, 2);
+      blocks_[i].moe_losses(losses, b, N);
+      kernels::moe_accumulate_stats(exec_, Vec(st_.moe_stats.data(), 5), losses,
+                                    ConstIntVec(b.moe.row.data(), N * shape_.model.moe.top_k));
+    }
     x = sends && i + 1 == n_blocks ? &output : &a.blocks[i].res_mlp;
   }
   if (!sends) head_.forward(a, *x, targets != nullptr, gradient_scale);  // else it is sent

@@ -71,6 +71,9 @@ class GptStage {
   // The routing of the slot's last forward, block by block: each MoE block's chosen experts and
   // each slot's row in the expert buffers (-1: dropped), [N k] each (empty without MoE blocks).
   std::vector<int32_t> moe_routing(int slot) const;
+  // What the MoE blocks' training and evaluation forwards (not recomputations) added up since
+  // the last call, which clears it: {aux, z} summed over forwards, dropped slots, slots, forwards.
+  std::array<double, 5> take_moe_stats();
 
   // Fills this rank's parameters from the counter-based initialiser (its slice only).
   void init_params(uint64_t seed);

@@ -200,7 +200,10 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
   if (s.blocks() > 0 && s.buffers.recompute.full_block(0))
     st.shared = block_internals(s, e, MemCategory::kActivations, list, s.any_dense_block(),
                                 s.any_moe_block());
-  if (s.any_moe_block()) st.moe = moe_scratch(s, list);
+  if (s.any_moe_block()) {
+    st.moe = moe_scratch(s, list);
+    st.moe_stats = list.f32("moe_stats", MemCategory::kWorkspace, 5);
+  }
   LayerWorkspace& ws = st.layers;
   ws.partial = stored("scratch_c", N * C);
   if (s.sequence_parallel()) {

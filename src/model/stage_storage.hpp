@@ -91,6 +91,8 @@ struct StageStorage {
   StoredTensor dresidual, datty, dqkv, dfch, dact;
   StoredTensor block_grads;
   MoeScratch moe;  // what the stage's MoE layers share (empty without one)
+  // [5] the MoE blocks' forwards since the last read: aux, z, dropped slots, slots, forwards
+  View1 moe_stats;
 };
 
 // Describes (and, when `list` has a ledger, allocates) every buffer of a stage of `shape` whose

@@ -30,7 +30,11 @@ struct StepOutcome {
   int step = 0;  // 1-based
   double loss = 0, val_loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   bool skipped = false;  // no update (fp16 overflow)
-  double seconds = 0;    // wall time of the step, evaluation excluded
+  // Mixture of Experts: the mean over MoE blocks and micro-batches of the aux and z losses, and
+  // the share of routed slots the capacity dropped (0 for a dense model).
+  double moe_aux_loss = 0, moe_z_loss = 0, moe_dropped_fraction = 0;
+  bool moe = false;
+  double seconds = 0;  // wall time of the step, evaluation excluded
   std::array<double, kPhases> phases{};
 };
 

@@ -277,6 +277,8 @@ class Trainer {
   // The step's mean loss from the summed per-token losses into `out`; false, saying so, when it
   // is not finite (the run stops).
   bool take_loss(double loss_sum, StepOutcome& out);
+  // The MoE blocks' balance over the step's forwards, summed over every chunk and rank.
+  void take_moe_stats(StepOutcome& out);
   // fp16: whether any rank's gradient holds an infinity or NaN (1-based `step`), decided for
   // every rank: then the step is skipped and the loss scale updated.
   bool overflow_skips_step(int step);
@@ -426,6 +428,9 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   const auto start = std::chrono::steady_clock::now();
   // Forward and backward over every micro-batch in the schedule's order; gradients reduced.
   for (ModelChunk& ch : chunks_) ch.dp->zero_grads();
+  // The MoE balance counts this step's training forwards only (not an evaluation's before it).
+  if (config_.model.moe.enabled())
+    for (ModelChunk& ch : chunks_) ch.stage->take_moe_stats();
   // Mean over the global batch's tokens, times the fp16 loss scale (1 otherwise).
   const float loss_scale =
       static_cast<float>(scaler_.scale() / static_cast<double>(tokens_per_step_));
@@ -434,6 +439,7 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   const bool loss_with_norm = world_.size() == 1;
   const double loss_sum =
       runner_->train(schedule_, *train_sampler_, step, reduce_over_dp, loss_scale, !loss_with_norm);
+  if (config_.model.moe.enabled()) take_moe_stats(out);
   if (!loss_with_norm && !take_loss(world_.sum(loss_sum), out)) return false;
   // async applies the gradient reduced during the previous step; the first has none.
   bool update = sync != DpSync::kAsync || exchange_async_gradients();
@@ -470,6 +476,20 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.phases = timer_.all();
   return true;
+}
+
+void Trainer::take_moe_stats(StepOutcome& out) {
+  std::vector<double> stats(5, 0.0);
+  for (ModelChunk& ch : chunks_) {
+    const std::array<double, 5> mine = ch.stage->take_moe_stats();
+    for (int i = 0; i < 5; ++i) stats[i] += mine[i];
+  }
+  for (double& v : stats) v = world_.sum(v);
+  const double forwards = std::max(1.0, stats[4]);
+  out.moe = true;
+  out.moe_aux_loss = stats[0] / forwards;
+  out.moe_z_loss = stats[1] / forwards;
+  out.moe_dropped_fraction = stats[3] > 0 ? stats[2] / stats[3] : 0.0;
 }
 
 bool Trainer::take_loss(double loss_sum, StepOutcome& out) {

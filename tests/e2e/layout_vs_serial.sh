@@ -7,6 +7,7 @@
 # of each tensor's largest entry. Small dp buckets (20 KiB) so the overlapped bucketed all-reduce
 # runs many buckets per step. A Mixture-of-Experts model routes (and balances) each micro-batch
 # of one data-parallel replica as a group, so its serial run takes the layout's micro-batches.
+# LAYOUT_SETS (environment): more KEY=VALUE overrides for both runs.
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0} offload=${10:-none}
 sp=${11:-0}
@@ -17,6 +18,7 @@ ranks=$((dp * tp * pp))
 layers=$((pp * v > 4 ? pp * v : 4))  # the tiny model has 4 layers; interleaving at pp 4 needs 8
 common=(--config inputs/$run_config.toml --set run.steps=20 --set run.eval_every=0
         --set run.checkpoint_every=0 --set train.batch_size=8 --set model.n_layer="$layers")
+for extra in ${LAYOUT_SETS:-}; do common+=(--set "$extra"); done
 # Two micro-batches per pipeline (four for interleaved, which needs a multiple of pp).
 micro=$((8 / dp / (pp > 1 ? (v > 1 ? 2 * pp : pp) : 1)))
 serial_micro=0
