@@ -90,7 +90,7 @@ void spread_parameters(trident::GptStage& model) {
     unit.init_std = 1.0f;
     for (int64_t i = 0; i < p.numel(); ++i) {
       float& v = host(p.offset + i);
-      v = p.shape.size() == 2 ? v * kWeightScale
+      v = p.shape.size() >= 2 ? v * kWeightScale
                               : v + kVectorSpread * trident::initial_value(kSpreadSeed, unit, i);
     }
   }
@@ -108,13 +108,14 @@ std::vector<float> copy_logits(const trident::GptStage& model, int N, int V) {
 // torch.autocast(bf16).
 void write_bf16(hid_t file, const trident::GptStage& fp32_model, trident::MemoryLedger& ledger,
                 const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets, int B,
-                int T) {
+                int T, const trident::TrainSection& train) {
   constexpr trident::Precision kBf16 = trident::Precision::kBf16;
   const trident::ModelConfig& m = fp32_model.config();
   trident::StageBuffers buffers;
   buffers.precision = kBf16;
   trident::GptStage model(m, trident::whole_model(m), nullptr, ledger, B + 1, m.block_size, 1,
                           buffers);
+  model.set_moe_loss_coefficients(train.aux_loss_coeff, train.z_loss_coeff);
   const auto params32 =
       Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), fp32_model.params());
   const auto params16 = Kokkos::create_mirror_view(model.params16());
@@ -133,6 +134,18 @@ void write_bf16(hid_t file, const trident::GptStage& fp32_model, trident::Memory
   model.backward(0, 1.0f / static_cast<float>(N), {});
   trident::h5::Handle group = trident::h5::create_group(file, "bf16");
   write_doubles(group, "loss", {}, &loss);
+  // The bf16 run's routing, [MoE blocks, N, k] experts: a token whose k-th and next choices lie
+  // within bf16's rounding routes either way, so the reference routes the bf16 run as it did.
+  const std::vector<int32_t> routing = model.moe_routing(0);
+  if (!routing.empty()) {
+    const int64_t k = m.moe.top_k, per_block = 2 * static_cast<int64_t>(N) * k;
+    const int64_t blocks = static_cast<int64_t>(routing.size()) / per_block;
+    std::vector<int32_t> choice;
+    for (int64_t b = 0; b < blocks; ++b)
+      choice.insert(choice.end(), routing.begin() + b * per_block,
+                    routing.begin() + b * per_block + N * k);
+    write_ints(group, "moe_choice", {blocks, N, k}, choice.data());
+  }
   {
     trident::h5::Handle params = trident::h5::create_group(group, "params");
     write_tensors(params, model.table(), rounded);
@@ -150,7 +163,14 @@ int run(const std::string& out_path, const std::string& config_path) {
   m.n_head = 4;
   m.vocab_size = 256;
   m.block_size = 32;
-  if (!config_path.empty()) m = trident::load_config(config_path, {}).model;
+  // A Mixture of Experts adds its balancing losses to the objective, with the config's
+  // coefficients (train.aux_loss_coeff, z_loss_coeff).
+  trident::TrainSection train;
+  if (!config_path.empty()) {
+    const trident::Config c = trident::load_config(config_path, {});
+    m = c.model;
+    train = c.train;
+  }
   if (m.block_size < kSeq) throw trident::InputError("the reference needs block_size >= 16");
 
   const int B = kBatch, T = kSeq, N = B * T;
@@ -170,6 +190,7 @@ int run(const std::string& out_path, const std::string& config_path) {
   // Buffers sized for more than this batch (as generate does, growing T up to the block size), so
   // the windows into them must be cut for the actual (B, T).
   trident::GptStage model(m, trident::whole_model(m), nullptr, ledger, B + 1, m.block_size, 1);
+  model.set_moe_loss_coefficients(train.aux_loss_coeff, train.z_loss_coeff);
   model.init_params(kInitSeed);
   spread_parameters(model);
   trident::AdamWSettings adam;  // beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1
@@ -187,6 +208,12 @@ int run(const std::string& out_path, const std::string& config_path) {
   trident::h5::write_attr(file, "rope_theta", m.rope_theta);
   trident::h5::write_attr(file, "norm_eps", m.norm_eps);
   trident::h5::write_attr(file, "tie_embeddings", static_cast<int64_t>(m.tied()));
+  trident::h5::write_attr(file, "n_experts", static_cast<int64_t>(m.moe.n_experts));
+  trident::h5::write_attr(file, "top_k", static_cast<int64_t>(m.moe.top_k));
+  trident::h5::write_attr(file, "expert_ffn_hidden", static_cast<int64_t>(m.expert_hidden()));
+  trident::h5::write_attr(file, "moe_layer_every", static_cast<int64_t>(m.moe.moe_layer_every));
+  trident::h5::write_attr(file, "aux_loss_coeff", train.aux_loss_coeff);
+  trident::h5::write_attr(file, "z_loss_coeff", train.z_loss_coeff);
   trident::h5::write_attr(file, "init_seed", static_cast<int64_t>(kInitSeed));
   trident::h5::write_attr(file, "lr", kLr);
   trident::h5::write_attr(file, "beta1", adam.beta1);
@@ -214,7 +241,7 @@ int run(const std::string& out_path, const std::string& config_path) {
     write_tensors(grads, model.table(), model.grads());
   }
 
-  write_bf16(file, model, ledger, inputs, targets, B, T);
+  write_bf16(file, model, ledger, inputs, targets, B, T, train);
 
   trident::AdamW optimizer(model.local(), ledger, adam);
   std::vector<double> losses;

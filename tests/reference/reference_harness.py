@@ -80,12 +80,20 @@ def rel_err(a, ref):
     return diff / scale if scale > 0 else diff
 
 
+def objective(model, logits, tgt, autocast=False):
+    """The mean cross-entropy, plus what the model's last forward added to the objective
+    (a Mixture of Experts' balancing losses: model.extra_loss, where the model has one)."""
+    flat = logits.view(-1, logits.shape[-1])
+    loss = F.cross_entropy(flat.float() if autocast else flat, tgt.view(-1))
+    extra = getattr(model, "extra_loss", None)
+    return loss + extra if extra is not None else loss
+
+
 def loss_and_grads(model, idx, tgt, trident_name, autocast=False):
     model.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         logits = model(idx)
-        flat = logits.view(-1, logits.shape[-1])
-        loss = F.cross_entropy(flat.float() if autocast else flat, tgt.view(-1))
+        loss = objective(model, logits, tgt, autocast)
     loss.backward()
     grads = {trident_name(n): p.grad.detach().double().numpy() for n, p in model.named_parameters()}
     return loss.item(), logits.detach().double().view(-1, logits.shape[-1]).numpy(), grads
@@ -106,7 +114,7 @@ def adam_run(f, build, trident_name, dtype, idx, tgt):
     for _ in range(attr(f, "adam_steps")):
         opt.zero_grad(set_to_none=True)
         logits = model(idx)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1))
+        loss = objective(model, logits, tgt)
         loss.backward()
         losses.append(loss.item())
         opt.step()

@@ -5,7 +5,9 @@
 
 The model is written from the Llama definition (Hugging Face LlamaForCausalLM: RMSNorm,
 rotate-half RoPE, grouped-query attention, SwiGLU, no biases), not from trident's code; only
-the parameter names and the packing of q | kv and gate | up follow trident's layout.
+the parameter names and the packing of q | kv and gate | up follow trident's layout. A Mixture
+of Experts config (n_experts > 0) puts Hugging Face's Mixtral sparse-MoE block on its MoE
+layers, and its balancing losses in the objective (SparseMoe).
 
 trident computes in float32. The reference runs the same parameters and batch in float64 (the
 "truth" every tolerance below is measured against) and in float32 (printed next to trident's
@@ -19,6 +21,7 @@ import math
 import os
 import sys
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -133,31 +136,101 @@ class SwiGlu(nn.Module):
         return self.proj(F.silu(gate) * up)
 
 
+class ExpertStack(nn.Module):
+    """Every expert's copy of one projection, stacked along a leading expert dimension."""
+
+    def __init__(self, E, rows, cols):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(E, rows, cols))
+
+
+class SparseMoe(nn.Module):
+    """Hugging Face's MixtralSparseMoeBlock: a softmax router over all experts (computed in
+    float32 or wider, outside autocast, as trident's router), the top-k probabilities
+    renormalised, each token's chosen experts' SwiGLU outputs summed with those weights.
+    Parameters in trident's layout: router [E, C] (Mixtral's gate), experts.fc [E, 2F, C]
+    (each expert's w1 rows, then its w3 rows), experts.proj [E, C, F] (w2). The balancing
+    losses: Hugging Face's load_balancing_loss_func on this group divided by k (trident's
+    convention, docs/moe.md), and the z-loss mean logsumexp(logits)^2."""
+
+    def __init__(self, C, E, k, hidden):
+        super().__init__()
+        self.E, self.k, self.hidden = E, k, hidden
+        self.router = nn.Linear(C, E, bias=False)
+        self.experts = nn.ModuleDict({"fc": ExpertStack(E, 2 * hidden, C),
+                                      "proj": ExpertStack(E, C, hidden)})
+        self.aux = self.z = None
+        self.forced = None  # [N, k] experts to route to instead of the top-k (see build)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        flat = x.reshape(B * T, C)
+        wide = torch.float64 if flat.dtype == torch.float64 else torch.float32
+        with torch.autocast("cpu", enabled=False):
+            logits = flat.to(wide) @ self.router.weight.to(wide).t()
+        probs = logits.softmax(dim=-1)
+        weights, chosen = probs.topk(self.k, dim=-1)
+        if self.forced is not None:
+            chosen = self.forced
+            weights = probs.gather(1, chosen)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        out = torch.zeros(B * T, C, dtype=torch.float32 if torch.is_autocast_cpu_enabled()
+                          else flat.dtype)
+        for e in range(self.E):
+            token, slot = (chosen == e).nonzero(as_tuple=True)
+            if token.numel() == 0:
+                continue
+            gate, up = (flat[token] @ self.experts["fc"].weight[e].t()).split(self.hidden, -1)
+            y = (F.silu(gate) * up) @ self.experts["proj"].weight[e].t()
+            out = out.index_add(0, token, (y * weights[token, slot, None].to(y.dtype)).to(out.dtype))
+        mask = F.one_hot(chosen, self.E).to(probs.dtype)  # [N, k, E]
+        hf_aux = self.E * (mask.mean(dim=0) * probs.mean(dim=0)[None, :]).sum()
+        self.aux = hf_aux / self.k
+        self.z = torch.logsumexp(logits, dim=-1).pow(2).mean()
+        return out.view(B, T, C).to(x.dtype)
+
+
 class Block(nn.Module):
-    def __init__(self, C, NH, KVH, hidden, theta, eps):
+    def __init__(self, C, NH, KVH, hidden, theta, eps, moe=None):
         super().__init__()
         self.ln_1 = RMSNorm(C, eps)
         self.attn = Attention(C, NH, KVH, theta)
         self.ln_2 = RMSNorm(C, eps)
-        self.mlp = SwiGlu(C, hidden)
+        if moe is None:
+            self.mlp = SwiGlu(C, hidden)
+        else:
+            self.moe = SparseMoe(C, *moe)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        return x + (self.mlp if hasattr(self, "mlp") else self.moe)(self.ln_2(x))
 
 
 class Llama(nn.Module):
-    def __init__(self, L, C, NH, KVH, hidden, V, theta, eps, tied):
+    """moe: None, or (E, k, expert width, every, aux coefficient, z coefficient): layer l holds
+    a SparseMoe when l % every == 0, and extra_loss is the coefficients times the sums of its
+    blocks' balancing losses (the objective trident's backward differentiates)."""
+
+    def __init__(self, L, C, NH, KVH, hidden, V, theta, eps, tied, moe=None):
         super().__init__()
         self.wte = nn.Embedding(V, C)
-        self.h = nn.ModuleList(Block(C, NH, KVH, hidden, theta, eps) for _ in range(L))
+        self.moe_coeffs = moe[4:] if moe else None
+        self.h = nn.ModuleList(
+            Block(C, NH, KVH, hidden, theta, eps,
+                  moe[:3] if moe and layer % moe[3] == 0 else None) for layer in range(L))
         self.ln_f = RMSNorm(C, eps)
         self.lm_head = None if tied else nn.Linear(C, V, bias=False)
+        self.extra_loss = None
 
     def forward(self, idx):
         x = self.wte(idx)
         for block in self.h:
             x = block(x)
+        if self.moe_coeffs:
+            aux_coeff, z_coeff = self.moe_coeffs
+            moes = [b.moe for b in self.h if hasattr(b, "moe")]
+            self.extra_loss = (aux_coeff * sum(m.aux for m in moes)
+                               + z_coeff * sum(m.z for m in moes))
         x = self.ln_f(x)
         return x @ self.wte.weight.t() if self.lm_head is None else self.lm_head(x)
 
@@ -171,12 +244,28 @@ def trident_name(torch_name):
 
 
 def build(f, dtype, group="params"):
+    """The model with `group`'s parameters. For the bf16 group of a Mixture of Experts, its MoE
+    blocks route as trident's bf16 run did (bf16/moe_choice): a token within bf16 rounding of a
+    tie may route either way, and the comparison is of the arithmetic under one routing (the
+    fp32 comparison checks the routing itself against the float64 truth)."""
     family = f.attrs.get("family")
     if family != "llama":
         fail_now(f"family is {family!r}, not 'llama' (torch_gpt.py checks GPT-2)")
+    moe = None
+    if attr(f, "n_experts") > 0:
+        moe = (attr(f, "n_experts"), attr(f, "top_k"), attr(f, "expert_ffn_hidden"),
+               attr(f, "moe_layer_every"), float(attr(f, "aux_loss_coeff")),
+               float(attr(f, "z_loss_coeff")))
     model = Llama(attr(f, "n_layer"), attr(f, "n_embd"), attr(f, "n_head"), attr(f, "n_kv_head"),
                   attr(f, "ffn_hidden"), attr(f, "vocab_size"), float(attr(f, "rope_theta")),
-                  float(attr(f, "norm_eps")), bool(attr(f, "tie_embeddings"))).to(dtype)
+                  float(attr(f, "norm_eps")), bool(attr(f, "tie_embeddings")), moe).to(dtype)
+    if group == "bf16/params" and "bf16/moe_choice" in f:
+        choices = torch.from_numpy(f["bf16/moe_choice"][()].astype(np.int64))
+        moes = [b.moe for b in model.h if hasattr(b, "moe")]
+        if len(moes) != choices.shape[0]:
+            fail_now(f"bf16/moe_choice holds {choices.shape[0]} MoE blocks, the model {len(moes)}")
+        for moe_block, chosen in zip(moes, choices):
+            moe_block.forced = chosen.reshape(-1, chosen.shape[-1])
     return load_params(f, group, model, dtype, trident_name)
 
 
