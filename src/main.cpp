@@ -100,7 +100,7 @@ int run_train(MPI_Comm world, const std::string& config_path,
   // Every rank must run the same config (an MPMD launch, or a file that differs between nodes,
   // would otherwise build mismatched grids or diverge silently).
   trident::require_same_config(config, trident::HostCollectives(world));
-  trident::Grid grid(world, config.parallel.shape());
+  trident::Grid grid(world, config.parallel.shape(), config.parallel.ep);
   if (!grid.groups_node_local(trident::Axis::tp) && grid.rank() == 0)
     std::fprintf(stderr,
                  "warning: a tensor-parallel group spans nodes; tp traffic will cross "

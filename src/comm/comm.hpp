@@ -127,6 +127,11 @@ class Communicator {
   virtual void allgather(CommBuffer send, CommBuffer recv) = 0;
   virtual Request iallgather(CommBuffer send, CommBuffer recv) = 0;
   virtual void broadcast(CommBuffer buf, int root) = 0;
+  // Personalised exchange: send holds send_counts[r] elements for each rank r in rank order, and
+  // recv receives recv_counts[r] elements from each rank r in rank order (counts may be 0; this
+  // rank's own part is copied). Every rank's send_counts[q] equals rank q's recv_counts[it].
+  virtual void alltoallv(CommBuffer send, const std::vector<size_t>& send_counts, CommBuffer recv,
+                         const std::vector<size_t>& recv_counts) = 0;
   virtual void send(CommBuffer buf, int peer, int tag) = 0;
   virtual void recv(CommBuffer buf, int peer, int tag) = 0;
   virtual Request isend(CommBuffer buf, int peer, int tag) = 0;
@@ -166,6 +171,8 @@ class MpiCommunicator final : public Communicator {
   void allgather(CommBuffer send, CommBuffer recv) override;
   Request iallgather(CommBuffer send, CommBuffer recv) override;
   void broadcast(CommBuffer buf, int root) override;
+  void alltoallv(CommBuffer send, const std::vector<size_t>& send_counts, CommBuffer recv,
+                 const std::vector<size_t>& recv_counts) override;
   void send(CommBuffer buf, int peer, int tag) override;
   void recv(CommBuffer buf, int peer, int tag) override;
   Request isend(CommBuffer buf, int peer, int tag) override;

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "core/error.hpp"
 
@@ -75,7 +77,16 @@ int cart_dimension(Axis axis) {
 
 }  // namespace
 
-Grid::Grid(MPI_Comm world, GridShape shape) : shape_(shape) {
+ExpertFold expert_fold(const GridShape& s, const GridCoord& c, int ep) {
+  const int ranks = s[Axis::dp] * s[Axis::tp];
+  if (ep < 1 || ranks % ep != 0)
+    throw std::invalid_argument("expert_fold: ep = " + std::to_string(ep) +
+                                " must divide dp x tp = " + std::to_string(ranks));
+  const int f = c[Axis::tp] + s[Axis::tp] * c[Axis::dp];
+  return {ep, f % ep, ranks / ep, f / ep};
+}
+
+Grid::Grid(MPI_Comm world, GridShape shape, int ep) : shape_(shape) {
   std::array<int, kAxisCount> dims{}, periods{};
   for (const Axis a : kAxes) dims[cart_dimension(a)] = shape[a];
   // reorder = 0 keeps ranks where the launcher placed them.
@@ -91,6 +102,13 @@ Grid::Grid(MPI_Comm world, GridShape shape) : shape_(shape) {
   const int first = grid_rank(shape, coord_.with(Axis::pp, 0));
   TRIDENT_MPI(
       MPI_Comm_split(cart_, end_rank ? first : MPI_UNDEFINED, coord_[Axis::pp], &embedding_));
+  // The fold splits this stage's dp x tp ranks (colours below dp x tp x pp name one group each).
+  experts_ = expert_fold(shape, coord_, ep);
+  const int stage_colour = coord_[Axis::pp] * shape[Axis::dp] * shape[Axis::tp];
+  TRIDENT_MPI(
+      MPI_Comm_split(cart_, stage_colour + experts_.expert_dp_rank, experts_.ep_rank, &expert_));
+  TRIDENT_MPI(MPI_Comm_split(cart_, stage_colour + experts_.ep_rank, experts_.expert_dp_rank,
+                             &expert_data_));
   MPI_Comm node;
   TRIDENT_MPI(MPI_Comm_split_type(cart_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   TRIDENT_MPI(MPI_Comm_size(node, &ranks_on_node_));
@@ -121,7 +139,7 @@ bool Grid::axis_node_local(MPI_Comm axis, int size) const {
 Grid::~Grid() {
   for (MPI_Comm& c : axis_comms_)
     if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
-  for (MPI_Comm* c : {&embedding_, &mp_, &cart_})
+  for (MPI_Comm* c : {&expert_, &expert_data_, &embedding_, &mp_, &cart_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 

@@ -60,12 +60,24 @@ class GridCoord : public PerAxis {
 int grid_rank(const GridShape& s, const GridCoord& c);
 GridCoord grid_coord(const GridShape& s, int rank);
 
+// Expert parallelism folded onto the dp x tp ranks of one pipeline stage (it adds no factor to
+// the world size): number those ranks f = tp + tp_size * dp (rank order); ep consecutive ones
+// split a layer's experts (ep_rank = f % ep), and the dp x tp / ep ranks holding the same experts
+// are their expert-data-parallel replicas (expert_dp_rank = f / ep).
+struct ExpertFold {
+  int ep = 1, ep_rank = 0;
+  int expert_dp = 1, expert_dp_rank = 0;
+};
+// ep must divide dp x tp.
+ExpertFold expert_fold(const GridShape& s, const GridCoord& c, int ep);
+
 // Owns the Cartesian communicator, one communicator per axis and the derived groups (freed in
 // the destructor). Built from the communicator main() hands it; nothing below main() uses
 // MPI_COMM_WORLD.
 class Grid {
  public:
-  Grid(MPI_Comm world, GridShape shape);
+  // `ep`: expert-parallel ranks folded onto dp x tp (expert_fold); 1 without experts.
+  Grid(MPI_Comm world, GridShape shape, int ep = 1);
   ~Grid();
   Grid(const Grid&) = delete;
   Grid& operator=(const Grid&) = delete;
@@ -82,6 +94,12 @@ class Grid {
   // pp ranks 0 and pp-1 at this (dp, tp): the first and last stage, both holding the tied token
   // embedding (a single rank when pp == 1; MPI_COMM_NULL on the middle pp ranks).
   MPI_Comm embedding_comm() const { return embedding_; }
+  // This rank's place in the expert fold, its expert-parallel group (the ranks that split a
+  // layer's experts and exchange tokens) and its expert-data-parallel group (the ranks holding
+  // the same experts, over which their gradients are summed).
+  const ExpertFold& experts() const { return experts_; }
+  MPI_Comm expert_comm() const { return expert_; }
+  MPI_Comm expert_data_comm() const { return expert_data_; }
   // "dp=2 tp=1 pp=1"
   std::string describe() const { return shape_.describe(); }
   // True when every group of the axis shares a node (NCCL's auto choice, comm/backend.hpp); main()
@@ -95,6 +113,8 @@ class Grid {
   GridCoord coord_;
   int rank_ = 0;
   MPI_Comm cart_ = MPI_COMM_NULL, mp_ = MPI_COMM_NULL, embedding_ = MPI_COMM_NULL;
+  MPI_Comm expert_ = MPI_COMM_NULL, expert_data_ = MPI_COMM_NULL;
+  ExpertFold experts_;
   std::array<MPI_Comm, kAxisCount> axis_comms_{};
   std::array<bool, kAxisCount> node_local_{};
   int ranks_on_node_ = 1;

@@ -1,6 +1,8 @@
 // Host-value collectives over MPI, every call checked.
 #include "comm/host_comm.hpp"
 
+#include <stdexcept>
+
 #include "core/error.hpp"
 
 namespace trident {
@@ -37,6 +39,15 @@ std::vector<double> HostCollectives::gather(const std::vector<double>& values, i
   TRIDENT_MPI(
       MPI_Gather(values.data(), count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, root, comm_));
   return all;
+}
+
+std::vector<int> HostCollectives::alltoall(const std::vector<int>& values) const {
+  if (values.size() % static_cast<size_t>(size_) != 0)
+    throw std::logic_error("HostCollectives::alltoall: values are not one equal part per rank");
+  std::vector<int> out(values.size());
+  const int part = static_cast<int>(values.size() / size_);
+  TRIDENT_MPI(MPI_Alltoall(values.data(), part, MPI_INT, out.data(), part, MPI_INT, comm_));
+  return out;
 }
 
 std::string HostCollectives::broadcast(const std::string& value, int root) const {

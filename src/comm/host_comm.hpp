@@ -22,6 +22,9 @@ class HostCollectives {
   double min(double value) const;
   // Every rank's `values` (the same count on each), in rank order, on `root`; empty elsewhere.
   std::vector<double> gather(const std::vector<double>& values, int root = 0) const;
+  // An equal share of `values` to every rank: values holds size() parts of one length in rank
+  // order, the result rank r's part for this rank at part r (MPI_Alltoall).
+  std::vector<int> alltoall(const std::vector<int>& values) const;
   // Root's string on every rank.
   std::string broadcast(const std::string& value, int root = 0) const;
   // Every rank's processor (host) name, comma-separated in rank order, on every rank.

@@ -318,6 +318,52 @@ void MpiCommunicator::broadcast(CommBuffer buf, int root) {
   if (rank_ != root) b.copy_out();
 }
 
+namespace {
+
+// MPI's int counts and displacements of parts laid end to end; the total must fit the buffer.
+std::vector<int> displacements_of(const std::vector<int>& counts, size_t buffer, const char* what) {
+  std::vector<int> out(counts.size());
+  size_t first = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    out[r] = count_of(first);
+    first += static_cast<size_t>(counts[r]);
+  }
+  if (first > buffer)
+    fatal("MPI_Alltoallv", __FILE__, __LINE__,
+          std::string(what) + " counts of " + std::to_string(first) +
+              " elements against a buffer of " + std::to_string(buffer),
+          "size the buffer to hold every part");
+  return out;
+}
+
+}  // namespace
+
+void MpiCommunicator::alltoallv(CommBuffer send, const std::vector<size_t>& send_counts,
+                                CommBuffer recv, const std::vector<size_t>& recv_counts) {
+  check_same_format(send, recv, "MPI_Alltoallv");
+  if (send_counts.size() != static_cast<size_t>(size_) ||
+      recv_counts.size() != static_cast<size_t>(size_))
+    fatal("MPI_Alltoallv", __FILE__, __LINE__, "counts not one per rank",
+          "give one send and one receive count per rank");
+  std::vector<int> sends(size_), recvs(size_);
+  for (int r = 0; r < size_; ++r) {
+    sends[r] = count_of(send_counts[r]);
+    recvs[r] = count_of(recv_counts[r]);
+  }
+  const std::vector<int> send_at = displacements_of(sends, send.count(), "send");
+  const std::vector<int> recv_at = displacements_of(recvs, recv.count(), "receive");
+  // Staging moves only the parts: the rest of recv keeps its contents.
+  size_t sent = 0, received = 0;
+  for (int r = 0; r < size_; ++r) sent += send_counts[r], received += recv_counts[r];
+  const CommBuffer send_parts = send.window(0, sent), recv_parts = recv.window(0, received);
+  const MpiBuffer in(staging_for(send_parts, false), send_parts, true),
+      out(staging_for(recv_parts, false), recv_parts, false);
+  const MPI_Datatype type = mpi_datatype_of(send);
+  TRIDENT_MPI(MPI_Alltoallv(in.data(), sends.data(), send_at.data(), type, out.data(), recvs.data(),
+                            recv_at.data(), type, comm_));
+  out.copy_out();
+}
+
 void MpiCommunicator::send(CommBuffer buf, int peer, int tag) {
   const MpiBuffer b(staging_for(buf, false), buf, true);
   TRIDENT_MPI(MPI_Send(b.data(), count_of(buf.count()), mpi_datatype_of(buf), peer, tag, comm_));

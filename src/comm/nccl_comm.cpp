@@ -289,6 +289,36 @@ void NcclCommunicator::broadcast(CommBuffer buf, int root) {
   finish();
 }
 
+// One group of a send and a receive per peer (NCCL has no all-to-all-v of its own).
+void NcclCommunicator::alltoallv(CommBuffer send, const std::vector<size_t>& send_counts,
+                                 CommBuffer recv, const std::vector<size_t>& recv_counts) {
+  size_t sent = 0, received = 0;
+  for (size_t c : send_counts) sent += c;
+  for (size_t c : recv_counts) received += c;
+  if (send.format() != recv.format() || send_counts.size() != static_cast<size_t>(size_) ||
+      recv_counts.size() != static_cast<size_t>(size_) || sent > send.count() ||
+      received > recv.count())
+    fatal("ncclSend/ncclRecv all-to-all", __FILE__, __LINE__,
+          "counts not one per rank, past the buffers, or buffers of two formats",
+          "give one send and one receive count per rank within the buffers");
+  inputs_ready();
+  const ncclDataType_t type = nccl_datatype_of(send);
+  TRIDENT_NCCL(ncclGroupStart());
+  size_t send_at = 0, recv_at = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (send_counts[r] > 0)
+      TRIDENT_NCCL(ncclSend(send.window(send_at, send_counts[r]).data(), send_counts[r], type, r,
+                            comm_, stream_));
+    if (recv_counts[r] > 0)
+      TRIDENT_NCCL(ncclRecv(recv.window(recv_at, recv_counts[r]).data(), recv_counts[r], type, r,
+                            comm_, stream_));
+    send_at += send_counts[r];
+    recv_at += recv_counts[r];
+  }
+  TRIDENT_NCCL(ncclGroupEnd());
+  finish();
+}
+
 // Each p2p call is its own group, as NCCL recommends for a single send or receive; tags are
 // ignored (NCCL matches a pair's operations in issue order).
 void NcclCommunicator::send(CommBuffer buf, int peer, int /*tag*/) {

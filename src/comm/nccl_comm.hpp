@@ -46,6 +46,8 @@ class NcclCommunicator final : public Communicator {
   void allgather(CommBuffer send, CommBuffer recv) override;
   Request iallgather(CommBuffer send, CommBuffer recv) override;
   void broadcast(CommBuffer buf, int root) override;
+  void alltoallv(CommBuffer send, const std::vector<size_t>& send_counts, CommBuffer recv,
+                 const std::vector<size_t>& recv_counts) override;
   void send(CommBuffer buf, int peer, int tag) override;
   void recv(CommBuffer buf, int peer, int tag) override;
   Request isend(CommBuffer buf, int peer, int tag) override;

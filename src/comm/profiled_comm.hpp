@@ -65,6 +65,14 @@ class ProfiledCommunicator final : public Communicator {
     open(call, "broadcast", buf);
     inner_->broadcast(buf, root);
   }
+  void alltoallv(CommBuffer send, const std::vector<size_t>& send_counts, CommBuffer recv,
+                 const std::vector<size_t>& recv_counts) override {
+    size_t sent = 0;
+    for (size_t c : send_counts) sent += c;
+    ProfiledCall call;
+    open(call, "alltoallv", send.window(0, sent));
+    inner_->alltoallv(send, send_counts, recv, recv_counts);
+  }
   void send(CommBuffer buf, int peer, int tag) override {
     ProfiledCall call;
     open(call, "send", buf);

@@ -100,13 +100,17 @@ void select_range(const LocalParamTable& local, const LocalParam& p, int64_t lo,
   if (run_len > 0) add_run(run_start, run_len);
 }
 
-// The flat segments of a chunk this rank owns: its part of every unit split over dp (exactly
-// its ZeRO shard when units are padded to dp).
-std::vector<Segment> owned_segments(const LocalParamTable& local, const ShardOwner& o) {
+// The flat segments of a chunk this rank owns for parameter p: its part of every unit split over
+// dp (exactly its ZeRO shard when units are padded to dp), or over the experts' replicas for an
+// expert tensor.
+std::vector<Segment> owned_segments(const LocalParamTable& local, const LocalParam& p,
+                                    const ShardOwner& o) {
+  const int parts = p.experts() ? o.expert_dp : o.dp;
+  const int mine = p.experts() ? o.expert_dp_rank : o.dp_rank;
   std::vector<Segment> out;
   for (const ParamUnit& u : local.units()) {
-    const int64_t part = (u.padded + o.dp - 1) / o.dp;
-    const int64_t begin = std::min(u.padded, o.dp_rank * part);
+    const int64_t part = (u.padded + parts - 1) / parts;
+    const int64_t begin = std::min(u.padded, mine * part);
     out.push_back({u.offset + begin, u.offset + std::min(u.padded, begin + part)});
   }
   return out;
@@ -129,7 +133,7 @@ Selection owned_selection(const std::vector<ShardBuffers>& mine, const std::stri
     const LocalParam& p = local.at(name);
     if (!writes(local, p, o)) continue;
     sel.chunk = static_cast<int>(c);  // at most one chunk writes a tensor
-    for (const Segment& s : owned_segments(local, o)) {
+    for (const Segment& s : owned_segments(local, p, o)) {
       const int64_t lo = std::max(s.begin, p.offset), hi = std::min(s.end, p.offset + p.numel);
       if (lo < hi) select_range(local, p, lo - p.offset, hi - p.offset, sel);
     }
@@ -453,7 +457,7 @@ CheckpointMeta load_checkpoint(const std::string& path, const std::vector<ShardB
         const LocalParam& p = local.at(spec.name);
         Selection sel;
         if (owned_only) {
-          for (const Segment& s : owned_segments(local, owner)) {
+          for (const Segment& s : owned_segments(local, p, owner)) {
             const int64_t lo = std::max(s.begin, p.offset),
                           hi = std::min(s.end, p.offset + p.numel);
             if (lo < hi) select_range(local, p, lo - p.offset, hi - p.offset, sel);

@@ -43,10 +43,12 @@ struct ShardBuffers {
 
 // Which elements of its buffers this rank writes (and checks on load): its part of every unit
 // split over the dp replicas (its ZeRO shard under ZeRO), tensors replicated over tp only on
-// tp rank 0, the tied embedding only on the first stage. Together the ranks cover every element
-// of every tensor exactly once.
+// tp rank 0, the tied embedding only on the first stage; the experts' tensors (expert
+// parallelism) split alike over the ranks holding the same experts. Together the ranks cover
+// every element of every tensor exactly once.
 struct ShardOwner {
   int dp = 1, dp_rank = 0, tp_rank = 0;
+  int expert_dp = 1, expert_dp_rank = 0;
   // Loading reads only the owned elements of what the rank keeps only there: the moments under
   // ZeRO >= 1, the parameters too under ZeRO-3.
   int zero_stage = 0;

@@ -185,6 +185,8 @@ std::vector<Field> layout_fields(Config& c) {
       {"parallel", "dp", &c.parallel.dp, "data-parallel replicas (0: world size / (tp*pp))"},
       {"parallel", "tp", &c.parallel.tp, "tensor-parallel ranks"},
       {"parallel", "pp", &c.parallel.pp, "pipeline-parallel ranks"},
+      {"parallel", "ep", &c.parallel.ep,
+       "expert-parallel ranks, folded onto dp x tp (each holds n_experts / ep experts)"},
       {"parallel", "schedule", choice(&c.parallel.schedule),
        "pipeline schedule: gpipe, 1f1b, interleaved, zb_h1"},
       {"parallel", "virtual_stages", &c.parallel.virtual_stages,
@@ -826,6 +828,25 @@ void validate_moe(const Config& c, const Checker& require) {
                       moe.capacity_factor));
 }
 
+// Expert parallelism against the experts and the ranks it folds onto.
+void validate_expert_parallel(const Config& c, const Checker& require) {
+  const ParallelSection& p = c.parallel;
+  const MoeConfig& moe = c.model.moe;
+  require(p.ep >= 1, fmt::format("parallel.ep = {} must be at least 1", p.ep));
+  if (p.ep == 1) return;
+  require(moe.enabled(), fmt::format("parallel.ep = {} splits experts, but model.n_experts = 0 (a "
+                                     "dense model): set parallel.ep = 1",
+                                     p.ep));
+  require(!moe.enabled() || moe.n_experts % p.ep == 0,
+          fmt::format("parallel.ep = {} must divide model.n_experts = {} (each expert-parallel "
+                      "rank holds an equal share)",
+                      p.ep, moe.n_experts));
+  require(p.dp < 1 || (p.dp * p.tp) % p.ep == 0,
+          fmt::format("parallel.ep = {} must divide parallel.dp x tp = {} x {} (expert "
+                      "parallelism folds onto the data- and tensor-parallel ranks of a stage)",
+                      p.ep, p.dp, p.tp));
+}
+
 }  // namespace
 
 Config resolve(Config c, int world_size) {
@@ -854,6 +875,7 @@ void validate(const Config& c, int world_size) {
   validate_moe(c, require);
   validate_optim(c.optim, require);
   validate_layout(c, world_size, require);
+  validate_expert_parallel(c, require);
   validate_data_parallel(c, require);
 }
 

@@ -86,6 +86,9 @@ struct ParallelSection {
   int dp = 0;  // 0: derived from the world size
   int tp = 1;
   int pp = 1;
+  // Expert-parallel ranks, folded onto dp x tp of each stage (comm/grid.hpp): each holds
+  // model.n_experts / ep experts of every MoE layer. Not a factor of the world size.
+  int ep = 1;
   GridShape shape() const { return {{Axis::dp, dp}, {Axis::tp, tp}, {Axis::pp, pp}}; }
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)

@@ -12,18 +12,24 @@
 namespace trident {
 
 // What an MoE layer's forward keeps for its backward, for one group of N tokens (the routing in
-// fp32 and ints, the experts' activations in the storage format): every kept slot takes one row
-// of the expert-ordered buffers, so N k rows bound them (model/moe_layer.hpp).
+// fp32 and ints, the experts' activations in the storage format). Every kept slot takes one row of
+// the expert-ordered buffers, so N k rows bound those of this rank's tokens; the rows that arrive
+// at this rank's experts (from every rank of its expert-parallel group) are bounded by
+// MoeShape::arrived_rows (model/moe_layer.hpp).
 struct MoeActivations {
   View1 logits, scores;      // [N, E]
   View1 weight;              // [N, k] combine weights
   IntView1 choice, row;      // [N, k] chosen experts, and each slot's row (-1: dropped)
   IntView1 counts, offsets;  // [E] slots routed to each expert, [E + 1] its kept rows
   StoredTensor dispatched;   // [N k, C] token rows in expert order
-  StoredTensor fc, act;      // [N k, 2 Fe], [N k, Fe]
-  StoredTensor expert_out;   // [N k, C]
+  // Expert parallelism (ep > 1): the rows each rank of the group sent each of this rank's experts
+  // [ep, E / ep], and the rows themselves [arrived, C], by sending rank then expert. With ep = 1
+  // the arrived rows are `dispatched` and `arrivals` is empty.
+  IntView1 arrivals;
+  StoredTensor arrived;
+  StoredTensor fc, act;     // [arrived, 2 Fe], [arrived, Fe]: the experts' hidden rows
+  StoredTensor expert_out;  // [N k, C] the experts' outputs, back in this rank's expert order
 };
-
 // One block's tensors, in the storage format (the norm and softmax statistics in fp32): what
 // its ops write and its backward reads. A slot keeps them per block (ActivationSlot::blocks), and
 // the ops compute there; where a slot does not keep a tensor (a block recomputed whole keeps only

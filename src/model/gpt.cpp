@@ -15,15 +15,16 @@ namespace trident {
 
 GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp,
                    MemoryLedger& ledger, int max_batch, int max_seq, int slots,
-                   const StageBuffers& buffers)
+                   const StageBuffers& buffers, const ExpertComms& ep)
     : shape_(checked_shape({m, layout, max_batch, max_seq, slots, buffers})),
       table_(m),
       local_(table_, m, layout, buffers.unit_alignment),
+      ep_(ep.rows, ep.counts, layout.ep_size, layout.ep_rank),
       st_([&] {
         BufferList list(ledger);
         return build_stage(shape_, local_, tp, list, tp_);
       }()),
-      layer_context_{exec_, buffers.precision, tp_.get(), &st_.layers},
+      layer_context_{exec_, buffers.precision, tp_.get(), &st_.layers, &ep_},
       hooks_(shape_, local_),
       context_{&shape_, &st_, &layer_context_, &hooks_, nullptr, {}},
       embedding_(&layer_context_, m.n_embd, layout.tp_rank * shape_.V_tp()),
@@ -102,6 +103,7 @@ void GptStage::redirect_params(const TensorLocator& where) {
 void GptStage::set_timer(PhaseTimer* timer) {
   context_.timer = timer;
   tp_->set_timer(timer);
+  ep_.set_timer(timer);
 }
 
 void GptStage::init_params(uint64_t seed) {

@@ -24,8 +24,10 @@ class GptStage {
   // `tp` may be null when layout.tp_size == 1. `slots` activation sets of [max_batch, max_seq].
   // Each unit of the flat parameter and gradient buffers is padded with zeros to a multiple of
   // `buffers.unit_alignment` (dp under ZeRO, which shards every unit into dp equal parts).
+  // Under expert parallelism (layout.ep_size > 1) `ep` carries the MoE layers' exchanges.
   GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp, MemoryLedger& ledger,
-           int max_batch, int max_seq, int slots, const StageBuffers& buffers = {});
+           int max_batch, int max_seq, int slots, const StageBuffers& buffers = {},
+           const ExpertComms& ep = {});
   GptStage(const GptStage&) = delete;  // the layers point at the stage's context
   GptStage& operator=(const GptStage&) = delete;
 
@@ -39,7 +41,8 @@ class GptStage {
   HalfView1 params16() const { return st_.params.f16; }
   View1 grads() const { return st_.grads; }
   int slots() const { return static_cast<int>(st_.slots.size()); }
-  // Attributes tensor-parallel communication to Phase::kTpComm; null times nothing.
+  // Attributes tensor- and expert-parallel communication to Phase::kTpComm and kEpComm; null times
+  // nothing.
   void set_timer(PhaseTimer* timer);
   // Called during backward with an offset into grads(): every gradient at or above it has
   // received this backward's contribution (data parallelism starts reducing those).
@@ -136,6 +139,7 @@ class GptStage {
   LocalParamTable local_;
   Exec exec_;
   std::unique_ptr<TensorParallel> tp_;
+  ExpertParallel ep_;
   StageStorage st_;
   LayerContext layer_context_;
   UnitHooks hooks_;

@@ -15,6 +15,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/attention_graph.hpp"
 #include "kernels/elements.hpp"
+#include "model/expert_parallel.hpp"
 #include "model/grad_sink.hpp"
 #include "model/tensor_parallel.hpp"
 
@@ -44,6 +45,7 @@ struct LayerContext {
   Precision storage = Precision::kFp32;  // of activations, their gradients and parameters
   TensorParallel* tp = nullptr;
   LayerWorkspace* ws = nullptr;
+  ExpertParallel* ep = nullptr;  // MoE layers' expert-parallel group (null: one rank, every expert)
   // f(E{}) with the kernels' element type for the storage format.
   template <class F>
   void dispatch(F&& f) const {

@@ -1,7 +1,8 @@
-// The MoE layer's forward and backward: routing kernels, then one GEMM pair per expert over its
-// contiguous rows of the expert-ordered buffer.
+// The MoE layer's forward and backward: routing kernels, the exchange of rows with the other
+// expert-parallel ranks, then one GEMM pair per (sending rank, local expert) block of rows.
 #include "model/moe_layer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -14,7 +15,7 @@ namespace trident {
 
 using namespace kernels;
 
-MoeShape MoeShape::of(const ModelConfig& m) {
+MoeShape MoeShape::of(const ModelConfig& m, int ep, int ep_rank) {
   MoeShape s;
   s.C = m.n_embd;
   s.E = m.moe.n_experts;
@@ -23,6 +24,8 @@ MoeShape MoeShape::of(const ModelConfig& m) {
   s.capacity_factor = m.moe.capacity_factor;
   s.router = m.moe.router;
   s.drop_policy = m.moe.drop_policy;
+  s.ep = ep;
+  s.ep_rank = ep_rank;
   return s;
 }
 
@@ -31,9 +34,16 @@ int MoeShape::capacity(int T) const {
   return static_cast<int>(std::ceil(static_cast<double>(T) * k / E * capacity_factor));
 }
 
+size_t MoeShape::arrived_rows(size_t N) const {
+  return static_cast<size_t>(ep) * N * static_cast<size_t>(std::min(k, E_local()));
+}
+
 MoeLayer::MoeLayer(const LayerContext* ctx, const MoeShape& shape) : ctx_(ctx), shape_(shape) {
   if (shape.E < 1 || shape.k < 1 || shape.k > shape.E)
     throw std::logic_error("MoeLayer: top_k must be between 1 and the number of experts");
+  if (shape.ep < 1 || shape.E % shape.ep != 0 ||
+      (shape.ep > 1 && (!ctx->ep || ctx->ep->size() != shape.ep)))
+    throw std::logic_error("MoeLayer: ep must divide the experts, and ep > 1 needs its group");
 }
 
 ConstMat MoeLayer::input32(const StoredTensor& x, int N, const MoeScratch& s) const {
@@ -51,11 +61,21 @@ ConstMat MoeLayer::router32(const MoeScratch& s) const {
   return ConstMat(s.router32.data(), shape_.E, shape_.C);
 }
 
+// Where this rank's experts' rows lie in the arrived buffers: one block per (sending rank, local
+// expert), in that order (one per expert with ep = 1), and how many rows go to and come from
+// each rank of the expert-parallel group.
+struct MoeLayer::Routed {
+  struct Block {
+    int expert = 0, first = 0, rows = 0;  // local expert, its first row, its rows
+  };
+  std::vector<Block> blocks;
+  std::vector<int> send_rows, recv_rows;  // per rank of the group (ep > 1)
+};
+
 namespace {
 
-// Expert e's rows [offsets[e], offsets[e + 1]) of the expert-ordered buffers, on the host.
-std::vector<int> host_offsets(const IntView1& offsets) {
-  const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), offsets);
+std::vector<int> to_host(const IntView1& v) {
+  const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   return std::vector<int>(host.data(), host.data() + host.extent(0));
 }
 
@@ -68,12 +88,71 @@ StoredTensor expert_of(const StoredTensor& t, int e, int rows, int cols) {
   return rows_of(t, e * rows, rows, cols);
 }
 
+// f(block) for every block holding rows.
+template <class Routed, class F>
+void each_block(const Routed& r, F&& f) {
+  for (const auto& b : r.blocks)
+    if (b.rows > 0) f(b);
+}
+
+// Weight gradients block by block: f(block, accumulate) with `accumulate` for an expert's first
+// block and true for its later ones (several ranks send it rows), and clear(e) for an expert that
+// got no row when the step's first write must still overwrite its gradient.
+template <class Routed, class F, class Clear>
+void each_block_grad(const Routed& r, int experts, bool accumulate, F&& f, Clear&& clear) {
+  std::vector<char> written(static_cast<size_t>(experts), 0);
+  each_block(r, [&](const auto& b) {
+    f(b, accumulate || written[b.expert]);
+    written[b.expert] = 1;
+  });
+  if (accumulate) return;
+  for (int e = 0; e < experts; ++e)
+    if (!written[e]) clear(e);
+}
+
 }  // namespace
+
+MoeLayer::Routed MoeLayer::routed(const MoeActivations& a, bool exchange) const {
+  const int El = shape_.E_local(), ep = shape_.ep;
+  const std::vector<int> offsets = to_host(a.offsets);
+  Routed r;
+  if (ep == 1) {
+    for (int e = 0; e < El; ++e) r.blocks.push_back({e, offsets[e], offsets[e + 1] - offsets[e]});
+    return r;
+  }
+  std::vector<int> arriving;
+  if (exchange) {
+    std::vector<int> sending(static_cast<size_t>(shape_.E));
+    for (int e = 0; e < shape_.E; ++e) sending[e] = offsets[e + 1] - offsets[e];
+    arriving = ctx_->ep->exchange_counts(sending);
+    const auto kept = Kokkos::create_mirror_view(a.arrivals);
+    for (size_t i = 0; i < arriving.size(); ++i) kept(i) = arriving[i];
+    Kokkos::deep_copy(a.arrivals, kept);
+  } else {
+    arriving = to_host(a.arrivals);
+  }
+  r.send_rows.assign(ep, 0);
+  r.recv_rows.assign(ep, 0);
+  int first = 0;
+  for (int q = 0; q < ep; ++q) {
+    r.send_rows[q] = offsets[(q + 1) * El] - offsets[q * El];
+    for (int e = 0; e < El; ++e) {
+      const int rows = arriving[static_cast<size_t>(q) * El + e];
+      r.blocks.push_back({e, first, rows});
+      r.recv_rows[q] += rows;
+      first += rows;
+    }
+  }
+  // The buffers hold MoeShape::arrived_rows, which no routing exceeds; a count past it is a bug.
+  if (static_cast<size_t>(first) * shape_.C > a.arrived.size())
+    throw std::logic_error("MoeLayer: more rows arrived than the buffers reserve");
+  return r;
+}
 
 void MoeLayer::forward(const StoredTensor& out, const StoredTensor& x, int N,
                        const MoeActivations& a, const MoeScratch& s) const {
   forward_first(x, N, a, s);
-  forward_second(out, {}, N, a);
+  forward_second(out, {}, N, a, s);
 }
 
 void MoeLayer::backward(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x,
@@ -101,24 +180,24 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
     using El = decltype(el);
     moe_dispatch_rows<El>(exec, mat_of<El>(a.dispatched, N * k, C), mat_of<El>(x, N, C), row);
   });
-  const std::vector<int> offsets = host_offsets(a.offsets);
-  for (int e = 0; e < E; ++e) {
-    const int first = offsets[e], rows = offsets[e + 1] - offsets[e];
-    if (rows == 0) continue;
+  const Routed r = routed(a, true);
+  if (shape_.ep > 1) ctx_->ep->exchange_rows(a.dispatched, r.send_rows, a.arrived, r.recv_rows, C);
+  const StoredTensor& arrived = shape_.ep > 1 ? a.arrived : a.dispatched;
+  each_block(r, [&](const Routed::Block& b) {
     ctx_->dispatch([&](auto el) {
       using El = decltype(el);
-      const auto fc = mat_of<El>(rows_of(a.fc, first, rows, 2 * Fe), rows, 2 * Fe);
-      linear_forward<El>(exec, fc, mat_of<El>(rows_of(a.dispatched, first, rows, C), rows, C),
-                         mat_of<El>(expert_of(weights.fc, e, 2 * Fe, C), 2 * Fe, C),
+      const auto fc = mat_of<El>(rows_of(a.fc, b.first, b.rows, 2 * Fe), b.rows, 2 * Fe);
+      linear_forward<El>(exec, fc, mat_of<El>(rows_of(arrived, b.first, b.rows, C), b.rows, C),
+                         mat_of<El>(expert_of(weights.fc, b.expert, 2 * Fe, C), 2 * Fe, C),
                          ConstVecOf<El>());
-      swiglu_forward<El>(exec, mat_of<El>(rows_of(a.act, first, rows, Fe), rows, Fe), fc);
+      swiglu_forward<El>(exec, mat_of<El>(rows_of(a.act, b.first, b.rows, Fe), b.rows, Fe), fc);
     });
-  }
+  });
 }
 
 void MoeLayer::forward_second(const StoredTensor& out, const StoredTensor& residual, int N,
-                              const MoeActivations& a) const {
-  expert_outputs(a);
+                              const MoeActivations& a, const MoeScratch& s) const {
+  expert_outputs(a, s);
   const int C = shape_.C, k = shape_.k;
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
@@ -128,49 +207,54 @@ void MoeLayer::forward_second(const StoredTensor& out, const StoredTensor& resid
   });
 }
 
-void MoeLayer::expert_outputs(const MoeActivations& a) const {
+void MoeLayer::expert_outputs(const MoeActivations& a, const MoeScratch& s) const {
   const Exec& exec = ctx_->exec;
-  const int C = shape_.C, E = shape_.E, Fe = shape_.Fe;
-  const std::vector<int> offsets = host_offsets(a.offsets);
-  for (int e = 0; e < E; ++e) {
-    const int first = offsets[e], rows = offsets[e + 1] - offsets[e];
-    if (rows == 0) continue;
+  const int C = shape_.C, Fe = shape_.Fe;
+  const Routed r = routed(a, false);
+  const StoredTensor& outputs = shape_.ep > 1 ? s.exchanged : a.expert_out;
+  each_block(r, [&](const Routed::Block& b) {
     ctx_->dispatch([&](auto el) {
       using El = decltype(el);
-      linear_forward<El>(exec, mat_of<El>(rows_of(a.expert_out, first, rows, C), rows, C),
-                         mat_of<El>(rows_of(a.act, first, rows, Fe), rows, Fe),
-                         mat_of<El>(expert_of(weights.proj, e, C, Fe), C, Fe), ConstVecOf<El>());
+      linear_forward<El>(exec, mat_of<El>(rows_of(outputs, b.first, b.rows, C), b.rows, C),
+                         mat_of<El>(rows_of(a.act, b.first, b.rows, Fe), b.rows, Fe),
+                         mat_of<El>(expert_of(weights.proj, b.expert, C, Fe), C, Fe),
+                         ConstVecOf<El>());
     });
-  }
+  });
+  if (shape_.ep > 1) ctx_->ep->exchange_rows(outputs, r.recv_rows, a.expert_out, r.send_rows, C);
 }
 
 void MoeLayer::backward_second(const StoredTensor& dout, int N, const MoeActivations& a,
                                const MoeScratch& s, bool accumulate) const {
   const Exec& exec = ctx_->exec;
-  const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
+  const int C = shape_.C, k = shape_.k, Fe = shape_.Fe;
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
     moe_combine_backward<El>(exec, mat_of<El>(s.dexpert_out, N * k, C), Mat(s.dweight.data(), N, k),
                              mat_of<El>(dout, N, C), mat_of<El>(a.expert_out, N * k, C),
                              ConstIntMat(a.row.data(), N, k), ConstMat(a.weight.data(), N, k));
   });
-  const std::vector<int> offsets = host_offsets(a.offsets);
-  for (int e = 0; e < E; ++e) {
-    const int first = offsets[e], rows = offsets[e + 1] - offsets[e];
-    const StoredTensor dproj_w = expert_of(grads.proj, e, C, Fe);
-    if (rows == 0) {  // no token: no gradient, but the step's first write still clears it
-      if (!accumulate) zero_stored(exec, dproj_w, dproj_w.size());
-      continue;
-    }
-    ctx_->dispatch([&](auto el) {
-      using El = decltype(el);
-      const auto dy = mat_of<El>(rows_of(s.dexpert_out, first, rows, C), rows, C);
-      linear_backward_input<El>(exec, mat_of<El>(rows_of(s.dact, first, rows, Fe), rows, Fe), dy,
-                                mat_of<El>(expert_of(weights.proj, e, C, Fe), C, Fe), false);
-      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(dproj_w, C, Fe), Vec(), dy,
-                                 mat_of<El>(rows_of(a.act, first, rows, Fe), rows, Fe), accumulate);
-    });
-  }
+  const Routed r = routed(a, false);
+  const StoredTensor& doutputs = shape_.ep > 1 ? s.exchanged : s.dexpert_out;
+  if (shape_.ep > 1) ctx_->ep->exchange_rows(s.dexpert_out, r.send_rows, doutputs, r.recv_rows, C);
+  each_block_grad(
+      r, shape_.E_local(), accumulate,
+      [&](const Routed::Block& b, bool add) {
+        ctx_->dispatch([&](auto el) {
+          using El = decltype(el);
+          const auto dy = mat_of<El>(rows_of(doutputs, b.first, b.rows, C), b.rows, C);
+          linear_backward_input<El>(
+              exec, mat_of<El>(rows_of(s.dact, b.first, b.rows, Fe), b.rows, Fe), dy,
+              mat_of<El>(expert_of(weights.proj, b.expert, C, Fe), C, Fe), false);
+          linear_backward_weight<El>(
+              exec, mat_of<Fp32Elements>(expert_of(grads.proj, b.expert, C, Fe), C, Fe), Vec(), dy,
+              mat_of<El>(rows_of(a.act, b.first, b.rows, Fe), b.rows, Fe), add);
+        });
+      },
+      [&](int e) {
+        const StoredTensor dw = expert_of(grads.proj, e, C, Fe);
+        zero_stored(exec, dw, dw.size());
+      });
 }
 
 void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int N,
@@ -178,27 +262,31 @@ void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int
                               bool accumulate) const {
   const Exec& exec = ctx_->exec;
   const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
-  const std::vector<int> offsets = host_offsets(a.offsets);
-  for (int e = 0; e < E; ++e) {
-    const int first = offsets[e], rows = offsets[e + 1] - offsets[e];
-    const StoredTensor dfc_w = expert_of(grads.fc, e, 2 * Fe, C);
-    if (rows == 0) {
-      if (!accumulate) zero_stored(exec, dfc_w, dfc_w.size());
-      continue;
-    }
-    ctx_->dispatch([&](auto el) {
-      using El = decltype(el);
-      const auto dfc = mat_of<El>(rows_of(s.dfc, first, rows, 2 * Fe), rows, 2 * Fe);
-      swiglu_backward<El>(exec, dfc, mat_of<El>(rows_of(s.dact, first, rows, Fe), rows, Fe),
-                          mat_of<El>(rows_of(a.fc, first, rows, 2 * Fe), rows, 2 * Fe));
-      linear_backward_input<El>(exec, mat_of<El>(rows_of(s.ddispatched, first, rows, C), rows, C),
-                                dfc, mat_of<El>(expert_of(weights.fc, e, 2 * Fe, C), 2 * Fe, C),
-                                false);
-      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(dfc_w, 2 * Fe, C), Vec(), dfc,
-                                 mat_of<El>(rows_of(a.dispatched, first, rows, C), rows, C),
-                                 accumulate);
-    });
-  }
+  const Routed r = routed(a, false);
+  const StoredTensor& arrived = shape_.ep > 1 ? a.arrived : a.dispatched;
+  const StoredTensor& dinputs = shape_.ep > 1 ? s.exchanged : s.ddispatched;
+  each_block_grad(
+      r, shape_.E_local(), accumulate,
+      [&](const Routed::Block& b, bool add) {
+        ctx_->dispatch([&](auto el) {
+          using El = decltype(el);
+          const auto dfc = mat_of<El>(rows_of(s.dfc, b.first, b.rows, 2 * Fe), b.rows, 2 * Fe);
+          swiglu_backward<El>(exec, dfc,
+                              mat_of<El>(rows_of(s.dact, b.first, b.rows, Fe), b.rows, Fe),
+                              mat_of<El>(rows_of(a.fc, b.first, b.rows, 2 * Fe), b.rows, 2 * Fe));
+          linear_backward_input<El>(
+              exec, mat_of<El>(rows_of(dinputs, b.first, b.rows, C), b.rows, C), dfc,
+              mat_of<El>(expert_of(weights.fc, b.expert, 2 * Fe, C), 2 * Fe, C), false);
+          linear_backward_weight<El>(
+              exec, mat_of<Fp32Elements>(expert_of(grads.fc, b.expert, 2 * Fe, C), 2 * Fe, C),
+              Vec(), dfc, mat_of<El>(rows_of(arrived, b.first, b.rows, C), b.rows, C), add);
+        });
+      },
+      [&](int e) {
+        const StoredTensor dw = expert_of(grads.fc, e, 2 * Fe, C);
+        zero_stored(exec, dw, dw.size());
+      });
+  if (shape_.ep > 1) ctx_->ep->exchange_rows(dinputs, r.recv_rows, s.ddispatched, r.send_rows, C);
   const Mat dlogits(s.dlogits.data(), N, E);
   const ConstMat x32 = input32(x, N, s), w32 = router32(s);
   router_backward(exec, dlogits, ConstMat(s.dweight.data(), N, k), ConstMat(a.scores.data(), N, E),

@@ -1,7 +1,8 @@
 // The Mixture-of-Experts layer (SwiGLU experts, the Llama family): the router in fp32, top-k
 // routing with capacity (kernels/moe_routing.hpp), tokens dispatched into an expert-ordered
-// buffer, each expert's MLP as GEMMs over its own rows, and the combine in slot order. One rank
-// holds every expert: tensor and expert parallelism come with parallel.ep.
+// buffer, each expert's MLP as GEMMs over its own rows, and the combine in slot order. Under expert
+// parallelism a rank holds E / ep experts: the dispatched rows go to their experts' ranks and the
+// outputs come back by all-to-all (model/expert_parallel.hpp).
 #pragma once
 
 #include "core/stored.hpp"
@@ -20,9 +21,15 @@ struct MoeShape {
   double capacity_factor = 0;       // 0: dropless
   kernels::RouterScore router = kernels::RouterScore::kSoftmax;
   kernels::DropPolicy drop_policy = kernels::DropPolicy::kProbs;
-  static MoeShape of(const ModelConfig& m);
+  int ep = 1, ep_rank = 0;  // expert-parallel ranks; this one holds experts [ep_rank E_local, ...)
+  static MoeShape of(const ModelConfig& m, int ep = 1, int ep_rank = 0);
+  int E_local() const { return E / ep; }
   // Slots an expert keeps of a group of T tokens: 0 (dropless) or ceil(T k / E x factor).
   int capacity(int T) const;
+  // The most rows that can arrive at one rank's experts when each rank of the group routes N
+  // tokens: a token sends at most min(k, E_local) slots to one rank's experts, so ep N min(k,
+  // E_local) (N k with one rank). The buffers are sized by it: dropless routing never overflows.
+  size_t arrived_rows(size_t N) const;
 };
 
 // An MoE layer's parameters (storage format) or their gradients (fp32), flat.
@@ -37,9 +44,13 @@ struct MoeScratch {
   IntView1 listed, listed_offsets, kept;  // the dispatch plan's: [N k], [E + 1], [N k]
   View1 x32, router32;                    // 16-bit storage: [N, C] the input, [E, C] the router
   View1 dlogits, dweight, dx_router;      // [N, E], [N, k], [N, C]
-  StoredTensor dexpert_out, dact;         // [N k, C], [N k, Fe]
-  StoredTensor dfc, ddispatched;          // [N k, 2 Fe], [N k, C]
+  StoredTensor dexpert_out, dact;         // [N k, C], [arrived, Fe]
+  StoredTensor dfc, ddispatched;          // [arrived, 2 Fe], [N k, C]
   View1 expert_mass;                      // [E]
+  // ep > 1: rows on their way back from the experts ([arrived, C]: outputs, and the gradients of
+  // their outputs and inputs in turn); empty with ep = 1, where the experts' rows are this
+  // rank's own.
+  StoredTensor exchanged;
 };
 
 class MoeLayer {
@@ -64,10 +75,10 @@ class MoeLayer {
   void forward_first(const StoredTensor& x, int N, const MoeActivations& a,
                      const MoeScratch& s) const;
   void forward_second(const StoredTensor& out, const StoredTensor& residual, int N,
-                      const MoeActivations& a) const;
+                      const MoeActivations& a, const MoeScratch& s) const;
   // forward_second without the combine: the experts' outputs, which backward reads (what a
   // recomputed block rebuilds).
-  void expert_outputs(const MoeActivations& a) const;
+  void expert_outputs(const MoeActivations& a, const MoeScratch& s) const;
   void backward_second(const StoredTensor& dout, int N, const MoeActivations& a,
                        const MoeScratch& s, bool accumulate) const;
   void backward_first(const StoredTensor& dx, const StoredTensor& x, int N, const MoeActivations& a,
@@ -77,6 +88,10 @@ class MoeLayer {
   void losses(const Vec& out, int N, const MoeActivations& a, const MoeScratch& s) const;
 
  private:
+  struct Routed;  // where this rank's experts' rows are (moe_layer.cpp)
+  // The rows of this forward's group at this rank's experts; `exchange` (forward_first) sends the
+  // counts and the rows over the expert-parallel group, else the counts a.arrivals kept are read.
+  Routed routed(const MoeActivations& a, bool exchange) const;
   // The router's input and weight in fp32 (windows onto x and the weight under fp32 storage).
   ConstMat input32(const StoredTensor& x, int N, const MoeScratch& s) const;
   ConstMat router32(const MoeScratch& s) const;

@@ -141,6 +141,9 @@ ParamTable::ParamTable(const ModelConfig& m) {
     if (!m.llama())
       add(h + "moe.experts.proj.bias", {E, C}, replicated, l, InitKind::kZeros, 0, false);
     if (shared > 0) mlp_proj("moe.shared", shared);
+    for (ParamSpec& spec : specs_)
+      if (spec.layer == l && spec.name.find(".moe.experts.") != std::string::npos)
+        spec.experts = true;
   }
   add("ln_f.weight", {C}, replicated, m.n_layer, InitKind::kOnes, 0, false);
   if (!m.llama()) add("ln_f.bias", {C}, replicated, m.n_layer, InitKind::kZeros, 0, false);
@@ -222,6 +225,7 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
         dim = spec.tp_split_groups * spec.tp_split_piece;
       }
     }
+    if (spec.experts) p.shape[0] /= layout.ep_size;  // this rank's contiguous block of experts
     p.numel = 1;
     for (int64_t d : p.shape) p.numel *= d;
     p.offset = units_.back().offset + units_.back().numel;
@@ -283,6 +287,8 @@ bool LocalParamTable::holds(const std::string& name) const {
 
 int64_t LocalParamTable::global_index(const LocalParam& p, int64_t i) const {
   const ParamSpec& s = *p.spec;
+  // An expert block is contiguous in the global tensor; experts are not split over tp.
+  if (s.experts) return static_cast<int64_t>(layout_.ep_rank) * p.numel + i;
   if (p.tp_replicas == layout_.tp_size && !s.vocab_rows) return i;
   const int r = layout_.tp_rank / p.tp_replicas;  // which distinct slice this rank holds
   if (s.tp_split_dim == 0) {

@@ -21,6 +21,9 @@ struct ParamSpec {
   // fewer such pieces than tp ranks is not cut finer: each piece is held by tp / pieces ranks.
   int64_t tp_split_piece = 1;
   bool vocab_rows = false;  // rows are the vocabulary, padded to a multiple of tp (wte, lm_head)
+  // Stacked routed experts (moe.experts.*): dimension 0 is the expert, split over ep into
+  // contiguous blocks; the tensor is replicated over the ranks holding the same experts.
+  bool experts = false;
   int layer = -1;  // -1: embeddings (first stage); n_layer: final norm and untied head (last)
   InitKind init = InitKind::kNormal;
   float init_std = 0.0f;
@@ -48,6 +51,7 @@ struct StageLayout {
   bool has_embedding = true;            // first stage: token and position embeddings
   bool has_head = true;                 // last stage: final norm, output head, loss
   int tp_rank = 0, tp_size = 1;
+  int ep_rank = 0, ep_size = 1;  // expert parallelism: experts [ep_rank E / ep, ...) of each layer
 };
 StageLayout whole_model(const ModelConfig& m);
 // The part held by pipeline rank pp_rank (of pp), model chunk `chunk` (of v per rank, Megatron's
@@ -68,6 +72,7 @@ struct LocalParam {
   // How many tp ranks hold this same slice: 1 for a split tensor, tp for a replicated one, and in
   // between for key/value heads shared by several ranks' query heads.
   int tp_replicas = 1;
+  bool experts() const { return spec->experts; }
   // Whether tp rank r holds the first copy of its slice: the one that counts it once (norms,
   // checkpoint writes).
   bool first_replica(int tp_rank) const { return tp_rank % tp_replicas == 0; }

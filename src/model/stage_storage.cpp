@@ -46,11 +46,12 @@ AttentionHeads StageShape::attention_heads() const {
 
 namespace {
 
-// What an MoE layer keeps for a micro-batch of N tokens: N k rows of the expert buffers.
+// What an MoE layer keeps for a micro-batch of N tokens: N k rows of this rank's tokens in expert
+// order, and the rows that may arrive at its experts (the bound MoeShape::arrived_rows).
 MoeActivations moe_internals(const StageShape& s, size_t N, MemCategory c, BufferList& list) {
   const Precision p = s.buffers.precision;
-  const MoeShape m = MoeShape::of(s.model);
-  const size_t slots = N * m.k;
+  const MoeShape m = s.moe();
+  const size_t slots = N * m.k, arrived = m.arrived_rows(N);
   MoeActivations a;
   a.logits = list.f32("moe_logits", c, N * m.E);
   a.scores = list.f32("moe_scores", c, N * m.E);
@@ -60,8 +61,12 @@ MoeActivations moe_internals(const StageShape& s, size_t N, MemCategory c, Buffe
   a.counts = list.int32("moe_counts", c, m.E);
   a.offsets = list.int32("moe_offsets", c, m.E + 1);
   a.dispatched = list.stored("moe_dispatched", c, slots * m.C, p);
-  a.fc = list.stored("moe_fc", c, slots * 2 * m.Fe, p);
-  a.act = list.stored("moe_act", c, slots * m.Fe, p);
+  if (m.ep > 1) {
+    a.arrivals = list.int32("moe_arrivals", c, m.E);
+    a.arrived = list.stored("moe_arrived", c, arrived * m.C, p);
+  }
+  a.fc = list.stored("moe_fc", c, arrived * 2 * m.Fe, p);
+  a.act = list.stored("moe_act", c, arrived * m.Fe, p);
   a.expert_out = list.stored("moe_expert_out", c, slots * m.C, p);
   return a;
 }
@@ -168,8 +173,9 @@ namespace {
 MoeScratch moe_scratch(const StageShape& s, BufferList& list) {
   constexpr MemCategory work = MemCategory::kWorkspace;
   const Precision p = s.buffers.precision;
-  const MoeShape m = MoeShape::of(s.model);
+  const MoeShape m = s.moe();
   const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq, slots = N * m.k;
+  const size_t arrived = m.arrived_rows(N);
   MoeScratch x;
   x.listed = list.int32("moe_listed", work, slots);
   x.listed_offsets = list.int32("moe_listed_offsets", work, m.E + 1);
@@ -182,10 +188,11 @@ MoeScratch moe_scratch(const StageShape& s, BufferList& list) {
   x.dweight = list.f32("moe_dweight", work, slots);
   x.dx_router = list.f32("moe_dx_router", work, N * m.C);
   x.dexpert_out = list.stored("moe_dexpert_out", work, slots * m.C, p);
-  x.dact = list.stored("moe_dact", work, slots * m.Fe, p);
-  x.dfc = list.stored("moe_dfc", work, slots * 2 * m.Fe, p);
+  x.dact = list.stored("moe_dact", work, arrived * m.Fe, p);
+  x.dfc = list.stored("moe_dfc", work, arrived * 2 * m.Fe, p);
   x.ddispatched = list.stored("moe_ddispatched", work, slots * m.C, p);
   x.expert_mass = list.f32("moe_expert_mass", work, m.E);
+  if (m.ep > 1) x.exchanged = list.stored("moe_exchanged", work, arrived * m.C, p);
   return x;
 }
 

@@ -31,7 +31,7 @@ TransformerBlock::TransformerBlock(const StageContext* sc, int index)
       fcproj(sc->layers, sc->shape->F_tp(), sc->shape->model.n_embd),
       sc_(sc),
       index_(index) {
-  if (sc->shape->moe_block(index)) moe.emplace(sc->layers, MoeShape::of(sc->shape->model));
+  if (sc->shape->moe_block(index)) moe.emplace(sc->layers, sc->shape->moe());
 }
 
 void TransformerBlock::forward(const BlockActivations& b, const StoredTensor& x, int B, int T,
@@ -51,9 +51,9 @@ void TransformerBlock::forward(const BlockActivations& b, const StoredTensor& x,
     moe->forward_first(b.ln2, N, b.moe, sc_->storage->moe);
     hooks.need(unit(3), next);
     if (complete)
-      moe->forward_second(b.res_mlp, b.res_attn, N, b.moe);
+      moe->forward_second(b.res_mlp, b.res_attn, N, b.moe, sc_->storage->moe);
     else
-      moe->expert_outputs(b.moe);
+      moe->expert_outputs(b.moe, sc_->storage->moe);
     return;
   }
   if (act.swiglu()) {
@@ -201,6 +201,7 @@ void or_shared(MoeActivations& m, const MoeActivations& s) {
   or_shared(m.logits, s.logits), or_shared(m.scores, s.scores), or_shared(m.weight, s.weight);
   or_shared(m.choice, s.choice), or_shared(m.row, s.row), or_shared(m.counts, s.counts);
   or_shared(m.offsets, s.offsets), or_shared(m.dispatched, s.dispatched);
+  or_shared(m.arrivals, s.arrivals), or_shared(m.arrived, s.arrived);
   or_shared(m.fc, s.fc), or_shared(m.act, s.act), or_shared(m.expert_out, s.expert_out);
 }
 

@@ -117,8 +117,11 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank
       pipeline::make_schedule(q.schedule, q.pp, rank[Axis::pp], q.micro_batches, q.virtual_stages);
   MemoryPrediction p;
   for (int chunk = 0; chunk < q.virtual_stages; ++chunk) {
-    const StageLayout layout =
+    StageLayout layout =
         stage_layout(m, q.pp, q.virtual_stages, rank[Axis::pp], chunk, q.tp, rank[Axis::tp]);
+    const ExpertFold fold = expert_fold(q.shape(), rank, q.ep);
+    layout.ep_size = fold.ep;
+    layout.ep_rank = fold.ep_rank;
     const StageShape shape =
         stage_shape(q, layout, std::max(1, pipeline::max_in_flight(actions, chunk)),
                     pipeline::max_deferred_weight_grads(actions, chunk));
@@ -154,6 +157,7 @@ MemoryQuery memory_query(const Config& c) {
   q.dp = par.dp;
   q.tp = par.tp;
   q.pp = par.pp;
+  q.ep = par.ep;
   q.virtual_stages = par.virtual_stages;
   q.sequence_parallel = par.sequence_parallel;
   q.schedule = par.schedule;

@@ -20,6 +20,7 @@ namespace trident {
 struct MemoryQuery {
   ModelConfig model;
   int dp = 1, tp = 1, pp = 1, virtual_stages = 1;
+  int ep = 1;  // expert-parallel ranks folded onto dp x tp (comm/grid.hpp)
   GridShape shape() const { return {{Axis::dp, dp}, {Axis::tp, tp}, {Axis::pp, pp}}; }
   bool sequence_parallel = false;  // with tp > 1: LayerNorm / residual rows split over tp
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;

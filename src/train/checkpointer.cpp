@@ -34,8 +34,14 @@ bool Checkpointer::due(int step) const {
 }
 
 ShardOwner Checkpointer::owner() const {
-  return {grid_.shape()[Axis::dp], grid_.coord()[Axis::dp], grid_.coord()[Axis::tp],
-          static_cast<int>(config_.zero.stage)};
+  ShardOwner o;
+  o.dp = grid_.shape()[Axis::dp];
+  o.dp_rank = grid_.coord()[Axis::dp];
+  o.tp_rank = grid_.coord()[Axis::tp];
+  o.expert_dp = grid_.experts().expert_dp;
+  o.expert_dp_rank = grid_.experts().expert_dp_rank;
+  o.zero_stage = static_cast<int>(config_.zero.stage);
+  return o;
 }
 
 std::vector<ShardBuffers> Checkpointer::buffers(const std::vector<ChunkState>& states) const {

@@ -213,6 +213,7 @@ void check_memory_fits(const MemoryPrediction& mine, const HostCollectives& worl
 std::string describe_layout(const Config& c, const Grid& grid) {
   const ParallelSection& par = c.parallel;
   std::string out = grid.describe();
+  if (par.ep > 1) out += fmt::format(" ep={}", par.ep);
   if (par.pp > 1) out += fmt::format(" schedule={}", name_of(par.schedule));
   if (par.virtual_stages > 1) out += fmt::format(" v={}", par.virtual_stages);
   if (par.sequence_parallel && par.tp > 1) out += " sequence_parallel";
@@ -296,7 +297,9 @@ class Trainer {
   HostCollectives world_, model_replica_;       // every rank; one model replica (pp x tp)
   std::unique_ptr<Communicator> tp_, dp_, pp_;  // per-axis backend (parallel.backend_*)
   std::unique_ptr<Communicator> embedding_;     // first and last stage: the tied embedding
-  std::unique_ptr<RunDirectory> run_dir_;       // created and locked first, released last
+  // Expert parallelism (parallel.ep > 1): the ranks exchanging tokens, and the experts' replicas.
+  std::unique_ptr<Communicator> ep_, expert_dp_;
+  std::unique_ptr<RunDirectory> run_dir_;  // created and locked first, released last
   PhaseTimer timer_;
   MemoryLedger ledger_;
   std::vector<ModelChunk> chunks_;
@@ -356,6 +359,13 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
       tokens_per_step_(static_cast<int64_t>(config_.train.batch_size) * config_.train.seq_len) {
   if (grid.embedding_comm() != MPI_COMM_NULL)
     embedding_ = std::make_unique<MpiCommunicator>(grid.embedding_comm());
+  // The expert groups are parts of dp x tp: they take parallel.backend_dp's choice.
+  if (grid.experts().ep > 1) {
+    ep_ = make_communicator(grid.expert_comm(), config_.parallel.backend_dp,
+                            grid.groups_node_local(Axis::dp), "parallel.backend_dp");
+    expert_dp_ = make_communicator(grid.expert_data_comm(), config_.parallel.backend_dp,
+                                   grid.groups_node_local(Axis::dp), "parallel.backend_dp");
+  }
   // Kernels on a GPU run behind the host: phases fence (in the steps run.phase_fences and the
   // hooks choose), or each is charged its predecessor's queued work. Host kernels finish before
   // the host goes on.
@@ -526,10 +536,24 @@ double Trainer::clip_and_step(double lr, double grad_scale) {
     return norm;
   }
   double squares = 0.0;
-  for (const ModelChunk& ch : chunks_) ch.dp->add_grad_squares(squares, counted(ch));
-  // Summed over pp x tp, and over dp too when dp ranks hold different shards of the gradient.
-  squares =
-      chunks_.front().dp->gradient_sharded() ? world_.sum(squares) : model_replica_.sum(squares);
+  if (grid_.experts().ep > 1) {
+    // Experts differ between the ranks of an expert-parallel group and repeat over their
+    // replicas: their squares count on the first replica, summed over every rank.
+    const bool first_replica = grid_.experts().expert_dp_rank == 0;
+    double experts = 0.0;
+    for (const ModelChunk& ch : chunks_) {
+      const auto all = counted(ch);
+      ch.dp->add_grad_squares(squares, [&](const LocalParam& p) { return !p.experts() && all(p); });
+      ch.dp->add_grad_squares(
+          experts, [&](const LocalParam& p) { return p.experts() && first_replica && all(p); });
+    }
+    squares = model_replica_.sum(squares) + world_.sum(experts);
+  } else {
+    for (const ModelChunk& ch : chunks_) ch.dp->add_grad_squares(squares, counted(ch));
+    // Summed over pp x tp, and over dp too when dp ranks hold different shards of the gradient.
+    squares =
+        chunks_.front().dp->gradient_sharded() ? world_.sum(squares) : model_replica_.sum(squares);
+  }
   const double norm = grad_scale * std::sqrt(squares);
   const double max_norm = config_.optim.max_norm;
   const float clip = static_cast<float>(
@@ -699,15 +723,19 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
     buffers.attention_tiles = {config_.attention.tile_rows, config_.attention.tile_keys};
     buffers.attention_kernel = config_.attention.kernel;
     deferred_sets.push_back(buffers.deferred_sets);
-    ch.stage = std::make_unique<GptStage>(
-        config_.model,
-        stage_layout(config_.model, par.pp, v, place.pp_rank, chunk, par.tp, place.tp_rank),
-        tp_.get(), ledger, place.micro_batch, place.seq_len,
-        std::max(1, pipeline::max_in_flight(schedule_, chunk)), buffers);
+    StageLayout layout =
+        stage_layout(config_.model, par.pp, v, place.pp_rank, chunk, par.tp, place.tp_rank);
+    layout.ep_size = grid_.experts().ep;
+    layout.ep_rank = grid_.experts().ep_rank;
+    ch.stage = std::make_unique<GptStage>(config_.model, layout, tp_.get(), ledger,
+                                          place.micro_batch, place.seq_len,
+                                          std::max(1, pipeline::max_in_flight(schedule_, chunk)),
+                                          buffers, ExpertComms{ep_.get(), grid_.expert_comm()});
     ch.stage->set_timer(&timer_);
     ch.stage->set_moe_loss_coefficients(config_.train.aux_loss_coeff, config_.train.z_loss_coeff);
-    ch.dp = DataParallelStrategy::create(
-        *ch.stage, *dp_, data_parallel_settings(config_, grid_.rank(), chunk), ledger, timer_);
+    ch.dp = DataParallelStrategy::create(*ch.stage, *dp_,
+                                         data_parallel_settings(config_, grid_.rank(), chunk),
+                                         ledger, timer_, expert_dp_.get());
     chunks_.push_back(std::move(ch));
   }
   runner_ = std::make_unique<PipelineRunner>(chunks_, *pp_, embedding_.get(), place, ledger, timer_,
@@ -903,6 +931,10 @@ void refuse_moe_not_built(const Config& c) {
   refuse(c.parallel.tp > 1, "parallel.tp > 1 (experts on tensor-parallel ranks: parallel.ep)");
   refuse(c.parallel.schedule == pipeline::ScheduleKind::kZeroBubbleH1,
          "the zb_h1 schedule (split backward)");
+  refuse(c.parallel.ep > 1 && c.zero.stage != ZeroStage::kNone,
+         "parallel.ep > 1 with ZeRO (expert states sharded over expert-data-parallel ranks)");
+  refuse(c.parallel.ep > 1 && c.dp.sync != DpSync::kSync,
+         "parallel.ep > 1 with dp.sync = 'async' or 'local_sgd'");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 
 PHASES = ["forward", "backward", "recompute", "tp_comm", "pp_wait", "dp_comm", "optimizer",
-          "zero_gather", "io", "weight_grad"]
+          "zero_gather", "io", "weight_grad", "ep_comm"]
 
 
 def fail(msg):

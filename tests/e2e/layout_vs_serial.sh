@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The flagship check for one layout: 20 steps of the tiny model at dp x tp x pp (schedule, v,
 # ZeRO stage, offload: nvme streams the moments through 10 KiB buffers, nvme+params the ZeRO-3
-# parameter shards too; sp 1 turns on sequence parallelism) give the serial run's losses and
+# parameter shards too; sp 1 turns on sequence parallelism; ep > 1 splits the experts) give the serial run's losses and
 # global gradient norms (the clipping norm, reduced over every axis and shard) to a relative
 # 1e-5, and the first step's gradients, gathered to global shapes, match the serial ones to 1e-5
 # of each tensor's largest entry. Small dp buckets (20 KiB) so the overlapped bucketed all-reduce
@@ -10,7 +10,7 @@
 # LAYOUT_SETS (environment): more KEY=VALUE overrides for both runs.
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0} offload=${10:-none}
-sp=${11:-0}
+sp=${11:-0} ep=${12:-1}
 run_config=${TRIDENT_TEST_RUN:-tiny}  # inputs/<run_config>.toml: tiny (GPT-2) or llama-tiny
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
@@ -34,6 +34,7 @@ mpirun -np "$ranks" --oversubscribe "$trident" train "${common[@]}" \
   --set offload.optimizer="${offload%+params}" --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01 \
   --set offload.params="$([ "$offload" = nvme+params ] && echo nvme || echo none)" \
   --set parallel.sequence_parallel="$([ "$sp" = 1 ] && echo true || echo false)" \
+  --set parallel.ep="$ep" \
   --dump-grads "$work/layout_grads.h5" > "$work/layout.log"
 grep "^layout" "$work/layout.log"
 $check schema "$work/layout/$run_config/timings.h5" --steps 20 --ranks "$ranks"

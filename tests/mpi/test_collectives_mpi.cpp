@@ -161,6 +161,47 @@ TEST_P(MpiCollectives, PointToPointAndBroadcastMoveEveryElement) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(hb(i), n > 2 ? 7.0f + i : -1.0f);
 }
 
+TEST_P(MpiCollectives, AllToAllVMovesUnevenPartsIncludingEmptyOnes) {
+  MpiCommunicator comm(MPI_COMM_WORLD, GetParam());
+  const int n = comm.size(), rank = comm.rank();
+  // Rank s sends (s + d) % 3 elements to rank d (some parts empty), valued 100 s + 10 d + i.
+  auto part = [](int s, int d) { return static_cast<size_t>((s + d) % 3); };
+  std::vector<size_t> sends(n), recvs(n);
+  size_t sent = 0, received = 0;
+  for (int q = 0; q < n; ++q) {
+    sends[q] = part(rank, q), recvs[q] = part(q, rank);
+    sent += sends[q], received += recvs[q];
+  }
+  View1 out("out", sent + 1), in("in", received + 2);  // room to spare: counts say what moves
+  auto ho = Kokkos::create_mirror_view(out);
+  for (int q = 0, at = 0; q < n; ++q)
+    for (size_t i = 0; i < sends[q]; ++i) ho(at++) = 100.0f * rank + 10.0f * q + i;
+  Kokkos::deep_copy(out, ho);
+  Kokkos::deep_copy(in, -1.0f);
+  comm.alltoallv(out, sends, in, recvs);
+  auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in);
+  size_t at = 0;
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < recvs[q]; ++i, ++at) EXPECT_EQ(hi(at), 100.0f * q + 10.0f * rank + i);
+  EXPECT_EQ(hi(received), -1.0f) << "nothing past the received parts";
+  // 16-bit rows travel as their bits.
+  HalfView1 out16("out16", sent), in16("in16", received);
+  Kokkos::deep_copy(out16, uint16_t{0x3f80});
+  comm.alltoallv(CommBuffer(out16, Precision::kBf16), sends, CommBuffer(in16, Precision::kBf16),
+                 recvs);
+  auto h16 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), in16);
+  for (size_t i = 0; i < received; ++i) EXPECT_EQ(h16(i), 0x3f80);
+  // Host counts for the exchange: part r of every rank's vector goes to rank r.
+  const HostCollectives host(MPI_COMM_WORLD);
+  std::vector<int> counts(2 * static_cast<size_t>(n));
+  for (int q = 0; q < n; ++q) counts[2 * q] = rank, counts[2 * q + 1] = q;
+  const std::vector<int> got = host.alltoall(counts);
+  for (int q = 0; q < n; ++q) {
+    EXPECT_EQ(got[2 * q], q);
+    EXPECT_EQ(got[2 * q + 1], rank);
+  }
+}
+
 TEST(Collectives, MpiReadsHostMemoryDirectlyAndDeviceMemoryAsTheMpiAllows) {
 #if defined(KOKKOS_ENABLE_CUDA)
   setenv("TRIDENT_MPI_CUDA_AWARE", "0", 1);

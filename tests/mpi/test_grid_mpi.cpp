@@ -20,12 +20,12 @@ std::vector<int> members(MPI_Comm comm, int world_rank) {
   return out;
 }
 
-void check_shape(const GridShape& shape) {
+void check_shape(const GridShape& shape, int ep = 1) {
   int world_size = 0, world_rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   ASSERT_EQ(shape.size(), world_size);
-  Grid grid(MPI_COMM_WORLD, shape);
+  Grid grid(MPI_COMM_WORLD, shape, ep);
   EXPECT_EQ(grid.rank(), world_rank);  // no reordering
   const GridCoord c = grid.coord();
   EXPECT_EQ(c, grid_coord(shape, world_rank));
@@ -49,6 +49,20 @@ void check_shape(const GridShape& shape) {
     if (last_stage > 0) ends.push_back(grid_rank(shape, c.with(Axis::pp, last_stage)));
     EXPECT_EQ(members(grid.embedding_comm(), world_rank), ends);
   }
+  // The expert groups: this stage's ranks with the same expert-dp rank (in ep-rank order), and
+  // those with the same ep rank (in expert-dp-rank order).
+  const ExpertFold mine = grid.experts();
+  EXPECT_EQ(mine.ep, ep);
+  std::vector<int> ep_expected(ep), edp_expected(mine.expert_dp);
+  for (int r = 0; r < shape.size(); ++r) {
+    const GridCoord o = grid_coord(shape, r);
+    if (o[Axis::pp] != c[Axis::pp]) continue;
+    const ExpertFold f = expert_fold(shape, o, ep);
+    if (f.expert_dp_rank == mine.expert_dp_rank) ep_expected[f.ep_rank] = r;
+    if (f.ep_rank == mine.ep_rank) edp_expected[f.expert_dp_rank] = r;
+  }
+  EXPECT_EQ(members(grid.expert_comm(), world_rank), ep_expected);
+  EXPECT_EQ(members(grid.expert_data_comm(), world_rank), edp_expected);
 }
 
 }  // namespace
@@ -60,4 +74,8 @@ TEST(GridMpi, FourRanksAllShapes) {
   check_shape({{Axis::dp, 2}, {Axis::tp, 2}});
   check_shape({{Axis::tp, 2}, {Axis::pp, 2}});
   check_shape({{Axis::dp, 2}, {Axis::pp, 2}});
+  check_shape({{Axis::dp, 4}}, 2);
+  check_shape({{Axis::dp, 4}}, 4);
+  check_shape({{Axis::dp, 2}, {Axis::pp, 2}}, 2);
+  check_shape({{Axis::dp, 2}, {Axis::tp, 2}}, 2);
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <stdexcept>
 #include <vector>
 
 #include "comm/grid.hpp"
@@ -44,6 +45,33 @@ TEST(GridMapping, RoundTripsForSeveralShapes) {
       EXPECT_EQ(grid_rank(s, c), r);
     }
   }
+}
+
+TEST(GridMapping, ExpertFoldSplitsEachStagesDpTimesTpRanksIntoEpGroupsAndReplicas) {
+  for (const auto& [dp, tp, pp, ep] : std::vector<std::array<int, 4>>{
+           {8, 1, 1, 8}, {4, 1, 2, 2}, {2, 2, 1, 2}, {4, 2, 1, 4}, {6, 1, 1, 3}, {2, 1, 1, 1}}) {
+    const GridShape s{{Axis::dp, dp}, {Axis::tp, tp}, {Axis::pp, pp}};
+    // Per stage: every (expert_dp_rank, ep_rank) pair exactly once, so each ep group holds every
+    // expert once and each expert has dp tp / ep replicas.
+    std::vector<std::vector<int>> held(pp, std::vector<int>(dp * tp, 0));
+    for (int r = 0; r < s.size(); ++r) {
+      const GridCoord c = grid_coord(s, r);
+      const ExpertFold f = expert_fold(s, c, ep);
+      EXPECT_EQ(f.ep, ep);
+      EXPECT_EQ(f.expert_dp * ep, dp * tp);
+      ASSERT_LT(f.ep_rank, ep);
+      ASSERT_LT(f.expert_dp_rank, f.expert_dp);
+      ++held[c[Axis::pp]][f.expert_dp_rank * ep + f.ep_rank];
+      // An ep group is consecutive in rank order: with ep a multiple of tp, a tensor-parallel
+      // group lies inside one.
+      if (ep % tp == 0) {
+        EXPECT_EQ(f.expert_dp_rank, expert_fold(s, c.with(Axis::tp, 0), ep).expert_dp_rank);
+      }
+    }
+    for (const auto& stage : held)
+      for (int n : stage) EXPECT_EQ(n, 1);
+  }
+  EXPECT_THROW(expert_fold(GridShape{{Axis::dp, 4}}, GridCoord{}, 3), std::invalid_argument);
 }
 
 TEST(GridLive, SingleRankGridMatchesThePureMapping) {

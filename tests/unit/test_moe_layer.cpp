@@ -131,10 +131,12 @@ void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops) {
   MoeLayer layer(&ctx, shape);
   layer.weights = {f32_tensor(p.router), f32_tensor(p.fc), f32_tensor(p.proj)};
   layer.grads = {f32_zeros(E * C), f32_zeros(E * 2 * Fe * C), f32_zeros(E * C * Fe)};
-  MoeActivations a{View1("l", N * E),     View1("s", N * E),    View1("w", slots),
-                   IntView1("c", slots),  IntView1("r", slots), IntView1("n", E),
-                   IntView1("o", E + 1),  f32_zeros(slots * C), f32_zeros(slots * 2 * Fe),
-                   f32_zeros(slots * Fe), f32_zeros(slots * C)};
+  MoeActivations a;
+  a.logits = View1("l", N * E), a.scores = View1("s", N * E), a.weight = View1("w", slots);
+  a.choice = IntView1("c", slots), a.row = IntView1("r", slots), a.counts = IntView1("n", E);
+  a.offsets = IntView1("o", E + 1), a.dispatched = f32_zeros(slots * C);
+  a.fc = f32_zeros(slots * 2 * Fe), a.act = f32_zeros(slots * Fe);
+  a.expert_out = f32_zeros(slots * C);
   MoeScratch s;
   s.listed = IntView1("listed", slots), s.listed_offsets = IntView1("lo", E + 1);
   s.kept = IntView1("kept", slots);

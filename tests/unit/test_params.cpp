@@ -402,6 +402,37 @@ TEST(Params, MoeLayersHoldRouterExpertsAndSharedExpertsInTheirUnits) {
   }
 }
 
+TEST(LocalParams, ExpertParallelRanksHoldDisjointBlocksOfExpertsCoveringEachOnce) {
+  const ModelConfig m = tiny_moe(true);
+  const ParamTable table(m);
+  for (const int ep : {1, 2, 4, 8}) {
+    std::map<std::string, std::vector<int>> seen;  // expert tensor -> times each element is held
+    for (int rank = 0; rank < ep; ++rank) {
+      StageLayout layout = whole_model(m);
+      layout.ep_size = ep, layout.ep_rank = rank;
+      const LocalParamTable local(table, m, layout);
+      for (const LocalParam& p : local.params()) {
+        if (!p.experts()) {  // everything else is whole on every rank
+          EXPECT_EQ(p.shape, p.spec->shape) << p.spec->name;
+          continue;
+        }
+        EXPECT_EQ(p.shape[0], 8 / ep) << p.spec->name;
+        std::vector<int>& count = seen[p.spec->name];
+        count.resize(static_cast<size_t>(p.spec->numel()));
+        const int64_t per_expert = p.spec->numel() / 8;
+        for (int64_t i = 0; i < p.numel; ++i) {
+          const int64_t g = local.global_index(p, i);
+          ++count[static_cast<size_t>(g)];
+          EXPECT_EQ(g / per_expert, rank * (8 / ep) + i / per_expert) << "expert of element " << i;
+        }
+      }
+    }
+    EXPECT_EQ(seen.size(), 4u) << "fc and proj of two MoE layers";
+    for (const auto& [name, count] : seen)
+      for (int c : count) ASSERT_EQ(c, 1) << name << " at ep = " << ep;
+  }
+}
+
 TEST(Params, ActiveParametersCountTheChosenExpertsOnly) {
   const ModelConfig m = tiny_moe(true);
   ModelConfig dense = m;

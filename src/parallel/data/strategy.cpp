@@ -22,10 +22,12 @@ StageBuffers DataParallelStrategy::stage_buffers(ZeroStage zero, int dp) {
 
 std::unique_ptr<DataParallelStrategy> DataParallelStrategy::create(
     GptStage& stage, Communicator& dp, const DataParallelSettings& settings, MemoryLedger& ledger,
-    PhaseTimer& timer) {
+    PhaseTimer& timer, Communicator* expert_dp) {
+  if (stage.layout().ep_size > 1 && settings.zero != ZeroStage::kNone)
+    throw std::logic_error("expert parallelism runs with zero.stage 0 for now (trainer refuses)");
   switch (settings.zero) {
     case ZeroStage::kNone:
-      return std::make_unique<PlainDataParallel>(stage, dp, settings, ledger, timer);
+      return std::make_unique<PlainDataParallel>(stage, dp, settings, ledger, timer, expert_dp);
     case ZeroStage::kOptimizer:
       return std::make_unique<Zero1>(stage, dp, settings, ledger, timer);
     case ZeroStage::kGradients:
@@ -127,12 +129,17 @@ void DataParallelStrategy::gather_updated_shards() {
 
 PlainDataParallel::PlainDataParallel(GptStage& stage, Communicator& dp,
                                      const DataParallelSettings& settings, MemoryLedger& ledger,
-                                     PhaseTimer& timer)
+                                     PhaseTimer& timer, Communicator* expert_dp)
     : DataParallelStrategy(stage, dp, settings, timer) {
   stage.init_params(settings.seed);
   build_optimizer(ledger, nullptr, {stage.params16(), Placement::kFlat, settings.precision});
+  // Expert parallelism: the experts' gradients have their own replicas.
+  std::vector<Segment> experts;
+  if (stage.layout().ep_size > 1)
+    for (const LocalParam& p : stage.local().params())
+      if (p.experts()) experts.push_back({p.offset, p.offset + p.numel});
   buckets_ = std::make_unique<GradBuckets>(stage.grads(), settings.bucket_elements, &dp,
-                                           settings.grad_reduce, &ledger);
+                                           settings.grad_reduce, &ledger, experts, expert_dp);
   stage.set_grad_ready_hook([b = buckets_.get()](int64_t from) { b->ready_from(from); });
   const int64_t n = stage.local().total_numel();
   if (settings.sync == DpSync::kAsync)

@@ -54,9 +54,12 @@ class DataParallelStrategy {
   // The strategy for `settings.zero`, over a stage built with stage_buffers(): this rank is
   // `dp.rank()` of `dp.size()` replicas. Initialises the parameters (and master weights) from
   // settings.seed.
+  // Under expert parallelism the experts' gradients are summed over `expert_dp`, the ranks that
+  // hold the same experts (plain DP only, for now).
   static std::unique_ptr<DataParallelStrategy> create(GptStage& stage, Communicator& dp,
                                                       const DataParallelSettings& settings,
-                                                      MemoryLedger& ledger, PhaseTimer& timer);
+                                                      MemoryLedger& ledger, PhaseTimer& timer,
+                                                      Communicator* expert_dp = nullptr);
   virtual ~DataParallelStrategy() = default;
 
   // Zeroes the gradients before a step's first backward.
@@ -137,7 +140,7 @@ class DataParallelStrategy {
 class PlainDataParallel : public DataParallelStrategy {
  public:
   PlainDataParallel(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
-                    MemoryLedger& ledger, PhaseTimer& timer);
+                    MemoryLedger& ledger, PhaseTimer& timer, Communicator* expert_dp = nullptr);
   void before_backward(bool reduce) override { buckets_->arm(reduce); }
   void finish_reduction(bool reduce) override;
   void progress() override { async_pending_.test(); }
