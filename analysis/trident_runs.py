@@ -84,7 +84,10 @@ ATTRS = ("config", "layout", "hostnames", "phases", "memory_categories", "flops_
          "parameters")
 # Read when present: runs from before trident recorded them lack these.
 OPTIONAL_ATTRS = ("threads_per_rank", "kokkos_backend", "blas", "blas_threads", "host_simd",
-                  "git_revision", "cpu_model", "peak_lr", "slurm_job_id", "node_cpus")
+                  "git_revision", "cpu_model", "peak_lr", "slurm_job_id", "node_cpus", "moe_layers")
+# Per-step datasets read when present: Mixture-of-Experts runs write the per-layer ones.
+OPTIONAL_PER_STEP = ("moe_aux_loss", "moe_z_loss", "moe_dropped_fraction", "moe_layer_aux_loss",
+                     "moe_layer_z_loss", "moe_layer_dropped_fraction", "moe_tokens_per_expert")
 RUN_MARKERS = ("status", "run.json", "timings.h5", "trident.log")
 REPEAT_SUFFIX = re.compile(r"_rep[0-9]+$")
 BLAS_KERNEL = re.compile(r",?\s*kernel\s+(\S+)")
@@ -383,13 +386,16 @@ def _read_segment(path):
                 if key not in f:
                     raise RunProblem(f"{name} lacks the dataset '{key}'")
                 data[key] = f[key][()]
+            for key in OPTIONAL_PER_STEP:
+                if key in f:
+                    data[key] = f[key][()]
     except RunProblem:
         raise
     except Exception as e:  # h5py raises OSError, KeyError or RuntimeError on a damaged file
         raise RunProblem(f"{name} is unreadable (killed while writing?): "
                          f"{type(e).__name__}: {e}") from None
     rows = len(data["step"])
-    for key in DATASETS_1D + PER_STEP_ND:
+    for key in DATASETS_1D + PER_STEP_ND + tuple(k for k in OPTIONAL_PER_STEP if k in data):
         if data[key].shape[0] != rows:
             raise RunProblem(f"{name} is partial: '{key}' has {data[key].shape[0]} rows, "
                              f"'step' {rows}")
@@ -404,7 +410,9 @@ def _merge_segments(paths, segments):
         raise RunProblem(f"its timings segments ({', '.join(map(os.path.basename, paths))}) ran on "
                          f"different rank counts (resumed with another layout); pass one "
                          f"segment's file to analyse it alone")
-    merged = {k: np.concatenate([d[k] for d in segments]) for k in DATASETS_1D + PER_STEP_ND}
+    keys = DATASETS_1D + PER_STEP_ND + tuple(
+        k for k in OPTIONAL_PER_STEP if all(k in d for d in segments))
+    merged = {k: np.concatenate([d[k] for d in segments]) for k in keys}
     latest = {}
     for row, step in enumerate(merged["step"]):
         latest[int(step)] = row

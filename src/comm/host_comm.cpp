@@ -25,6 +25,13 @@ double HostCollectives::sum(double value) const {
   return reduce_all(comm_, value, MPI_SUM);
 }
 
+std::vector<double> HostCollectives::sum(const std::vector<double>& values) const {
+  std::vector<double> out(values.size());
+  TRIDENT_MPI(MPI_Allreduce(values.data(), out.data(), static_cast<int>(values.size()), MPI_DOUBLE,
+                            MPI_SUM, comm_));
+  return out;
+}
+
 double HostCollectives::max(double value) const {
   return reduce_all(comm_, value, MPI_MAX);
 }

@@ -18,6 +18,8 @@ class HostCollectives {
   int rank() const { return rank_; }
 
   double sum(double value) const;
+  // Element-wise sums of `values` (the same length on every rank), on every rank.
+  std::vector<double> sum(const std::vector<double>& values) const;
   double max(double value) const;
   double min(double value) const;
   // Every rank's `values` (the same count on each), in rank order, on `root`; empty elsewhere.

@@ -26,6 +26,10 @@ const char* units_of(const std::string& name) {
                                                         {"moe_aux_loss", "1"},
                                                         {"moe_z_loss", "1"},
                                                         {"moe_dropped_fraction", "1"},
+                                                        {"moe_layer_aux_loss", "1"},
+                                                        {"moe_layer_z_loss", "1"},
+                                                        {"moe_layer_dropped_fraction", "1"},
+                                                        {"moe_tokens_per_expert", "slots"},
                                                         {"phase_seconds", "s"},
                                                         {"peak_memory_bytes", "bytes"},
                                                         {"peak_memory_by_category", "bytes"},
@@ -55,8 +59,9 @@ void create_extendible(hid_t file, const std::string& name, std::vector<hsize_t>
 
 TimingsWriter::TimingsWriter(const std::string& path, int ranks,
                              const std::map<std::string, TimingsAttribute>& attributes,
-                             TimingsSegment segment, const std::vector<double>& predicted_memory)
-    : path_(path), file_(h5::create_file(path)) {
+                             TimingsSegment segment, const std::vector<double>& predicted_memory,
+                             const TimingsMoe& moe)
+    : path_(path), file_(h5::create_file(path)), moe_(!moe.layers.empty()) {
   const h5::WritingFile writing(path_);
   for (const auto& [key, value] : attributes)
     std::visit([&, key = key](const auto& v) { h5::write_attr(file_, key, v); }, value);
@@ -82,6 +87,17 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   create_extendible(file_, "peak_memory_bytes", {r}, H5T_IEEE_F64LE);
   const hsize_t cats = static_cast<hsize_t>(kMemCategories);
   create_extendible(file_, "peak_memory_by_category", {r, cats}, H5T_IEEE_F64LE);
+  if (moe_) {
+    const hsize_t layers = moe.layers.size();
+    for (const char* name :
+         {"moe_layer_aux_loss", "moe_layer_z_loss", "moe_layer_dropped_fraction"})
+      create_extendible(file_, name, {layers}, H5T_IEEE_F64LE);
+    create_extendible(file_, "moe_tokens_per_expert", {layers, static_cast<hsize_t>(moe.experts)},
+                      H5T_IEEE_F64LE);
+    std::string listed;
+    for (int l : moe.layers) listed += (listed.empty() ? "" : ",") + std::to_string(l);
+    h5::write_attr(file_, "moe_layers", listed);
+  }
   {
     const hsize_t dims[2] = {r, cats};
     h5::Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
@@ -136,6 +152,13 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("phase_seconds", r.phase_seconds.data(), H5T_NATIVE_DOUBLE);
   append_row("peak_memory_bytes", r.peak_mem_bytes.data(), H5T_NATIVE_DOUBLE);
   append_row("peak_memory_by_category", r.peak_mem_by_category.data(), H5T_NATIVE_DOUBLE);
+  if (moe_) {
+    append_row("moe_layer_aux_loss", r.moe_layers.aux_loss.data(), H5T_NATIVE_DOUBLE);
+    append_row("moe_layer_z_loss", r.moe_layers.z_loss.data(), H5T_NATIVE_DOUBLE);
+    append_row("moe_layer_dropped_fraction", r.moe_layers.dropped_fraction.data(),
+               H5T_NATIVE_DOUBLE);
+    append_row("moe_tokens_per_expert", r.moe_layers.tokens_per_expert.data(), H5T_NATIVE_DOUBLE);
+  }
   ++rows_;
   TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL));
 }

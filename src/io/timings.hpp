@@ -12,6 +12,15 @@
 
 namespace trident {
 
+// A step's Mixture-of-Experts balance per MoE layer, in layer order: aux and z losses (means over
+// the layer's forwards), the share of its slots dropped, and the slots routed to each of its
+// experts (before capacity) summed over the step's micro-batches and data-parallel replicas.
+struct MoeLayerBalance {
+  std::vector<int> layers;  // their global indices (the file's `moe_layers` attribute)
+  std::vector<double> aux_loss, z_loss, dropped_fraction;  // [moe layers]
+  std::vector<double> tokens_per_expert;                   // [moe layers * E]
+};
+
 struct StepRecord {
   int64_t step = 0;
   double loss = 0, val_loss = 0, lr = 0, grad_norm = 0;
@@ -23,6 +32,7 @@ struct StepRecord {
   // Mixture of Experts (0 for a dense model): the mean aux and z losses over MoE blocks and
   // micro-batches, and the share of routed slots the capacity dropped.
   double moe_aux_loss = 0, moe_z_loss = 0, moe_dropped_fraction = 0;
+  MoeLayerBalance moe_layers;                // written when the file was opened with MoE layers
   std::vector<double> phase_seconds;         // [ranks * phases]
   std::vector<double> peak_mem_bytes;        // [ranks]
   std::vector<double> peak_mem_by_category;  // [ranks * memory categories]
@@ -38,6 +48,12 @@ struct TimingsSegment {
 // A file attribute: text, a count or a measurement (numbers are stored as HDF5 numbers).
 using TimingsAttribute = std::variant<std::string, int64_t, double>;
 
+// The Mixture-of-Experts layers whose balance the file records per step (none: a dense model).
+struct TimingsMoe {
+  std::vector<int> layers;  // global layer indices
+  int experts = 0;
+};
+
 // Written by one rank. Every dataset is chunked and extendible along steps and flushed after
 // each row, so a killed run keeps every completed step.
 class TimingsWriter {
@@ -46,7 +62,7 @@ class TimingsWriter {
   // dataset carries a `units` attribute (docs/checkpoints-and-faults.md lists them).
   TimingsWriter(const std::string& path, int ranks,
                 const std::map<std::string, TimingsAttribute>& attributes, TimingsSegment segment,
-                const std::vector<double>& predicted_memory);
+                const std::vector<double>& predicted_memory, const TimingsMoe& moe = {});
   void append(const StepRecord& r);
 
  private:
@@ -54,6 +70,7 @@ class TimingsWriter {
   std::string path_;
   h5::Handle file_;
   hsize_t rows_ = 0;
+  bool moe_ = false;
 };
 
 }  // namespace trident

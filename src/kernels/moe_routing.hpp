@@ -251,12 +251,15 @@ inline void router_backward(const Exec& exec, const Mat& dlogits, const ConstMat
       });
 }
 
-// stats[0..3] += one MoE block's forward: its aux and z losses (losses[0..1]), its dropped slots
-// (row = -1) and all its slots, one thread in slot order (the sums do not depend on threads).
+// One MoE block's forward added to its statistics `stats` [5 + E]: its aux and z losses
+// (losses[0..1]), its dropped slots (row = -1), all its slots, one forward, and the slots routed
+// to each expert (counts, before capacity) at 5 + e; one thread in slot order (the sums do not
+// depend on threads).
+inline constexpr int kMoeStatsHead = 5;
 inline void moe_accumulate_stats(const Exec& exec, const Vec& stats, const ConstVec& losses,
-                                 const ConstIntVec& row) {
+                                 const ConstIntVec& row, const ConstIntVec& counts) {
   Region region("trident::moe_accumulate_stats");
-  const int slots = static_cast<int>(row.extent(0));
+  const int slots = static_cast<int>(row.extent(0)), E = static_cast<int>(counts.extent(0));
   Kokkos::parallel_for(
       "moe_accumulate_stats", Kokkos::RangePolicy<Exec>(exec, 0, 1), KOKKOS_LAMBDA(int) {
         int dropped = 0;
@@ -266,6 +269,7 @@ inline void moe_accumulate_stats(const Exec& exec, const Vec& stats, const Const
         stats(2) += static_cast<float>(dropped);
         stats(3) += static_cast<float>(slots);
         stats(4) += 1.0f;
+        for (int e = 0; e < E; ++e) stats(kMoeStatsHead + e) += static_cast<float>(counts(e));
       });
 }
 

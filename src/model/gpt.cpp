@@ -152,13 +152,20 @@ std::vector<int32_t> GptStage::moe_routing(int slot) const {
   return routing;
 }
 
-std::array<double, 5> GptStage::take_moe_stats() {
-  std::array<double, 5> stats{};
-  if (st_.moe_stats.extent(0) == 0) return stats;
+std::vector<MoeBlockStats> GptStage::take_moe_stats() {
+  std::vector<MoeBlockStats> out;
+  if (st_.moe_stats.extent(0) == 0) return out;
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), st_.moe_stats);
-  for (int i = 0; i < 5; ++i) stats[i] = host(i);
+  const int E = shape_.model.moe.n_experts, width = kernels::kMoeStatsHead + E;
+  for (int i = 0; i < shape_.blocks(); ++i) {
+    if (!shape_.moe_block(i)) continue;
+    const float* v = host.data() + static_cast<size_t>(i) * width;
+    MoeBlockStats b{shape_.layout.first_layer + i, v[0], v[1], v[2], v[3], v[4], {}};
+    b.tokens.assign(v + kernels::kMoeStatsHead, v + width);
+    out.push_back(std::move(b));
+  }
   Kokkos::deep_copy(exec_, st_.moe_stats, 0.0f);
-  return stats;
+  return out;
 }
 
 std::array<double, 2> GptStage::moe_losses(int slot) const {
@@ -206,8 +213,11 @@ void GptStage::forward_pass(int slot, const int32_t* tokens, const int32_t* targ
     if (blocks_[i].moe) {
       const Vec losses = window(a.moe_losses, 2 * i, 2);
       blocks_[i].moe_losses(losses, b, N);
-      kernels::moe_accumulate_stats(exec_, Vec(st_.moe_stats.data(), 5), losses,
-                                    ConstIntVec(b.moe.row.data(), N * shape_.model.moe.top_k));
+      const int E = shape_.model.moe.n_experts, width = kernels::kMoeStatsHead + E;
+      kernels::moe_accumulate_stats(
+          exec_, window(st_.moe_stats, static_cast<size_t>(i) * width, width), losses,
+          ConstIntVec(b.moe.row.data(), N * shape_.model.moe.top_k),
+          ConstIntVec(b.moe.counts.data(), E));
     }
     x = sends && i + 1 == n_blocks ? &output : &a.blocks[i].res_mlp;
   }

@@ -19,6 +19,14 @@
 
 namespace trident {
 
+// One MoE block's sums over forwards: aux and z losses, dropped slots, all slots, forwards, and
+// the slots routed to each expert (before capacity).
+struct MoeBlockStats {
+  int layer = 0;  // global layer index
+  double aux = 0, z = 0, dropped = 0, slots = 0, forwards = 0;
+  std::vector<double> tokens;  // [E]
+};
+
 class GptStage {
  public:
   // `tp` may be null when layout.tp_size == 1. `slots` activation sets of [max_batch, max_seq].
@@ -74,9 +82,9 @@ class GptStage {
   // The routing of the slot's last forward, block by block: each MoE block's chosen experts and
   // each slot's row in the expert buffers (-1: dropped), [N k] each (empty without MoE blocks).
   std::vector<int32_t> moe_routing(int slot) const;
-  // What the MoE blocks' training and evaluation forwards (not recomputations) added up since
-  // the last call, which clears it: {aux, z} summed over forwards, dropped slots, slots, forwards.
-  std::array<double, 5> take_moe_stats();
+  // What each MoE block's training and evaluation forwards (not recomputations) added up since
+  // the last call, which clears it.
+  std::vector<MoeBlockStats> take_moe_stats();
 
   // Fills this rank's parameters from the counter-based initialiser (its slice only).
   void init_params(uint64_t seed);

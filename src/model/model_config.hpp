@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/build_options.hpp"
 #include "core/names.hpp"
@@ -95,6 +96,13 @@ struct ModelConfig {
   bool moe_layer(int l) const { return moe.enabled() && l % moe.moe_layer_every == 0; }
   int moe_layers() const {
     return moe.enabled() ? (n_layer + moe.moe_layer_every - 1) / moe.moe_layer_every : 0;
+  }
+  // The global indices of the MoE layers, in order.
+  std::vector<int> moe_layer_indices() const {
+    std::vector<int> out;
+    for (int l = 0; l < n_layer; ++l)
+      if (moe_layer(l)) out.push_back(l);
+    return out;
   }
   // One expert's hidden width and the columns of its first projection (gate | up for SwiGLU).
   int expert_hidden() const {

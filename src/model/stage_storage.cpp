@@ -209,7 +209,10 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
                                 s.any_moe_block());
   if (s.any_moe_block()) {
     st.moe = moe_scratch(s, list);
-    st.moe_stats = list.f32("moe_stats", MemCategory::kWorkspace, 5);
+    // Per block (dense blocks' rows stay zero): kernels::moe_accumulate_stats's layout.
+    st.moe_stats = list.f32(
+        "moe_stats", MemCategory::kWorkspace,
+        static_cast<size_t>(s.blocks()) * (kernels::kMoeStatsHead + s.model.moe.n_experts));
   }
   LayerWorkspace& ws = st.layers;
   ws.partial = stored("scratch_c", N * C);

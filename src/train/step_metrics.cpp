@@ -49,7 +49,7 @@ void StepMetrics::record(const StepOutcome& s) {
   const double bubble = slowest > 0 ? wait / world_.size() / slowest : 0.0;
   timings_->append({s.step, s.loss, s.val_loss, s.lr, s.grad_norm, s.loss_scale, s.skipped ? 1 : 0,
                     shape_.tokens_per_step, slowest, fastest, bubble, s.moe_aux_loss, s.moe_z_loss,
-                    s.moe_dropped_fraction, phases, peak_mem, peak_by_category});
+                    s.moe_dropped_fraction, s.moe_layers, phases, peak_mem, peak_by_category});
   const int index = s.step - 1;  // the first step of a run warms caches and is not timed
   if (index > shape_.start_step || shape_.steps - shape_.start_step == 1) {
     sum_ms_ += slowest * 1e3;
@@ -67,10 +67,26 @@ void StepMetrics::print_step(const StepOutcome& s, double slowest, double fastes
         "tok/s | MFU {:.2f}% | peak mem {:.1f} MiB",
         s.step, shape_.steps, s.loss, s.lr, s.grad_norm, slowest * 1e3, fastest * 1e3, tok_s,
         mfu_percent(tok_s), *std::max_element(peak_mem.begin(), peak_mem.end()) / 1048576.0));
-  if (s.moe && (s.step % shape_.log_every == 0 || s.step == shape_.steps))
-    console_.line(fmt::format("moe   {:>5}/{} | aux {:.4f} | z {:.4f} | dropped {:.2f}%", s.step,
-                              shape_.steps, s.moe_aux_loss, s.moe_z_loss,
-                              100 * s.moe_dropped_fraction));
+  if (s.moe && (s.step % shape_.log_every == 0 || s.step == shape_.steps)) {
+    // The most loaded expert against the mean, in the layer where that is worst.
+    const MoeLayerBalance& b = s.moe_layers;
+    const size_t layers = b.layers.size();
+    const size_t E = layers > 0 ? b.tokens_per_expert.size() / layers : 0;
+    double worst = 0;
+    int worst_layer = -1;
+    for (size_t l = 0; l < layers && E > 0; ++l) {
+      const double* t = b.tokens_per_expert.data() + l * E;
+      double sum = 0, most = 0;
+      for (size_t e = 0; e < E; ++e) sum += t[e], most = std::max(most, t[e]);
+      const double ratio = sum > 0 ? most * static_cast<double>(E) / sum : 0;
+      if (ratio > worst) worst = ratio, worst_layer = b.layers[l];
+    }
+    console_.line(
+        fmt::format("moe   {:>5}/{} | aux {:.4f} | z {:.4f} | dropped {:.2f}% | load max/mean "
+                    "{:.2f} (layer {})",
+                    s.step, shape_.steps, s.moe_aux_loss, s.moe_z_loss,
+                    100 * s.moe_dropped_fraction, worst, worst_layer));
+  }
   if (!std::isnan(s.val_loss))
     console_.line(
         fmt::format("eval  {:>5}/{} | val loss {:.4f}", s.step, shape_.steps, s.val_loss));

@@ -34,7 +34,8 @@ struct StepOutcome {
   // the share of routed slots the capacity dropped (0 for a dense model).
   double moe_aux_loss = 0, moe_z_loss = 0, moe_dropped_fraction = 0;
   bool moe = false;
-  double seconds = 0;  // wall time of the step, evaluation excluded
+  MoeLayerBalance moe_layers;  // the same per MoE layer, with tokens per expert
+  double seconds = 0;          // wall time of the step, evaluation excluded
   std::array<double, kPhases> phases{};
 };
 

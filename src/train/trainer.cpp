@@ -489,17 +489,36 @@ bool Trainer::train_step(int step, StepOutcome& out) {
 }
 
 void Trainer::take_moe_stats(StepOutcome& out) {
-  std::vector<double> stats(5, 0.0);
-  for (ModelChunk& ch : chunks_) {
-    const std::array<double, 5> mine = ch.stage->take_moe_stats();
-    for (int i = 0; i < 5; ++i) stats[i] += mine[i];
+  // Every MoE layer of the model, in layer order: its sums from whichever ranks hold it, summed
+  // over every rank (data-parallel replicas add their forwards and tokens).
+  const ModelConfig& m = config_.model;
+  const std::vector<int> layers = m.moe_layer_indices();
+  const size_t E = static_cast<size_t>(m.moe.n_experts), width = 5 + E;
+  std::vector<double> sums(layers.size() * width, 0.0);
+  for (ModelChunk& ch : chunks_)
+    for (const MoeBlockStats& b : ch.stage->take_moe_stats()) {
+      const size_t at =
+          static_cast<size_t>(std::find(layers.begin(), layers.end(), b.layer) - layers.begin());
+      double* row = &sums[at * width];
+      row[0] += b.aux, row[1] += b.z, row[2] += b.dropped, row[3] += b.slots, row[4] += b.forwards;
+      for (size_t e = 0; e < E; ++e) row[5 + e] += b.tokens[e];
+    }
+  sums = world_.sum(sums);
+  double aux = 0, z = 0, dropped = 0, slots = 0, forwards = 0;
+  MoeLayerBalance& per = out.moe_layers;
+  per.layers = layers;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const double* row = &sums[l * width];
+    aux += row[0], z += row[1], dropped += row[2], slots += row[3], forwards += row[4];
+    per.aux_loss.push_back(row[0] / std::max(1.0, row[4]));
+    per.z_loss.push_back(row[1] / std::max(1.0, row[4]));
+    per.dropped_fraction.push_back(row[3] > 0 ? row[2] / row[3] : 0.0);
+    per.tokens_per_expert.insert(per.tokens_per_expert.end(), row + 5, row + width);
   }
-  for (double& v : stats) v = world_.sum(v);
-  const double forwards = std::max(1.0, stats[4]);
   out.moe = true;
-  out.moe_aux_loss = stats[0] / forwards;
-  out.moe_z_loss = stats[1] / forwards;
-  out.moe_dropped_fraction = stats[3] > 0 ? stats[2] / stats[3] : 0.0;
+  out.moe_aux_loss = aux / std::max(1.0, forwards);
+  out.moe_z_loss = z / std::max(1.0, forwards);
+  out.moe_dropped_fraction = slots > 0 ? dropped / slots : 0.0;
 }
 
 bool Trainer::take_loss(double loss_sum, StepOutcome& out) {
@@ -782,8 +801,9 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
         {"threads_chosen_by",
          std::string(threads.from_environment ? "OMP_NUM_THREADS" : "share of node")},
         {"node_cpus", static_cast<int64_t>(threads.node_cpus)}};
-    timings = std::make_unique<TimingsWriter>(timings_path.string(), grid_.size(), attributes,
-                                              segment, predicted);
+    timings = std::make_unique<TimingsWriter>(
+        timings_path.string(), grid_.size(), attributes, segment, predicted,
+        TimingsMoe{config_.model.moe_layer_indices(), config_.model.moe.n_experts});
   }
   world_.barrier();
   return timings;

@@ -11,19 +11,21 @@
 #   zero_memory/1004       ZeRO 0-3 at dp 2 and dp 4
 #   convergence/1005       dp 2: sync, async, local_sgd (2 local steps), bf16 sync; 24 steps
 #   weak_scaling/1006      dp 2 with rank 1 killed at step 5 (status failed, 4 of 12 steps)
+#   moe_balance/1007       the tiny MoE (inputs/moe-tiny.toml): dp 2 with ep 2, and dp 2 with
+#                          capacity factor 1 (drops); 12 steps
 # Tiny model, 12 steps (checkpoints at 5, 10, 12). About 30 s on 2 cores.
 set -euo pipefail
 trident=$1 src=$2 out=$3
 rm -rf "$out" && mkdir -p "$out/runs" && cd "$src"  # the config's data paths are relative
 start=$SECONDS
-sweep_dir= experiment= job= steps=
+sweep_dir= experiment= job= steps= config=inputs/tiny.toml
 
 sweep() {  # experiment jobid steps
   experiment=$1 job=$2 steps=$3
   sweep_dir=$out/runs/$experiment/$job
   mkdir -p "$sweep_dir"
-  printf '{"experiment": "%s", "job_id": "%s", "config": "inputs/tiny.toml", "steps": %d}\n' \
-    "$experiment" "$job" "$steps" >"$sweep_dir/sweep.json"
+  printf '{"experiment": "%s", "job_id": "%s", "config": "%s", "steps": %d}\n' \
+    "$experiment" "$job" "$config" "$steps" >"$sweep_dir/sweep.json"
 }
 
 # run NAME EXPECT RANKS DP TP PP ZERO BATCH [--set ...]: EXPECT is ok or fail (a fault injected).
@@ -33,7 +35,7 @@ run() {
   local dir=$sweep_dir/$name t0=$SECONDS rc=0 status
   mkdir -p "$dir"
   echo running >"$dir/status"
-  mpirun -np "$ranks" --oversubscribe "$trident" train --config inputs/tiny.toml \
+  mpirun -np "$ranks" --oversubscribe "$trident" train --config "$config" \
     --set run.out_dir="$sweep_dir" --set run.name="$name" --set run.steps="$steps" \
     --set parallel.dp="$dp" --set parallel.tp="$tp" --set parallel.pp="$pp" \
     --set zero.stage="$zero" --set train.batch_size="$batch" "$@" >"$dir/trident.log" 2>&1 || rc=$?
@@ -90,5 +92,10 @@ run dp2_sync_bf16 ok 2 2 1 1 0 8 "${conv[@]}" --set precision.compute=bf16
 
 sweep weak_scaling 1006 12
 run dp2_tp1_pp1 fail 2 2 1 1 0 8 --inject-fault kill:5:1
+
+config=inputs/moe-tiny.toml
+sweep moe_balance 1007 12
+run dp2_ep2 ok 2 2 1 1 0 8 --set parallel.ep=2
+run dp2_capacity1 ok 2 2 1 1 0 8 --set model.capacity_factor=1.0
 
 echo "fixture: $out/runs in $((SECONDS - start)) s"
