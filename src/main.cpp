@@ -405,7 +405,7 @@ struct FileCommands {
     ckpt_export = ckpt->add_subcommand(
         "export",
         "write the parameters as an llm.c model file (gpt2_124M.bin layout) or a Hugging Face "
-        "GPT2LMHeadModel (config.json + safetensors)");
+        "GPT-2, Llama or Mixtral directory (config.json + safetensors)");
     ckpt_export->add_option("path", ckpt_path, "checkpoint (.h5)")->required()->check(kPath);
     CLI::Option* llmc = ckpt_export->add_option("--llmc", export_out, "output .bin")->check(kPath);
     CLI::Option* hf =
@@ -424,7 +424,7 @@ struct FileCommands {
         throw CLI::RequiredError("ckpt export needs --llmc OUT.bin or --hf DIR");
     });
     ckpt_import = ckpt->add_subcommand(
-        "import", "make a trident checkpoint of a Hugging Face GPT2LMHeadModel directory");
+        "import", "make a trident checkpoint of a Hugging Face GPT-2, Llama or Mixtral directory");
     ckpt_import->add_option("--hf", hf_dir, "directory with config.json and safetensors")
         ->required()
         ->check(kPath);

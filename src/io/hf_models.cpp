@@ -1,5 +1,5 @@
-// GPT2LMHeadModel and LlamaForCausalLM (config.json + safetensors) to a trident checkpoint and
-// back.
+// GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM (config.json + safetensors) to a trident
+// checkpoint and back.
 #include "io/hf_models.hpp"
 
 #include <fmt/format.h>
@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -61,8 +62,9 @@ HfName gpt2_name(const std::string& trident_name) {
   return {{trident_name}};  // ln_f.weight, ln_f.bias
 }
 
-// LlamaForCausalLM's names; its Linear weights are [out, in], as trident's.
-HfName llama_name(const std::string& trident_name) {
+// LlamaForCausalLM's names (MixtralForCausalLM's for an MoE layer, whose experts are stacked in
+// trident along a leading dimension of E); its Linear weights are [out, in], as trident's.
+HfName llama_name(const ModelConfig& m, const std::string& trident_name) {
   static const std::map<std::string, std::vector<std::string>> block{
       {"ln_1.weight", {"input_layernorm.weight"}},
       {"attn.q.weight", {"self_attn.q_proj.weight"}},
@@ -70,13 +72,28 @@ HfName llama_name(const std::string& trident_name) {
       {"attn.proj.weight", {"self_attn.o_proj.weight"}},
       {"ln_2.weight", {"post_attention_layernorm.weight"}},
       {"mlp.fc.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
-      {"mlp.proj.weight", {"mlp.down_proj.weight"}}};
+      {"mlp.proj.weight", {"mlp.down_proj.weight"}},
+      {"moe.router.weight", {"block_sparse_moe.gate.weight"}}};
+  // Each expert's w1 (gate) and w3 (up) rows make its block of experts.fc; w2 (down) experts.proj.
+  static const std::map<std::string, std::vector<std::string>> experts{
+      {"moe.experts.fc.weight", {"w1.weight", "w3.weight"}},
+      {"moe.experts.proj.weight", {"w2.weight"}}};
   if (trident_name.rfind("h.", 0) == 0) {
     const size_t dot = trident_name.find('.', 2);
     const std::string layer = "model.layers." + trident_name.substr(2, dot - 2) + ".";
+    const std::string local = trident_name.substr(dot + 1);
     HfName out;
-    for (const std::string& part : block.at(trident_name.substr(dot + 1)))
-      out.parts.push_back(layer + part);
+    if (const auto e = experts.find(local); e != experts.end()) {
+      for (int expert = 0; expert < m.moe.n_experts; ++expert)
+        for (const std::string& part : e->second)
+          out.parts.push_back(layer + "block_sparse_moe.experts." + std::to_string(expert) + "." +
+                              part);
+      return out;
+    }
+    const auto b = block.find(local);
+    if (b == block.end())  // shared experts, a sigmoid router: refused before names are asked
+      throw std::logic_error("no Hugging Face name for " + trident_name);
+    for (const std::string& part : b->second) out.parts.push_back(layer + part);
     return out;
   }
   if (trident_name == "wte") return {{"model.embed_tokens.weight"}};
@@ -85,12 +102,20 @@ HfName llama_name(const std::string& trident_name) {
 }
 
 HfName hf_name(const ModelConfig& m, const std::string& trident_name) {
-  return m.llama() ? llama_name(trident_name) : gpt2_name(trident_name);
+  return m.llama() ? llama_name(m, trident_name) : gpt2_name(trident_name);
 }
 
-// The shape each part of a parameter has in the Hugging Face file.
+// The Hugging Face class a model is exported as and read from.
+const char* architecture(const ModelConfig& m) {
+  if (!m.llama()) return "GPT2LMHeadModel";
+  return m.moe.enabled() ? "MixtralForCausalLM" : "LlamaForCausalLM";
+}
+
+// The shape each part of a parameter has in the Hugging Face file: an equal block of its rows
+// (a stack of experts [E, rows, cols] counts its leading dimensions as rows).
 std::vector<int64_t> hf_shape(const ParamSpec& spec, const HfName& hf) {
   std::vector<int64_t> shape = spec.shape;
+  if (shape.size() > 2) shape = {spec.numel() / shape.back(), shape.back()};
   shape[0] /= static_cast<int64_t>(hf.parts.size());
   if (hf.transposed) std::swap(shape[0], shape[1]);
   return shape;
@@ -254,6 +279,31 @@ ModelConfig llama_model(const Json& config, const fs::path& path) {
   return m;
 }
 
+// MixtralForCausalLM's config.json: a Llama whose every MLP is a sparse MoE block of
+// num_local_experts SwiGLU experts of intermediate_size, num_experts_per_tok of them per token
+// by a softmax router renormalised over the chosen (trident's "softmax" router), dropless.
+ModelConfig mixtral_model(const Json& config, const fs::path& path) {
+  ModelConfig m = llama_model(config, path);
+  m.name = "hf-mixtral";
+  m.moe.n_experts = config_int(config, "num_local_experts", path);
+  m.moe.top_k = config_int(config, "num_experts_per_tok", path);
+  m.moe.expert_ffn_hidden = m.ffn_hidden;
+  m.moe.moe_layer_every = 1;
+  m.moe.router = kernels::RouterScore::kSoftmax;
+  m.moe.capacity_factor = 0;
+  if (m.moe.top_k > m.moe.n_experts)
+    throw InputError(fmt::format("'{}': num_experts_per_tok {} exceeds num_local_experts {}",
+                                 path.string(), m.moe.top_k, m.moe.n_experts));
+  // Sliding-window attention differs from trident's full causal attention only past the window.
+  if (config.contains("sliding_window") && !config["sliding_window"].is_null() &&
+      config_int(config, "sliding_window", path) < m.block_size)
+    throw InputError(fmt::format(
+        "'{}': sliding_window {} is shorter than max_position_embeddings {}; trident's attention "
+        "is full causal attention and cannot compute this model",
+        path.string(), config["sliding_window"].dump(), m.block_size));
+  return m;
+}
+
 // The model config.json describes, for the families trident computes.
 ModelConfig hf_model(const fs::path& path) {
   const Json config = read_json(path);
@@ -261,14 +311,15 @@ ModelConfig hf_model(const fs::path& path) {
   try {
     type = config_value<std::string>(config, "model_type", "", path);
     if (type == "llama") return llama_model(config, path);
+    if (type == "mixtral") return mixtral_model(config, path);
     if (type == "gpt2") return gpt2_model(config, path);
   } catch (const Json::exception& e) {  // a key of the wrong JSON type: name the file
     throw InputError(fmt::format("'{}': {}", path.string(), e.what()));
   }
-  throw InputError(fmt::format(
-      "'{}': model_type '{}' is not supported; trident imports GPT2LMHeadModel (gpt2) and "
-      "LlamaForCausalLM (llama)",
-      path.string(), type));
+  throw InputError(
+      fmt::format("'{}': model_type '{}' is not supported; trident imports GPT2LMHeadModel (gpt2), "
+                  "LlamaForCausalLM (llama) and MixtralForCausalLM (mixtral)",
+                  path.string(), type));
 }
 
 // The dtypes trident reads; any other is refused before a byte of the tensor is read.
@@ -390,7 +441,7 @@ void import_hf(const std::string& dir, const std::string& out, bool allow_non_fi
       continue;
     }
     throw InputError(fmt::format("'{}': tensor '{}' is not a {} parameter", file->path(), name,
-                                 model.llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel"));
+                                 architecture(model)));
   }
 
   const LocalParamTable local(table, model, whole_model(model));
@@ -430,16 +481,54 @@ void import_hf(const std::string& dir, const std::string& out, bool allow_non_fi
   for (const auto& file : tensors.files) inputs.push_back(file->path());
   save_checkpoint(out, config, meta, {ShardBuffers{&local, params, moment_m, moment_v}},
                   ShardOwner{}, MPI_COMM_SELF, {}, inputs);
-  std::printf("imported %s (%s: %s, %lld parameters) into %s\n", dir.c_str(),
-              model.llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel", model.shape_line().c_str(),
-              static_cast<long long>(table.total_numel()), out.c_str());
+  std::printf("imported %s (%s: %s, %lld parameters) into %s\n", dir.c_str(), architecture(model),
+              model.shape_line().c_str(), static_cast<long long>(table.total_numel()), out.c_str());
 }
 
 namespace {
 
+// A model no Hugging Face class trident writes computes: refused before anything is written.
+void refuse_unexportable(const ModelConfig& m, const std::string& checkpoint) {
+  if (!m.moe.enabled()) return;
+  std::string why;
+  if (!m.llama())
+    why = "GPT-2 has no Mixture-of-Experts class";
+  else if (m.moe.moe_layer_every != 1)
+    why = "model.moe_layer_every is not 1 (Mixtral: every layer)";
+  else if (m.moe.n_shared_experts > 0)
+    why = "model.n_shared_experts > 0 (Mixtral has none)";
+  else if (m.moe.router != kernels::RouterScore::kSoftmax)
+    why = "model.router is not softmax (Mixtral's)";
+  else if (m.moe.capacity_factor > 0)
+    why = "model.capacity_factor > 0 (Mixtral is dropless)";
+  if (!why.empty())
+    throw InputError(
+        fmt::format("'{}' holds a Mixture-of-Experts model MixtralForCausalLM cannot express: {}",
+                    checkpoint, why));
+}
+
 // config.json for the checkpoint's model.
 nlohmann::ordered_json hf_config(const ModelConfig& m, const std::string& dtype) {
   const std::string torch_dtype = dtype == "fp32" ? "float32" : "bfloat16";
+  if (m.llama() && m.moe.enabled())
+    return {{"architectures", {"MixtralForCausalLM"}},
+            {"model_type", "mixtral"},
+            {"vocab_size", m.vocab_size},
+            {"max_position_embeddings", m.block_size},
+            {"hidden_size", m.n_embd},
+            {"intermediate_size", m.expert_hidden()},
+            {"num_hidden_layers", m.n_layer},
+            {"num_attention_heads", m.n_head},
+            {"num_key_value_heads", m.kv_heads()},
+            {"num_local_experts", m.moe.n_experts},
+            {"num_experts_per_tok", m.moe.top_k},
+            {"hidden_act", "silu"},
+            {"rms_norm_eps", m.norm_eps},
+            {"rope_theta", m.rope_theta},
+            {"sliding_window", nullptr},
+            {"router_jitter_noise", 0.0},
+            {"tie_word_embeddings", m.tied()},
+            {"torch_dtype", torch_dtype}};
   if (m.llama())
     return {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
@@ -540,6 +629,7 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const std:
   const std::string safe_dtype = dtype == "fp32" ? "F32" : "BF16";
   const CheckpointParams params(checkpoint);
   const ModelConfig& m = params.config().model;
+  refuse_unexportable(m, checkpoint);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir))

@@ -23,7 +23,7 @@ namespace {
 // loaded), against the tightest host bound; refused before anything of that size is allocated.
 void require_memory_to_sample(const Config& config, const std::string& checkpoint) {
   MemoryQuery q = memory_query(config);
-  q.dp = q.tp = q.pp = q.virtual_stages = 1;
+  q.dp = q.tp = q.pp = q.ep = q.virtual_stages = 1;
   q.zero_stage = 0;
   q.offload_nvme = q.offload_params_nvme = false;
   q.micro_batch = q.micro_batches = 1;

@@ -1,4 +1,4 @@
-# Sourced first by hf_checkpoints.sh and hf_llama.sh: arguments, a fresh work folder, fail, quiet, logits error, hostile imports.
+# Sourced first by hf_checkpoints.sh, hf_llama.sh and hf_mixtral.sh: arguments, a work folder, fail, quiet, logits error, re-export, hostile imports.
 # usage: source hf_common.sh TRIDENT_EXE SOURCE_DIR WORK_DIR
 # Sets trident, src, work and check (check_run.py); empties WORK_DIR and runs in SOURCE_DIR.
 set -uo pipefail
@@ -18,6 +18,26 @@ assert t.shape == r.shape == (256,), f"logits shapes {t.shape} and {r.shape}"
 e = np.abs(t - r).max() / np.abs(r).max()
 print(f"{e:.3g}")
 sys.exit(int(len(sys.argv) > 3 and e > float(sys.argv[3])))' "$@"
+}
+
+# reexport CKPT NAME MODEL PROMPT: a trained checkpoint exported to $work/NAME_hf, re-imported and
+# exported again must give the same files byte for byte (MODEL compare: hf_llama.py or
+# hf_files.py); sets reexport_error to the relative error of trident's logits after PROMPT from
+# CKPT against MODEL's float64 reference reading the export.
+reexport() {
+  local ckpt=$1 name=$2 model=$3 prompt=$4
+  "$trident" ckpt export "$ckpt" --hf "$work/${name}_hf" >/dev/null || fail "exporting $name"
+  "$trident" ckpt import --hf "$work/${name}_hf" --out "$work/${name}_again.h5" >/dev/null ||
+    fail "re-importing the $name export"
+  "$trident" ckpt export "$work/${name}_again.h5" --hf "$work/${name}_hf_again" >/dev/null ||
+    fail "exporting the re-import of $name"
+  $model compare "$work/${name}_hf" "$work/${name}_hf_again" >/dev/null ||
+    fail "the re-import of the $name export exports differently"
+  "$trident" generate --ckpt "$ckpt" --prompt "$prompt" --print-logits \
+    >"$work/$name.trident" 2>/dev/null || fail "trident generate on the $name checkpoint"
+  $model logits "$work/${name}_hf" "$prompt" >"$work/$name.ref" || fail "the reference ($name)"
+  reexport_error=$(relative_error "$work/$name.trident" "$work/$name.ref") ||
+    fail "reading the logits ($name)"
 }
 
 # hostile_refused CASES DIR MIN: each "<case>\t<text>" line of CASES names a directory DIR/<case>

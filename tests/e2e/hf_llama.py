@@ -1,7 +1,9 @@
-# Tiny LlamaForCausalLM directories (config.json + safetensors), hostile variants, a float64 forward, tensor compares.
+# Tiny LlamaForCausalLM and MixtralForCausalLM directories, hostile variants, a float64 forward, compares.
 """Usage:
   hf_llama.py make DIR [--dtype F32|BF16] [--shards N] [--tied] [--extras] [--seed S]
                        [--scale K]      matrices drawn K times wider (distinct greedy tokens)
+                       [--experts E]    a MixtralForCausalLM instead: every MLP a sparse MoE block
+                                        of E experts of width 88, top-2, softmax router
                        L=2, hidden 32, 4 heads, 2 key/value heads (grouped-query attention),
                        intermediate 88, vocab 256, 16 positions, rms_norm_eps 1e-5,
                        rope_theta 10000; an untied lm_head unless --tied. --extras adds what
@@ -11,7 +13,8 @@
   hf_llama.py logits DIR PROMPT   the next-token logits after PROMPT's bytes, one per line, by a
                                   float64 PyTorch LlamaForCausalLM written here from its
                                   definition (RMSNorm, rotate-half RoPE, grouped-query attention,
-                                  SwiGLU), the context cut to the last max_position_embeddings
+                                  SwiGLU; Mixtral's sparse MoE block: softmax over the experts,
+                                  the top 2 renormalised), the context cut to the last max_position_embeddings
                                   tokens as trident generate does
   hf_llama.py greedy DIR PROMPT N the N tokens greedy decoding appends to PROMPT's bytes by the
                                   same forward, as hex; the smallest margin between the best and
@@ -41,8 +44,9 @@ L, C, NH, KVH, FF, V, T = 2, 32, 4, 2, 88, 256, 16
 HS = C // NH
 
 
-def llama_tensors(rng, scale=1.0, tied=False):
-    """LlamaForCausalLM's parameters in its state dict's order; Linear weights [out, in]."""
+def llama_tensors(rng, scale=1.0, tied=False, experts=0):
+    """LlamaForCausalLM's parameters in its state dict's order (MixtralForCausalLM's with
+    experts > 0); Linear weights [out, in]."""
     def matrix(rows, cols):
         return rng.normal(0, 0.02 * scale, (rows, cols))
 
@@ -53,9 +57,17 @@ def llama_tensors(rng, scale=1.0, tied=False):
         t[p + "self_attn.k_proj.weight"] = matrix(KVH * HS, C)
         t[p + "self_attn.v_proj.weight"] = matrix(KVH * HS, C)
         t[p + "self_attn.o_proj.weight"] = matrix(C, NH * HS)
-        t[p + "mlp.gate_proj.weight"] = matrix(FF, C)
-        t[p + "mlp.up_proj.weight"] = matrix(FF, C)
-        t[p + "mlp.down_proj.weight"] = matrix(C, FF)
+        if experts:
+            t[p + "block_sparse_moe.gate.weight"] = rng.normal(0, 0.5, (experts, C))
+            for e in range(experts):
+                q = f"{p}block_sparse_moe.experts.{e}."
+                t[q + "w1.weight"] = matrix(FF, C)
+                t[q + "w2.weight"] = matrix(C, FF)
+                t[q + "w3.weight"] = matrix(FF, C)
+        else:
+            t[p + "mlp.gate_proj.weight"] = matrix(FF, C)
+            t[p + "mlp.up_proj.weight"] = matrix(FF, C)
+            t[p + "mlp.down_proj.weight"] = matrix(C, FF)
         t[p + "input_layernorm.weight"] = 1 + rng.normal(0, 0.1, C)
         t[p + "post_attention_layernorm.weight"] = 1 + rng.normal(0, 0.1, C)
     t["model.norm.weight"] = 1 + rng.normal(0, 0.1, C)
@@ -64,7 +76,18 @@ def llama_tensors(rng, scale=1.0, tied=False):
     return t
 
 
-def config_json(dtype, tied=False):
+def config_json(dtype, tied=False, experts=0):
+    if experts:
+        return {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": V,
+                "hidden_size": C, "intermediate_size": FF, "num_hidden_layers": L,
+                "num_attention_heads": NH, "num_key_value_heads": KVH, "head_dim": HS,
+                "max_position_embeddings": T, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                "hidden_act": "silu", "attention_dropout": 0.0, "initializer_range": 0.02,
+                "num_local_experts": experts, "num_experts_per_tok": 2,
+                "output_router_logits": False, "router_aux_loss_coef": 0.02,
+                "router_jitter_noise": 0.0, "sliding_window": None, "bos_token_id": 1,
+                "eos_token_id": 2, "tie_word_embeddings": tied,
+                "torch_dtype": "float32" if dtype == "F32" else "bfloat16"}
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V,
             "hidden_size": C, "intermediate_size": FF, "num_hidden_layers": L,
             "num_attention_heads": NH, "num_key_value_heads": KVH, "head_dim": HS,
@@ -75,9 +98,9 @@ def config_json(dtype, tied=False):
             "torch_dtype": "float32" if dtype == "F32" else "bfloat16"}
 
 
-def make(out, dtype="F32", shards=1, tied=False, extras=False, seed=0, scale=1.0):
+def make(out, dtype="F32", shards=1, tied=False, extras=False, seed=0, scale=1.0, experts=0):
     os.makedirs(out, exist_ok=True)
-    tensors = llama_tensors(np.random.default_rng(seed), scale, tied)
+    tensors = llama_tensors(np.random.default_rng(seed), scale, tied, experts)
     entries = [(k, dtype, v.shape, encode(v, dtype)) for k, v in tensors.items()]
     if extras:  # what older transformers saved besides the parameters
         inv_freq = 1.0 / 10000.0 ** (np.arange(0, HS, 2) / HS)
@@ -87,7 +110,7 @@ def make(out, dtype="F32", shards=1, tied=False, extras=False, seed=0, scale=1.0
         if tied:
             entries.append(("lm_head.weight", dtype, (V, C),
                             encode(tensors["model.embed_tokens.weight"], dtype)))
-    write_dir(out, config_json(dtype, tied), entries, shards, indent=2)
+    write_dir(out, config_json(dtype, tied, experts), entries, shards, indent=2)
 
 
 def forward(path):
@@ -108,6 +131,24 @@ def forward(path):
 
     def linear(x, name):  # nn.Linear without bias: x @ W^T
         return x @ w[name].T
+
+    def sparse_moe(h, p):
+        # MixtralSparseMoeBlock: softmax over every expert's router logit, the top k of those
+        # probabilities renormalised to sum to 1, each chosen expert's SwiGLU (w2(silu(w1 h) *
+        # w3 h)) weighted by its probability and summed.
+        probs = torch.softmax(linear(h, p + "gate.weight"), dim=-1)
+        weights, chosen = torch.topk(probs, cfg["num_experts_per_tok"], dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for e in range(cfg["num_local_experts"]):
+            token, slot = (chosen == e).nonzero(as_tuple=True)
+            if token.numel() == 0:
+                continue
+            q = f"{p}experts.{e}."
+            y = linear(torch.nn.functional.silu(linear(h[token], q + "w1.weight")) *
+                       linear(h[token], q + "w3.weight"), q + "w2.weight")
+            out = out.index_add(0, token, y * weights[token, slot, None])
+        return out
 
     def rotate_half(x):
         x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
@@ -135,6 +176,9 @@ def forward(path):
             y = (att @ v).transpose(0, 1).reshape(n, heads * hs)
             x = x + linear(y, p + "self_attn.o_proj.weight")
             h = rms_norm(x, p + "post_attention_layernorm.weight")
+            if cfg.get("model_type") == "mixtral":
+                x = x + sparse_moe(h, p + "block_sparse_moe.")
+                continue
             f = torch.nn.functional.silu(linear(h, p + "mlp.gate_proj.weight")) * \
                 linear(h, p + "mlp.up_proj.weight")
             x = x + linear(f, p + "mlp.down_proj.weight")
@@ -161,7 +205,8 @@ CONFIG_KEYS = {"model_type": None, "hidden_size": None, "intermediate_size": Non
                "num_key_value_heads": None, "vocab_size": None, "max_position_embeddings": None,
                "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
                "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
-               "rope_scaling": None}
+               "rope_scaling": None, "num_local_experts": None, "num_experts_per_tok": None,
+               "sliding_window": None}
 
 
 def compare(a, b):
@@ -185,6 +230,8 @@ def hostile(src, out):
     """Each case: a copy of src with one thing wrong; prints the case and what the error names."""
     case = HostileCases(src, out, json.load(open(os.path.join(src, "config.json"))))
     entries = case.entries
+    if case.config.get("model_type") == "mixtral":
+        return hostile_mixtral(case)
 
     def without(name):
         return [e for e in entries if e[0] != name]
@@ -241,6 +288,31 @@ def hostile(src, out):
     case.print()
 
 
+def hostile_mixtral(case):
+    """A Mixtral directory's hostile cases: an expert missing, one too many, a router for another
+    count of experts, and config keys trident cannot compute."""
+    entries, E = case.entries, case.config["num_local_experts"]
+    w2 = f"model.layers.1.block_sparse_moe.experts.{E - 1}.w2.weight"
+    case("expert_missing", f"tensor '{w2}' is missing",
+         entries_=[e for e in entries if e[0] != w2])
+    extra = f"model.layers.0.block_sparse_moe.experts.{E}.w1.weight"
+    w1 = [e for e in entries if e[0].endswith("experts.0.w1.weight")][0]
+    case("expert_extra", f"tensor '{extra}' is not a MixtralForCausalLM parameter",
+         entries_=entries + [(extra,) + w1[1:]])
+    gate = "model.layers.0.block_sparse_moe.gate.weight"
+    case("gate_experts", f"tensor '{gate}' has shape [{E + 1}, {C}]",
+         entries_=[(k, d, (E + 1, C), b + b[:4 * C]) if k == gate else (k, d, s, b)
+                   for k, d, s, b in entries])
+    case("top_k_above_experts", f"num_experts_per_tok {E + 1} exceeds num_local_experts {E}",
+         config=lambda c: c.update(num_experts_per_tok=E + 1))
+    case("sliding_window", "sliding_window 8 is shorter than max_position_embeddings",
+         config=lambda c: c.update(sliding_window=8))
+    case("no_experts_key", "num_local_experts must be a positive integer",
+         config=lambda c: c.pop("num_local_experts"))
+    case.print()
+
+
 if __name__ == "__main__":
-    sys.exit(cli(__doc__, make, [("--tied", {"action": "store_true"})], logits, greedy, compare,
-                 hostile))
+    sys.exit(cli(__doc__, make, [("--tied", {"action": "store_true"}),
+                                 ("--experts", {"type": int, "default": 0})],
+                 logits, greedy, compare, hostile))

@@ -85,20 +85,9 @@ echo "the import trains alike serially, on tp 4 and on tp 2 x pp 2"
 # A trained checkpoint exports to a directory that re-imports, exports again byte for byte, and
 # computes what trident computes (the tp 4 one too: its replicated key/value heads gathered).
 for layout in serial tp4; do
-  ckpt="$work/$layout/llama-tiny/checkpoints/step_000004.h5"
-  "$trident" ckpt export "$ckpt" --hf "$work/${layout}_hf" >/dev/null ||
-    fail "exporting the $layout-trained checkpoint"
-  "$trident" ckpt import --hf "$work/${layout}_hf" --out "$work/${layout}_again.h5" >/dev/null ||
-    fail "re-importing the $layout export"
-  "$trident" ckpt export "$work/${layout}_again.h5" --hf "$work/${layout}_hf_again" >/dev/null ||
-    fail "exporting the re-import"
-  $llama compare "$work/${layout}_hf" "$work/${layout}_hf_again" >/dev/null ||
-    fail "the re-import of the $layout export exports differently"
-  "$trident" generate --ckpt "$ckpt" --prompt "$prompt" --print-logits \
-    >"$work/$layout.trident" 2>/dev/null || fail "trident generate on the $layout checkpoint"
-  $llama logits "$work/${layout}_hf" "$prompt" >"$work/$layout.ref" || fail "the reference"
-  err=$(relative_error "$work/$layout.trident" "$work/$layout.ref") || fail "reading the logits"
-  within "$err" 1e-5 || fail "the $layout-trained export computes otherwise: $err (relative)"
+  reexport "$work/$layout/llama-tiny/checkpoints/step_000004.h5" "$layout" "$llama" "$prompt"
+  within "$reexport_error" 1e-5 ||
+    fail "the $layout-trained export computes otherwise: $reexport_error (relative)"
 done
 echo "trained checkpoints (serial, tp 4) export, re-import and compute what trident computes"
 
