@@ -24,22 +24,24 @@ inline void moe_dispatch_rows(const Exec& exec, const MatOf<E>& dispatched, cons
       });
 }
 
-// out[t] = residual[t] + Σ_s weight(t, s) expert_out[row(t, s)] over kept slots, summed in slot
-// order in fp32 and rounded once (a dropped slot contributes zero; the surviving weights are not
-// renormalised). residual may be empty; out may alias it.
+// out[t] = residual[t] + shared[t] + Σ_s weight(t, s) expert_out[row(t, s)] over kept slots,
+// summed in that order (slots in slot order) in fp32 and rounded once (a dropped slot contributes
+// zero; the surviving weights are not renormalised). residual and shared (the shared experts'
+// output) may be empty; out may alias residual.
 template <class E = Fp32Elements>
 inline void moe_combine(const Exec& exec, const MatOf<E>& out, const ConstMatOf<E>& expert_out,
                         const ConstIntMat& row, const ConstMat& weight,
-                        const ConstMatOf<E>& residual = {}) {
+                        const ConstMatOf<E>& residual = {}, const ConstMatOf<E>& shared = {}) {
   Region region("trident::moe_combine");
   const int C = static_cast<int>(out.extent(1)), k = static_cast<int>(row.extent(1));
-  const bool has_residual = residual.extent(0) > 0;
+  const bool has_residual = residual.extent(0) > 0, has_shared = shared.extent(0) > 0;
   Kokkos::parallel_for(
       "moe_combine", Kokkos::RangePolicy<Exec>(exec, 0, out.extent(0) * C),
       KOKKOS_LAMBDA(size_t i) {
         const size_t t = i / C;
         const int c = static_cast<int>(i % C);
         float sum = has_residual ? E::load(residual(t, c)) : 0.0f;
+        if (has_shared) sum += E::load(shared(t, c));
         for (int s = 0; s < k; ++s)
           if (row(t, s) >= 0) sum += weight(t, s) * E::load(expert_out(row(t, s), c));
         out(t, c) = E::store(sum);

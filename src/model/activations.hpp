@@ -29,6 +29,7 @@ struct MoeActivations {
   StoredTensor arrived;
   StoredTensor fc, act;     // [arrived, 2 Fe], [arrived, Fe]: the experts' hidden rows
   StoredTensor expert_out;  // [N k, C] the experts' outputs, back in this rank's expert order
+  StoredTensor shared_fc, shared_act;  // [N, 2 Fs], [N, Fs]: the shared experts' (empty without)
 };
 // One block's tensors, in the storage format (the norm and softmax statistics in fp32): what
 // its ops write and its backward reads. A slot keeps them per block (ActivationSlot::blocks), and

@@ -24,6 +24,7 @@ MoeShape MoeShape::of(const ModelConfig& m, int ep, int ep_rank) {
   s.capacity_factor = m.moe.capacity_factor;
   s.router = m.moe.router;
   s.drop_policy = m.moe.drop_policy;
+  s.Fs = m.moe.n_shared_experts * s.Fe;
   s.ep = ep;
   s.ep_rank = ep_rank;
   return s;
@@ -180,6 +181,16 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
     using El = decltype(el);
     moe_dispatch_rows<El>(exec, mat_of<El>(a.dispatched, N * k, C), mat_of<El>(x, N, C), row);
   });
+  if (shape_.Fs > 0) {  // the shared experts' first projection, on every token
+    const int Fs = shape_.Fs;
+    ctx_->dispatch([&](auto el) {
+      using El = decltype(el);
+      const auto fc = mat_of<El>(a.shared_fc, N, 2 * Fs);
+      linear_forward<El>(exec, fc, mat_of<El>(x, N, C), mat_of<El>(weights.shared_fc, 2 * Fs, C),
+                         ConstVecOf<El>());
+      swiglu_forward<El>(exec, mat_of<El>(a.shared_act, N, Fs), fc);
+    });
+  }
   const Routed r = routed(a, true);
   if (shape_.ep > 1) ctx_->ep->exchange_rows(a.dispatched, r.send_rows, a.arrived, r.recv_rows, C);
   const StoredTensor& arrived = shape_.ep > 1 ? a.arrived : a.dispatched;
@@ -198,12 +209,16 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
 void MoeLayer::forward_second(const StoredTensor& out, const StoredTensor& residual, int N,
                               const MoeActivations& a, const MoeScratch& s) const {
   expert_outputs(a, s);
-  const int C = shape_.C, k = shape_.k;
+  const int C = shape_.C, k = shape_.k, Fs = shape_.Fs;
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
+    if (Fs > 0)
+      linear_forward<El>(ctx_->exec, mat_of<El>(s.shared_out, N, C),
+                         mat_of<El>(a.shared_act, N, Fs), mat_of<El>(weights.shared_proj, C, Fs),
+                         ConstVecOf<El>());
     moe_combine<El>(ctx_->exec, mat_of<El>(out, N, C), mat_of<El>(a.expert_out, N * k, C),
                     ConstIntMat(a.row.data(), N, k), ConstMat(a.weight.data(), N, k),
-                    mat_of<El>(residual, N, C));
+                    mat_of<El>(residual, N, C), mat_of<El>(s.shared_out, N, C));
   });
 }
 
@@ -234,6 +249,17 @@ void MoeLayer::backward_second(const StoredTensor& dout, int N, const MoeActivat
                              mat_of<El>(dout, N, C), mat_of<El>(a.expert_out, N * k, C),
                              ConstIntMat(a.row.data(), N, k), ConstMat(a.weight.data(), N, k));
   });
+  if (shape_.Fs > 0) {  // the shared experts' second projection
+    const int Fs = shape_.Fs;
+    ctx_->dispatch([&](auto el) {
+      using El = decltype(el);
+      linear_backward_input<El>(exec, mat_of<El>(s.dshared_act, N, Fs), mat_of<El>(dout, N, C),
+                                mat_of<El>(weights.shared_proj, C, Fs), false);
+      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(grads.shared_proj, C, Fs), Vec(),
+                                 mat_of<El>(dout, N, C), mat_of<El>(a.shared_act, N, Fs),
+                                 accumulate);
+    });
+  }
   const Routed r = routed(a, false);
   const StoredTensor& doutputs = shape_.ep > 1 ? s.exchanged : s.dexpert_out;
   if (shape_.ep > 1) ctx_->ep->exchange_rows(s.dexpert_out, r.send_rows, doutputs, r.recv_rows, C);
@@ -299,6 +325,16 @@ void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int
     using El = decltype(el);
     moe_dispatch_rows_backward<El>(exec, mat_of<El>(dx, N, C), mat_of<El>(s.ddispatched, N * k, C),
                                    ConstIntMat(a.row.data(), N, k), dx_router);
+    if (shape_.Fs > 0) {  // the shared experts' first projection adds its input gradient
+      const int Fs = shape_.Fs;
+      const auto dfc = mat_of<El>(s.dshared_fc, N, 2 * Fs);
+      swiglu_backward<El>(exec, dfc, mat_of<El>(s.dshared_act, N, Fs),
+                          mat_of<El>(a.shared_fc, N, 2 * Fs));
+      linear_backward_input<El>(exec, mat_of<El>(dx, N, C), dfc,
+                                mat_of<El>(weights.shared_fc, 2 * Fs, C), true);
+      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(grads.shared_fc, 2 * Fs, C), Vec(), dfc,
+                                 mat_of<El>(x, N, C), accumulate);
+    }
   });
   linear_backward_weight<Fp32Elements>(exec, mat_of<Fp32Elements>(grads.router, E, C), Vec(),
                                        dlogits, x32, accumulate);

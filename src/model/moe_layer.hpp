@@ -1,6 +1,7 @@
 // The Mixture-of-Experts layer (SwiGLU experts, the Llama family): the router in fp32, top-k
 // routing with capacity (kernels/moe_routing.hpp), tokens dispatched into an expert-ordered
-// buffer, each expert's MLP as GEMMs over its own rows, and the combine in slot order. Under expert
+// buffer, each expert's MLP as GEMMs over its own rows, and the combine in slot order, with the
+// shared experts' output (DeepSeek's: a SwiGLU MLP every token runs) added. Under expert
 // parallelism a rank holds E / ep experts: the dispatched rows go to their experts' ranks and the
 // outputs come back by all-to-all (model/expert_parallel.hpp).
 #pragma once
@@ -21,6 +22,7 @@ struct MoeShape {
   double capacity_factor = 0;       // 0: dropless
   kernels::RouterScore router = kernels::RouterScore::kSoftmax;
   kernels::DropPolicy drop_policy = kernels::DropPolicy::kProbs;
+  int Fs = 0;               // the shared experts' width (n_shared x Fe), 0 without them
   int ep = 1, ep_rank = 0;  // expert-parallel ranks; this one holds experts [ep_rank E_local, ...)
   static MoeShape of(const ModelConfig& m, int ep = 1, int ep_rank = 0);
   int E_local() const { return E / ep; }
@@ -37,6 +39,8 @@ struct MoeParams {
   StoredTensor router;  // [E, C]
   StoredTensor fc;      // [E, 2 Fe, C]: each expert's gate | up
   StoredTensor proj;    // [E, C, Fe]
+  // The shared experts (every token runs them), one SwiGLU MLP of width Fs; empty without.
+  StoredTensor shared_fc, shared_proj;  // [2 Fs, C], [C, Fs]
 };
 
 // Scratch every MoE layer reuses.
@@ -47,6 +51,9 @@ struct MoeScratch {
   StoredTensor dexpert_out, dact;         // [N k, C], [arrived, Fe]
   StoredTensor dfc, ddispatched;          // [arrived, 2 Fe], [N k, C]
   View1 expert_mass;                      // [E]
+  // Shared experts: their output [N, C] (forward), the gradients of their activation [N, Fs] and
+  // of their first projection [N, 2 Fs] (backward); empty without.
+  StoredTensor shared_out, dshared_act, dshared_fc;
   // ep > 1: rows on their way back from the experts ([arrived, C]: outputs, and the gradients of
   // their outputs and inputs in turn); empty with ep = 1, where the experts' rows are this
   // rank's own.

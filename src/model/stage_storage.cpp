@@ -67,6 +67,10 @@ MoeActivations moe_internals(const StageShape& s, size_t N, MemCategory c, Buffe
   }
   a.fc = list.stored("moe_fc", c, arrived * 2 * m.Fe, p);
   a.act = list.stored("moe_act", c, arrived * m.Fe, p);
+  if (m.Fs > 0) {
+    a.shared_fc = list.stored("moe_shared_fc", c, N * 2 * m.Fs, p);
+    a.shared_act = list.stored("moe_shared_act", c, N * m.Fs, p);
+  }
   a.expert_out = list.stored("moe_expert_out", c, slots * m.C, p);
   return a;
 }
@@ -193,6 +197,11 @@ MoeScratch moe_scratch(const StageShape& s, BufferList& list) {
   x.ddispatched = list.stored("moe_ddispatched", work, slots * m.C, p);
   x.expert_mass = list.f32("moe_expert_mass", work, m.E);
   if (m.ep > 1) x.exchanged = list.stored("moe_exchanged", work, arrived * m.C, p);
+  if (m.Fs > 0) {
+    x.shared_out = list.stored("moe_shared_out", work, N * m.C, p);
+    x.dshared_act = list.stored("moe_dshared_act", work, N * m.Fs, p);
+    x.dshared_fc = list.stored("moe_dshared_fc", work, N * 2 * m.Fs, p);
+  }
   return x;
 }
 

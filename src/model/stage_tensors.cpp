@@ -46,7 +46,8 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
                         linear(h + "mlp.fc"),
                         linear(h + "mlp.proj"),
                         {tensor(h + "moe.router.weight"), tensor(h + "moe.experts.fc.weight"),
-                         tensor(h + "moe.experts.proj.weight")}});
+                         tensor(h + "moe.experts.proj.weight"), tensor(h + "moe.shared.fc.weight"),
+                         tensor(h + "moe.shared.proj.weight")}});
   }
   if (layout.has_head) {
     t.lnf = norm("ln_f");

@@ -202,6 +202,7 @@ void or_shared(MoeActivations& m, const MoeActivations& s) {
   or_shared(m.choice, s.choice), or_shared(m.row, s.row), or_shared(m.counts, s.counts);
   or_shared(m.offsets, s.offsets), or_shared(m.dispatched, s.dispatched);
   or_shared(m.arrivals, s.arrivals), or_shared(m.arrived, s.arrived);
+  or_shared(m.shared_fc, s.shared_fc), or_shared(m.shared_act, s.shared_act);
   or_shared(m.fc, s.fc), or_shared(m.act, s.act), or_shared(m.expert_out, s.expert_out);
 }
 

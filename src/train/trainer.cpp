@@ -946,7 +946,6 @@ void refuse_moe_not_built(const Config& c) {
     if (bad) throw InputError("Mixture of Experts: " + what + " is not built yet (docs/moe.md)");
   };
   refuse(!c.model.llama(), "model.family = 'gpt2' (GELU experts)");
-  refuse(moe.n_shared_experts > 0, "model.n_shared_experts > 0");
   refuse(c.train.expert_bias_rate > 0, "train.expert_bias_rate > 0 (the aux-loss-free bias)");
   refuse(c.parallel.tp > 1, "parallel.tp > 1 (experts on tensor-parallel ranks: parallel.ep)");
   refuse(c.parallel.schedule == pipeline::ScheduleKind::kZeroBubbleH1,

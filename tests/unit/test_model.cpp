@@ -303,14 +303,16 @@ ModelConfig tiny_moe(double capacity_factor) {
   m.block_size = 8, m.ffn_hidden = 24;
   m.moe.n_experts = 8, m.moe.top_k = 2, m.moe.expert_ffn_hidden = 12, m.moe.moe_layer_every = 2;
   m.moe.capacity_factor = capacity_factor;
+  m.moe.n_shared_experts = capacity_factor > 0 ? 1 : 0;  // one run with a shared expert
   return m;
 }
 
 }  // namespace
 
 // Every parameter's gradient of the objective (the loss plus the balancing losses) against
-// central differences, with an MoE layer in the stack, dropless and with drops. A finite
-// difference that changes the routing is skipped (the objective jumps there).
+// central differences, with an MoE layer in the stack, dropless and with drops (the latter with a
+// shared expert). A finite difference that changes the routing is skipped (the objective jumps
+// there).
 TEST(Gpt, MoeModelGradientsMatchFiniteDifferences) {
   for (const double capacity_factor : {0.0, 1.0}) {
     const ModelConfig m = tiny_moe(capacity_factor);

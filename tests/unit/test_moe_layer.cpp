@@ -1,6 +1,6 @@
-// The MoE layer (router, top-k, capacity, SwiGLU experts, combine) against a double-precision
-// reference written from the definition: its output, and every gradient against central
-// differences of the same objective with the routing held, dropless and with drops.
+// The MoE layer (router, top-k, capacity, SwiGLU experts, combine, shared experts) against a
+// double-precision reference written from the definition: its output, and every gradient against
+// central differences of the same objective with the routing held, dropless and with drops.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,8 +21,8 @@ using Doubles = std::vector<double>;
 
 // The layer's inputs and parameters in double, indexed as the layer's tensors.
 struct Problem {
-  int N, C, E, k, Fe;
-  Doubles x, router, fc, proj, dout;
+  int N, C, E, k, Fe, Fs;  // Fs: the shared experts' width (0: none)
+  Doubles x, router, fc, proj, dout, shared_fc, shared_proj;
 };
 
 double silu(double v) {
@@ -33,10 +33,26 @@ double silu(double v) {
 // gradient the layer's backward computes.
 double objective(const Problem& p, const std::vector<int>& choice, const std::vector<int>& kept,
                  double a, double z, Doubles* out = nullptr) {
-  const int N = p.N, C = p.C, E = p.E, k = p.k, Fe = p.Fe;
+  const int N = p.N, C = p.C, E = p.E, k = p.k, Fe = p.Fe, Fs = p.Fs;
   double total = 0, zloss = 0;
   Doubles mean_p(E, 0.0), counts(E, 0.0);
   for (int t = 0; t < N; ++t) {
+    // The shared experts: one SwiGLU MLP of width Fs on every token.
+    Doubles hs(Fs);
+    for (int f = 0; f < Fs; ++f) {
+      double gate = 0, up = 0;
+      for (int c = 0; c < C; ++c) {
+        gate += p.shared_fc[f * C + c] * p.x[t * C + c];
+        up += p.shared_fc[(Fs + f) * C + c] * p.x[t * C + c];
+      }
+      hs[f] = silu(gate) * up;
+    }
+    for (int c = 0; c < C && Fs > 0; ++c) {
+      double y = 0;
+      for (int f = 0; f < Fs; ++f) y += p.shared_proj[c * Fs + f] * hs[f];
+      if (out) (*out)[t * C + c] += y;
+      total += p.dout[t * C + c] * y;
+    }
     Doubles logit(E), prob(E);
     double most = -1e300, sum = 0;
     for (int e = 0; e < E; ++e) {
@@ -110,8 +126,8 @@ void expect_gradient(Problem& p, Doubles& values, const std::vector<float>& got,
   }
 }
 
-void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops) {
-  Problem p{9, 6, 4, 2, 5, {}, {}, {}, {}, {}};
+void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops, int Fs = 0) {
+  Problem p{9, 6, 4, 2, 5, Fs, {}, {}, {}, {}, {}, {}, {}};
   std::mt19937 rng(17);
   std::normal_distribution<double> normal(0.0, 0.7);
   auto random = [&](size_t n) {
@@ -122,22 +138,32 @@ void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops) {
   const int N = p.N, C = p.C, E = p.E, k = p.k, Fe = p.Fe, slots = N * k;
   p.x = random(N * C), p.router = random(E * C), p.fc = random(E * 2 * Fe * C);
   p.proj = random(E * C * Fe), p.dout = random(N * C);
+  p.shared_fc = random(2 * Fs * C), p.shared_proj = random(C * Fs);
   for (int t = 0; t < N; ++t) p.router[0 * C + t % C] += 0.5;  // lean towards expert 0
 
   LayerContext ctx;
   MoeShape shape;
   shape.C = C, shape.E = E, shape.k = k, shape.Fe = Fe;
-  shape.capacity_factor = capacity_factor, shape.drop_policy = policy;
+  shape.capacity_factor = capacity_factor, shape.drop_policy = policy, shape.Fs = Fs;
   MoeLayer layer(&ctx, shape);
-  layer.weights = {f32_tensor(p.router), f32_tensor(p.fc), f32_tensor(p.proj)};
-  layer.grads = {f32_zeros(E * C), f32_zeros(E * 2 * Fe * C), f32_zeros(E * C * Fe)};
+  const auto tensor_or_empty = [](const Doubles& v) {
+    return v.empty() ? StoredTensor{} : f32_tensor(v);
+  };
+  const auto zeros_or_empty = [](size_t n) { return n == 0 ? StoredTensor{} : f32_zeros(n); };
+  layer.weights = {f32_tensor(p.router), f32_tensor(p.fc), f32_tensor(p.proj),
+                   tensor_or_empty(p.shared_fc), tensor_or_empty(p.shared_proj)};
+  layer.grads = {f32_zeros(E * C), f32_zeros(E * 2 * Fe * C), f32_zeros(E * C * Fe),
+                 zeros_or_empty(2 * Fs * C), zeros_or_empty(C * Fs)};
   MoeActivations a;
   a.logits = View1("l", N * E), a.scores = View1("s", N * E), a.weight = View1("w", slots);
   a.choice = IntView1("c", slots), a.row = IntView1("r", slots), a.counts = IntView1("n", E);
   a.offsets = IntView1("o", E + 1), a.dispatched = f32_zeros(slots * C);
   a.fc = f32_zeros(slots * 2 * Fe), a.act = f32_zeros(slots * Fe);
   a.expert_out = f32_zeros(slots * C);
+  a.shared_fc = zeros_or_empty(N * 2 * Fs), a.shared_act = zeros_or_empty(N * Fs);
   MoeScratch s;
+  s.shared_out = zeros_or_empty(N * C * (Fs > 0)), s.dshared_act = zeros_or_empty(N * Fs);
+  s.dshared_fc = zeros_or_empty(N * 2 * Fs);
   s.listed = IntView1("listed", slots), s.listed_offsets = IntView1("lo", E + 1);
   s.kept = IntView1("kept", slots);
   s.dlogits = View1("dl", N * E), s.dweight = View1("dw", slots), s.dx_router = View1("dxr", N * C);
@@ -172,12 +198,22 @@ void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops) {
                   z_scale, "experts.fc");
   expect_gradient(p, p.proj, host_values(layer.grads.proj, 0, E * C * Fe), choice, kept, aux_scale,
                   z_scale, "experts.proj");
+  if (Fs == 0) return;
+  expect_gradient(p, p.shared_fc, host_values(layer.grads.shared_fc, 0, 2 * Fs * C), choice, kept,
+                  aux_scale, z_scale, "shared.fc");
+  expect_gradient(p, p.shared_proj, host_values(layer.grads.shared_proj, 0, C * Fs), choice, kept,
+                  aux_scale, z_scale, "shared.proj");
 }
 
 }  // namespace
 
 TEST(MoeLayer, DroplessOutputAndGradientsMatchTheDefinition) {
   check_layer(0.0, DropPolicy::kProbs, false);
+}
+
+TEST(MoeLayer, SharedExpertsAddTheirMlpOnEveryToken) {
+  check_layer(0.0, DropPolicy::kProbs, false, 7);
+  check_layer(1.0, DropPolicy::kProbs, true, 3);  // drops do not touch the shared experts
 }
 
 TEST(MoeLayer, DroppedSlotsContributeNothingAndGetNoGradient) {
