@@ -39,6 +39,9 @@ h5::Handle open_checkpoint(const std::string& path) {
   return file;
 }
 
+// The Mixture-of-Experts selection bias, [moe layers x experts] flattened (CheckpointMeta).
+constexpr const char* kExpertBiasDataset = "moe_expert_bias";
+
 // A rectangle of a global tensor: rows x cols from (row, col); 1-D tensors use row 0, 1 row.
 struct Block {
   hsize_t row = 0, col = 0, rows = 1, cols = 0;
@@ -274,6 +277,20 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     if (!meta.data_identity.empty()) h5::write_attr(file, "data_identity", meta.data_identity);
     h5::Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     if (ranks > 1) TRIDENT_H5(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+    if (!meta.expert_bias.empty()) {  // every rank holds the same values: rank 0 writes them
+      int rank = 0;
+      TRIDENT_MPI(MPI_Comm_rank(world, &rank));
+      const hsize_t dims[1] = {meta.expert_bias.size()};
+      h5::Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+      h5::Handle dset(H5Dcreate2(file, kExpertBiasDataset, H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                                 H5P_DEFAULT, H5P_DEFAULT),
+                      H5Dclose);
+      TRIDENT_H5(static_cast<hid_t>(dset));
+      h5::Handle mspace = memory_space(rank == 0 ? meta.expert_bias.size() : 0);
+      h5::Handle fspace(H5Dget_space(dset), H5Sclose);
+      if (rank != 0) TRIDENT_H5(H5Sselect_none(fspace));
+      TRIDENT_H5(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, meta.expert_bias.data()));
+    }
     h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
     TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
     h5::Handle optim;
@@ -428,6 +445,21 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
   meta.loss_scale_hysteresis_left = counter("loss_scale_hysteresis_left", 0, kMost);
   if (h5::has_attr(file, "data_identity"))
     meta.data_identity = h5::read_attr_string(file, "data_identity", path);
+  if (H5Lexists(file, kExpertBiasDataset, H5P_DEFAULT) > 0) {
+    const Config config = read_checkpoint_config(path);
+    const int64_t n = static_cast<int64_t>(config.model.moe_layers()) * config.model.moe.n_experts;
+    const h5::Handle dset = h5::open_tensor(file, kExpertBiasDataset, {n}, path);
+    meta.expert_bias.resize(static_cast<size_t>(n));
+    h5::QuietErrors quiet;
+    if (n > 0 &&
+        H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, meta.expert_bias.data()) < 0)
+      throw InputError(
+          fmt::format("checkpoint '{}': cannot read '{}' (truncated?)", path, kExpertBiasDataset));
+    for (float b : meta.expert_bias)
+      if (!std::isfinite(b))
+        throw InputError(
+            fmt::format("checkpoint '{}': '{}' holds {}", path, kExpertBiasDataset, b));
+  }
   return meta;
 }
 

@@ -32,6 +32,9 @@ struct CheckpointMeta {
   int64_t loss_scale_clean_steps = 0, loss_scale_hysteresis_left = 0;
   // The data files trained on (data_identity lines); empty in checkpoints of older versions.
   std::string data_identity = {};
+  // Mixture of Experts: the aux-loss-free selection bias, [moe layers x experts] (dataset
+  // moe_expert_bias; empty for a dense model or a checkpoint without it).
+  std::vector<float> expert_bias = {};
 };
 
 // One model chunk's flat buffers on this rank and the table that maps them to global tensors.

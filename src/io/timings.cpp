@@ -30,6 +30,7 @@ const char* units_of(const std::string& name) {
                                                         {"moe_layer_z_loss", "1"},
                                                         {"moe_layer_dropped_fraction", "1"},
                                                         {"moe_tokens_per_expert", "slots"},
+                                                        {"moe_expert_bias", "1"},
                                                         {"phase_seconds", "s"},
                                                         {"peak_memory_bytes", "bytes"},
                                                         {"peak_memory_by_category", "bytes"},
@@ -94,6 +95,8 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
       create_extendible(file_, name, {layers}, H5T_IEEE_F64LE);
     create_extendible(file_, "moe_tokens_per_expert", {layers, static_cast<hsize_t>(moe.experts)},
                       H5T_IEEE_F64LE);
+    create_extendible(file_, "moe_expert_bias", {layers, static_cast<hsize_t>(moe.experts)},
+                      H5T_IEEE_F32LE);
     std::string listed;
     for (int l : moe.layers) listed += (listed.empty() ? "" : ",") + std::to_string(l);
     h5::write_attr(file_, "moe_layers", listed);
@@ -158,6 +161,7 @@ void TimingsWriter::append(const StepRecord& r) {
     append_row("moe_layer_dropped_fraction", r.moe_layers.dropped_fraction.data(),
                H5T_NATIVE_DOUBLE);
     append_row("moe_tokens_per_expert", r.moe_layers.tokens_per_expert.data(), H5T_NATIVE_DOUBLE);
+    append_row("moe_expert_bias", r.moe_layers.expert_bias.data(), H5T_NATIVE_FLOAT);
   }
   ++rows_;
   TRIDENT_H5(H5Fflush(file_, H5F_SCOPE_GLOBAL));

@@ -19,6 +19,7 @@ struct MoeLayerBalance {
   std::vector<int> layers;  // their global indices (the file's `moe_layers` attribute)
   std::vector<double> aux_loss, z_loss, dropped_fraction;  // [moe layers]
   std::vector<double> tokens_per_expert;                   // [moe layers * E]
+  std::vector<float> expert_bias;  // [moe layers * E] the selection bias after the step
 };
 
 struct StepRecord {

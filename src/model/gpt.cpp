@@ -31,7 +31,15 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
       head_(&context_) {
   if (shape_.any_moe_block() && layout.tp_size > 1)
     throw InputError("Mixture-of-Experts layers run on one tensor-parallel rank for now (tp = 1)");
-  for (int i = 0; i < shape_.blocks(); ++i) blocks_.emplace_back(&context_, i);
+  for (int i = 0; i < shape_.blocks(); ++i) {
+    blocks_.emplace_back(&context_, i);
+    const size_t E = static_cast<size_t>(m.moe.n_experts);
+    if (blocks_.back().moe) {
+      if (st_.expert_bias.extent(0) < (i + 1) * E)
+        throw std::logic_error("GptStage: the MoE selection bias is not laid out");
+      blocks_.back().moe->selection_bias = window(st_.expert_bias, i * E, E);
+    }
+  }
   if (buffers.full_params) bind(stage_tensors(local_, layout, st_.params), false);
   if (buffers.full_grads) {
     cleared_grads_ = grads_to_clear(shape_, local_);
@@ -150,6 +158,22 @@ std::vector<int32_t> GptStage::moe_routing(int slot) const {
     }
   }
   return routing;
+}
+
+void GptStage::set_expert_bias(const std::vector<float>& table) {
+  if (st_.expert_bias.extent(0) == 0) return;
+  const std::vector<int> layers = shape_.model.moe_layer_indices();
+  const size_t E = static_cast<size_t>(shape_.model.moe.n_experts);
+  if (table.size() != layers.size() * E)
+    throw std::logic_error("set_expert_bias: the table is not [moe layers x experts]");
+  const auto host = Kokkos::create_mirror_view(st_.expert_bias);
+  for (int i = 0; i < shape_.blocks(); ++i) {
+    if (!shape_.moe_block(i)) continue;
+    const size_t row = static_cast<size_t>(
+        std::find(layers.begin(), layers.end(), shape_.layout.first_layer + i) - layers.begin());
+    for (size_t e = 0; e < E; ++e) host(i * E + e) = table[row * E + e];
+  }
+  Kokkos::deep_copy(st_.expert_bias, host);
 }
 
 std::vector<MoeBlockStats> GptStage::take_moe_stats() {

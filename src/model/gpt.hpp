@@ -82,6 +82,9 @@ class GptStage {
   // The routing of the slot's last forward, block by block: each MoE block's chosen experts and
   // each slot's row in the expert buffers (-1: dropped), [N k] each (empty without MoE blocks).
   std::vector<int32_t> moe_routing(int slot) const;
+  // The aux-loss-free selection bias of every MoE layer of the model, [moe layers x E] in layer
+  // order: this stage's blocks take their rows.
+  void set_expert_bias(const std::vector<float>& table);
   // What each MoE block's training and evaluation forwards (not recomputations) added up since
   // the last call, which clears it.
   std::vector<MoeBlockStats> take_moe_stats();

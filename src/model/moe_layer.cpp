@@ -171,7 +171,7 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
   const IntMat choice(a.choice.data(), N, k), row(a.row.data(), N, k);
   linear_forward<Fp32Elements>(exec, logits, input32(x, N, s), router32(s), ConstVec());
   router_scores(exec, scores, logits, shape_.router);
-  router_top_k(exec, choice, Mat(a.weight.data(), N, k), scores, ConstVec());
+  router_top_k(exec, choice, Mat(a.weight.data(), N, k), scores, selection_bias);
   const RoutingShape routing{N, E, k, shape_.capacity(N)};
   const DispatchScratch plan{IntVec(s.listed.data(), N * k), IntVec(s.listed_offsets.data(), E + 1),
                              IntVec(s.kept.data(), N * k)};

@@ -64,6 +64,9 @@ class MoeLayer {
  public:
   MoeLayer(const LayerContext* ctx, const MoeShape& shape);
   MoeParams weights, grads;
+  // [E] added to the scores to choose the experts, not to weigh them (the aux-loss-free balance,
+  // DeepSeek-V3); empty: none.
+  ConstVec selection_bias;
 
   // out [N, C] from x [N, C] (routing, experts, combine); a holds what backward reads.
   void forward(const StoredTensor& out, const StoredTensor& x, int N, const MoeActivations& a,

@@ -218,6 +218,8 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
                                 s.any_moe_block());
   if (s.any_moe_block()) {
     st.moe = moe_scratch(s, list);
+    st.expert_bias = list.f32("moe_expert_bias", MemCategory::kWorkspace,
+                              static_cast<size_t>(s.blocks()) * s.model.moe.n_experts);
     // Per block (dense blocks' rows stay zero): kernels::moe_accumulate_stats's layout.
     st.moe_stats = list.f32(
         "moe_stats", MemCategory::kWorkspace,

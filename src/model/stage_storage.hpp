@@ -95,6 +95,7 @@ struct StageStorage {
   MoeScratch moe;  // what the stage's MoE layers share (empty without one)
   // [5] the MoE blocks' forwards since the last read: aux, z, dropped slots, slots, forwards
   View1 moe_stats;
+  View1 expert_bias;  // [blocks x E] each MoE block's selection bias (dense blocks' rows unused)
 };
 
 // Describes (and, when `list` has a ledger, allocates) every buffer of a stage of `shape` whose

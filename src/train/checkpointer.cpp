@@ -18,7 +18,8 @@ namespace trident {
 
 Checkpointer::Checkpointer(const Config& config, const Grid& grid, const HostCollectives& world,
                            std::vector<ModelChunk>& chunks, std::string layout,
-                           std::string data_identity, StepHooks& hooks)
+                           std::string data_identity, StepHooks& hooks,
+                           std::vector<float>& expert_bias)
     : config_(config),
       grid_(grid),
       world_(world),
@@ -26,6 +27,7 @@ Checkpointer::Checkpointer(const Config& config, const Grid& grid, const HostCol
       layout_(std::move(layout)),
       data_identity_(std::move(data_identity)),
       hooks_(hooks),
+      expert_bias_(expert_bias),
       dir_(std::filesystem::path(config.run.out_dir) / config.run.name / "checkpoints") {}
 
 bool Checkpointer::due(int step) const {
@@ -102,6 +104,7 @@ void Checkpointer::save(int step, const LossScaler& scaler) {
   meta.loss_scale_clean_steps = scaler.clean_steps();
   meta.loss_scale_hysteresis_left = scaler.hysteresis_left();
   meta.data_identity = data_identity_;
+  meta.expert_bias = expert_bias_;
   std::vector<ChunkState> states;
   for (const ModelChunk& ch : chunks_) states.push_back(ch.dp->checkpoint_state());
   save_checkpoint(last_written_, config_, meta, buffers(states), owner(), grid_.world(),
@@ -120,6 +123,11 @@ int Checkpointer::load(const std::string& path, LossScaler& scaler, const HostCo
       world.max(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   for (size_t c = 0; c < chunks_.size(); ++c)
     chunks_[c].dp->restore(states[c], static_cast<int>(meta.adam_steps));
+  // The MoE selection bias goes on where it was (zeros from a checkpoint without one).
+  if (!expert_bias_.empty()) {
+    if (meta.expert_bias.size() == expert_bias_.size()) expert_bias_ = meta.expert_bias;
+    for (ModelChunk& ch : chunks_) ch.stage->set_expert_bias(expert_bias_);
+  }
   const int step = static_cast<int>(meta.data_cursor);
   console.line(fmt::format("resumed from {} at step {} (written with layout {}) in {:.3f} s", path,
                            step, meta.layout, seconds));

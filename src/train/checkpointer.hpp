@@ -21,9 +21,11 @@ namespace trident {
 class Checkpointer {
  public:
   // `data_identity`: the data files' identity lines, recorded in every checkpoint.
+  // `expert_bias`: the trainer's MoE selection bias [moe layers x E] (empty without MoE), saved
+  // with every checkpoint and restored (into it and every chunk) on load.
   Checkpointer(const Config& config, const Grid& grid, const HostCollectives& world,
                std::vector<ModelChunk>& chunks, std::string layout, std::string data_identity,
-               StepHooks& hooks);
+               StepHooks& hooks, std::vector<float>& expert_bias);
   std::filesystem::path directory() const { return dir_; }
   // Whether a checkpoint is written after 1-based `step` (every run.checkpoint_every steps and
   // at the end; never with -1).
@@ -60,6 +62,7 @@ class Checkpointer {
   std::vector<ModelChunk>& chunks_;
   std::string layout_, data_identity_;
   StepHooks& hooks_;
+  std::vector<float>& expert_bias_;
   std::filesystem::path dir_;
   std::string last_written_;
 };

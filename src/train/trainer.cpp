@@ -280,6 +280,8 @@ class Trainer {
   bool take_loss(double loss_sum, StepOutcome& out);
   // The MoE blocks' balance over the step's forwards, summed over every chunk and rank.
   void take_moe_stats(StepOutcome& out);
+  // train.expert_bias_rate > 0: the selection bias moved by the step's expert counts.
+  void update_expert_bias(const StepOutcome& out);
   // fp16: whether any rank's gradient holds an infinity or NaN (1-based `step`), decided for
   // every rank: then the step is skipped and the loss scale updated.
   bool overflow_skips_step(int step);
@@ -321,6 +323,9 @@ class Trainer {
   int first_update_step_ = 0;         // 0-based: async makes no update on a run's first step
   bool replicas_diverged_ = false;    // local_sgd: a local step since the last average
   std::atomic<int> current_step_{0};  // 1-based, for the watchdog's message
+  // Mixture of Experts: every MoE layer's aux-loss-free selection bias [moe layers x E], the same
+  // on every rank (updated from counts summed over every rank); empty for a dense model.
+  std::vector<float> expert_bias_;
 };
 
 // What GPU GEMMs multiply in: the 16-bit format of a 16-bit run (its operands hold such values),
@@ -471,6 +476,10 @@ bool Trainer::train_step(int step, StepOutcome& out) {
     out.grad_norm = update ? clip_and_step(out.lr, replica_scale / out.loss_scale) : 0.0;
   }
   if (loss_with_norm && !take_loss(runner_->read_losses(), out)) return false;
+  if (config_.model.moe.enabled()) {
+    if (update && config_.train.expert_bias_rate > 0) update_expert_bias(out);
+    out.moe_layers.expert_bias = expert_bias_;
+  }
   if (sync == DpSync::kLocalSgd && !synchronous) replicas_diverged_ = true;
   if (sync == DpSync::kLocalSgd && synchronous && replicas_diverged_) {
     ScopedPhase phase(timer_, Phase::kDpComm);
@@ -486,6 +495,28 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.phases = timer_.all();
   return true;
+}
+
+void Trainer::update_expert_bias(const StepOutcome& out) {
+  // Once per optimizer step, from the step's slots per expert summed over every micro-batch and
+  // rank (training forwards only: a recomputation does not count them again).
+  const size_t E = static_cast<size_t>(config_.model.moe.n_experts);
+  const View1 bias("expert_bias", E), counts("expert_counts", E);
+  const auto host_bias = Kokkos::create_mirror_view(bias);
+  const auto host_counts = Kokkos::create_mirror_view(counts);
+  for (size_t l = 0; l * E < expert_bias_.size(); ++l) {
+    for (size_t e = 0; e < E; ++e) {
+      host_bias(e) = expert_bias_[l * E + e];
+      host_counts(e) = static_cast<float>(out.moe_layers.tokens_per_expert[l * E + e]);
+    }
+    Kokkos::deep_copy(bias, host_bias);
+    Kokkos::deep_copy(counts, host_counts);
+    kernels::expert_bias_update(Exec(), bias, counts,
+                                static_cast<float>(config_.train.expert_bias_rate));
+    Kokkos::deep_copy(host_bias, bias);
+    for (size_t e = 0; e < E; ++e) expert_bias_[l * E + e] = host_bias(e);
+  }
+  for (ModelChunk& ch : chunks_) ch.stage->set_expert_bias(expert_bias_);
 }
 
 void Trainer::take_moe_stats(StepOutcome& out) {
@@ -759,8 +790,10 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
   }
   runner_ = std::make_unique<PipelineRunner>(chunks_, *pp_, embedding_.get(), place, ledger, timer_,
                                              deferred_sets);
+  expert_bias_.assign(static_cast<size_t>(config_.model.moe_layers()) * config_.model.moe.n_experts,
+                      0.0f);
   checkpointer_ = std::make_unique<Checkpointer>(config_, grid_, world_, chunks_, layout_,
-                                                 data_identity_, hooks_);
+                                                 data_identity_, hooks_, expert_bias_);
 }
 
 // The timings file of this segment of the run, with what identifies it (rank 0), and the
@@ -946,7 +979,6 @@ void refuse_moe_not_built(const Config& c) {
     if (bad) throw InputError("Mixture of Experts: " + what + " is not built yet (docs/moe.md)");
   };
   refuse(!c.model.llama(), "model.family = 'gpt2' (GELU experts)");
-  refuse(c.train.expert_bias_rate > 0, "train.expert_bias_rate > 0 (the aux-loss-free bias)");
   refuse(c.parallel.tp > 1, "parallel.tp > 1 (experts on tensor-parallel ranks: parallel.ep)");
   refuse(c.parallel.schedule == pipeline::ScheduleKind::kZeroBubbleH1,
          "the zb_h1 schedule (split backward)");
