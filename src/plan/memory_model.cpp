@@ -41,7 +41,20 @@ StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slot
   s.buffers.deferred_sets = deferred;
   s.buffers.sequence_parallel = q.sequence_parallel;
   s.buffers.attention_tiles = q.attention_tiles;
+  s.buffers.attention_kernel = q.attention_kernel;
   return s;
+}
+
+StageShape stage_recipe(const MemoryQuery& q, const GridCoord& rank, int chunk) {
+  StageLayout layout =
+      stage_layout(q.model, q.pp, q.virtual_stages, rank[Axis::pp], chunk, q.tp, rank[Axis::tp]);
+  const ExpertFold fold = expert_fold(q.shape(), rank, q.ep);
+  layout.ep_size = fold.ep;
+  layout.ep_rank = fold.ep_rank;
+  const auto actions =
+      pipeline::make_schedule(q.schedule, q.pp, rank[Axis::pp], q.micro_batches, q.virtual_stages);
+  return stage_shape(q, layout, std::max(1, pipeline::max_in_flight(actions, chunk)),
+                     pipeline::max_deferred_weight_grads(actions, chunk));
 }
 
 namespace {
@@ -111,21 +124,12 @@ double layer_activation_bytes(const MemoryQuery& q, bool recomputed_whole) {
 }
 
 MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank) {
-  const ModelConfig& m = q.model;
-  const ParamTable table(m);
-  const auto actions =
-      pipeline::make_schedule(q.schedule, q.pp, rank[Axis::pp], q.micro_batches, q.virtual_stages);
+  const ParamTable table(q.model);
   MemoryPrediction p;
   for (int chunk = 0; chunk < q.virtual_stages; ++chunk) {
-    StageLayout layout =
-        stage_layout(m, q.pp, q.virtual_stages, rank[Axis::pp], chunk, q.tp, rank[Axis::tp]);
-    const ExpertFold fold = expert_fold(q.shape(), rank, q.ep);
-    layout.ep_size = fold.ep;
-    layout.ep_rank = fold.ep_rank;
-    const StageShape shape =
-        stage_shape(q, layout, std::max(1, pipeline::max_in_flight(actions, chunk)),
-                    pipeline::max_deferred_weight_grads(actions, chunk));
-    const LocalParamTable local(table, m, layout, shape.buffers.unit_alignment);
+    const StageShape shape = stage_recipe(q, rank, chunk);
+    const StageLayout& layout = shape.layout;
+    const LocalParamTable local(table, q.model, layout, shape.buffers.unit_alignment);
     add(p, describe_stage(shape, local));
     BufferList transfers;
     const size_t activation_elements = shape.extents(q.micro_batch, q.seq_len).rows_c;

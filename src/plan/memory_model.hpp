@@ -71,11 +71,17 @@ struct Config;
 // the trainer will run it).
 MemoryQuery memory_query(const Config& c);
 
-// The stage of `layout` as the trainer builds it for q (Trainer::build_chunks), with `slots`
-// micro-batches in flight and `deferred` weight-gradient sets.
+// The stage of `layout` for q, with `slots` micro-batches in flight and `deferred`
+// weight-gradient sets: its buffers as the data-parallel strategy, precision, recomputation and
+// attention settings lay them out.
 struct StageShape;
 struct StageLayout;
 StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slots, int deferred);
+// The one recipe of a stage: model chunk `chunk` of the rank at `rank` (its pipeline stage and
+// virtual stage, tp slice and share of the experts), with the slots and deferred sets its pipeline
+// schedule needs. The trainer builds its stages from it and the memory model sums them, so the
+// two cannot disagree on a stage.
+StageShape stage_recipe(const MemoryQuery& q, const GridCoord& rank, int chunk);
 
 // The rank with the largest predicted total over every (dp, tp, pp) coordinate of q's layout.
 struct BusiestRank {

@@ -760,27 +760,18 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
     for (int chunk = 0; chunk < v; ++chunk)
       eval_actions_.push_back({pipeline::ActionType::kForward, mb, chunk});
   std::vector<int> deferred_sets;
+  const MemoryQuery query = memory_query(config_);
   for (int chunk = 0; chunk < v; ++chunk) {
     ModelChunk ch;
     ch.virtual_stage = pipeline::virtual_stage(par.pp, place.pp_rank, chunk);
     ch.first = ch.virtual_stage == 0;
     ch.last = ch.virtual_stage == stages - 1;
-    StageBuffers buffers = DataParallelStrategy::stage_buffers(config_.zero.stage, par.dp);
-    buffers.recompute = config_.recompute.resolved();
-    buffers.precision = config_.precision.compute;
-    buffers.deferred_sets = pipeline::max_deferred_weight_grads(schedule_, chunk);
-    buffers.sequence_parallel = par.sequence_parallel;
-    buffers.attention_tiles = {config_.attention.tile_rows, config_.attention.tile_keys};
-    buffers.attention_kernel = config_.attention.kernel;
-    deferred_sets.push_back(buffers.deferred_sets);
-    StageLayout layout =
-        stage_layout(config_.model, par.pp, v, place.pp_rank, chunk, par.tp, place.tp_rank);
-    layout.ep_size = grid_.experts().ep;
-    layout.ep_rank = grid_.experts().ep_rank;
-    ch.stage = std::make_unique<GptStage>(config_.model, layout, tp_.get(), ledger,
-                                          place.micro_batch, place.seq_len,
-                                          std::max(1, pipeline::max_in_flight(schedule_, chunk)),
-                                          buffers, ExpertComms{ep_.get(), grid_.expert_comm()});
+    // The memory model's recipe: the stage it predicts is the one built here.
+    const StageShape shape = stage_recipe(query, grid_.coord(), chunk);
+    deferred_sets.push_back(shape.buffers.deferred_sets);
+    ch.stage = std::make_unique<GptStage>(
+        shape.model, shape.layout, tp_.get(), ledger, shape.max_batch, shape.max_seq, shape.slots,
+        shape.buffers, ExpertComms{ep_.get(), grid_.expert_comm()});
     ch.stage->set_timer(&timer_);
     ch.stage->set_moe_loss_coefficients(config_.train.aux_loss_coeff, config_.train.z_loss_coeff);
     ch.dp = DataParallelStrategy::create(*ch.stage, *dp_,
