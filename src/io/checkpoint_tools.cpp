@@ -195,10 +195,10 @@ void export_llmc(const std::string& path, const std::string& out) {
   put(wte);
   put(read("wpe"));
   // llm.c keeps each kind of block tensor for all layers together, in this order.
-  for (const char* suffix : {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
-                             "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
-                             "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"})
-    for (int l = 0; l < m.n_layer; ++l) put(read(fmt::format("h.{}.{}", l, suffix)));
+  for (const BlockPart part : {BlockPart::kLn1, BlockPart::kQkv, BlockPart::kAttnProj,
+                               BlockPart::kLn2, BlockPart::kFc, BlockPart::kProj})
+    for (const char* kind : {"weight", "bias"})
+      for (int l = 0; l < m.n_layer; ++l) put(read(block_param(l, part, kind)));
   put(read("ln_f.weight"));
   put(read("ln_f.bias"));
   file.commit();

@@ -23,6 +23,7 @@
 #include "io/checkpoint_tools.hpp"
 #include "io/json_file.hpp"
 #include "io/safetensors.hpp"
+#include "model/params.hpp"
 
 namespace trident {
 namespace {
@@ -39,20 +40,26 @@ struct HfName {
   bool transposed = false;
 };
 
+// A block parameter's name after "h.<layer>.": "<part>.<kind>".
+std::string local_name(BlockPart part, const char* kind = "weight") {
+  return std::string(name_of(part)) + "." + kind;
+}
+
 HfName gpt2_name(const std::string& trident_name) {
+  using P = BlockPart;
   static const std::map<std::string, HfName> block{
-      {"ln_1.weight", {{"ln_1.weight"}}},
-      {"ln_1.bias", {{"ln_1.bias"}}},
-      {"attn.qkv.weight", {{"attn.c_attn.weight"}, true}},
-      {"attn.qkv.bias", {{"attn.c_attn.bias"}}},
-      {"attn.proj.weight", {{"attn.c_proj.weight"}, true}},
-      {"attn.proj.bias", {{"attn.c_proj.bias"}}},
-      {"ln_2.weight", {{"ln_2.weight"}}},
-      {"ln_2.bias", {{"ln_2.bias"}}},
-      {"mlp.fc.weight", {{"mlp.c_fc.weight"}, true}},
-      {"mlp.fc.bias", {{"mlp.c_fc.bias"}}},
-      {"mlp.proj.weight", {{"mlp.c_proj.weight"}, true}},
-      {"mlp.proj.bias", {{"mlp.c_proj.bias"}}}};
+      {local_name(P::kLn1), {{"ln_1.weight"}}},
+      {local_name(P::kLn1, "bias"), {{"ln_1.bias"}}},
+      {local_name(P::kQkv), {{"attn.c_attn.weight"}, true}},
+      {local_name(P::kQkv, "bias"), {{"attn.c_attn.bias"}}},
+      {local_name(P::kAttnProj), {{"attn.c_proj.weight"}, true}},
+      {local_name(P::kAttnProj, "bias"), {{"attn.c_proj.bias"}}},
+      {local_name(P::kLn2), {{"ln_2.weight"}}},
+      {local_name(P::kLn2, "bias"), {{"ln_2.bias"}}},
+      {local_name(P::kFc), {{"mlp.c_fc.weight"}, true}},
+      {local_name(P::kFc, "bias"), {{"mlp.c_fc.bias"}}},
+      {local_name(P::kProj), {{"mlp.c_proj.weight"}, true}},
+      {local_name(P::kProj, "bias"), {{"mlp.c_proj.bias"}}}};
   if (trident_name.rfind("h.", 0) == 0) {
     const size_t dot = trident_name.find('.', 2);
     const HfName& inner = block.at(trident_name.substr(dot + 1));
@@ -65,19 +72,20 @@ HfName gpt2_name(const std::string& trident_name) {
 // LlamaForCausalLM's names (MixtralForCausalLM's for an MoE layer, whose experts are stacked in
 // trident along a leading dimension of E); its Linear weights are [out, in], as trident's.
 HfName llama_name(const ModelConfig& m, const std::string& trident_name) {
+  using P = BlockPart;
   static const std::map<std::string, std::vector<std::string>> block{
-      {"ln_1.weight", {"input_layernorm.weight"}},
-      {"attn.q.weight", {"self_attn.q_proj.weight"}},
-      {"attn.kv.weight", {"self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
-      {"attn.proj.weight", {"self_attn.o_proj.weight"}},
-      {"ln_2.weight", {"post_attention_layernorm.weight"}},
-      {"mlp.fc.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
-      {"mlp.proj.weight", {"mlp.down_proj.weight"}},
-      {"moe.router.weight", {"block_sparse_moe.gate.weight"}}};
+      {local_name(P::kLn1), {"input_layernorm.weight"}},
+      {local_name(P::kQ), {"self_attn.q_proj.weight"}},
+      {local_name(P::kKv), {"self_attn.k_proj.weight", "self_attn.v_proj.weight"}},
+      {local_name(P::kAttnProj), {"self_attn.o_proj.weight"}},
+      {local_name(P::kLn2), {"post_attention_layernorm.weight"}},
+      {local_name(P::kFc), {"mlp.gate_proj.weight", "mlp.up_proj.weight"}},
+      {local_name(P::kProj), {"mlp.down_proj.weight"}},
+      {local_name(P::kRouter), {"block_sparse_moe.gate.weight"}}};
   // Each expert's w1 (gate) and w3 (up) rows make its block of experts.fc; w2 (down) experts.proj.
   static const std::map<std::string, std::vector<std::string>> experts{
-      {"moe.experts.fc.weight", {"w1.weight", "w3.weight"}},
-      {"moe.experts.proj.weight", {"w2.weight"}}};
+      {local_name(P::kExpertsFc), {"w1.weight", "w3.weight"}},
+      {local_name(P::kExpertsProj), {"w2.weight"}}};
   if (trident_name.rfind("h.", 0) == 0) {
     const size_t dot = trident_name.find('.', 2);
     const std::string layer = "model.layers." + trident_name.substr(2, dot - 2) + ".";

@@ -87,16 +87,17 @@ void GptStage::stream_weight_grads(GradSink* sink) {
   if (shape_.layout.has_head)
     head_.proj.weight_grad_stream = stream({local_.holds("lm_head") ? "lm_head" : "wte"});
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const std::string h = "h." + std::to_string(shape_.layout.first_layer + i) + ".";
+    const int l = shape_.layout.first_layer + static_cast<int>(i);
     TransformerBlock& b = blocks_[i];
+    const std::string qkv = block_param(l, BlockPart::kQkv);
     b.qkv.weight_grad_stream =
-        stream(local_.holds(h + "attn.qkv.weight")
-                   ? std::vector<std::string>{h + "attn.qkv.weight"}
-                   : std::vector<std::string>{h + "attn.q.weight", h + "attn.kv.weight"});
-    b.proj.weight_grad_stream = stream({h + "attn.proj.weight"});
+        stream(local_.holds(qkv) ? std::vector<std::string>{qkv}
+                                 : std::vector<std::string>{block_param(l, BlockPart::kQ),
+                                                            block_param(l, BlockPart::kKv)});
+    b.proj.weight_grad_stream = stream({block_param(l, BlockPart::kAttnProj)});
     if (b.moe) continue;  // an MoE layer keeps its gradients whole (streams_grad)
-    b.fc.weight_grad_stream = stream({h + "mlp.fc.weight"});
-    b.fcproj.weight_grad_stream = stream({h + "mlp.proj.weight"});
+    b.fc.weight_grad_stream = stream({block_param(l, BlockPart::kFc)});
+    b.fcproj.weight_grad_stream = stream({block_param(l, BlockPart::kProj)});
   }
   // A streamed parameter no layer sends would keep no gradient at all.
   for (const LocalParam& p : local_.params())

@@ -88,41 +88,44 @@ ParamTable::ParamTable(const ModelConfig& m) {
   add("wte", {V, C}, column, -1, InitKind::kNormal, std, true);  // vocabulary-parallel
   if (!m.llama()) add("wpe", {T, C}, replicated, -1, InitKind::kNormal, std, true);
   for (int l = 0; l < m.n_layer; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    auto norm = [&](const std::string& name) {
-      add(h + name + ".weight", {C}, replicated, l, InitKind::kOnes, 0, false);
-      if (!m.llama()) add(h + name + ".bias", {C}, replicated, l, InitKind::kZeros, 0, false);
+    const auto name = [l](BlockPart part, const char* kind = "weight") {
+      return block_param(l, part, kind);
     };
-    norm("ln_1");
+    auto norm = [&](BlockPart part) {
+      add(name(part), {C}, replicated, l, InitKind::kOnes, 0, false);
+      if (!m.llama()) add(name(part, "bias"), {C}, replicated, l, InitKind::kZeros, 0, false);
+    };
+    norm(BlockPart::kLn1);
     if (m.llama()) {
       // Grouped-query attention: q and k | v are separate tensors, adjacent in the buffer so the
       // column-parallel GEMM reads them as one [q_rows + 2 kv_rows, C] matrix. When tp exceeds the
       // key/value heads, each rank holds the one its query heads read (replicated).
-      add(h + "attn.q.weight", {q_rows, C}, column, l, InitKind::kNormal, std, true);
-      add(h + "attn.kv.weight", {2 * kv_rows, C}, {0, 2, HS}, l, InitKind::kNormal, std, true);
+      add(name(BlockPart::kQ), {q_rows, C}, column, l, InitKind::kNormal, std, true);
+      add(name(BlockPart::kKv), {2 * kv_rows, C}, {0, 2, HS}, l, InitKind::kNormal, std, true);
     } else {
-      add(h + "attn.qkv.weight", {3 * C, C}, {0, 3, 1}, l, InitKind::kNormal, std, true);
-      add(h + "attn.qkv.bias", {3 * C}, {0, 3, 1}, l, InitKind::kZeros, 0, false);
+      add(name(BlockPart::kQkv), {3 * C, C}, {0, 3, 1}, l, InitKind::kNormal, std, true);
+      add(name(BlockPart::kQkv, "bias"), {3 * C}, {0, 3, 1}, l, InitKind::kZeros, 0, false);
     }
-    add(h + "attn.proj.weight", {C, q_rows}, row, l, InitKind::kNormal, residual_std, true);
-    if (!m.llama()) add(h + "attn.proj.bias", {C}, replicated, l, InitKind::kZeros, 0, false);
-    norm("ln_2");
+    add(name(BlockPart::kAttnProj), {C, q_rows}, row, l, InitKind::kNormal, residual_std, true);
+    if (!m.llama())
+      add(name(BlockPart::kAttnProj, "bias"), {C}, replicated, l, InitKind::kZeros, 0, false);
+    norm(BlockPart::kLn2);
     // Llama: gate | up, each split alike (SwiGLU reads a rank's gate and up columns together).
     const Split fc = m.llama() ? Split{0, 2, 1} : column;
-    // The two projections of a dense MLP of hidden width `width` named `name` (the block's, or
-    // the shared experts').
-    auto mlp_fc = [&](const std::string& name, int64_t width) {
+    // The two projections of a dense MLP of hidden width `width` (the block's, or the shared
+    // experts').
+    auto mlp_fc = [&](BlockPart part, int64_t width) {
       const int64_t fc_rows = m.llama() ? 2 * width : width;
-      add(h + name + ".fc.weight", {fc_rows, C}, fc, l, InitKind::kNormal, std, true);
-      if (!m.llama()) add(h + name + ".fc.bias", {width}, column, l, InitKind::kZeros, 0, false);
+      add(name(part), {fc_rows, C}, fc, l, InitKind::kNormal, std, true);
+      if (!m.llama()) add(name(part, "bias"), {width}, column, l, InitKind::kZeros, 0, false);
     };
-    auto mlp_proj = [&](const std::string& name, int64_t width) {
-      add(h + name + ".proj.weight", {C, width}, row, l, InitKind::kNormal, residual_std, true);
-      if (!m.llama()) add(h + name + ".proj.bias", {C}, replicated, l, InitKind::kZeros, 0, false);
+    auto mlp_proj = [&](BlockPart part, int64_t width) {
+      add(name(part), {C, width}, row, l, InitKind::kNormal, residual_std, true);
+      if (!m.llama()) add(name(part, "bias"), {C}, replicated, l, InitKind::kZeros, 0, false);
     };
     if (!m.moe_layer(l)) {
-      mlp_fc("mlp", F);
-      mlp_proj("mlp", F);
+      mlp_fc(BlockPart::kFc, F);
+      mlp_proj(BlockPart::kProj, F);
       continue;
     }
     // Mixture of Experts: the router (fp32 arithmetic) and every routed expert's MLP, stacked
@@ -130,20 +133,21 @@ ParamTable::ParamTable(const ModelConfig& m) {
     // experts' MLP; first projections before second ones, so each ZeRO unit is contiguous.
     const int64_t E = m.moe.n_experts, Fe = m.expert_hidden();
     const int64_t shared = static_cast<int64_t>(m.moe.n_shared_experts) * Fe;
-    add(h + "moe.router.weight", {E, C}, replicated, l, InitKind::kNormal, std, true);
-    add(h + "moe.experts.fc.weight", {E, m.expert_fc_width(), C}, replicated, l, InitKind::kNormal,
+    add(name(BlockPart::kRouter), {E, C}, replicated, l, InitKind::kNormal, std, true);
+    const size_t first_fc = specs_.size();
+    add(name(BlockPart::kExpertsFc), {E, m.expert_fc_width(), C}, replicated, l, InitKind::kNormal,
         std, true);
     if (!m.llama())
-      add(h + "moe.experts.fc.bias", {E, Fe}, replicated, l, InitKind::kZeros, 0, false);
-    if (shared > 0) mlp_fc("moe.shared", shared);
-    add(h + "moe.experts.proj.weight", {E, C, Fe}, replicated, l, InitKind::kNormal, residual_std,
+      add(name(BlockPart::kExpertsFc, "bias"), {E, Fe}, replicated, l, InitKind::kZeros, 0, false);
+    for (size_t i = first_fc; i < specs_.size(); ++i) specs_[i].experts = true;
+    if (shared > 0) mlp_fc(BlockPart::kSharedFc, shared);
+    const size_t first_proj = specs_.size();
+    add(name(BlockPart::kExpertsProj), {E, C, Fe}, replicated, l, InitKind::kNormal, residual_std,
         true);
     if (!m.llama())
-      add(h + "moe.experts.proj.bias", {E, C}, replicated, l, InitKind::kZeros, 0, false);
-    if (shared > 0) mlp_proj("moe.shared", shared);
-    for (ParamSpec& spec : specs_)
-      if (spec.layer == l && spec.name.find(".moe.experts.") != std::string::npos)
-        spec.experts = true;
+      add(name(BlockPart::kExpertsProj, "bias"), {E, C}, replicated, l, InitKind::kZeros, 0, false);
+    for (size_t i = first_proj; i < specs_.size(); ++i) specs_[i].experts = true;
+    if (shared > 0) mlp_proj(BlockPart::kSharedProj, shared);
   }
   add("ln_f.weight", {C}, replicated, m.n_layer, InitKind::kOnes, 0, false);
   if (!m.llama()) add("ln_f.bias", {C}, replicated, m.n_layer, InitKind::kZeros, 0, false);
@@ -235,14 +239,51 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
   close_unit();
 }
 
+const char* name_of(BlockPart part) {
+  switch (part) {
+    case BlockPart::kLn1:
+      return "ln_1";
+    case BlockPart::kQkv:
+      return "attn.qkv";
+    case BlockPart::kQ:
+      return "attn.q";
+    case BlockPart::kKv:
+      return "attn.kv";
+    case BlockPart::kAttnProj:
+      return "attn.proj";
+    case BlockPart::kLn2:
+      return "ln_2";
+    case BlockPart::kFc:
+      return "mlp.fc";
+    case BlockPart::kProj:
+      return "mlp.proj";
+    case BlockPart::kRouter:
+      return "moe.router";
+    case BlockPart::kExpertsFc:
+      return "moe.experts.fc";
+    case BlockPart::kExpertsProj:
+      return "moe.experts.proj";
+    case BlockPart::kSharedFc:
+      return "moe.shared.fc";
+    case BlockPart::kSharedProj:
+      return "moe.shared.proj";
+  }
+  throw std::logic_error("unknown block part");
+}
+
+std::string block_param(int layer, BlockPart part, const char* kind) {
+  return "h." + std::to_string(layer) + "." + name_of(part) + "." + kind;
+}
+
 namespace {
-// Each block unit's parameter prefixes (after "h.<layer>."), the first naming its first parameter
-// (the fourth unit's first: a dense layer's, then an MoE layer's).
-constexpr const char* kUnitPrefixes[kUnitsPerBlock][5] = {
-    {"ln_1.", "attn.qkv.", "attn.q.", "attn.kv.", ""},
-    {"attn.proj.", "", "", "", ""},
-    {"ln_2.", "mlp.fc.", "moe.router.", "moe.experts.fc.", "moe.shared.fc."},
-    {"mlp.proj.", "moe.experts.proj.", "moe.shared.proj.", "", ""}};
+// Each block unit's parts, the first naming its first parameter (the fourth unit's first: a dense
+// layer's, then an MoE layer's).
+const std::vector<BlockPart> kUnitParts[kUnitsPerBlock] = {
+    {BlockPart::kLn1, BlockPart::kQkv, BlockPart::kQ, BlockPart::kKv},
+    {BlockPart::kAttnProj},
+    {BlockPart::kLn2, BlockPart::kFc, BlockPart::kRouter, BlockPart::kExpertsFc,
+     BlockPart::kSharedFc},
+    {BlockPart::kProj, BlockPart::kExpertsProj, BlockPart::kSharedProj}};
 }  // namespace
 
 bool streams_grad(const ParamSpec& spec) {
@@ -255,15 +296,15 @@ int block_unit_part(const std::string& name) {
   if (name.rfind("h.", 0) != 0 || layer_end == std::string::npos)
     throw std::invalid_argument(name + " is not a block parameter");
   const std::string rest = name.substr(layer_end + 1);
-  for (int part = 0; part < kUnitsPerBlock; ++part)
-    for (const char* prefix : kUnitPrefixes[part])
-      if (*prefix && rest.rfind(prefix, 0) == 0) return part;
+  for (int unit = 0; unit < kUnitsPerBlock; ++unit)
+    for (const BlockPart part : kUnitParts[unit])
+      if (rest.rfind(std::string(name_of(part)) + ".", 0) == 0) return unit;
   throw std::invalid_argument(name + " belongs to no block unit");
 }
 
 std::string block_unit_first_param(const ModelConfig& m, int layer, int part) {
   const bool moe_proj = part == kUnitsPerBlock - 1 && m.moe_layer(layer);
-  return "h." + std::to_string(layer) + "." + kUnitPrefixes[part][moe_proj ? 1 : 0] + "weight";
+  return block_param(layer, kUnitParts[part][moe_proj ? 1 : 0]);
 }
 
 int LocalParamTable::unit_of(const LocalParam& p) const {

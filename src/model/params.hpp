@@ -12,6 +12,28 @@ namespace trident {
 
 enum class InitKind { kNormal, kZeros, kOnes };
 
+// The parts of a transformer block, each named as its parameters are after "h.<layer>." (then
+// ".weight" or ".bias"): the one list the parameter table, its ZeRO units, the layers' binding
+// and the exports share. GPT-2 fuses q, k and v (attn.qkv); Llama keeps q apart from k | v.
+enum class BlockPart {
+  kLn1,
+  kQkv,
+  kQ,
+  kKv,
+  kAttnProj,
+  kLn2,
+  kFc,
+  kProj,
+  kRouter,
+  kExpertsFc,
+  kExpertsProj,
+  kSharedFc,
+  kSharedProj
+};
+const char* name_of(BlockPart part);  // "ln_1", "attn.qkv", ..., "moe.shared.proj"
+// "h.<layer>.<part>.<kind>", e.g. "h.3.attn.proj.weight".
+std::string block_param(int layer, BlockPart part, const char* kind = "weight");
+
 struct ParamSpec {
   std::string name;            // global name, e.g. "h.3.attn.qkv.weight"
   std::vector<int64_t> shape;  // global shape

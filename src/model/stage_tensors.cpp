@@ -21,33 +21,37 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
   const auto norm = [&](const std::string& name) {
     return NormParams{tensor(name + ".weight"), tensor(name + ".bias")};
   };
-  const auto linear = [&](const std::string& name) {
-    return LinearParams{tensor(name + ".weight"), tensor(name + ".bias")};
-  };
-  // Llama's q and kv, adjacent wherever the locator puts their unit, as one [qkv_tp, C] matrix.
-  const auto qkv = [&](const std::string& h) {
-    if (local.holds(h + "attn.qkv.weight")) return linear(h + "attn.qkv");
-    const StoredTensor q = tensor(h + "attn.q.weight"), kv = tensor(h + "attn.kv.weight");
-    const StoredTensor joined = q.window(0, q.size() + kv.size());
-    if (joined.window(q.size(), kv.size()).f32.data() != kv.f32.data() ||
-        joined.window(q.size(), kv.size()).f16.data() != kv.f16.data())
-      throw std::logic_error(h + "attn.q.weight and attn.kv.weight are not adjacent");
-    return LinearParams{joined, {}};
-  };
   StageTensors t;
   if (local.holds("wte")) t.wte = tensor("wte");
   t.wpe = tensor("wpe");
   for (int l = layout.first_layer; l < layout.last_layer; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    t.blocks.push_back({norm(h + "ln_1"),
-                        qkv(h),
-                        linear(h + "attn.proj"),
-                        norm(h + "ln_2"),
-                        linear(h + "mlp.fc"),
-                        linear(h + "mlp.proj"),
-                        {tensor(h + "moe.router.weight"), tensor(h + "moe.experts.fc.weight"),
-                         tensor(h + "moe.experts.proj.weight"), tensor(h + "moe.shared.fc.weight"),
-                         tensor(h + "moe.shared.proj.weight")}});
+    const auto weight = [&](BlockPart part) { return tensor(block_param(l, part)); };
+    const auto linear = [&](BlockPart part) {
+      return LinearParams{weight(part), tensor(block_param(l, part, "bias"))};
+    };
+    const auto block_norm = [&](BlockPart part) {
+      return NormParams{weight(part), tensor(block_param(l, part, "bias"))};
+    };
+    // Llama's q and kv, adjacent wherever the locator puts their unit, as one [qkv_tp, C] matrix.
+    const auto qkv = [&] {
+      if (local.holds(block_param(l, BlockPart::kQkv))) return linear(BlockPart::kQkv);
+      const StoredTensor q = weight(BlockPart::kQ), kv = weight(BlockPart::kKv);
+      const StoredTensor joined = q.window(0, q.size() + kv.size());
+      if (joined.window(q.size(), kv.size()).f32.data() != kv.f32.data() ||
+          joined.window(q.size(), kv.size()).f16.data() != kv.f16.data())
+        throw std::logic_error(block_param(l, BlockPart::kQ) + " and " +
+                               block_param(l, BlockPart::kKv) + " are not adjacent");
+      return LinearParams{joined, {}};
+    };
+    t.blocks.push_back({block_norm(BlockPart::kLn1),
+                        qkv(),
+                        linear(BlockPart::kAttnProj),
+                        block_norm(BlockPart::kLn2),
+                        linear(BlockPart::kFc),
+                        linear(BlockPart::kProj),
+                        {weight(BlockPart::kRouter), weight(BlockPart::kExpertsFc),
+                         weight(BlockPart::kExpertsProj), weight(BlockPart::kSharedFc),
+                         weight(BlockPart::kSharedProj)}});
   }
   if (layout.has_head) {
     t.lnf = norm("ln_f");
