@@ -129,7 +129,7 @@ for paper in "${selected[@]}"; do
         : >"$tmp/$row.out"
       fi
       # A model `plan` counts but lays out no layout for (Mixture of Experts) has no detail.
-      if ((detail)) && ! grep -q '^no layout planned' "$tmp/$row.out"; then
+      if ((detail)) && ! grep -q '^no layout searched' "$tmp/$row.out"; then
         detail_of "$paper" "$row" "$(plan_of "$row")" ||
           echo "reproduce: $paper $row: no layout, CONFIG_MEMORY or time-model line to detail" >&2
       fi

@@ -25,6 +25,7 @@
 #include "io/config.hpp"
 #include "io/hf_models.hpp"
 #include "io/prepare.hpp"
+#include "plan/expert_plan.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/planner.hpp"
 #include "plan/roofline.hpp"
@@ -649,10 +650,40 @@ struct PlanCommand {
         trident::name_of(m.moe.router));
     std::printf("model FLOPs per token (training, active experts only): %.4g at seq %d\n",
                 trident::flops_per_token(m, c.train.seq_len), c.train.seq_len);
+    print_expert_options(c);
     std::printf(
-        "no layout planned: the planner's memory and time models do not cover "
-        "Mixture-of-Experts layers yet (a run's own memory is predicted exactly at start-up)\n");
+        "no layout searched: the planner's time model does not cover Mixture-of-Experts layers "
+        "yet\n");
     return true;
+  }
+  // The config's own layout at every expert-parallel size it allows: the busiest rank's memory
+  // (the stages' buffer plans, as `train` predicts them) and the all-to-all volume of a step.
+  static void print_expert_options(trident::Config c) {
+    if (c.parallel.dp == 0) c.parallel.dp = 1;
+    try {
+      c = trident::resolve(c, c.parallel.dp * c.parallel.tp * c.parallel.pp);
+    } catch (const trident::InputError& e) {  // the counts stand; the layout does not
+      std::printf("the config's layout is not one a run can have: %s\n", e.what());
+      return;
+    }
+    const trident::MemoryQuery q = trident::memory_query(c);
+    std::printf(
+        "the config's layout (dp=%d tp=%d pp=%d, micro-batch %d x %d tokens) at each "
+        "expert-parallel size (memory: the buffer plans, exact; all-to-all: routing spread "
+        "evenly):\n",
+        q.dp, q.tp, q.pp, q.micro_batch, q.seq_len);
+    std::printf("  %-6s %-22s %14s %14s %22s\n", "ep", "busiest rank", "memory MiB", "model states",
+                "all-to-all MiB/step");
+    for (const trident::ExpertOption& o : trident::expert_options(q)) {
+      const trident::GridCoord& r = o.busiest.rank;
+      std::printf("  %-6s %-22s %14.2f %14.2f %22.3f\n",
+                  (std::to_string(o.ep) + (o.ep == c.parallel.ep ? " *" : "")).c_str(),
+                  fmt::format("dp={} tp={} pp={}", r[trident::Axis::dp], r[trident::Axis::tp],
+                              r[trident::Axis::pp])
+                      .c_str(),
+                  o.busiest.prediction.total() / 1048576.0,
+                  o.busiest.prediction.model_states() / 1048576.0, o.exchanged_bytes / 1048576.0);
+    }
   }
   // The preset's figures, except where the command line gave its own.
   void apply_device(int rank) {

@@ -1,6 +1,9 @@
 // The memory model: the ZeRO paper's Figure 1, and how trident's prediction scales with layout.
 #include <gtest/gtest.h>
 
+#include <vector>
+
+#include "plan/expert_plan.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/planner.hpp"
 
@@ -150,4 +153,31 @@ TEST(MemoryModel, LayerActivationsDifferFromThePaperOnlyByDropoutAndStatistics) 
   // Without sequence parallelism the LayerNorm and residual rows stay whole on every tp rank.
   four.sequence_parallel = false;
   EXPECT_GT(layer_activation_bytes(four, false) * 4, layer_activation_bytes(one, false));
+}
+
+TEST(ExpertPlan, EachEpDividingExpertsAndRanksWithItsBusiestRankAndTraffic) {
+  MemoryQuery q;
+  q.model.family = ModelFamily::kLlama;
+  q.model.n_layer = 4, q.model.n_embd = 32, q.model.n_head = 4, q.model.n_kv_head = 2;
+  q.model.ffn_hidden = 88, q.model.vocab_size = 256, q.model.block_size = 32;
+  q.model.moe.n_experts = 8, q.model.moe.top_k = 2, q.model.moe.expert_ffn_hidden = 24;
+  q.model.moe.moe_layer_every = 2;
+  q.dp = 4, q.pp = 2, q.micro_batch = 2, q.seq_len = 16, q.micro_batches = 2;
+  const std::vector<ExpertOption> options = expert_options(q);
+  ASSERT_EQ(options.size(), 3u);  // ep 1, 2, 4 divide both 8 experts and dp x tp = 4
+  double previous = 1e300;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const ExpertOption& o = options[i];
+    EXPECT_EQ(o.ep, 1 << i);
+    MemoryQuery with = q;
+    with.ep = o.ep;
+    EXPECT_EQ(o.busiest.prediction.total(), predict_busiest_rank(with).prediction.total());
+    EXPECT_LT(o.busiest.prediction.model_states(), previous) << "fewer experts per rank";
+    previous = o.busiest.prediction.model_states();
+    // One MoE layer per pipeline rank, two micro-batches, 32 tokens x top-2 rows of 32 fp32s,
+    // four passes, (ep - 1) / ep of them to other ranks.
+    EXPECT_DOUBLE_EQ(o.exchanged_bytes, 4.0 * 2 * 32 * 2 * (o.ep - 1.0) / o.ep * 32 * 4);
+  }
+  q.model.moe = {};
+  EXPECT_TRUE(expert_options(q).empty());
 }
