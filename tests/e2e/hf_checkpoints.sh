@@ -28,18 +28,11 @@ echo "round trips: fp32 and bf16 ($shards shards) byte for byte"
 # the 16-token window, against float64 numpy reading the safetensors directly.
 $files make "$work/wide" --scale 10 --prefix transformer. || fail "writing the wide model"
 "$trident" ckpt import --hf "$work/wide" --out "$work/wide.h5" >/dev/null || fail "importing"
-want=$($files greedy "$work/wide" "And God said" 40) || fail "the reference"
-got=$("$trident" generate --ckpt "$work/wide.h5" --prompt "And God said" --tokens 40 --top-k 1 \
-  2>/dev/null | head -c 52 | tail -c 40 | od -An -tx1 | tr -d ' \n')
-[ "$got" = "$want" ] || fail "greedy tokens differ: trident $got, reference $want"
-echo "greedy decoding equals the float64 reference: $got"
+greedy_matches "$files" "$work/wide" "$work/wide.h5" "And God said" 40
+echo "greedy decoding equals the float64 reference: $greedy_tokens"
 # And its next-token logits on the prompt, within 1e-5 of the largest.
-$files logits "$work/wide" "And God said" >"$work/wide_ref.txt" || fail "the reference logits"
-"$trident" generate --ckpt "$work/wide.h5" --prompt "And God said" --print-logits \
-  2>/dev/null >"$work/wide_trident.txt" || fail "trident's logits"
-error=$(relative_error "$work/wide_trident.txt" "$work/wide_ref.txt" 1e-5) ||
-  fail "logits differ: $error"
-echo "logits on the prompt: max |trident - reference| / max |reference| = $error"
+logits_match "$files" "$work/wide" "$work/wide.h5" "And God said" wide_logits
+echo "logits on the prompt: max |trident - reference| / max |reference| = $logits_error"
 
 # The import trains on any layout: serial and dp1 x tp2 x pp2 from it give the same losses.
 model=(--set model.n_layer=2 --set model.n_embd=32 --set model.n_head=4 --set model.vocab_size=256

@@ -1,4 +1,4 @@
-# Sourced first by hf_checkpoints.sh, hf_llama.sh and hf_mixtral.sh: arguments, a work folder, fail, quiet, logits error, re-export, hostile imports.
+# Sourced first by hf_checkpoints.sh, hf_llama.sh and hf_mixtral.sh: arguments, a work folder, fail, quiet, logits error, greedy and re-export checks, hostile imports.
 # usage: source hf_common.sh TRIDENT_EXE SOURCE_DIR WORK_DIR
 # Sets trident, src, work and check (check_run.py); empties WORK_DIR and runs in SOURCE_DIR.
 set -uo pipefail
@@ -20,10 +20,22 @@ print(f"{e:.3g}")
 sys.exit(int(len(sys.argv) > 3 and e > float(sys.argv[3])))' "$@"
 }
 
+# greedy_matches MODEL DIR CKPT PROMPT N: `generate --top-k 1` from CKPT appends to PROMPT the N
+# bytes MODEL's float64 reference (hf_files.py or hf_llama.py greedy) appends reading DIR; sets
+# greedy_tokens to them as hex.
+greedy_matches() {
+  local model=$1 dir=$2 ckpt=$3 prompt=$4 n=$5 want
+  want=$($model greedy "$dir" "$prompt" "$n") || fail "the reference"
+  greedy_tokens=$("$trident" generate --ckpt "$ckpt" --prompt "$prompt" --tokens "$n" --top-k 1 \
+    2>/dev/null | head -c $((${#prompt} + n)) | tail -c "$n" | od -An -tx1 | tr -d ' \n')
+  [ "$greedy_tokens" = "$want" ] ||
+    fail "greedy tokens differ: trident $greedy_tokens, reference $want"
+}
+
 # reexport CKPT NAME MODEL PROMPT: a trained checkpoint exported to $work/NAME_hf, re-imported and
 # exported again must give the same files byte for byte (MODEL compare: hf_llama.py or
-# hf_files.py); sets reexport_error to the relative error of trident's logits after PROMPT from
-# CKPT against MODEL's float64 reference reading the export.
+# hf_files.py), and trident's logits after PROMPT from CKPT must match MODEL's float64 reference
+# reading the export (logits_match); sets reexport_error to their relative error.
 reexport() {
   local ckpt=$1 name=$2 model=$3 prompt=$4
   "$trident" ckpt export "$ckpt" --hf "$work/${name}_hf" >/dev/null || fail "exporting $name"
@@ -33,11 +45,20 @@ reexport() {
     fail "exporting the re-import of $name"
   $model compare "$work/${name}_hf" "$work/${name}_hf_again" >/dev/null ||
     fail "the re-import of the $name export exports differently"
+  logits_match "$model" "$work/${name}_hf" "$ckpt" "$prompt" "$name"
+  reexport_error=$logits_error
+}
+
+# logits_match MODEL DIR CKPT PROMPT NAME: trident's next-token logits after PROMPT from CKPT
+# within 1e-5 (relative to the largest) of MODEL's float64 reference (`logits`) reading DIR; sets
+# logits_error (files $work/NAME.trident and $work/NAME.ref).
+logits_match() {
+  local model=$1 dir=$2 ckpt=$3 prompt=$4 name=$5
   "$trident" generate --ckpt "$ckpt" --prompt "$prompt" --print-logits \
-    >"$work/$name.trident" 2>/dev/null || fail "trident generate on the $name checkpoint"
-  $model logits "$work/${name}_hf" "$prompt" >"$work/$name.ref" || fail "the reference ($name)"
-  reexport_error=$(relative_error "$work/$name.trident" "$work/$name.ref") ||
-    fail "reading the logits ($name)"
+    >"$work/$name.trident" 2>/dev/null || fail "trident generate --print-logits ($name)"
+  $model logits "$dir" "$prompt" >"$work/$name.ref" || fail "the reference logits ($name)"
+  logits_error=$(relative_error "$work/$name.trident" "$work/$name.ref" 1e-5) ||
+    fail "logits differ from the reference by ${logits_error:-?} (relative, $name)"
 }
 
 # hostile_refused CASES DIR MIN: each "<case>\t<text>" line of CASES names a directory DIR/<case>

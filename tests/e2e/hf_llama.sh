@@ -7,10 +7,6 @@
 # shellcheck source=tests/e2e/hf_common.sh
 source "$(dirname "$0")/hf_common.sh" "$@"
 llama="/usr/bin/python3 $src/tests/e2e/hf_llama.py"
-# within ERROR LIMIT: ERROR (as relative_error printed it) is at most LIMIT.
-within() {
-  /usr/bin/python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= float(sys.argv[2]))' "$1" "$2"
-}
 
 # Round trips: fp32 untied in one file; bf16 with each layer's rotary_emb.inv_freq in 3 shards,
 # exported as bf16 in 2+; a tied model (no lm_head.weight in the files, none written back).
@@ -45,19 +41,12 @@ $llama make "$work/wide" --scale 10 --seed 6 || fail "writing the wide model"
 n=0
 for prompt in "In the beginning God created the heaven and the earth." "And God said"; do
   n=$((n + 1))
-  "$trident" generate --ckpt "$work/wide.h5" --prompt "$prompt" --print-logits \
-    >"$work/logits$n.trident" 2>/dev/null || fail "trident generate --print-logits"
-  $llama logits "$work/wide" "$prompt" >"$work/logits$n.ref" || fail "the reference logits"
-  err=$(relative_error "$work/logits$n.trident" "$work/logits$n.ref") || fail "reading the logits"
-  echo "logits of '$prompt': max|trident - reference| / max|reference| = $err"
-  within "$err" 1e-5 || fail "logits differ from the reference by $err (relative)"
+  logits_match "$llama" "$work/wide" "$work/wide.h5" "$prompt" "logits$n"
+  echo "logits of '$prompt': max|trident - reference| / max|reference| = $logits_error"
 done
 prompt="And God said"
-want=$($llama greedy "$work/wide" "$prompt" 40) || fail "the reference"
-got=$("$trident" generate --ckpt "$work/wide.h5" --prompt "$prompt" --tokens 40 --top-k 1 \
-  2>/dev/null | head -c $((${#prompt} + 40)) | tail -c 40 | od -An -tx1 | tr -d ' \n')
-[ "$got" = "$want" ] || fail "greedy tokens differ: trident $got, reference $want"
-echo "greedy decoding equals the float64 reference: $got"
+greedy_matches "$llama" "$work/wide" "$work/wide.h5" "$prompt" 40
+echo "greedy decoding equals the float64 reference: $greedy_tokens"
 
 # The import trains on any layout: serial, tp 4 (more ranks than the 2 key/value heads, which
 # are replicated) and dp1 x tp2 x pp2 from it give the same losses.
@@ -86,8 +75,6 @@ echo "the import trains alike serially, on tp 4 and on tp 2 x pp 2"
 # computes what trident computes (the tp 4 one too: its replicated key/value heads gathered).
 for layout in serial tp4; do
   reexport "$work/$layout/llama-tiny/checkpoints/step_000004.h5" "$layout" "$llama" "$prompt"
-  within "$reexport_error" 1e-5 ||
-    fail "the $layout-trained export computes otherwise: $reexport_error (relative)"
 done
 echo "trained checkpoints (serial, tp 4) export, re-import and compute what trident computes"
 
