@@ -13,7 +13,6 @@ empty val_loss where not evaluated) into --out, and prints the Markdown table.
 Every step counts (no warm-up is left out). Failed, partial or unreadable runs are left out with
 a warning (--strict: an error).
 """
-import argparse
 import os
 import sys
 
@@ -87,13 +86,9 @@ def plot(runs, names, out_dir):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    tr.add_common_args(ap, paths_help="run directories, sweep directories or timings.h5 files",
-                       warmup=False, metavar="RUN_OR_SWEEP")
-    args = ap.parse_args()
-    runs = tr.load_runs(args.paths, strict=args.strict, warmup=None,
-                        allow_mixed_provenance=args.allow_mixed_provenance)
+    args, runs = tr.every_step_runs(
+        __doc__, paths_help="run directories, sweep directories or timings.h5 files",
+        metavar="RUN_OR_SWEEP")
     names = labels(runs)
     df = table(runs, names)
     out = tr.output_dir(args.out, runs)

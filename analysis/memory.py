@@ -24,7 +24,6 @@ Markdown.
 Every step counts here (memory peaks are not timed, so --warmup does not apply). Failed, partial
 or unreadable runs are left out with a warning (--strict: an error).
 """
-import argparse
 import sys
 
 import trident_runs as tr
@@ -149,12 +148,7 @@ def plot(df, cats, loaded, out_dir):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    tr.add_common_args(ap, warmup=False)
-    args = ap.parse_args()
-    runs = tr.load_runs(args.paths, strict=args.strict, warmup=None,
-                        allow_mixed_provenance=args.allow_mixed_provenance)
+    args, runs = tr.every_step_runs(__doc__)
     df, wide, cats = tables(runs)
     out = tr.output_dir(args.out, runs)
     text = tr.write_table(df, out, "memory", md_df=wide)

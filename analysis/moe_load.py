@@ -11,7 +11,6 @@ moe_load.csv and moe_load.md (per run and layer: experts, steps, the last step's
 max/mean, the mean imbalance, the mean dropped share, the last aux loss) and moe_load_slots.csv
 (run, step, layer, expert, slots, share) into --out, and prints the Markdown table.
 """
-import argparse
 import os
 import sys
 
@@ -109,13 +108,10 @@ def plot(runs, out_dir):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    tr.add_common_args(ap, paths_help="run directories, sweep directories or timings.h5 files",
-                       warmup=False, metavar="RUN_OR_SWEEP")
-    args = ap.parse_args()
-    runs = moe_runs(tr.load_runs(args.paths, strict=args.strict, warmup=None,
-                                 allow_mixed_provenance=args.allow_mixed_provenance))
+    args, runs = tr.every_step_runs(
+        __doc__, paths_help="run directories, sweep directories or timings.h5 files",
+        metavar="RUN_OR_SWEEP")
+    runs = moe_runs(runs)
     out = tr.output_dir(args.out, runs)
     long_table(runs).to_csv(os.path.join(out, "moe_load_slots.csv"), index=False)
     df = summary(runs)

@@ -138,6 +138,19 @@ def add_common_args(parser, paths_help="sweep directories, run directories or ti
                              "error")
 
 
+def every_step_runs(doc, paths_help="sweep directories, run directories or timings.h5 files",
+                    metavar="PATH"):
+    """(args, runs) of a script that reads every step (no --warmup): its command line parsed with
+    add_common_args and the runs loaded as load_runs does."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap, paths_help=paths_help, warmup=False, metavar=metavar)
+    args = ap.parse_args()
+    return args, load_runs(args.paths, strict=args.strict, warmup=None,
+                           allow_mixed_provenance=args.allow_mixed_provenance)
+
+
 class Run:
     """One run: its directory, sweep, status, run.json, resolved config and timings arrays."""
 
