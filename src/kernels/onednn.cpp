@@ -93,7 +93,8 @@ std::unique_ptr<Matmul> make_matmul(const ShapeKey& key) {
   return mm;
 }
 
-// fp16 where oneDNN has no fp16 matmul: both operands widened into fp32 copies kept per shape.
+// 16-bit formats oneDNN has no matmul for here: both operands widened into fp32 copies kept per
+// shape.
 struct Widened {
   std::vector<float> a, b, c;
 };
@@ -101,23 +102,28 @@ struct Widened {
 void widen(const uint16_t* src, std::vector<float>& dst, Precision format) {
   float* out = dst.data();
   Kokkos::parallel_for(
-      "trident::widen_fp16",
+      "trident::widen_half",
       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, static_cast<int64_t>(dst.size())),
       [=](int64_t i) { out[i] = from_half(src[i], format); });
   Kokkos::DefaultHostExecutionSpace().fence();
 }
 
-bool fp16_matmul_available() {
-  static const bool available = [] {
+// Whether oneDNN makes matmuls on `format` operands here, with fp32 and with 16-bit results
+// (bias and residual epilogue included): 2.6 has no fp16 matmul on CPUs without AVX512-FP16,
+// and no bf16 one without AVX-512 (an AVX2-only CPU).
+bool half_matmul_available(Precision format) {
+  const auto probe = [](Precision f) {
     try {
-      make_matmul({'N', 'N', 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, Precision::kFp16, Precision::kFp16,
-                   true, false});
+      make_matmul(
+          {'N', 'N', 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, f, Precision::kFp32, false, false});
+      make_matmul({'N', 'N', 16, 16, 16, 16, 16, 16, 1.0f, 0.0f, f, f, true, true});
       return true;
     } catch (const dnnl::error&) {
       return false;
     }
-  }();
-  return available;
+  };
+  static const bool fp16 = probe(Precision::kFp16), bf16 = probe(Precision::kBf16);
+  return format == Precision::kFp16 ? fp16 : format == Precision::kBf16 ? bf16 : true;
 }
 
 // The matmul for `key` (made on first use), run on A, B, C, the bias and the residual.
@@ -179,7 +185,7 @@ void run_row_chunks(const ShapeKey& key, const void* A, const void* B, void* C, 
   }
 }
 
-// fp16 without oneDNN's fp16 matmul: A and B widened into fp32 copies kept per shape, and
+// A 16-bit format without oneDNN's matmul: A and B widened into fp32 copies kept per shape, and
 // C (fp32, ldc) = alpha op(A) op(B) + beta C by CBLAS.
 void widened_gemm(const ShapeKey& key, const void* A, const void* B, float beta, float* C, int ldc,
                   Widened& w) {
@@ -201,9 +207,9 @@ void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const vo
           const void* B, int ldb, float beta, float* C, int ldc, Precision format) {
   const ShapeKey key{trans_a, trans_b,          m,     n,    k, lda, ldb, ldc, alpha, beta,
                      format,  Precision::kFp32, false, false};
-  if (format == Precision::kFp16 && !fp16_matmul_available()) {
-    static std::map<ShapeKey, Widened> widened;
-    widened_gemm(key, A, B, beta, C, ldc, widened[key]);
+  if (widened(format)) {
+    static std::map<ShapeKey, Widened> copies;
+    widened_gemm(key, A, B, beta, C, ldc, copies[key]);
     return;
   }
   run_row_chunks(key, A, B, C, nullptr, nullptr);
@@ -226,9 +232,9 @@ void gemm_to_half(char trans_a, char trans_b, int m, int n, int k, float alpha, 
                      format,
                      bias != nullptr,
                      residual != nullptr};
-  if (format == Precision::kFp16 && !fp16_matmul_available()) {
-    static std::map<ShapeKey, Widened> widened;
-    Widened& w = widened[key];
+  if (widened(format)) {
+    static std::map<ShapeKey, Widened> copies;
+    Widened& w = copies[key];
     w.c.resize(static_cast<size_t>(m) * n);
     // The fp32 product, then + bias + beta C + residual, rounded once.
     widened_gemm(key, A, B, 0.0f, w.c.data(), n, w);
@@ -278,27 +284,28 @@ bool native_bf16() {
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
-bool fp16_widened() {
-  return !fp16_matmul_available();
+bool widened(Precision format) {
+  return format != Precision::kFp32 && !half_matmul_available(format);
 }
 
 std::string describe(Precision format) {
   const dnnl_version_t* v = dnnl_version();
   const std::string library = "oneDNN " + std::to_string(v->major) + "." +
                               std::to_string(v->minor) + "." + std::to_string(v->patch);
-  if (format == Precision::kFp16 && fp16_widened())
-    return library + " has no fp16 matmul on this CPU: fp16 operands widened to fp32, CBLAS sgemm";
+  if (widened(format))
+    return library + " has no " + name_of(format) + " matmul on this CPU (" + cpu_isa() +
+           "): " + name_of(format) + " operands widened to fp32, CBLAS sgemm";
   return library + " matmul, " + name_of(format) + " x " + name_of(format) + " -> fp32 sums, on " +
          cpu_isa();
 }
 
 std::string slower_than_fp32(Precision format) {
+  if (widened(format))
+    return std::string(name_of(format)) + " GEMMs widen their operands to fp32 on this CPU: a " +
+           name_of(format) + " run is slower than fp32 here";
   if (format == Precision::kBf16 && !native_bf16())
     return "this CPU has neither AVX512-BF16 nor AMX (oneDNN runs " + cpu_isa() +
            "): bf16 matmuls are emulated and a bf16 run is slower than fp32 here";
-  if (format == Precision::kFp16 && fp16_widened())
-    return "fp16 GEMMs widen their operands to fp32 on this CPU: an fp16 run is slower than fp32 "
-           "here";
   return "";
 }
 

@@ -14,7 +14,8 @@ namespace trident::kernels::onednn {
 // values, or bf16 / fp16 bit patterns), op = transpose when trans_* is 'T', and leading dimensions
 // as BLAS takes them. 16-bit products are exact in fp32 and summed in fp32. The primitive for a
 // shape is made on its first call (with its scratchpad) and reused: later calls allocate nothing.
-// fp16 where oneDNN has no fp16 matmul (fp16_widened()) is widened to fp32 and multiplied by CBLAS.
+// A 16-bit format oneDNN has no matmul for here (widened()) is widened to fp32 and multiplied by
+// CBLAS.
 void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A, int lda,
           const void* B, int ldb, float beta, float* C, int ldc, Precision format);
 
@@ -22,8 +23,8 @@ void gemm(char trans_a, char trans_b, int m, int n, int k, float alpha, const vo
 // null; only with beta 0) added to every row and `residual` (null, or [m, n] in `format` with
 // C's leading dimension) added element by element: the fp32 sum alpha op(A) op(B) + bias +
 // beta C + residual is rounded once into C. oneDNN adds the bias and the residual in the matmul's
-// epilogue (a binary post-op); where fp16 is widened, the fp32 product goes through a buffer kept
-// per shape.
+// epilogue (a binary post-op); where the format is widened, the fp32 product goes through a
+// buffer kept per shape.
 void gemm_to_half(char trans_a, char trans_b, int m, int n, int k, float alpha, const void* A,
                   int lda, const void* B, int ldb, float beta, uint16_t* C, int ldc,
                   const uint16_t* bias, const uint16_t* residual, Precision format);
@@ -34,8 +35,9 @@ std::string cpu_isa();
 // Whether bf16 matmuls run on native bf16 instructions here (AVX512-BF16 or AMX); without them
 // oneDNN emulates bf16 and a bf16 GEMM is slower than an fp32 one.
 bool native_bf16();
-// Whether fp16 GEMMs widen their operands to fp32 here (no AVX512-FP16).
-bool fp16_widened();
+// Whether GEMMs on `format` widen their operands to fp32 here: oneDNN 2.6 has no fp16 matmul
+// without AVX512-FP16 and no bf16 one without AVX-512 (false for fp32).
+bool widened(Precision format);
 // What a run computing in `format` multiplies with on this CPU, for the start-up banner:
 // "oneDNN 2.6.3 matmul, bf16 x bf16 -> fp32 sums, on avx512_core_bf16".
 std::string describe(Precision format);

@@ -109,12 +109,12 @@ class StepPredictor {
   }
   void fill(double bytes) { kernel("Kokkos::ViewFill-1D", bytes); }
 
-  // A 16-bit GEMM through oneDNN on a CPU without fp16 matmuls: both operands widened first, and
-  // a 16-bit output rounded from a kept fp32 product.
+  // A 16-bit GEMM through oneDNN on a CPU without matmuls in the run's format: both operands
+  // widened first, and a 16-bit output rounded from a kept fp32 product.
   void widened(bool half_output) {
-    if (!(target_.fp16_widened && !gpu() && q_.precision == Precision::kFp16)) return;
-    kernel("trident::widen_fp16", 0, 0);
-    kernel("trident::widen_fp16", 0, 0);
+    if (!(target_.half_widened && !gpu() && q_.precision != Precision::kFp32)) return;
+    kernel("trident::widen_half", 0, 0);
+    kernel("trident::widen_half", 0, 0);
     if (half_output) kernel("trident::widened_gemm_epilogue", 0, 0);
   }
 

@@ -18,9 +18,10 @@ namespace trident {
 // build's (attention in one kernel, a launch per tensor in the optimizer).
 struct LaunchTarget {
   bool gpu = true;
-  // Host builds computing in fp16 on a CPU without fp16 matmuls widen both operands of every
-  // 16-bit GEMM to fp32 first (kernels::onednn::fp16_widened()): two more kernels a call.
-  bool fp16_widened = false;
+  // Host builds computing in a 16-bit format oneDNN has no matmul for on this CPU widen both
+  // operands of every 16-bit GEMM to fp32 first (kernels::onednn::widened()): two more kernels a
+  // call.
+  bool half_widened = false;
   // GPU shape: 16-bit GEMMs add their bias and residual in cuBLASLt's epilogue (the default;
   // TRIDENT_CUBLASLT=0 fills the output with the bias first and adds the residual in a kernel).
   bool cublaslt_epilogues = true;

@@ -79,7 +79,7 @@ void StepProfiler::predict(const Config& config) {
   target.cublaslt_epilogues = kernels::cublaslt_epilogues();
   target.cudnn_attention = kernels::cudnn_attention_used();
 #else
-  target.fp16_widened = kernels::onednn::fp16_widened();
+  target.half_widened = kernels::onednn::widened(config.precision.compute);
 #endif
   StepLaunches launches;
   try {

@@ -59,12 +59,15 @@ TOL_ADAM_PARAM = 0.02  # [<= 5.0e-4 / <= 4.0e-4]
 # float32), so they agree to a few bf16 roundings, not to float32's. Their distances to the fp64
 # truth on the same parameters are printed beside them. For scale: a missing 1/sqrt(HS) or a
 # dropped bias moves the loss by far more than TOL_BF16_LOSS.
-# Measured (OpenBLAS, Kokkos OpenMP): loss 1.4e-4 apart, gradients at most 2.7e-2 apart; each is
-# 1.7e-2 from the fp64 truth at worst. And trident's worst gradient may be at most
-# BF16_TRUTH_RATIO times as far from the truth as autocast's: rounding more than a bf16 run
-# should (fp16's range, a gradient rounded twice) shows there first.
+# Measured (OpenBLAS, Kokkos OpenMP): on an AVX-512 CPU loss 1.4e-4 apart, gradients at most
+# 2.7e-2 apart, each 1.7e-2 from the fp64 truth at worst; on an AVX2-only CPU (no oneDNN bf16
+# matmul: trident widens to fp32; torch's autocast rounds more) gradients 6.3e-2 apart, trident
+# 2.5e-2 and autocast 4.9e-2 from the truth. Two bf16 runs differ by up to the sum of their
+# errors, so the bound is the Llama test's. The sharper check is the truth ratio: trident's worst
+# gradient may be at most BF16_TRUTH_RATIO times as far from the truth as autocast's: rounding
+# more than a bf16 run should (fp16's range, a gradient rounded twice) shows there first.
 TOL_BF16_LOSS = 2e-3
-TOL_BF16_GRAD = 6e-2
+TOL_BF16_GRAD = 1e-1
 BF16_TRUTH_RATIO = 2.0
 
 TOLERANCES = Tolerances(loss=TOL_LOSS, logits=TOL_LOGITS, grad=TOL_GRAD, adam_loss=TOL_ADAM_LOSS,
