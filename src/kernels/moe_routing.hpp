@@ -150,6 +150,39 @@ inline void router_dispatch_plan(const Exec& exec, const IntMat& row, const IntV
       });
 }
 
+// A rank's share of a group's dispatch plan when ranks split the group's tokens (tensor-parallel
+// ranks under sequence parallelism, this one routing tokens [first, first + n)): local_row[n, k]
+// each of its slots' row in its own expert-ordered buffer (-1: dropped) and local_offsets[E + 1].
+// Both plans list an expert's rows in token order, so a rank's rows of expert e are the group's
+// rows of e that its tokens hold, renumbered from local_offsets[e]; the drops are the group's.
+inline void router_local_plan(const Exec& exec, const IntMat& local_row,
+                              const IntVec& local_offsets, const ConstIntMat& row,
+                              const ConstIntMat& choice, int first) {
+  Region region("trident::router_local_plan");
+  const int n = static_cast<int>(local_row.extent(0)), k = static_cast<int>(local_row.extent(1));
+  const int E = static_cast<int>(local_offsets.extent(0)) - 1;
+  Kokkos::parallel_scan(
+      "moe_local_offsets", Kokkos::RangePolicy<Exec>(exec, 0, E),
+      KOKKOS_LAMBDA(int e, int& before, bool last) {
+        int kept = 0;
+        for (int i = 0; i < n * k; ++i) {
+          const int t = first + i / k, s = i % k;
+          kept += choice(t, s) == e && row(t, s) >= 0 ? 1 : 0;
+        }
+        if (last) local_offsets(e) = before;
+        before += kept;
+        if (last && e == E - 1) local_offsets(E) = before;
+      });
+  Kokkos::parallel_for(
+      "moe_local_rows", Kokkos::RangePolicy<Exec>(exec, 0, E), KOKKOS_LAMBDA(int e) {
+        int at = local_offsets(e);
+        for (int i = 0; i < n * k; ++i) {
+          const int t = first + i / k, s = i % k;
+          if (choice(t, s) == e) local_row(i / k, s) = row(t, s) >= 0 ? at++ : -1;
+        }
+      });
+}
+
 // The balancing terms' coefficients for one group, already divided as the loss is.
 struct RouterLossScales {
   float aux = 0.0f;  // coeff_aux · (this group's share of the objective)
@@ -196,18 +229,21 @@ inline void router_losses(const Exec& exec, const Vec& out, const Vec& expert_ma
       });
 }
 
-// dlogits[T, E] (overwritten) from the gradient of the combine weights dweight[T, k] and the
+// dlogits[n, E] (overwritten) from the gradient of the combine weights dweight[n, k] and the
 // balancing losses' scales: back through the renormalisation over the k chosen scores, the
-// aux loss (f_i held constant, as counts are), the score function and the z-loss.
+// aux loss (f_i held constant, as counts are), the score function and the z-loss. The n tokens
+// are the group's T or a rank's share of them (the rows of scores, logits, choice and weight);
+// counts and T are the group's, which the losses normalise by.
 inline void router_backward(const Exec& exec, const Mat& dlogits, const ConstMat& dweight,
                             const ConstMat& scores, const ConstMat& logits,
                             const ConstIntMat& choice, const ConstMat& weight,
-                            const ConstIntVec& counts, RouterScore kind, RouterLossScales scales) {
+                            const ConstIntVec& counts, RouterScore kind, RouterLossScales scales,
+                            int T) {
   Region region("trident::router_backward");
-  const int T = static_cast<int>(scores.extent(0)), E = static_cast<int>(scores.extent(1));
+  const int n = static_cast<int>(scores.extent(0)), E = static_cast<int>(scores.extent(1));
   const int k = static_cast<int>(choice.extent(1));
   Kokkos::parallel_for(
-      "router_backward", Kokkos::RangePolicy<Exec>(exec, 0, T), KOKKOS_LAMBDA(int t) {
+      "router_backward", Kokkos::RangePolicy<Exec>(exec, 0, n), KOKKOS_LAMBDA(int t) {
         // dL/dscores into dlogits first. Renormalisation: w_s = p_cs / S with S = Σ_s p_cs.
         for (int e = 0; e < E; ++e) dlogits(t, e) = 0.0f;
         float chosen = 0.0f, weighted_dw = 0.0f;

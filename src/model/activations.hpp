@@ -16,20 +16,24 @@ namespace trident {
 // the expert-ordered buffers, so N k rows bound those of this rank's tokens; the rows that arrive
 // at this rank's experts (from every rank of its expert-parallel group) are bounded by
 // MoeShape::arrived_rows (model/moe_layer.hpp).
+// Under sequence parallelism the tp ranks split a group's tokens: routing runs over the group
+// (the [N, ...] tensors are the group's, the same on each rank), and each rank moves its own n
+// tokens' rows (n = N / tp; n = N with tp = 1).
 struct MoeActivations {
   View1 logits, scores;      // [N, E]
   View1 weight;              // [N, k] combine weights
-  IntView1 choice, row;      // [N, k] chosen experts, and each slot's row (-1: dropped)
-  IntView1 counts, offsets;  // [E] slots routed to each expert, [E + 1] its kept rows
-  StoredTensor dispatched;   // [N k, C] token rows in expert order
+  IntView1 choice, row;      // [N, k] chosen experts, and each slot's group row (-1: dropped)
+  IntView1 local_row;        // tp > 1: [n, k] this rank's slots' rows in its own buffers
+  IntView1 counts, offsets;  // [E] slots routed to each expert, [E + 1] this rank's kept rows
+  StoredTensor dispatched;   // [n k, C] token rows in expert order
   // Expert parallelism (ep > 1): the rows each rank of the group sent each of this rank's experts
   // [ep, E / ep], and the rows themselves [arrived, C], by sending rank then expert. With ep = 1
   // the arrived rows are `dispatched` and `arrivals` is empty.
   IntView1 arrivals;
   StoredTensor arrived;
   StoredTensor fc, act;     // [arrived, 2 Fe], [arrived, Fe]: the experts' hidden rows
-  StoredTensor expert_out;  // [N k, C] the experts' outputs, back in this rank's expert order
-  StoredTensor shared_fc, shared_act;  // [N, 2 Fs], [N, Fs]: the shared experts' (empty without)
+  StoredTensor expert_out;  // [n k, C] the experts' outputs, back in this rank's expert order
+  StoredTensor shared_fc, shared_act;  // [n, 2 Fs], [n, Fs]: the shared experts' (empty without)
 };
 // One block's tensors, in the storage format (the norm and softmax statistics in fp32): what
 // its ops write and its backward reads. A slot keeps them per block (ActivationSlot::blocks), and

@@ -29,8 +29,10 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
       context_{&shape_, &st_, &layer_context_, &hooks_, nullptr, {}},
       embedding_(&layer_context_, m.n_embd, layout.tp_rank * shape_.V_tp()),
       head_(&context_) {
-  if (shape_.any_moe_block() && layout.tp_size > 1)
-    throw InputError("Mixture-of-Experts layers run on one tensor-parallel rank for now (tp = 1)");
+  if (shape_.any_moe_block() && layout.tp_size > 1 && !shape_.sequence_parallel())
+    throw InputError(
+        "Mixture-of-Experts layers with tp > 1 need parallel.sequence_parallel = true: each "
+        "tensor-parallel rank routes its own rows (Megatron-Core's rule)");
   for (int i = 0; i < shape_.blocks(); ++i) {
     blocks_.emplace_back(&context_, i);
     const size_t E = static_cast<size_t>(m.moe.n_experts);

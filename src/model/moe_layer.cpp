@@ -9,13 +9,15 @@
 #include "kernels/cast.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/moe_permute.hpp"
+#include "kernels/residual.hpp"
 #include "kernels/swiglu.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace trident {
 
 using namespace kernels;
 
-MoeShape MoeShape::of(const ModelConfig& m, int ep, int ep_rank) {
+MoeShape MoeShape::of(const ModelConfig& m, int ep, int ep_rank, int tp, int tp_rank) {
   MoeShape s;
   s.C = m.n_embd;
   s.E = m.moe.n_experts;
@@ -27,6 +29,8 @@ MoeShape MoeShape::of(const ModelConfig& m, int ep, int ep_rank) {
   s.Fs = m.moe.n_shared_experts * s.Fe;
   s.ep = ep;
   s.ep_rank = ep_rank;
+  s.tp = tp;
+  s.tp_rank = tp_rank;
   return s;
 }
 
@@ -45,6 +49,22 @@ MoeLayer::MoeLayer(const LayerContext* ctx, const MoeShape& shape) : ctx_(ctx), 
   if (shape.ep < 1 || shape.E % shape.ep != 0 ||
       (shape.ep > 1 && (!ctx->ep || ctx->ep->size() != shape.ep)))
     throw std::logic_error("MoeLayer: ep must divide the experts, and ep > 1 needs its group");
+  // Ranks that split the tokens are the tensor-parallel ones under sequence parallelism. The
+  // shared experts' weights would need their gradients summed over tp too (not built).
+  if (shape.tp > 1 && (!ctx->tp || !ctx->tp->sequence_parallel() || ctx->tp->size() != shape.tp ||
+                       ctx->tp->rank() != shape.tp_rank || shape.Fs > 0))
+    throw std::logic_error("MoeLayer: tp > 1 needs sequence parallelism and no shared experts");
+}
+
+ConstIntMat MoeLayer::rows_here(const MoeActivations& a, int N) const {
+  const int n = shape_.local_tokens(N);
+  return ConstIntMat(shape_.tp > 1 ? a.local_row.data() : a.row.data(), n, shape_.k);
+}
+
+ConstMat MoeLayer::weights_here(const MoeActivations& a, int N) const {
+  const int n = shape_.local_tokens(N);
+  return ConstMat(a.weight.data() + static_cast<size_t>(shape_.tp_rank) * n * shape_.k, n,
+                  shape_.k);
 }
 
 ConstMat MoeLayer::input32(const StoredTensor& x, int N, const MoeScratch& s) const {
@@ -167,28 +187,42 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
                              const MoeScratch& s) const {
   const Exec& exec = ctx_->exec;
   const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
+  const int n = shape_.local_tokens(N), tp = shape_.tp;
   const Mat logits(a.logits.data(), N, E), scores(a.scores.data(), N, E);
   const IntMat choice(a.choice.data(), N, k), row(a.row.data(), N, k);
-  linear_forward<Fp32Elements>(exec, logits, input32(x, N, s), router32(s), ConstVec());
+  // The group's logits: this rank's tokens', and with tp > 1 every rank's gathered, so that
+  // routing, capacity and the balancing losses decide over the group whatever the split.
+  if (tp == 1) {
+    linear_forward<Fp32Elements>(exec, logits, input32(x, n, s), router32(s), ConstVec());
+  } else {
+    linear_forward<Fp32Elements>(exec, Mat(s.dlogits.data(), n, E), input32(x, n, s), router32(s),
+                                 ConstVec());
+    ctx_->tp->gather_f32(s.dlogits, a.logits, static_cast<size_t>(n) * E);
+  }
   router_scores(exec, scores, logits, shape_.router);
   router_top_k(exec, choice, Mat(a.weight.data(), N, k), scores, selection_bias);
   const RoutingShape routing{N, E, k, shape_.capacity(N)};
   const DispatchScratch plan{IntVec(s.listed.data(), N * k), IntVec(s.listed_offsets.data(), E + 1),
                              IntVec(s.kept.data(), N * k)};
-  router_dispatch_plan(exec, row, IntVec(a.counts.data(), E), IntVec(a.offsets.data(), E + 1), plan,
-                       choice, scores, routing, shape_.drop_policy);
+  router_dispatch_plan(exec, row, IntVec(a.counts.data(), E),
+                       IntVec((tp > 1 ? s.group_offsets : a.offsets).data(), E + 1), plan, choice,
+                       scores, routing, shape_.drop_policy);
+  if (tp > 1)
+    router_local_plan(exec, IntMat(a.local_row.data(), n, k), IntVec(a.offsets.data(), E + 1), row,
+                      choice, shape_.tp_rank * n);
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
-    moe_dispatch_rows<El>(exec, mat_of<El>(a.dispatched, N * k, C), mat_of<El>(x, N, C), row);
+    moe_dispatch_rows<El>(exec, mat_of<El>(a.dispatched, n * k, C), mat_of<El>(x, n, C),
+                          rows_here(a, N));
   });
   if (shape_.Fs > 0) {  // the shared experts' first projection, on every token
     const int Fs = shape_.Fs;
     ctx_->dispatch([&](auto el) {
       using El = decltype(el);
-      const auto fc = mat_of<El>(a.shared_fc, N, 2 * Fs);
-      linear_forward<El>(exec, fc, mat_of<El>(x, N, C), mat_of<El>(weights.shared_fc, 2 * Fs, C),
+      const auto fc = mat_of<El>(a.shared_fc, n, 2 * Fs);
+      linear_forward<El>(exec, fc, mat_of<El>(x, n, C), mat_of<El>(weights.shared_fc, 2 * Fs, C),
                          ConstVecOf<El>());
-      swiglu_forward<El>(exec, mat_of<El>(a.shared_act, N, Fs), fc);
+      swiglu_forward<El>(exec, mat_of<El>(a.shared_act, n, Fs), fc);
     });
   }
   const Routed r = routed(a, true);
@@ -209,16 +243,16 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
 void MoeLayer::forward_second(const StoredTensor& out, const StoredTensor& residual, int N,
                               const MoeActivations& a, const MoeScratch& s) const {
   expert_outputs(a, s);
-  const int C = shape_.C, k = shape_.k, Fs = shape_.Fs;
+  const int C = shape_.C, k = shape_.k, Fs = shape_.Fs, n = shape_.local_tokens(N);
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
     if (Fs > 0)
-      linear_forward<El>(ctx_->exec, mat_of<El>(s.shared_out, N, C),
-                         mat_of<El>(a.shared_act, N, Fs), mat_of<El>(weights.shared_proj, C, Fs),
+      linear_forward<El>(ctx_->exec, mat_of<El>(s.shared_out, n, C),
+                         mat_of<El>(a.shared_act, n, Fs), mat_of<El>(weights.shared_proj, C, Fs),
                          ConstVecOf<El>());
-    moe_combine<El>(ctx_->exec, mat_of<El>(out, N, C), mat_of<El>(a.expert_out, N * k, C),
-                    ConstIntMat(a.row.data(), N, k), ConstMat(a.weight.data(), N, k),
-                    mat_of<El>(residual, N, C), mat_of<El>(s.shared_out, N, C));
+    moe_combine<El>(ctx_->exec, mat_of<El>(out, n, C), mat_of<El>(a.expert_out, n * k, C),
+                    rows_here(a, N), weights_here(a, N), mat_of<El>(residual, n, C),
+                    mat_of<El>(s.shared_out, n, C));
   });
 }
 
@@ -242,21 +276,21 @@ void MoeLayer::expert_outputs(const MoeActivations& a, const MoeScratch& s) cons
 void MoeLayer::backward_second(const StoredTensor& dout, int N, const MoeActivations& a,
                                const MoeScratch& s, bool accumulate) const {
   const Exec& exec = ctx_->exec;
-  const int C = shape_.C, k = shape_.k, Fe = shape_.Fe;
+  const int C = shape_.C, k = shape_.k, Fe = shape_.Fe, n = shape_.local_tokens(N);
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
-    moe_combine_backward<El>(exec, mat_of<El>(s.dexpert_out, N * k, C), Mat(s.dweight.data(), N, k),
-                             mat_of<El>(dout, N, C), mat_of<El>(a.expert_out, N * k, C),
-                             ConstIntMat(a.row.data(), N, k), ConstMat(a.weight.data(), N, k));
+    moe_combine_backward<El>(exec, mat_of<El>(s.dexpert_out, n * k, C), Mat(s.dweight.data(), n, k),
+                             mat_of<El>(dout, n, C), mat_of<El>(a.expert_out, n * k, C),
+                             rows_here(a, N), weights_here(a, N));
   });
   if (shape_.Fs > 0) {  // the shared experts' second projection
     const int Fs = shape_.Fs;
     ctx_->dispatch([&](auto el) {
       using El = decltype(el);
-      linear_backward_input<El>(exec, mat_of<El>(s.dshared_act, N, Fs), mat_of<El>(dout, N, C),
+      linear_backward_input<El>(exec, mat_of<El>(s.dshared_act, n, Fs), mat_of<El>(dout, n, C),
                                 mat_of<El>(weights.shared_proj, C, Fs), false);
       linear_backward_weight<El>(exec, mat_of<Fp32Elements>(grads.shared_proj, C, Fs), Vec(),
-                                 mat_of<El>(dout, N, C), mat_of<El>(a.shared_act, N, Fs),
+                                 mat_of<El>(dout, n, C), mat_of<El>(a.shared_act, n, Fs),
                                  accumulate);
     });
   }
@@ -288,6 +322,7 @@ void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int
                               bool accumulate) const {
   const Exec& exec = ctx_->exec;
   const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
+  const int n = shape_.local_tokens(N), first = shape_.tp_rank * n;
   const Routed r = routed(a, false);
   const StoredTensor& arrived = shape_.ep > 1 ? a.arrived : a.dispatched;
   const StoredTensor& dinputs = shape_.ep > 1 ? s.exchanged : s.ddispatched;
@@ -313,31 +348,48 @@ void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int
         zero_stored(exec, dw, dw.size());
       });
   if (shape_.ep > 1) ctx_->ep->exchange_rows(dinputs, r.recv_rows, s.ddispatched, r.send_rows, C);
-  const Mat dlogits(s.dlogits.data(), N, E);
-  const ConstMat x32 = input32(x, N, s), w32 = router32(s);
-  router_backward(exec, dlogits, ConstMat(s.dweight.data(), N, k), ConstMat(a.scores.data(), N, E),
-                  ConstMat(a.logits.data(), N, E), ConstIntMat(a.choice.data(), N, k),
-                  ConstMat(a.weight.data(), N, k), ConstIntVec(a.counts.data(), E), shape_.router,
-                  scales);
-  const Mat dx_router(s.dx_router.data(), N, C);
+  // The router's backward over this rank's tokens (rows [first, first + n) of the group's).
+  const auto group_rows = [&](const View1& v, int width) {
+    return ConstMat(v.data() + static_cast<size_t>(first) * width, n, width);
+  };
+  const Mat dlogits(s.dlogits.data(), n, E);
+  const ConstMat x32 = input32(x, n, s), w32 = router32(s);
+  router_backward(exec, dlogits, ConstMat(s.dweight.data(), n, k), group_rows(a.scores, E),
+                  group_rows(a.logits, E),
+                  ConstIntMat(a.choice.data() + static_cast<size_t>(first) * k, n, k),
+                  weights_here(a, N), ConstIntVec(a.counts.data(), E), shape_.router, scales, N);
+  const Mat dx_router(s.dx_router.data(), n, C);
   linear_backward_input<Fp32Elements>(exec, dx_router, dlogits, w32, false);
   ctx_->dispatch([&](auto el) {
     using El = decltype(el);
-    moe_dispatch_rows_backward<El>(exec, mat_of<El>(dx, N, C), mat_of<El>(s.ddispatched, N * k, C),
-                                   ConstIntMat(a.row.data(), N, k), dx_router);
+    moe_dispatch_rows_backward<El>(exec, mat_of<El>(dx, n, C), mat_of<El>(s.ddispatched, n * k, C),
+                                   rows_here(a, N), dx_router);
     if (shape_.Fs > 0) {  // the shared experts' first projection adds its input gradient
       const int Fs = shape_.Fs;
-      const auto dfc = mat_of<El>(s.dshared_fc, N, 2 * Fs);
-      swiglu_backward<El>(exec, dfc, mat_of<El>(s.dshared_act, N, Fs),
-                          mat_of<El>(a.shared_fc, N, 2 * Fs));
-      linear_backward_input<El>(exec, mat_of<El>(dx, N, C), dfc,
+      const auto dfc = mat_of<El>(s.dshared_fc, n, 2 * Fs);
+      swiglu_backward<El>(exec, dfc, mat_of<El>(s.dshared_act, n, Fs),
+                          mat_of<El>(a.shared_fc, n, 2 * Fs));
+      linear_backward_input<El>(exec, mat_of<El>(dx, n, C), dfc,
                                 mat_of<El>(weights.shared_fc, 2 * Fs, C), true);
       linear_backward_weight<El>(exec, mat_of<Fp32Elements>(grads.shared_fc, 2 * Fs, C), Vec(), dfc,
-                                 mat_of<El>(x, N, C), accumulate);
+                                 mat_of<El>(x, n, C), accumulate);
     }
   });
-  linear_backward_weight<Fp32Elements>(exec, mat_of<Fp32Elements>(grads.router, E, C), Vec(),
-                                       dlogits, x32, accumulate);
+  const Mat router_grad = mat_of<Fp32Elements>(grads.router, E, C);
+  if (shape_.tp == 1) {
+    linear_backward_weight<Fp32Elements>(exec, router_grad, Vec(), dlogits, x32, accumulate);
+    return;
+  }
+  // Each tp rank's tokens give a share of the router's gradient: summed over tp, then added.
+  const size_t EC = static_cast<size_t>(E) * C;
+  const Mat share(s.router_grad.data(), E, C);
+  linear_backward_weight<Fp32Elements>(exec, share, Vec(), dlogits, x32, false);
+  ctx_->tp->allreduce_sum(s.router_grad, EC);
+  if (accumulate)
+    residual_forward(exec, Vec(router_grad.data(), EC), Vec(router_grad.data(), EC),
+                     window(s.router_grad, 0, EC));
+  else
+    Kokkos::deep_copy(exec, Vec(router_grad.data(), EC), window(s.router_grad, 0, EC));
 }
 
 void MoeLayer::losses(const Vec& out, int N, const MoeActivations& a, const MoeScratch& s) const {

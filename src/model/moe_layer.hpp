@@ -24,8 +24,13 @@ struct MoeShape {
   kernels::DropPolicy drop_policy = kernels::DropPolicy::kProbs;
   int Fs = 0;               // the shared experts' width (n_shared x Fe), 0 without them
   int ep = 1, ep_rank = 0;  // expert-parallel ranks; this one holds experts [ep_rank E_local, ...)
-  static MoeShape of(const ModelConfig& m, int ep = 1, int ep_rank = 0);
+  // Ranks that split a group's tokens (the tensor-parallel ranks under sequence parallelism); this
+  // one routes tokens [tp_rank N / tp, ...) of a group of N. Routing decides over the whole group.
+  int tp = 1, tp_rank = 0;
+  static MoeShape of(const ModelConfig& m, int ep = 1, int ep_rank = 0, int tp = 1,
+                     int tp_rank = 0);
   int E_local() const { return E / ep; }
+  int local_tokens(int N) const { return N / tp; }
   // Slots an expert keeps of a group of T tokens: 0 (dropless) or ceil(T k / E x factor).
   int capacity(int T) const;
   // The most rows that can arrive at one rank's experts when each rank of the group routes N
@@ -46,11 +51,17 @@ struct MoeParams {
 // Scratch every MoE layer reuses.
 struct MoeScratch {
   IntView1 listed, listed_offsets, kept;  // the dispatch plan's: [N k], [E + 1], [N k]
-  View1 x32, router32;                    // 16-bit storage: [N, C] the input, [E, C] the router
-  View1 dlogits, dweight, dx_router;      // [N, E], [N, k], [N, C]
-  StoredTensor dexpert_out, dact;         // [N k, C], [arrived, Fe]
-  StoredTensor dfc, ddispatched;          // [arrived, 2 Fe], [N k, C]
-  View1 expert_mass;                      // [E]
+  // tp > 1: the group plan's offsets [E + 1] (this rank's are the activations'), and the router's
+  // weight gradient from this rank's tokens [E, C], summed over tp; empty with tp = 1.
+  IntView1 group_offsets;
+  View1 router_grad;
+  View1 x32, router32;  // 16-bit storage: [N, C] the input, [E, C] the router
+  // [n, E], [n, k], [n, C] for this rank's n tokens (forward gathers the logits over tp from
+  // dlogits, free until backward).
+  View1 dlogits, dweight, dx_router;
+  StoredTensor dexpert_out, dact;  // [N k, C], [arrived, Fe]
+  StoredTensor dfc, ddispatched;   // [arrived, 2 Fe], [N k, C]
+  View1 expert_mass;               // [E]
   // Shared experts: their output [N, C] (forward), the gradients of their activation [N, Fs] and
   // of their first projection [N, 2 Fs] (backward); empty without.
   StoredTensor shared_out, dshared_act, dshared_fc;
@@ -68,10 +79,12 @@ class MoeLayer {
   // DeepSeek-V3); empty: none.
   ConstVec selection_bias;
 
-  // out [N, C] from x [N, C] (routing, experts, combine); a holds what backward reads.
+  // N is the group's tokens, of which this rank holds n = shape.local_tokens(N): x, out, dx and
+  // dout are [n, C].
+  // out [n, C] from x [n, C] (routing, experts, combine); a holds what backward reads.
   void forward(const StoredTensor& out, const StoredTensor& x, int N, const MoeActivations& a,
                const MoeScratch& s) const;
-  // dx [N, C] (overwritten) from dout [N, C], forward's x and a: through the experts, the
+  // dx [n, C] (overwritten) from dout [n, C], forward's x and a: through the experts, the
   // combine weights and the balancing losses (scales) to the router. Weight gradients += (=
   // without `accumulate`: the step's first write).
   void backward(const StoredTensor& dx, const StoredTensor& dout, const StoredTensor& x, int N,
@@ -102,6 +115,9 @@ class MoeLayer {
   // The rows of this forward's group at this rank's experts; `exchange` (forward_first) sends the
   // counts and the rows over the expert-parallel group, else the counts a.arrivals kept are read.
   Routed routed(const MoeActivations& a, bool exchange) const;
+  // This rank's slots' rows in its expert-ordered buffers [n, k], and their combine weights.
+  ConstIntMat rows_here(const MoeActivations& a, int N) const;
+  ConstMat weights_here(const MoeActivations& a, int N) const;
   // The router's input and weight in fp32 (windows onto x and the weight under fp32 storage).
   ConstMat input32(const StoredTensor& x, int N, const MoeScratch& s) const;
   ConstMat router32(const MoeScratch& s) const;

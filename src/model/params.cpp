@@ -217,7 +217,9 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
     LocalParam p;
     p.spec = &spec;
     p.shape = spec.shape;
-    p.tp_replicas = spec.tp_split_dim >= 0 ? 1 : layout.tp_size;
+    // Experts are not split over tp; which ranks hold the same ones is the expert fold's
+    // replica group (ShardOwner::expert_dp), not tp: each tp rank counts its own.
+    p.tp_replicas = spec.tp_split_dim >= 0 || spec.experts ? 1 : layout.tp_size;
     if (spec.tp_split_dim >= 0 && (layout.tp_size > 1 || spec.vocab_rows)) {
       int64_t& dim = p.shape[spec.tp_split_dim];
       if (spec.vocab_rows) dim = padded_vocab(m, layout.tp_size);

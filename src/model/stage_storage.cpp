@@ -51,13 +51,14 @@ namespace {
 MoeActivations moe_internals(const StageShape& s, size_t N, MemCategory c, BufferList& list) {
   const Precision p = s.buffers.precision;
   const MoeShape m = s.moe();
-  const size_t slots = N * m.k, arrived = m.arrived_rows(N);
+  const size_t n = N / m.tp, slots = n * m.k, arrived = m.arrived_rows(n);
   MoeActivations a;
   a.logits = list.f32("moe_logits", c, N * m.E);
   a.scores = list.f32("moe_scores", c, N * m.E);
-  a.weight = list.f32("moe_weight", c, slots);
-  a.choice = list.int32("moe_choice", c, slots);
-  a.row = list.int32("moe_row", c, slots);
+  a.weight = list.f32("moe_weight", c, N * m.k);
+  a.choice = list.int32("moe_choice", c, N * m.k);
+  a.row = list.int32("moe_row", c, N * m.k);
+  if (m.tp > 1) a.local_row = list.int32("moe_local_row", c, slots);
   a.counts = list.int32("moe_counts", c, m.E);
   a.offsets = list.int32("moe_offsets", c, m.E + 1);
   a.dispatched = list.stored("moe_dispatched", c, slots * m.C, p);
@@ -68,8 +69,8 @@ MoeActivations moe_internals(const StageShape& s, size_t N, MemCategory c, Buffe
   a.fc = list.stored("moe_fc", c, arrived * 2 * m.Fe, p);
   a.act = list.stored("moe_act", c, arrived * m.Fe, p);
   if (m.Fs > 0) {
-    a.shared_fc = list.stored("moe_shared_fc", c, N * 2 * m.Fs, p);
-    a.shared_act = list.stored("moe_shared_act", c, N * m.Fs, p);
+    a.shared_fc = list.stored("moe_shared_fc", c, n * 2 * m.Fs, p);
+    a.shared_act = list.stored("moe_shared_act", c, n * m.Fs, p);
   }
   a.expert_out = list.stored("moe_expert_out", c, slots * m.C, p);
   return a;
@@ -178,19 +179,23 @@ MoeScratch moe_scratch(const StageShape& s, BufferList& list) {
   constexpr MemCategory work = MemCategory::kWorkspace;
   const Precision p = s.buffers.precision;
   const MoeShape m = s.moe();
-  const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq, slots = N * m.k;
-  const size_t arrived = m.arrived_rows(N);
+  const size_t N = static_cast<size_t>(s.max_batch) * s.max_seq, n = N / m.tp, slots = n * m.k;
+  const size_t arrived = m.arrived_rows(n);
   MoeScratch x;
-  x.listed = list.int32("moe_listed", work, slots);
+  x.listed = list.int32("moe_listed", work, N * m.k);
   x.listed_offsets = list.int32("moe_listed_offsets", work, m.E + 1);
-  x.kept = list.int32("moe_kept", work, slots);
+  x.kept = list.int32("moe_kept", work, N * m.k);
+  if (m.tp > 1) {
+    x.group_offsets = list.int32("moe_group_offsets", work, m.E + 1);
+    x.router_grad = list.f32("moe_router_grad", work, static_cast<size_t>(m.E) * m.C);
+  }
   if (s.half()) {
-    x.x32 = list.f32("moe_x32", work, N * m.C);
+    x.x32 = list.f32("moe_x32", work, n * m.C);
     x.router32 = list.f32("moe_router32", work, static_cast<size_t>(m.E) * m.C);
   }
-  x.dlogits = list.f32("moe_dlogits", work, N * m.E);
+  x.dlogits = list.f32("moe_dlogits", work, n * m.E);
   x.dweight = list.f32("moe_dweight", work, slots);
-  x.dx_router = list.f32("moe_dx_router", work, N * m.C);
+  x.dx_router = list.f32("moe_dx_router", work, n * m.C);
   x.dexpert_out = list.stored("moe_dexpert_out", work, slots * m.C, p);
   x.dact = list.stored("moe_dact", work, arrived * m.Fe, p);
   x.dfc = list.stored("moe_dfc", work, arrived * 2 * m.Fe, p);
@@ -198,9 +203,9 @@ MoeScratch moe_scratch(const StageShape& s, BufferList& list) {
   x.expert_mass = list.f32("moe_expert_mass", work, m.E);
   if (m.ep > 1) x.exchanged = list.stored("moe_exchanged", work, arrived * m.C, p);
   if (m.Fs > 0) {
-    x.shared_out = list.stored("moe_shared_out", work, N * m.C, p);
-    x.dshared_act = list.stored("moe_dshared_act", work, N * m.Fs, p);
-    x.dshared_fc = list.stored("moe_dshared_fc", work, N * 2 * m.Fs, p);
+    x.shared_out = list.stored("moe_shared_out", work, n * m.C, p);
+    x.dshared_act = list.stored("moe_dshared_act", work, n * m.Fs, p);
+    x.dshared_fc = list.stored("moe_dshared_fc", work, n * 2 * m.Fs, p);
   }
   return x;
 }

@@ -72,7 +72,12 @@ struct StageShape {
   // Whether local block i's MLP is a Mixture of Experts, and whether any block's is (or is not).
   bool moe_block(int i) const { return model.moe_layer(layout.first_layer + i); }
   // The MoE layers' shape on this rank (its share of the experts).
-  MoeShape moe() const { return MoeShape::of(model, layout.ep_size, layout.ep_rank); }
+  // Under sequence parallelism the tp ranks split each group's tokens.
+  MoeShape moe() const {
+    return sequence_parallel()
+               ? MoeShape::of(model, layout.ep_size, layout.ep_rank, layout.tp_size, layout.tp_rank)
+               : MoeShape::of(model, layout.ep_size, layout.ep_rank);
+  }
   bool any_moe_block() const;
   bool any_dense_block() const;
 };

@@ -22,6 +22,15 @@ void TensorParallel::allreduce_sum(const StoredTensor& t, size_t n) {
   comm_->allreduce_sum(CommBuffer(t).window(0, n));
 }
 
+void TensorParallel::gather_f32(const View1& part, const View1& all, size_t n) {
+  if (size_ == 1) {
+    Kokkos::deep_copy(window(all, 0, n), window(part, 0, n));
+    return;
+  }
+  ScopedPhase phase(timer_, Phase::kTpComm);
+  comm_->allgather(window(part, 0, n), window(all, 0, n * size_));
+}
+
 void TensorParallel::allreduce_max(const View1& buf, size_t n) {
   if (size_ == 1) return;
   ScopedPhase phase(timer_, Phase::kTpComm);

@@ -35,6 +35,8 @@ class TensorParallel {
   // gradient): in place, or under sequence parallelism this rank's rows of it in `scattered`.
   // Returns the buffer with the sum (made in fp32 and rounded to the storage format).
   StoredTensor sum_rows(const StoredTensor& partial, int N, const StoredTensor& scattered);
+  // Every rank's `part` (n fp32 elements each) laid end to end in rank order in `all`.
+  void gather_f32(const View1& part, const View1& all, size_t n);
   void allreduce_sum(const View1& buf, size_t n);
   // The first n elements of t summed over tp, in place (in t's format, summed in fp32).
   void allreduce_sum(const StoredTensor& t, size_t n);

@@ -47,7 +47,7 @@ void TransformerBlock::forward(const BlockActivations& b, const StoredTensor& x,
   // An MoE layer's backward reads its experts' outputs: a recomputation runs them too.
   hooks.need(unit(2), complete || moe ? unit(3) : next);
   ln2.forward(b.ln2, b.ln2_mean, b.ln2_rstd, b.res_attn, rows);
-  if (moe) {  // one tensor-parallel rank: all N rows here (GptStage checks)
+  if (moe) {  // this rank's rows of the group: all N, or its share under sequence parallelism
     moe->forward_first(b.ln2, N, b.moe, sc_->storage->moe);
     hooks.need(unit(3), next);
     if (complete)
@@ -139,7 +139,7 @@ void TransformerBlock::mlp_backward_dense(const BlockActivations& b,
   if (!kept) hooks.unit_done(unit(2));
 }
 
-// The MoE layer's backward, on one tensor-parallel rank (all N rows): the experts' second
+// The MoE layer's backward over this rank's rows (as forward's): the experts' second
 // projections (unit 3), then their first, the router and the norm (unit 2). Its gradients
 // accumulate onto the cleared ones (grads_to_clear).
 void TransformerBlock::mlp_backward_moe(const BlockActivations& b, int N, int rows) const {
@@ -199,7 +199,8 @@ void or_shared(IntView1& t, const IntView1& shared) {
 }
 void or_shared(MoeActivations& m, const MoeActivations& s) {
   or_shared(m.logits, s.logits), or_shared(m.scores, s.scores), or_shared(m.weight, s.weight);
-  or_shared(m.choice, s.choice), or_shared(m.row, s.row), or_shared(m.counts, s.counts);
+  or_shared(m.choice, s.choice), or_shared(m.row, s.row), or_shared(m.local_row, s.local_row);
+  or_shared(m.counts, s.counts);
   or_shared(m.offsets, s.offsets), or_shared(m.dispatched, s.dispatched);
   or_shared(m.arrivals, s.arrivals), or_shared(m.arrived, s.arrived);
   or_shared(m.shared_fc, s.shared_fc), or_shared(m.shared_act, s.shared_act);

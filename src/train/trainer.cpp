@@ -364,13 +364,15 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
       tokens_per_step_(static_cast<int64_t>(config_.train.batch_size) * config_.train.seq_len) {
   if (grid.embedding_comm() != MPI_COMM_NULL)
     embedding_ = std::make_unique<MpiCommunicator>(grid.embedding_comm());
-  // The expert groups are parts of dp x tp: they take parallel.backend_dp's choice.
-  if (grid.experts().ep > 1) {
+  // The expert groups are parts of dp x tp: they take parallel.backend_dp's choice. Experts have
+  // replicas of their own under expert parallelism, and when the tp ranks route their own tokens
+  // (their experts' gradients are then partial over tp as well as dp).
+  if (grid.experts().ep > 1)
     ep_ = make_communicator(grid.expert_comm(), config_.parallel.backend_dp,
                             grid.groups_node_local(Axis::dp), "parallel.backend_dp");
+  if (config_.model.moe.enabled() && (grid.experts().ep > 1 || grid.shape()[Axis::tp] > 1))
     expert_dp_ = make_communicator(grid.expert_data_comm(), config_.parallel.backend_dp,
                                    grid.groups_node_local(Axis::dp), "parallel.backend_dp");
-  }
   // Kernels on a GPU run behind the host: phases fence (in the steps run.phase_fences and the
   // hooks choose), or each is charged its predecessor's queued work. Host kernels finish before
   // the host goes on.
@@ -526,8 +528,11 @@ void Trainer::take_moe_stats(StepOutcome& out) {
   const std::vector<int> layers = m.moe_layer_indices();
   const size_t E = static_cast<size_t>(m.moe.n_experts), width = 5 + E;
   std::vector<double> sums(layers.size() * width, 0.0);
+  // The tp ranks route the same groups (the statistics are the group's on each): one counts.
+  const bool counts = grid_.coord()[Axis::tp] == 0;
   for (ModelChunk& ch : chunks_)
     for (const MoeBlockStats& b : ch.stage->take_moe_stats()) {
+      if (!counts) continue;
       const size_t at =
           static_cast<size_t>(std::find(layers.begin(), layers.end(), b.layer) - layers.begin());
       double* row = &sums[at * width];
@@ -586,7 +591,7 @@ double Trainer::clip_and_step(double lr, double grad_scale) {
     return norm;
   }
   double squares = 0.0;
-  if (grid_.experts().ep > 1) {
+  if (expert_dp_) {
     // Experts differ between the ranks of an expert-parallel group and repeat over their
     // replicas: their squares count on the first replica, summed over every rank.
     const bool first_replica = grid_.experts().expert_dp_rank == 0;
@@ -970,7 +975,15 @@ void refuse_moe_not_built(const Config& c) {
     if (bad) throw InputError("Mixture of Experts: " + what + " is not built yet (docs/moe.md)");
   };
   refuse(!c.model.llama(), "model.family = 'gpt2' (GELU experts)");
-  refuse(c.parallel.tp > 1, "parallel.tp > 1 (experts on tensor-parallel ranks: parallel.ep)");
+  refuse(c.parallel.tp > 1 && moe.n_shared_experts > 0, "parallel.tp > 1 with shared experts");
+  refuse(c.parallel.tp > 1 && c.zero.stage != ZeroStage::kNone,
+         "parallel.tp > 1 with ZeRO (expert states sharded over expert-data-parallel ranks)");
+  refuse(c.parallel.tp > 1 && c.dp.sync != DpSync::kSync,
+         "parallel.tp > 1 with dp.sync = 'async' or 'local_sgd'");
+  if (c.parallel.tp > 1 && !c.parallel.sequence_parallel)
+    throw InputError(
+        "Mixture of Experts with parallel.tp > 1 needs parallel.sequence_parallel = true: each "
+        "tensor-parallel rank routes its own rows (Megatron-Core's rule; docs/moe.md)");
   refuse(c.parallel.schedule == pipeline::ScheduleKind::kZeroBubbleH1,
          "the zb_h1 schedule (split backward)");
   refuse(c.parallel.ep > 1 && c.zero.stage != ZeroStage::kNone,

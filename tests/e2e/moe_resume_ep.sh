@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Expert-parallel checkpoints hold every expert once, at its global index: train 20 steps of the
-# tiny MoE at dp4 with ep4 (two experts per rank), save at step 10, and resume from it at ep4, at
-# dp4 ep2, dp2 ep2 and serially. Every run routes groups of 2 sequences (micro_batch_size 2), the
+# tiny MoE at dp2 x tp2 (sequence parallel) with ep4 (two experts per rank, the fold over dp and
+# tp), save at step 10, and resume from it at the same layout, at dp4 ep2, dp2 ep2, tp2 ep2 and
+# serially. Every run routes groups of 2 sequences (micro_batch_size 2), the
 # same groups on every layout, so the next 10 losses match the uninterrupted run: bit for bit at
-# ep4, to 1e-5 elsewhere. The checkpoint's expert tensors are checked whole against the serial
+# the same layout, to 1e-5 elsewhere. The checkpoint's expert tensors are checked whole against the serial
 # run's reading of them (every expert present, none zero).
 set -euo pipefail
 trident=$1 src=$2 work=$3
@@ -17,7 +18,8 @@ train() {  # name ranks dp ep [extra...]
     --set run.out_dir="$work/$name" --set parallel.dp="$dp" --set parallel.ep="$ep" "$@" \
     > "$work/$name.log"
 }
-train full 4 4 4
+tp2=(--set parallel.tp=2 --set parallel.sequence_parallel=true)
+train full 4 2 4 "${tp2[@]}"
 grep "^layout" "$work/full.log"
 ckpt="$work/full/moe-tiny/checkpoints/step_000010.h5"
 /usr/bin/python3 - "$ckpt" <<'PYEOF'
@@ -39,8 +41,9 @@ resume() {  # name exact|rtol ranks dp ep
   $check compare "$work/full/moe-tiny/timings.h5" "$work/$name/moe-tiny/timings.h5" \
     --from-step 11 --min-steps 10 $([ "$mode" = exact ] && echo --exact || echo --rtol 1e-5)
 }
-resume same exact 4 4 4
+resume same exact 4 2 4 "${tp2[@]}"
 resume dp4_ep2 rtol 4 4 2
 resume dp2_ep2 rtol 2 2 2
+resume tp2_ep2 rtol 2 1 2 "${tp2[@]}"
 resume serial rtol 1 1 1
 echo "MoE resume across expert-parallel sizes: ok"

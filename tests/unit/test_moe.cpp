@@ -225,6 +225,66 @@ TEST(MoeRouting, CapacityDropsMatchAReferenceOnASkewedRouter) {
   }
 }
 
+// Ranks that split a group's tokens (tp under sequence parallelism) keep the group's drops, and
+// their rows of each expert, laid end to end in rank order, are the group's rows of it.
+TEST(MoeRouting, LocalPlansSplitTheGroupPlan) {
+  for (const DropPolicy policy : {DropPolicy::kProbs, DropPolicy::kPosition}) {
+    const int T = 24, E = 4, k = 2, capacity = 7, parts = 3, n = T / parts;
+    Routed r({T, E, k, capacity});
+    fill_normal(r.logits, 11);
+    for (int t = 0; t < T; ++t) r.logits(t, 2) += 1.5f;  // skewed: expert 2 drops
+    r.route(RouterScore::kSoftmax, policy);
+    ASSERT_GT(r.dropped(), 0);
+    std::vector<int> before(E, 0);  // expert e's rows held by earlier parts
+    for (int part = 0; part < parts; ++part) {
+      Ints local_row(n, k), local_offsets(E + 1);
+      const Exec exec;
+      router_local_plan(exec, local_row.mat(), local_offsets.vec(), r.row.mat(), r.choice.mat(),
+                        part * n);
+      exec.fence();
+      std::vector<int> held(E, 0);
+      for (int i = 0; i < n; ++i)
+        for (int s = 0; s < k; ++s) {
+          const int t = part * n + i, e = r.choice(t, s);
+          ASSERT_EQ(local_row(i, s) < 0, r.row(t, s) < 0) << "token " << t;
+          if (r.row(t, s) < 0) continue;
+          EXPECT_EQ(local_row(i, s) - local_offsets(e), r.row(t, s) - r.offsets(e) - before[e])
+              << "token " << t << " slot " << s;
+          ++held[e];
+        }
+      for (int e = 0; e < E; ++e) {
+        EXPECT_EQ(local_offsets(e + 1) - local_offsets(e), held[e]);
+        before[e] += held[e];
+      }
+    }
+    for (int e = 0; e < E; ++e) EXPECT_EQ(before[e], r.offsets(e + 1) - r.offsets(e));
+  }
+}
+
+// The router's backward over a rank's share of the tokens is the group's, row for row: the
+// balancing losses normalise by the group's tokens and counts.
+TEST(MoeRouting, RouterBackwardOnAShareIsTheGroupsRows) {
+  const int T = 12, E = 5, k = 2, first = 4, n = 6;
+  Routed r({T, E, k, 0});
+  fill_normal(r.logits, 12);
+  r.route(RouterScore::kSoftmax, DropPolicy::kProbs);
+  Floats g(T, k), whole(T, E), share(n, E);
+  fill_normal(g, 13);
+  const RouterLossScales scales{0.3f, 0.2f};
+  const auto rows = [&](const Floats& b, int cols) {
+    return ConstMat(b.mat().data() + static_cast<size_t>(first) * cols, n, cols);
+  };
+  const Exec exec;
+  router_backward(exec, whole.mat(), g.mat(), r.scores.mat(), r.logits.mat(), r.choice.mat(),
+                  r.weight.mat(), r.counts.vec(), RouterScore::kSoftmax, scales, T);
+  router_backward(exec, share.mat(), rows(g, k), rows(r.scores, E), rows(r.logits, E),
+                  ConstIntMat(r.choice.mat().data() + first * k, n, k), rows(r.weight, k),
+                  r.counts.vec(), RouterScore::kSoftmax, scales, T);
+  exec.fence();
+  for (int i = 0; i < n * E; ++i)
+    EXPECT_EQ(share(i / E, i % E), whole(first + i / E, i % E)) << "element " << i;
+}
+
 TEST(MoeRouting, BalancedAuxLossIsOneForAnyTopK) {
   // Every expert gets the same share of slots and the same mean probability: E Σ f P = 1. A loss
   // that divided counts by T instead of T k would read k.
@@ -289,7 +349,7 @@ TEST(MoeRouting, RouterBackwardMatchesFiniteDifferences) {
     const RouterLossScales scales{0.3f, 0.2f};
     const Exec exec;
     router_backward(exec, dlogits.mat(), g.mat(), r.scores.mat(), r.logits.mat(), r.choice.mat(),
-                    r.weight.mat(), r.counts.vec(), kind, scales);
+                    r.weight.mat(), r.counts.vec(), kind, scales, T);
     exec.fence();
     // The objective in double, with the choices fixed.
     auto objective = [&](const std::vector<double>& x) {

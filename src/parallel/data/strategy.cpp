@@ -23,8 +23,8 @@ StageBuffers DataParallelStrategy::stage_buffers(ZeroStage zero, int dp) {
 std::unique_ptr<DataParallelStrategy> DataParallelStrategy::create(
     GptStage& stage, Communicator& dp, const DataParallelSettings& settings, MemoryLedger& ledger,
     PhaseTimer& timer, Communicator* expert_dp) {
-  if (stage.layout().ep_size > 1 && settings.zero != ZeroStage::kNone)
-    throw std::logic_error("expert parallelism runs with zero.stage 0 for now (trainer refuses)");
+  if (expert_dp && settings.zero != ZeroStage::kNone)
+    throw std::logic_error("experts with their own replicas run with zero.stage 0 for now");
   switch (settings.zero) {
     case ZeroStage::kNone:
       return std::make_unique<PlainDataParallel>(stage, dp, settings, ledger, timer, expert_dp);
@@ -133,9 +133,10 @@ PlainDataParallel::PlainDataParallel(GptStage& stage, Communicator& dp,
     : DataParallelStrategy(stage, dp, settings, timer) {
   stage.init_params(settings.seed);
   build_optimizer(ledger, nullptr, {stage.params16(), Placement::kFlat, settings.precision});
-  // Expert parallelism: the experts' gradients have their own replicas.
+  // Expert parallelism or tensor-parallel ranks routing their own tokens: the experts' gradients
+  // have their own replicas.
   std::vector<Segment> experts;
-  if (stage.layout().ep_size > 1)
+  if (expert_dp)
     for (const LocalParam& p : stage.local().params())
       if (p.experts()) experts.push_back({p.offset, p.offset + p.numel});
   buckets_ = std::make_unique<GradBuckets>(stage.grads(), settings.bucket_elements, &dp,

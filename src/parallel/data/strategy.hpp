@@ -54,8 +54,9 @@ class DataParallelStrategy {
   // The strategy for `settings.zero`, over a stage built with stage_buffers(): this rank is
   // `dp.rank()` of `dp.size()` replicas. Initialises the parameters (and master weights) from
   // settings.seed.
-  // Under expert parallelism the experts' gradients are summed over `expert_dp`, the ranks that
-  // hold the same experts (plain DP only, for now).
+  // Given `expert_dp` (expert parallelism, or MoE layers whose tensor-parallel ranks route their
+  // own tokens), the experts' gradients are summed over it, the ranks that hold the same experts
+  // (plain DP only, for now).
   static std::unique_ptr<DataParallelStrategy> create(GptStage& stage, Communicator& dp,
                                                       const DataParallelSettings& settings,
                                                       MemoryLedger& ledger, PhaseTimer& timer,
