@@ -49,11 +49,10 @@ MoeLayer::MoeLayer(const LayerContext* ctx, const MoeShape& shape) : ctx_(ctx), 
   if (shape.ep < 1 || shape.E % shape.ep != 0 ||
       (shape.ep > 1 && (!ctx->ep || ctx->ep->size() != shape.ep)))
     throw std::logic_error("MoeLayer: ep must divide the experts, and ep > 1 needs its group");
-  // Ranks that split the tokens are the tensor-parallel ones under sequence parallelism. The
-  // shared experts' weights would need their gradients summed over tp too (not built).
+  // Ranks that split the tokens are the tensor-parallel ones under sequence parallelism.
   if (shape.tp > 1 && (!ctx->tp || !ctx->tp->sequence_parallel() || ctx->tp->size() != shape.tp ||
-                       ctx->tp->rank() != shape.tp_rank || shape.Fs > 0))
-    throw std::logic_error("MoeLayer: tp > 1 needs sequence parallelism and no shared experts");
+                       ctx->tp->rank() != shape.tp_rank))
+    throw std::logic_error("MoeLayer: tp > 1 needs the tensor-parallel group, sequence parallel");
 }
 
 ConstIntMat MoeLayer::rows_here(const MoeActivations& a, int N) const {
@@ -107,6 +106,26 @@ StoredTensor rows_of(const StoredTensor& t, int first, int rows, int cols) {
 }
 StoredTensor expert_of(const StoredTensor& t, int e, int rows, int cols) {
   return rows_of(t, e * rows, rows, cols);
+}
+
+// A weight gradient of `rows` x `cols` that this rank's tokens give a share of: compute(target,
+// accumulate) writes it into `grad` directly when one rank holds every token; with tp > 1 into
+// `share`, which is summed over tp and then added to `grad` (or copied, without accumulate).
+template <class F>
+void tp_summed_grad(const LayerContext& ctx, int tp, const StoredTensor& grad, int rows, int cols,
+                    const View1& share, bool accumulate, F&& compute) {
+  if (tp == 1) {
+    compute(mat_of<Fp32Elements>(grad, rows, cols), accumulate);
+    return;
+  }
+  const size_t n = static_cast<size_t>(rows) * cols;
+  compute(Mat(share.data(), rows, cols), false);
+  ctx.tp->allreduce_sum(share, n);
+  const Vec g(grad.f32.data(), n);
+  if (accumulate)
+    residual_forward(ctx.exec, g, g, window(share, 0, n));
+  else
+    Kokkos::deep_copy(ctx.exec, g, window(share, 0, n));
 }
 
 // f(block) for every block holding rows.
@@ -289,9 +308,11 @@ void MoeLayer::backward_second(const StoredTensor& dout, int N, const MoeActivat
       using El = decltype(el);
       linear_backward_input<El>(exec, mat_of<El>(s.dshared_act, n, Fs), mat_of<El>(dout, n, C),
                                 mat_of<El>(weights.shared_proj, C, Fs), false);
-      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(grads.shared_proj, C, Fs), Vec(),
-                                 mat_of<El>(dout, n, C), mat_of<El>(a.shared_act, n, Fs),
-                                 accumulate);
+      tp_summed_grad(*ctx_, shape_.tp, grads.shared_proj, C, Fs, s.grad_share, accumulate,
+                     [&](const Mat& dw, bool add) {
+                       linear_backward_weight<El>(exec, dw, Vec(), mat_of<El>(dout, n, C),
+                                                  mat_of<El>(a.shared_act, n, Fs), add);
+                     });
     });
   }
   const Routed r = routed(a, false);
@@ -371,25 +392,16 @@ void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int
                           mat_of<El>(a.shared_fc, n, 2 * Fs));
       linear_backward_input<El>(exec, mat_of<El>(dx, n, C), dfc,
                                 mat_of<El>(weights.shared_fc, 2 * Fs, C), true);
-      linear_backward_weight<El>(exec, mat_of<Fp32Elements>(grads.shared_fc, 2 * Fs, C), Vec(), dfc,
-                                 mat_of<El>(x, n, C), accumulate);
+      tp_summed_grad(*ctx_, shape_.tp, grads.shared_fc, 2 * Fs, C, s.grad_share, accumulate,
+                     [&](const Mat& dw, bool add) {
+                       linear_backward_weight<El>(exec, dw, Vec(), dfc, mat_of<El>(x, n, C), add);
+                     });
     }
   });
-  const Mat router_grad = mat_of<Fp32Elements>(grads.router, E, C);
-  if (shape_.tp == 1) {
-    linear_backward_weight<Fp32Elements>(exec, router_grad, Vec(), dlogits, x32, accumulate);
-    return;
-  }
-  // Each tp rank's tokens give a share of the router's gradient: summed over tp, then added.
-  const size_t EC = static_cast<size_t>(E) * C;
-  const Mat share(s.router_grad.data(), E, C);
-  linear_backward_weight<Fp32Elements>(exec, share, Vec(), dlogits, x32, false);
-  ctx_->tp->allreduce_sum(s.router_grad, EC);
-  if (accumulate)
-    residual_forward(exec, Vec(router_grad.data(), EC), Vec(router_grad.data(), EC),
-                     window(s.router_grad, 0, EC));
-  else
-    Kokkos::deep_copy(exec, Vec(router_grad.data(), EC), window(s.router_grad, 0, EC));
+  tp_summed_grad(*ctx_, shape_.tp, grads.router, E, C, s.grad_share, accumulate,
+                 [&](const Mat& dw, bool add) {
+                   linear_backward_weight<Fp32Elements>(exec, dw, Vec(), dlogits, x32, add);
+                 });
 }
 
 void MoeLayer::losses(const Vec& out, int N, const MoeActivations& a, const MoeScratch& s) const {

@@ -51,10 +51,11 @@ struct MoeParams {
 // Scratch every MoE layer reuses.
 struct MoeScratch {
   IntView1 listed, listed_offsets, kept;  // the dispatch plan's: [N k], [E + 1], [N k]
-  // tp > 1: the group plan's offsets [E + 1] (this rank's are the activations'), and the router's
-  // weight gradient from this rank's tokens [E, C], summed over tp; empty with tp = 1.
+  // tp > 1: the group plan's offsets [E + 1] (this rank's are the activations'), and a weight
+  // gradient from this rank's tokens (the router's [E, C], a shared projection's [2 Fs, C] or
+  // [C, Fs]) summed over tp before it is added; empty with tp = 1.
   IntView1 group_offsets;
-  View1 router_grad;
+  View1 grad_share;
   View1 x32, router32;  // 16-bit storage: [N, C] the input, [E, C] the router
   // [n, E], [n, k], [n, C] for this rank's n tokens (forward gathers the logits over tp from
   // dlogits, free until backward).

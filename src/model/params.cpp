@@ -112,20 +112,23 @@ ParamTable::ParamTable(const ModelConfig& m) {
     norm(BlockPart::kLn2);
     // Llama: gate | up, each split alike (SwiGLU reads a rank's gate and up columns together).
     const Split fc = m.llama() ? Split{0, 2, 1} : column;
-    // The two projections of a dense MLP of hidden width `width` (the block's, or the shared
-    // experts').
-    auto mlp_fc = [&](BlockPart part, int64_t width) {
+    // The two projections of a dense MLP of hidden width `width` (the block's, split over tp, or
+    // the shared experts', which an MoE layer runs replicated on each tp rank's own rows).
+    auto mlp_fc = [&](BlockPart part, int64_t width, bool split) {
       const int64_t fc_rows = m.llama() ? 2 * width : width;
-      add(name(part), {fc_rows, C}, fc, l, InitKind::kNormal, std, true);
-      if (!m.llama()) add(name(part, "bias"), {width}, column, l, InitKind::kZeros, 0, false);
+      add(name(part), {fc_rows, C}, split ? fc : replicated, l, InitKind::kNormal, std, true);
+      if (!m.llama())
+        add(name(part, "bias"), {width}, split ? column : replicated, l, InitKind::kZeros, 0,
+            false);
     };
-    auto mlp_proj = [&](BlockPart part, int64_t width) {
-      add(name(part), {C, width}, row, l, InitKind::kNormal, residual_std, true);
+    auto mlp_proj = [&](BlockPart part, int64_t width, bool split) {
+      add(name(part), {C, width}, split ? row : replicated, l, InitKind::kNormal, residual_std,
+          true);
       if (!m.llama()) add(name(part, "bias"), {C}, replicated, l, InitKind::kZeros, 0, false);
     };
     if (!m.moe_layer(l)) {
-      mlp_fc(BlockPart::kFc, F);
-      mlp_proj(BlockPart::kProj, F);
+      mlp_fc(BlockPart::kFc, F, true);
+      mlp_proj(BlockPart::kProj, F, true);
       continue;
     }
     // Mixture of Experts: the router (fp32 arithmetic) and every routed expert's MLP, stacked
@@ -140,14 +143,14 @@ ParamTable::ParamTable(const ModelConfig& m) {
     if (!m.llama())
       add(name(BlockPart::kExpertsFc, "bias"), {E, Fe}, replicated, l, InitKind::kZeros, 0, false);
     for (size_t i = first_fc; i < specs_.size(); ++i) specs_[i].experts = true;
-    if (shared > 0) mlp_fc(BlockPart::kSharedFc, shared);
+    if (shared > 0) mlp_fc(BlockPart::kSharedFc, shared, false);
     const size_t first_proj = specs_.size();
     add(name(BlockPart::kExpertsProj), {E, C, Fe}, replicated, l, InitKind::kNormal, residual_std,
         true);
     if (!m.llama())
       add(name(BlockPart::kExpertsProj, "bias"), {E, C}, replicated, l, InitKind::kZeros, 0, false);
     for (size_t i = first_proj; i < specs_.size(); ++i) specs_[i].experts = true;
-    if (shared > 0) mlp_proj(BlockPart::kSharedProj, shared);
+    if (shared > 0) mlp_proj(BlockPart::kSharedProj, shared, false);
   }
   add("ln_f.weight", {C}, replicated, m.n_layer, InitKind::kOnes, 0, false);
   if (!m.llama()) add("ln_f.bias", {C}, replicated, m.n_layer, InitKind::kZeros, 0, false);

@@ -187,7 +187,8 @@ MoeScratch moe_scratch(const StageShape& s, BufferList& list) {
   x.kept = list.int32("moe_kept", work, N * m.k);
   if (m.tp > 1) {
     x.group_offsets = list.int32("moe_group_offsets", work, m.E + 1);
-    x.router_grad = list.f32("moe_router_grad", work, static_cast<size_t>(m.E) * m.C);
+    x.grad_share =
+        list.f32("moe_grad_share", work, static_cast<size_t>(std::max(m.E, 2 * m.Fs)) * m.C);
   }
   if (s.half()) {
     x.x32 = list.f32("moe_x32", work, n * m.C);
