@@ -177,6 +177,11 @@ void export_llmc(const std::string& path, const std::string& out) {
         "ckpt export --llmc: '{}' holds a Llama-family model; llm.c's format holds GPT-2 only "
         "(export it with --hf)",
         path));
+  if (m.moe.enabled())
+    throw InputError(fmt::format(
+        "ckpt export --llmc: '{}' holds a Mixture-of-Experts GPT-2; llm.c's format holds dense "
+        "GPT-2 only",
+        path));
   auto read = [&](const std::string& name) { return checkpoint.read(name); };
   const int padded_v = (m.vocab_size + 127) / 128 * 128;
   int32_t header[256] = {};

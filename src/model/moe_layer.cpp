@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "kernels/cast.hpp"
+#include "kernels/gelu.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/moe_permute.hpp"
 #include "kernels/residual.hpp"
@@ -27,6 +28,7 @@ MoeShape MoeShape::of(const ModelConfig& m, int ep, int ep_rank, int tp, int tp_
   s.router = m.moe.router;
   s.drop_policy = m.moe.drop_policy;
   s.Fs = m.moe.n_shared_experts * s.Fe;
+  s.gelu = !m.llama();
   s.ep = ep;
   s.ep_rank = ep_rank;
   s.tp = tp;
@@ -126,6 +128,55 @@ void tp_summed_grad(const LayerContext& ctx, int tp, const StoredTensor& grad, i
     residual_forward(ctx.exec, g, g, window(share, 0, n));
   else
     Kokkos::deep_copy(ctx.exec, g, window(share, 0, n));
+}
+
+// The same for a bias of `width` (none: nothing): the column sums of dout.
+template <class El>
+void tp_summed_bias_grad(const LayerContext& ctx, int tp, const StoredTensor& grad, int width,
+                         const View1& share, bool accumulate, const ConstMatOf<El>& dout) {
+  if (grad.empty()) return;
+  tp_summed_grad(ctx, tp, grad, 1, width, share, accumulate, [&](const Mat& db, bool add) {
+    if (!add) Kokkos::deep_copy(ctx.exec, Vec(db.data(), width), 0.0f);
+    linear_backward_weight<El>(ctx.exec, Mat(), Vec(db.data(), width), dout, ConstMatOf<El>());
+  });
+}
+
+// Expert e's bias of `width` in a stacked [E, width] one (empty for Llama's experts).
+StoredTensor bias_of(const StoredTensor& t, int e, int width) {
+  return t.empty() ? StoredTensor{} : rows_of(t, e, 1, width);
+}
+
+// A matrix's elements as one vector (its rows are contiguous).
+template <class El>
+VecOf<El> flat(const MatOf<El>& m) {
+  return VecOf<El>(m.data(), m.extent(0) * m.extent(1));
+}
+
+// act [rows, F] from an MLP's first projection fc [rows, width(F)]: SwiGLU of gate | up, or GELU;
+// and back.
+template <class El>
+void activate(const Exec& exec, bool gelu, const MatOf<El>& act, const MatOf<El>& fc) {
+  if (gelu)
+    gelu_forward<El>(exec, flat<El>(act), flat<El>(fc));
+  else
+    swiglu_forward<El>(exec, act, fc);
+}
+template <class El>
+void activate_backward(const Exec& exec, bool gelu, const MatOf<El>& dfc, const MatOf<El>& dact,
+                       const MatOf<El>& fc) {
+  if (gelu)
+    gelu_backward<El>(exec, flat<El>(dfc), flat<El>(fc), flat<El>(dact));
+  else
+    swiglu_backward<El>(exec, dfc, dact, fc);
+}
+
+// A linear layer's weight gradient dw and, given a bias, its bias gradient from dout and inp:
+// added to them, or written over them without `accumulate` (the bias kernels only add).
+template <class El>
+void weight_grads(const Exec& exec, const Mat& dw, const StoredTensor& dbias, int width,
+                  const ConstMatOf<El>& dout, const ConstMatOf<El>& inp, bool accumulate) {
+  if (!accumulate && !dbias.empty()) zero_stored(exec, dbias, static_cast<size_t>(width));
+  linear_backward_weight<El>(exec, dw, vec_of<Fp32Elements>(dbias, width), dout, inp, accumulate);
 }
 
 // f(block) for every block holding rows.
@@ -235,13 +286,13 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
                           rows_here(a, N));
   });
   if (shape_.Fs > 0) {  // the shared experts' first projection, on every token
-    const int Fs = shape_.Fs;
+    const int Fs = shape_.Fs, Ws = shape_.width(Fs);
     ctx_->dispatch([&](auto el) {
       using El = decltype(el);
-      const auto fc = mat_of<El>(a.shared_fc, n, 2 * Fs);
-      linear_forward<El>(exec, fc, mat_of<El>(x, n, C), mat_of<El>(weights.shared_fc, 2 * Fs, C),
-                         ConstVecOf<El>());
-      swiglu_forward<El>(exec, mat_of<El>(a.shared_act, n, Fs), fc);
+      const auto fc = mat_of<El>(a.shared_fc, n, Ws);
+      linear_forward<El>(exec, fc, mat_of<El>(x, n, C), mat_of<El>(weights.shared_fc, Ws, C),
+                         vec_of<El>(weights.shared_fc_bias, Fs));
+      activate<El>(exec, shape_.gelu, mat_of<El>(a.shared_act, n, Fs), fc);
     });
   }
   const Routed r = routed(a, true);
@@ -250,11 +301,13 @@ void MoeLayer::forward_first(const StoredTensor& x, int N, const MoeActivations&
   each_block(r, [&](const Routed::Block& b) {
     ctx_->dispatch([&](auto el) {
       using El = decltype(el);
-      const auto fc = mat_of<El>(rows_of(a.fc, b.first, b.rows, 2 * Fe), b.rows, 2 * Fe);
+      const int W = shape_.width(Fe);
+      const auto fc = mat_of<El>(rows_of(a.fc, b.first, b.rows, W), b.rows, W);
       linear_forward<El>(exec, fc, mat_of<El>(rows_of(arrived, b.first, b.rows, C), b.rows, C),
-                         mat_of<El>(expert_of(weights.fc, b.expert, 2 * Fe, C), 2 * Fe, C),
-                         ConstVecOf<El>());
-      swiglu_forward<El>(exec, mat_of<El>(rows_of(a.act, b.first, b.rows, Fe), b.rows, Fe), fc);
+                         mat_of<El>(expert_of(weights.fc, b.expert, W, C), W, C),
+                         vec_of<El>(bias_of(weights.fc_bias, b.expert, Fe), Fe));
+      activate<El>(exec, shape_.gelu, mat_of<El>(rows_of(a.act, b.first, b.rows, Fe), b.rows, Fe),
+                   fc);
     });
   });
 }
@@ -268,7 +321,7 @@ void MoeLayer::forward_second(const StoredTensor& out, const StoredTensor& resid
     if (Fs > 0)
       linear_forward<El>(ctx_->exec, mat_of<El>(s.shared_out, n, C),
                          mat_of<El>(a.shared_act, n, Fs), mat_of<El>(weights.shared_proj, C, Fs),
-                         ConstVecOf<El>());
+                         vec_of<El>(weights.shared_proj_bias, C));
     moe_combine<El>(ctx_->exec, mat_of<El>(out, n, C), mat_of<El>(a.expert_out, n * k, C),
                     rows_here(a, N), weights_here(a, N), mat_of<El>(residual, n, C),
                     mat_of<El>(s.shared_out, n, C));
@@ -286,7 +339,7 @@ void MoeLayer::expert_outputs(const MoeActivations& a, const MoeScratch& s) cons
       linear_forward<El>(exec, mat_of<El>(rows_of(outputs, b.first, b.rows, C), b.rows, C),
                          mat_of<El>(rows_of(a.act, b.first, b.rows, Fe), b.rows, Fe),
                          mat_of<El>(expert_of(weights.proj, b.expert, C, Fe), C, Fe),
-                         ConstVecOf<El>());
+                         vec_of<El>(bias_of(weights.proj_bias, b.expert, C), C));
     });
   });
   if (shape_.ep > 1) ctx_->ep->exchange_rows(outputs, r.recv_rows, a.expert_out, r.send_rows, C);
@@ -308,11 +361,14 @@ void MoeLayer::backward_second(const StoredTensor& dout, int N, const MoeActivat
       using El = decltype(el);
       linear_backward_input<El>(exec, mat_of<El>(s.dshared_act, n, Fs), mat_of<El>(dout, n, C),
                                 mat_of<El>(weights.shared_proj, C, Fs), false);
+      const auto dy = mat_of<El>(dout, n, C);
       tp_summed_grad(*ctx_, shape_.tp, grads.shared_proj, C, Fs, s.grad_share, accumulate,
                      [&](const Mat& dw, bool add) {
-                       linear_backward_weight<El>(exec, dw, Vec(), mat_of<El>(dout, n, C),
+                       linear_backward_weight<El>(exec, dw, Vec(), dy,
                                                   mat_of<El>(a.shared_act, n, Fs), add);
                      });
+      tp_summed_bias_grad<El>(*ctx_, shape_.tp, grads.shared_proj_bias, C, s.grad_share, accumulate,
+                              dy);
     });
   }
   const Routed r = routed(a, false);
@@ -327,14 +383,16 @@ void MoeLayer::backward_second(const StoredTensor& dout, int N, const MoeActivat
           linear_backward_input<El>(
               exec, mat_of<El>(rows_of(s.dact, b.first, b.rows, Fe), b.rows, Fe), dy,
               mat_of<El>(expert_of(weights.proj, b.expert, C, Fe), C, Fe), false);
-          linear_backward_weight<El>(
-              exec, mat_of<Fp32Elements>(expert_of(grads.proj, b.expert, C, Fe), C, Fe), Vec(), dy,
-              mat_of<El>(rows_of(a.act, b.first, b.rows, Fe), b.rows, Fe), add);
+          weight_grads<El>(exec,
+                           mat_of<Fp32Elements>(expert_of(grads.proj, b.expert, C, Fe), C, Fe),
+                           bias_of(grads.proj_bias, b.expert, C), C, dy,
+                           mat_of<El>(rows_of(a.act, b.first, b.rows, Fe), b.rows, Fe), add);
         });
       },
       [&](int e) {
         const StoredTensor dw = expert_of(grads.proj, e, C, Fe);
         zero_stored(exec, dw, dw.size());
+        if (!grads.proj_bias.empty()) zero_stored(exec, bias_of(grads.proj_bias, e, C), C);
       });
 }
 
@@ -342,7 +400,7 @@ void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int
                               const MoeActivations& a, const MoeScratch& s, RouterLossScales scales,
                               bool accumulate) const {
   const Exec& exec = ctx_->exec;
-  const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe;
+  const int C = shape_.C, E = shape_.E, k = shape_.k, Fe = shape_.Fe, W = shape_.width(Fe);
   const int n = shape_.local_tokens(N), first = shape_.tp_rank * n;
   const Routed r = routed(a, false);
   const StoredTensor& arrived = shape_.ep > 1 ? a.arrived : a.dispatched;
@@ -352,21 +410,22 @@ void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int
       [&](const Routed::Block& b, bool add) {
         ctx_->dispatch([&](auto el) {
           using El = decltype(el);
-          const auto dfc = mat_of<El>(rows_of(s.dfc, b.first, b.rows, 2 * Fe), b.rows, 2 * Fe);
-          swiglu_backward<El>(exec, dfc,
-                              mat_of<El>(rows_of(s.dact, b.first, b.rows, Fe), b.rows, Fe),
-                              mat_of<El>(rows_of(a.fc, b.first, b.rows, 2 * Fe), b.rows, 2 * Fe));
+          const auto dfc = mat_of<El>(rows_of(s.dfc, b.first, b.rows, W), b.rows, W);
+          activate_backward<El>(exec, shape_.gelu, dfc,
+                                mat_of<El>(rows_of(s.dact, b.first, b.rows, Fe), b.rows, Fe),
+                                mat_of<El>(rows_of(a.fc, b.first, b.rows, W), b.rows, W));
           linear_backward_input<El>(
               exec, mat_of<El>(rows_of(dinputs, b.first, b.rows, C), b.rows, C), dfc,
-              mat_of<El>(expert_of(weights.fc, b.expert, 2 * Fe, C), 2 * Fe, C), false);
-          linear_backward_weight<El>(
-              exec, mat_of<Fp32Elements>(expert_of(grads.fc, b.expert, 2 * Fe, C), 2 * Fe, C),
-              Vec(), dfc, mat_of<El>(rows_of(arrived, b.first, b.rows, C), b.rows, C), add);
+              mat_of<El>(expert_of(weights.fc, b.expert, W, C), W, C), false);
+          weight_grads<El>(exec, mat_of<Fp32Elements>(expert_of(grads.fc, b.expert, W, C), W, C),
+                           bias_of(grads.fc_bias, b.expert, Fe), Fe, dfc,
+                           mat_of<El>(rows_of(arrived, b.first, b.rows, C), b.rows, C), add);
         });
       },
       [&](int e) {
-        const StoredTensor dw = expert_of(grads.fc, e, 2 * Fe, C);
+        const StoredTensor dw = expert_of(grads.fc, e, W, C);
         zero_stored(exec, dw, dw.size());
+        if (!grads.fc_bias.empty()) zero_stored(exec, bias_of(grads.fc_bias, e, Fe), Fe);
       });
   if (shape_.ep > 1) ctx_->ep->exchange_rows(dinputs, r.recv_rows, s.ddispatched, r.send_rows, C);
   // The router's backward over this rank's tokens (rows [first, first + n) of the group's).
@@ -386,16 +445,18 @@ void MoeLayer::backward_first(const StoredTensor& dx, const StoredTensor& x, int
     moe_dispatch_rows_backward<El>(exec, mat_of<El>(dx, n, C), mat_of<El>(s.ddispatched, n * k, C),
                                    rows_here(a, N), dx_router);
     if (shape_.Fs > 0) {  // the shared experts' first projection adds its input gradient
-      const int Fs = shape_.Fs;
-      const auto dfc = mat_of<El>(s.dshared_fc, n, 2 * Fs);
-      swiglu_backward<El>(exec, dfc, mat_of<El>(s.dshared_act, n, Fs),
-                          mat_of<El>(a.shared_fc, n, 2 * Fs));
+      const int Fs = shape_.Fs, Ws = shape_.width(Fs);
+      const auto dfc = mat_of<El>(s.dshared_fc, n, Ws);
+      activate_backward<El>(exec, shape_.gelu, dfc, mat_of<El>(s.dshared_act, n, Fs),
+                            mat_of<El>(a.shared_fc, n, Ws));
       linear_backward_input<El>(exec, mat_of<El>(dx, n, C), dfc,
-                                mat_of<El>(weights.shared_fc, 2 * Fs, C), true);
-      tp_summed_grad(*ctx_, shape_.tp, grads.shared_fc, 2 * Fs, C, s.grad_share, accumulate,
+                                mat_of<El>(weights.shared_fc, Ws, C), true);
+      tp_summed_grad(*ctx_, shape_.tp, grads.shared_fc, Ws, C, s.grad_share, accumulate,
                      [&](const Mat& dw, bool add) {
                        linear_backward_weight<El>(exec, dw, Vec(), dfc, mat_of<El>(x, n, C), add);
                      });
+      tp_summed_bias_grad<El>(*ctx_, shape_.tp, grads.shared_fc_bias, Fs, s.grad_share, accumulate,
+                              dfc);
     }
   });
   tp_summed_grad(*ctx_, shape_.tp, grads.router, E, C, s.grad_share, accumulate,

@@ -23,6 +23,7 @@ struct MoeShape {
   kernels::RouterScore router = kernels::RouterScore::kSoftmax;
   kernels::DropPolicy drop_policy = kernels::DropPolicy::kProbs;
   int Fs = 0;               // the shared experts' width (n_shared x Fe), 0 without them
+  bool gelu = false;        // GPT-2's experts: GELU MLPs with biases; Llama's: SwiGLU, none
   int ep = 1, ep_rank = 0;  // expert-parallel ranks; this one holds experts [ep_rank E_local, ...)
   // Ranks that split a group's tokens (the tensor-parallel ranks under sequence parallelism); this
   // one routes tokens [tp_rank N / tp, ...) of a group of N. Routing decides over the whole group.
@@ -31,6 +32,8 @@ struct MoeShape {
                      int tp_rank = 0);
   int E_local() const { return E / ep; }
   int local_tokens(int N) const { return N / tp; }
+  // A first projection's rows for an MLP of hidden width F: gate | up (2 F), or F under GELU.
+  int width(int F) const { return gelu ? F : 2 * F; }
   // Slots an expert keeps of a group of T tokens: 0 (dropless) or ceil(T k / E x factor).
   int capacity(int T) const;
   // The most rows that can arrive at one rank's experts when each rank of the group routes N
@@ -42,10 +45,13 @@ struct MoeShape {
 // An MoE layer's parameters (storage format) or their gradients (fp32), flat.
 struct MoeParams {
   StoredTensor router;  // [E, C]
-  StoredTensor fc;      // [E, 2 Fe, C]: each expert's gate | up
+  StoredTensor fc;      // [E, 2 Fe, C]: each expert's gate | up ([E, Fe, C] under GELU)
   StoredTensor proj;    // [E, C, Fe]
-  // The shared experts (every token runs them), one SwiGLU MLP of width Fs; empty without.
-  StoredTensor shared_fc, shared_proj;  // [2 Fs, C], [C, Fs]
+  // The shared experts (every token runs them), one MLP of width Fs; empty without.
+  StoredTensor shared_fc, shared_proj;  // [width(Fs), C], [C, Fs]
+  // GELU experts' biases (GPT-2); empty for Llama's.
+  StoredTensor fc_bias, proj_bias;                // [E, Fe], [E, C]
+  StoredTensor shared_fc_bias, shared_proj_bias;  // [Fs], [C]
 };
 
 // Scratch every MoE layer reuses.

@@ -66,10 +66,10 @@ MoeActivations moe_internals(const StageShape& s, size_t N, MemCategory c, Buffe
     a.arrivals = list.int32("moe_arrivals", c, m.E);
     a.arrived = list.stored("moe_arrived", c, arrived * m.C, p);
   }
-  a.fc = list.stored("moe_fc", c, arrived * 2 * m.Fe, p);
+  a.fc = list.stored("moe_fc", c, arrived * m.width(m.Fe), p);
   a.act = list.stored("moe_act", c, arrived * m.Fe, p);
   if (m.Fs > 0) {
-    a.shared_fc = list.stored("moe_shared_fc", c, n * 2 * m.Fs, p);
+    a.shared_fc = list.stored("moe_shared_fc", c, n * m.width(m.Fs), p);
     a.shared_act = list.stored("moe_shared_act", c, n * m.Fs, p);
   }
   a.expert_out = list.stored("moe_expert_out", c, slots * m.C, p);
@@ -188,7 +188,7 @@ MoeScratch moe_scratch(const StageShape& s, BufferList& list) {
   if (m.tp > 1) {
     x.group_offsets = list.int32("moe_group_offsets", work, m.E + 1);
     x.grad_share =
-        list.f32("moe_grad_share", work, static_cast<size_t>(std::max(m.E, 2 * m.Fs)) * m.C);
+        list.f32("moe_grad_share", work, static_cast<size_t>(std::max(m.E, m.width(m.Fs))) * m.C);
   }
   if (s.half()) {
     x.x32 = list.f32("moe_x32", work, n * m.C);
@@ -199,14 +199,14 @@ MoeScratch moe_scratch(const StageShape& s, BufferList& list) {
   x.dx_router = list.f32("moe_dx_router", work, n * m.C);
   x.dexpert_out = list.stored("moe_dexpert_out", work, slots * m.C, p);
   x.dact = list.stored("moe_dact", work, arrived * m.Fe, p);
-  x.dfc = list.stored("moe_dfc", work, arrived * 2 * m.Fe, p);
+  x.dfc = list.stored("moe_dfc", work, arrived * m.width(m.Fe), p);
   x.ddispatched = list.stored("moe_ddispatched", work, slots * m.C, p);
   x.expert_mass = list.f32("moe_expert_mass", work, m.E);
   if (m.ep > 1) x.exchanged = list.stored("moe_exchanged", work, arrived * m.C, p);
   if (m.Fs > 0) {
     x.shared_out = list.stored("moe_shared_out", work, n * m.C, p);
     x.dshared_act = list.stored("moe_dshared_act", work, n * m.Fs, p);
-    x.dshared_fc = list.stored("moe_dshared_fc", work, n * 2 * m.Fs, p);
+    x.dshared_fc = list.stored("moe_dshared_fc", work, n * m.width(m.Fs), p);
   }
   return x;
 }

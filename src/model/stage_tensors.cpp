@@ -26,9 +26,8 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
   t.wpe = tensor("wpe");
   for (int l = layout.first_layer; l < layout.last_layer; ++l) {
     const auto weight = [&](BlockPart part) { return tensor(block_param(l, part)); };
-    const auto linear = [&](BlockPart part) {
-      return LinearParams{weight(part), tensor(block_param(l, part, "bias"))};
-    };
+    const auto bias = [&](BlockPart part) { return tensor(block_param(l, part, "bias")); };
+    const auto linear = [&](BlockPart part) { return LinearParams{weight(part), bias(part)}; };
     const auto block_norm = [&](BlockPart part) {
       return NormParams{weight(part), tensor(block_param(l, part, "bias"))};
     };
@@ -51,7 +50,9 @@ StageTensors stage_tensors(const LocalParamTable& local, const StageLayout& layo
                         linear(BlockPart::kProj),
                         {weight(BlockPart::kRouter), weight(BlockPart::kExpertsFc),
                          weight(BlockPart::kExpertsProj), weight(BlockPart::kSharedFc),
-                         weight(BlockPart::kSharedProj)}});
+                         weight(BlockPart::kSharedProj), bias(BlockPart::kExpertsFc),
+                         bias(BlockPart::kExpertsProj), bias(BlockPart::kSharedFc),
+                         bias(BlockPart::kSharedProj)}});
   }
   if (layout.has_head) {
     t.lnf = norm("ln_f");

@@ -974,7 +974,6 @@ void refuse_moe_not_built(const Config& c) {
   const auto refuse = [](bool bad, const std::string& what) {
     if (bad) throw InputError("Mixture of Experts: " + what + " is not built yet (docs/moe.md)");
   };
-  refuse(!c.model.llama(), "model.family = 'gpt2' (GELU experts)");
   refuse(c.parallel.tp > 1 && c.zero.stage != ZeroStage::kNone,
          "parallel.tp > 1 with ZeRO (expert states sharded over expert-data-parallel ranks)");
   refuse(c.parallel.tp > 1 && c.dp.sync != DpSync::kSync,

@@ -295,10 +295,11 @@ TEST(Gpt, SplitBackwardMatchesFusedBitForBit) {
 
 namespace {
 
-// A tiny Llama whose layer 0 is an MoE layer (8 experts, top-2) and layer 1 dense.
-ModelConfig tiny_moe(double capacity_factor) {
+// A tiny Llama (or GPT-2, its experts GELU MLPs with biases) whose layer 0 is an MoE layer (8
+// experts, top-2) and layer 1 dense.
+ModelConfig tiny_moe(double capacity_factor, ModelFamily family = ModelFamily::kLlama) {
   ModelConfig m;
-  m.family = ModelFamily::kLlama;
+  m.family = family;
   m.n_layer = 2, m.n_embd = 16, m.n_head = 4, m.n_kv_head = 2, m.vocab_size = 11;
   m.block_size = 8, m.ffn_hidden = 24;
   m.moe.n_experts = 8, m.moe.top_k = 2, m.moe.expert_ffn_hidden = 12, m.moe.moe_layer_every = 2;
@@ -311,59 +312,63 @@ ModelConfig tiny_moe(double capacity_factor) {
 
 // Every parameter's gradient of the objective (the loss plus the balancing losses) against
 // central differences, with an MoE layer in the stack, dropless and with drops (the latter with a
-// shared expert). A finite difference that changes the routing is skipped (the objective jumps
-// there).
+// shared expert), in both families. A finite difference that changes the routing is skipped (the
+// objective jumps there).
 TEST(Gpt, MoeModelGradientsMatchFiniteDifferences) {
-  for (const double capacity_factor : {0.0, 1.0}) {
-    const ModelConfig m = tiny_moe(capacity_factor);
-    MemoryLedger ledger;
-    const int B = 2, T = 6;
-    GptStage model(m, whole_model(m), nullptr, ledger, B, T, 1);
-    model.set_moe_loss_coefficients(0.05, 0.01);
-    model.init_params(3);
-    const View1 p = model.params();
-    // Half the dense test's factor: the MoE paths curve more.
-    const std::vector<float> weights = scale_weights(p, 5.0f);
-    std::vector<int32_t> in, tg;
-    batch(B, T, m.vocab_size, in, tg);
-    const float scale = 1.0f / (B * T);
-    model.zero_grads();
-    model.forward(0, in.data(), tg.data(), B, T);
-    const std::array<double, 2> losses = model.moe_losses(0);
-    const std::vector<int32_t> routing = model.moe_routing(0);
-    ASSERT_EQ(routing.size(), 2u * B * T * 2);
-    EXPECT_GT(losses[0], 0.5) << "aux of a router is at least about 1 (E sum f P)";
-    EXPECT_GT(losses[1], 0.0);
-    model.backward(0, scale, {});
-    const std::vector<float> g = values(model.grads());
-    int routing_changes = 0;
-    for (const ParamSpec& s : model.table().specs()) {
-      const int64_t offset = model.local().at(s.name).offset;
-      double largest = 0;
-      for (int k = 0; k < 4; ++k) {
-        const int64_t i = offset + static_cast<int64_t>(mix64(k * 31 + s.offset) % s.numel());
-        const float saved = weights[i], h = 1e-3f;
-        set_value(p, i, saved + h);
-        const double fp = model.forward(0, in.data(), tg.data(), B, T) * scale;
-        const bool moved_up = model.moe_routing(0) != routing;
-        set_value(p, i, saved - h);
-        const double fm = model.forward(0, in.data(), tg.data(), B, T) * scale;
-        const bool moved_down = model.moe_routing(0) != routing;
-        set_value(p, i, saved);
-        if (moved_up || moved_down) {
-          ++routing_changes;
-          continue;
+  for (const ModelFamily family : {ModelFamily::kLlama, ModelFamily::kGpt2})
+    for (const double capacity_factor : {0.0, 1.0}) {
+      const ModelConfig m = tiny_moe(capacity_factor, family);
+      MemoryLedger ledger;
+      const int B = 2, T = 6;
+      GptStage model(m, whole_model(m), nullptr, ledger, B, T, 1);
+      model.set_moe_loss_coefficients(0.05, 0.01);
+      model.init_params(3);
+      const View1 p = model.params();
+      // Half the dense test's factor: the MoE paths curve more.
+      const std::vector<float> weights = scale_weights(p, 5.0f);
+      std::vector<int32_t> in, tg;
+      batch(B, T, m.vocab_size, in, tg);
+      const float scale = 1.0f / (B * T);
+      model.zero_grads();
+      model.forward(0, in.data(), tg.data(), B, T);
+      const std::array<double, 2> losses = model.moe_losses(0);
+      const std::vector<int32_t> routing = model.moe_routing(0);
+      ASSERT_EQ(routing.size(), 2u * B * T * 2);
+      EXPECT_GT(losses[0], 0.5) << "aux of a router is at least about 1 (E sum f P)";
+      EXPECT_GT(losses[1], 0.0);
+      model.backward(0, scale, {});
+      const std::vector<float> g = values(model.grads());
+      int routing_changes = 0, samples = 0;
+      for (const ParamSpec& s : model.table().specs()) {
+        const int64_t offset = model.local().at(s.name).offset;
+        double largest = 0;
+        for (int k = 0; k < 4; ++k) {
+          const int64_t i = offset + static_cast<int64_t>(mix64(k * 31 + s.offset) % s.numel());
+          const float saved = weights[i], h = 1e-3f;
+          ++samples;
+          set_value(p, i, saved + h);
+          const double fp = model.forward(0, in.data(), tg.data(), B, T) * scale;
+          const bool moved_up = model.moe_routing(0) != routing;
+          set_value(p, i, saved - h);
+          const double fm = model.forward(0, in.data(), tg.data(), B, T) * scale;
+          const bool moved_down = model.moe_routing(0) != routing;
+          set_value(p, i, saved);
+          if (moved_up || moved_down) {
+            ++routing_changes;
+            continue;
+          }
+          const double numeric = (fp - fm) / (2 * h);
+          const double err = std::abs(numeric - g[i]) / std::max(5e-2, std::abs(numeric));
+          EXPECT_LT(err, 5e-2) << s.name << "[" << i - offset << "] numeric " << numeric
+                               << " analytic " << g[i] << " capacity " << capacity_factor
+                               << (m.llama() ? " llama" : " gpt2");
+          largest = std::max(largest, std::abs(numeric));
         }
-        const double numeric = (fp - fm) / (2 * h);
-        const double err = std::abs(numeric - g[i]) / std::max(5e-2, std::abs(numeric));
-        EXPECT_LT(err, 5e-2) << s.name << "[" << i - offset << "] numeric " << numeric
-                             << " analytic " << g[i] << " capacity " << capacity_factor;
-        largest = std::max(largest, std::abs(numeric));
+        if (s.name.find("moe.experts") == std::string::npos) {  // an expert may get no token
+          EXPECT_GT(largest, 1e-4) << s.name << ": no sampled element moves the loss";
+        }
       }
-      if (s.name.find("moe.experts") == std::string::npos) {  // an expert may get no token
-        EXPECT_GT(largest, 1e-4) << s.name << ": no sampled element moves the loss";
-      }
+      // A few samples may move the routing, not most (the check would then test little).
+      EXPECT_LT(routing_changes, samples / 8) << "of " << samples;
     }
-    EXPECT_LT(routing_changes, 10);
-  }
 }

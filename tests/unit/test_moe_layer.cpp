@@ -1,5 +1,5 @@
-// The MoE layer (router, top-k, capacity, SwiGLU experts, combine, shared experts) against a
-// double-precision reference written from the definition: its output, and every gradient against
+// The MoE layer (router, top-k, capacity, SwiGLU or GELU experts, combine, shared experts) against
+// a double-precision reference written from the definition: its output, and every gradient against
 // central differences of the same objective with the routing held, dropless and with drops.
 #include <gtest/gtest.h>
 
@@ -22,11 +22,41 @@ using Doubles = std::vector<double>;
 // The layer's inputs and parameters in double, indexed as the layer's tensors.
 struct Problem {
   int N, C, E, k, Fe, Fs;  // Fs: the shared experts' width (0: none)
+  bool gelu;               // GPT-2's experts: GELU with biases (else SwiGLU, none)
   Doubles x, router, fc, proj, dout, shared_fc, shared_proj;
+  Doubles fc_bias, proj_bias, shared_fc_bias, shared_proj_bias;  // empty without GELU
+  int width(int F) const { return gelu ? F : 2 * F; }
 };
 
 double silu(double v) {
   return v / (1 + std::exp(-v));
+}
+double gelu(double v) {  // GPT-2's tanh approximation
+  return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+}
+
+// One MLP of hidden width F on the token row xt: fc [width(F), C] (SwiGLU's gate | up, or GELU's
+// with bias fc_b), then proj [C, F] (plus proj_b); null biases for SwiGLU.
+Doubles mlp(const Problem& p, const double* xt, const double* fc, const double* fc_b,
+            const double* proj, const double* proj_b, int F) {
+  const int C = p.C;
+  Doubles h(F), y(C);
+  for (int f = 0; f < F; ++f) {
+    double first = fc_b ? fc_b[f] : 0, up = 0;
+    for (int c = 0; c < C; ++c) {
+      first += fc[f * C + c] * xt[c];
+      if (!p.gelu) up += fc[(F + f) * C + c] * xt[c];
+    }
+    h[f] = p.gelu ? gelu(first) : silu(first) * up;
+  }
+  for (int c = 0; c < C; ++c) {
+    y[c] = proj_b ? proj_b[c] : 0;
+    for (int f = 0; f < F; ++f) y[c] += proj[c * F + f] * h[f];
+  }
+  return y;
+}
+const double* or_null(const Doubles& v, size_t at) {
+  return v.empty() ? nullptr : v.data() + at;
 }
 
 // Sum(dout * out) + a aux + z zloss with the routing (choice, kept) held: the objective whose
@@ -37,21 +67,14 @@ double objective(const Problem& p, const std::vector<int>& choice, const std::ve
   double total = 0, zloss = 0;
   Doubles mean_p(E, 0.0), counts(E, 0.0);
   for (int t = 0; t < N; ++t) {
-    // The shared experts: one SwiGLU MLP of width Fs on every token.
-    Doubles hs(Fs);
-    for (int f = 0; f < Fs; ++f) {
-      double gate = 0, up = 0;
+    // The shared experts: one MLP of width Fs on every token.
+    if (Fs > 0) {
+      const Doubles y = mlp(p, &p.x[t * C], p.shared_fc.data(), or_null(p.shared_fc_bias, 0),
+                            p.shared_proj.data(), or_null(p.shared_proj_bias, 0), Fs);
       for (int c = 0; c < C; ++c) {
-        gate += p.shared_fc[f * C + c] * p.x[t * C + c];
-        up += p.shared_fc[(Fs + f) * C + c] * p.x[t * C + c];
+        if (out) (*out)[t * C + c] += y[c];
+        total += p.dout[t * C + c] * y[c];
       }
-      hs[f] = silu(gate) * up;
-    }
-    for (int c = 0; c < C && Fs > 0; ++c) {
-      double y = 0;
-      for (int f = 0; f < Fs; ++f) y += p.shared_proj[c * Fs + f] * hs[f];
-      if (out) (*out)[t * C + c] += y;
-      total += p.dout[t * C + c] * y;
     }
     Doubles logit(E), prob(E);
     double most = -1e300, sum = 0;
@@ -70,20 +93,12 @@ double objective(const Problem& p, const std::vector<int>& choice, const std::ve
       counts[e] += 1;
       if (!kept[t * k + s]) continue;
       const double w = prob[e] / chosen;
-      Doubles h(Fe);
-      for (int f = 0; f < Fe; ++f) {
-        double gate = 0, up = 0;
-        for (int c = 0; c < C; ++c) {
-          gate += p.fc[(e * 2 * Fe + f) * C + c] * p.x[t * C + c];
-          up += p.fc[(e * 2 * Fe + Fe + f) * C + c] * p.x[t * C + c];
-        }
-        h[f] = silu(gate) * up;
-      }
+      const Doubles y = mlp(p, &p.x[t * C], &p.fc[static_cast<size_t>(e) * p.width(Fe) * C],
+                            or_null(p.fc_bias, e * Fe), &p.proj[static_cast<size_t>(e) * C * Fe],
+                            or_null(p.proj_bias, e * C), Fe);
       for (int c = 0; c < C; ++c) {
-        double y = 0;
-        for (int f = 0; f < Fe; ++f) y += p.proj[(e * C + c) * Fe + f] * h[f];
-        if (out) (*out)[t * C + c] += w * y;
-        total += p.dout[t * C + c] * w * y;
+        if (out) (*out)[t * C + c] += w * y[c];
+        total += p.dout[t * C + c] * w * y[c];
       }
     }
   }
@@ -126,8 +141,9 @@ void expect_gradient(Problem& p, Doubles& values, const std::vector<float>& got,
   }
 }
 
-void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops, int Fs = 0) {
-  Problem p{9, 6, 4, 2, 5, Fs, {}, {}, {}, {}, {}, {}, {}};
+void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops, int Fs = 0,
+                 bool gelu_experts = false) {
+  Problem p{9, 6, 4, 2, 5, Fs, gelu_experts, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   std::mt19937 rng(17);
   std::normal_distribution<double> normal(0.0, 0.7);
   auto random = [&](size_t n) {
@@ -136,39 +152,59 @@ void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops, i
     return v;
   };
   const int N = p.N, C = p.C, E = p.E, k = p.k, Fe = p.Fe, slots = N * k;
-  p.x = random(N * C), p.router = random(E * C), p.fc = random(E * 2 * Fe * C);
+  const int W = p.width(Fe), Ws = p.width(Fs);
+  p.x = random(N * C), p.router = random(E * C), p.fc = random(E * W * C);
   p.proj = random(E * C * Fe), p.dout = random(N * C);
-  p.shared_fc = random(2 * Fs * C), p.shared_proj = random(C * Fs);
+  p.shared_fc = random(Ws * C), p.shared_proj = random(C * Fs);
+  if (gelu_experts) {
+    p.fc_bias = random(E * Fe), p.proj_bias = random(E * C);
+    p.shared_fc_bias = random(Fs), p.shared_proj_bias = random(C * (Fs > 0));
+  }
   for (int t = 0; t < N; ++t) p.router[0 * C + t % C] += 0.5;  // lean towards expert 0
 
   LayerContext ctx;
   MoeShape shape;
   shape.C = C, shape.E = E, shape.k = k, shape.Fe = Fe;
   shape.capacity_factor = capacity_factor, shape.drop_policy = policy, shape.Fs = Fs;
+  shape.gelu = gelu_experts;
   MoeLayer layer(&ctx, shape);
   const auto tensor_or_empty = [](const Doubles& v) {
     return v.empty() ? StoredTensor{} : f32_tensor(v);
   };
   const auto zeros_or_empty = [](size_t n) { return n == 0 ? StoredTensor{} : f32_zeros(n); };
-  layer.weights = {f32_tensor(p.router), f32_tensor(p.fc), f32_tensor(p.proj),
-                   tensor_or_empty(p.shared_fc), tensor_or_empty(p.shared_proj)};
-  layer.grads = {f32_zeros(E * C), f32_zeros(E * 2 * Fe * C), f32_zeros(E * C * Fe),
-                 zeros_or_empty(2 * Fs * C), zeros_or_empty(C * Fs)};
+  layer.weights = {f32_tensor(p.router),
+                   f32_tensor(p.fc),
+                   f32_tensor(p.proj),
+                   tensor_or_empty(p.shared_fc),
+                   tensor_or_empty(p.shared_proj),
+                   tensor_or_empty(p.fc_bias),
+                   tensor_or_empty(p.proj_bias),
+                   tensor_or_empty(p.shared_fc_bias),
+                   tensor_or_empty(p.shared_proj_bias)};
+  layer.grads = {f32_zeros(E * C),
+                 f32_zeros(E * W * C),
+                 f32_zeros(E * C * Fe),
+                 zeros_or_empty(Ws * C),
+                 zeros_or_empty(C * Fs),
+                 zeros_or_empty(p.fc_bias.size()),
+                 zeros_or_empty(p.proj_bias.size()),
+                 zeros_or_empty(p.shared_fc_bias.size()),
+                 zeros_or_empty(p.shared_proj_bias.size())};
   MoeActivations a;
   a.logits = View1("l", N * E), a.scores = View1("s", N * E), a.weight = View1("w", slots);
   a.choice = IntView1("c", slots), a.row = IntView1("r", slots), a.counts = IntView1("n", E);
   a.offsets = IntView1("o", E + 1), a.dispatched = f32_zeros(slots * C);
-  a.fc = f32_zeros(slots * 2 * Fe), a.act = f32_zeros(slots * Fe);
+  a.fc = f32_zeros(slots * W), a.act = f32_zeros(slots * Fe);
   a.expert_out = f32_zeros(slots * C);
-  a.shared_fc = zeros_or_empty(N * 2 * Fs), a.shared_act = zeros_or_empty(N * Fs);
+  a.shared_fc = zeros_or_empty(N * Ws), a.shared_act = zeros_or_empty(N * Fs);
   MoeScratch s;
   s.shared_out = zeros_or_empty(N * C * (Fs > 0)), s.dshared_act = zeros_or_empty(N * Fs);
-  s.dshared_fc = zeros_or_empty(N * 2 * Fs);
+  s.dshared_fc = zeros_or_empty(N * Ws);
   s.listed = IntView1("listed", slots), s.listed_offsets = IntView1("lo", E + 1);
   s.kept = IntView1("kept", slots);
   s.dlogits = View1("dl", N * E), s.dweight = View1("dw", slots), s.dx_router = View1("dxr", N * C);
   s.dexpert_out = f32_zeros(slots * C), s.dact = f32_zeros(slots * Fe);
-  s.dfc = f32_zeros(slots * 2 * Fe), s.ddispatched = f32_zeros(slots * C);
+  s.dfc = f32_zeros(slots * W), s.ddispatched = f32_zeros(slots * C);
   s.expert_mass = View1("mass", E);
 
   const StoredTensor x = f32_tensor(p.x), out = f32_zeros(N * C), dout = f32_tensor(p.dout);
@@ -194,15 +230,19 @@ void check_layer(double capacity_factor, DropPolicy policy, bool expect_drops, i
   expect_gradient(p, p.x, host_values(dx, 0, N * C), choice, kept, aux_scale, z_scale, "dx");
   expect_gradient(p, p.router, host_values(layer.grads.router, 0, E * C), choice, kept, aux_scale,
                   z_scale, "router");
-  expect_gradient(p, p.fc, host_values(layer.grads.fc, 0, E * 2 * Fe * C), choice, kept, aux_scale,
-                  z_scale, "experts.fc");
-  expect_gradient(p, p.proj, host_values(layer.grads.proj, 0, E * C * Fe), choice, kept, aux_scale,
-                  z_scale, "experts.proj");
-  if (Fs == 0) return;
-  expect_gradient(p, p.shared_fc, host_values(layer.grads.shared_fc, 0, 2 * Fs * C), choice, kept,
-                  aux_scale, z_scale, "shared.fc");
-  expect_gradient(p, p.shared_proj, host_values(layer.grads.shared_proj, 0, C * Fs), choice, kept,
-                  aux_scale, z_scale, "shared.proj");
+  const auto expect = [&](Doubles& values, const StoredTensor& grad, const char* what) {
+    if (values.empty()) return;
+    expect_gradient(p, values, host_values(grad, 0, values.size()), choice, kept, aux_scale,
+                    z_scale, what);
+  };
+  expect(p.fc, layer.grads.fc, "experts.fc");
+  expect(p.proj, layer.grads.proj, "experts.proj");
+  expect(p.fc_bias, layer.grads.fc_bias, "experts.fc.bias");
+  expect(p.proj_bias, layer.grads.proj_bias, "experts.proj.bias");
+  expect(p.shared_fc, layer.grads.shared_fc, "shared.fc");
+  expect(p.shared_proj, layer.grads.shared_proj, "shared.proj");
+  expect(p.shared_fc_bias, layer.grads.shared_fc_bias, "shared.fc.bias");
+  expect(p.shared_proj_bias, layer.grads.shared_proj_bias, "shared.proj.bias");
 }
 
 }  // namespace
@@ -219,4 +259,11 @@ TEST(MoeLayer, SharedExpertsAddTheirMlpOnEveryToken) {
 TEST(MoeLayer, DroppedSlotsContributeNothingAndGetNoGradient) {
   check_layer(1.0, DropPolicy::kPosition, true);
   check_layer(1.0, DropPolicy::kProbs, true);
+}
+
+// GPT-2's experts (and shared experts): GELU MLPs with biases, dropless and with drops.
+TEST(MoeLayer, GeluExpertsWithBiasesMatchTheDefinition) {
+  check_layer(0.0, DropPolicy::kProbs, false, 0, true);
+  check_layer(0.0, DropPolicy::kProbs, false, 7, true);
+  check_layer(1.0, DropPolicy::kPosition, true, 3, true);
 }
