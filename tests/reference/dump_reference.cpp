@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -155,7 +156,8 @@ void write_bf16(hid_t file, const trident::GptStage& fp32_model, trident::Memory
   std::printf("dump_reference: bf16 loss %.6f\n", loss);
 }
 
-int run(const std::string& out_path, const std::string& config_path) {
+int run(const std::string& out_path, const std::string& config_path,
+        const std::vector<std::string>& overrides) {
   trident::ModelConfig m;  // the tiny model, unless a config names another
   m.name = "tiny";
   m.n_layer = 2;
@@ -167,7 +169,7 @@ int run(const std::string& out_path, const std::string& config_path) {
   // coefficients (train.aux_loss_coeff, z_loss_coeff).
   trident::TrainSection train;
   if (!config_path.empty()) {
-    const trident::Config c = trident::load_config(config_path, {});
+    const trident::Config c = trident::load_config(config_path, overrides);
     m = c.model;
     train = c.train;
   }
@@ -212,6 +214,7 @@ int run(const std::string& out_path, const std::string& config_path) {
   trident::h5::write_attr(file, "top_k", static_cast<int64_t>(m.moe.top_k));
   trident::h5::write_attr(file, "expert_ffn_hidden", static_cast<int64_t>(m.expert_hidden()));
   trident::h5::write_attr(file, "moe_layer_every", static_cast<int64_t>(m.moe.moe_layer_every));
+  trident::h5::write_attr(file, "n_shared_experts", static_cast<int64_t>(m.moe.n_shared_experts));
   trident::h5::write_attr(file, "aux_loss_coeff", train.aux_loss_coeff);
   trident::h5::write_attr(file, "z_loss_coeff", train.z_loss_coeff);
   trident::h5::write_attr(file, "init_seed", static_cast<int64_t>(kInitSeed));
@@ -265,12 +268,13 @@ int run(const std::string& out_path, const std::string& config_path) {
 
 int main(int argc, char** argv) {
   return trident::with_mpi_and_kokkos(argc, argv, {argv[0], 2, true}, [&] {
-    if (argc < 2 || argc > 3) {
-      std::fprintf(stderr, "usage: %s OUT.h5 [RUN_CONFIG.toml]\n", argv[0]);
+    if (argc < 2) {
+      std::fprintf(stderr, "usage: %s OUT.h5 [RUN_CONFIG.toml [KEY=VALUE...]]\n", argv[0]);
       return 2;
     }
     try {
-      return run(argv[1], argc == 3 ? argv[2] : "");
+      return run(argv[1], argc >= 3 ? argv[2] : "",
+                 std::vector<std::string>(argv + std::min(argc, 3), argv + argc));
     } catch (const trident::InputError& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       return 2;

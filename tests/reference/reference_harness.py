@@ -207,6 +207,11 @@ def main(doc, build, trident_name, tol, adam_compared=None, strict=False):
             check(f"adamw loss step {s}", f"{losses64[s]:.6f}", abs(losses_tr[s] - losses64[s]),
                   abs(losses32[s] - losses64[s]), tol.adam_loss)
         lr = attr(f, "lr")
+        # A Mixture of Experts routes by comparing scores: over 10 steps a near-tie may route one
+        # way at float32 and the other at float64, and then a whole expert's trajectory differs
+        # (torch's own float32 run lands steps away from float64 there). Where it does, trident
+        # must land no further from float64 than torch's float32 run; elsewhere the tolerance.
+        moe = int(f.attrs.get("n_experts", 0)) > 0
         for name in f["params"].keys():
             p_tr, p64, p32 = f["params_after"][name][()], after64[name], after32[name]
             keep = adam_compared(f, name) if adam_compared else None
@@ -214,7 +219,8 @@ def main(doc, build, trident_name, tol, adam_compared=None, strict=False):
                 p_tr, p64, p32 = p_tr[keep], p64[keep], p32[keep]
             err = np.abs(p_tr - p64).max() / lr
             err32 = np.abs(p32 - p64).max() / lr
-            check(f"adamw param {name}", str(list(p64.shape)), err, err32, tol.adam_param)
+            bound = max(tol.adam_param, err32) if moe else tol.adam_param
+            check(f"adamw param {name}", str(list(p64.shape)), err, err32, bound)
 
     width = max(len(r[0]) for r in rows)
     print("trident (fp32) vs torch fp64; 'torch fp32' = torch float32 vs float64 on the same input;"

@@ -151,14 +151,18 @@ class SparseMoe(nn.Module):
     Parameters in trident's layout: router [E, C] (Mixtral's gate), experts.fc [E, 2F, C]
     (each expert's w1 rows, then its w3 rows), experts.proj [E, C, F] (w2). The balancing
     losses: Hugging Face's load_balancing_loss_func on this group divided by k (trident's
-    convention, docs/moe.md), and the z-loss mean logsumexp(logits)^2."""
+    convention, docs/moe.md), and the z-loss mean logsumexp(logits)^2. With `shared` > 0, DeepSeek's
+    shared experts: one SwiGLU MLP of shared x hidden that every token runs, added to the output
+    (moe.shared.fc and moe.shared.proj)."""
 
-    def __init__(self, C, E, k, hidden):
+    def __init__(self, C, E, k, hidden, shared=0):
         super().__init__()
         self.E, self.k, self.hidden = E, k, hidden
         self.router = nn.Linear(C, E, bias=False)
         self.experts = nn.ModuleDict({"fc": ExpertStack(E, 2 * hidden, C),
                                       "proj": ExpertStack(E, C, hidden)})
+        if shared > 0:
+            self.shared = SwiGlu(C, shared * hidden)
         self.aux = self.z = None
         self.forced = None  # [N, k] experts to route to instead of the top-k (see build)
 
@@ -176,6 +180,8 @@ class SparseMoe(nn.Module):
         weights = weights / weights.sum(dim=-1, keepdim=True)
         out = torch.zeros(B * T, C, dtype=torch.float32 if torch.is_autocast_cpu_enabled()
                           else flat.dtype)
+        if hasattr(self, "shared"):
+            out = out + self.shared(flat).to(out.dtype)
         for e in range(self.E):
             token, slot = (chosen == e).nonzero(as_tuple=True)
             if token.numel() == 0:
@@ -207,17 +213,18 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    """moe: None, or (E, k, expert width, every, aux coefficient, z coefficient): layer l holds
-    a SparseMoe when l % every == 0, and extra_loss is the coefficients times the sums of its
+    """moe: None, or (E, k, expert width, every, aux coefficient, z coefficient, shared experts):
+    layer l holds a SparseMoe when l % every == 0, and extra_loss is the coefficients times the sums of its
     blocks' balancing losses (the objective trident's backward differentiates)."""
 
     def __init__(self, L, C, NH, KVH, hidden, V, theta, eps, tied, moe=None):
         super().__init__()
         self.wte = nn.Embedding(V, C)
-        self.moe_coeffs = moe[4:] if moe else None
+        self.moe_coeffs = moe[4:6] if moe else None
         self.h = nn.ModuleList(
             Block(C, NH, KVH, hidden, theta, eps,
-                  moe[:3] if moe and layer % moe[3] == 0 else None) for layer in range(L))
+                  moe[:3] + moe[6:] if moe and layer % moe[3] == 0 else None)
+            for layer in range(L))
         self.ln_f = RMSNorm(C, eps)
         self.lm_head = None if tied else nn.Linear(C, V, bias=False)
         self.extra_loss = None
@@ -255,7 +262,7 @@ def build(f, dtype, group="params"):
     if attr(f, "n_experts") > 0:
         moe = (attr(f, "n_experts"), attr(f, "top_k"), attr(f, "expert_ffn_hidden"),
                attr(f, "moe_layer_every"), float(attr(f, "aux_loss_coeff")),
-               float(attr(f, "z_loss_coeff")))
+               float(attr(f, "z_loss_coeff")), attr(f, "n_shared_experts"))
     model = Llama(attr(f, "n_layer"), attr(f, "n_embd"), attr(f, "n_head"), attr(f, "n_kv_head"),
                   attr(f, "ffn_hidden"), attr(f, "vocab_size"), float(attr(f, "rope_theta")),
                   float(attr(f, "norm_eps")), bool(attr(f, "tie_embeddings")), moe).to(dtype)
