@@ -18,7 +18,7 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
                    const StageBuffers& buffers, const ExpertComms& ep)
     : shape_(checked_shape({m, layout, max_batch, max_seq, slots, buffers})),
       table_(m),
-      local_(table_, m, layout, buffers.unit_alignment),
+      local_(table_, m, layout, buffers.unit_alignment, buffers.expert_unit_alignment),
       ep_(ep.rows, ep.counts, layout.ep_size, layout.ep_rank),
       st_([&] {
         BufferList list(ledger);

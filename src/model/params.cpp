@@ -183,7 +183,8 @@ int padded_vocab(const ModelConfig& m, int tp_size) {
 }
 
 LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
-                                 const StageLayout& layout, int64_t unit_alignment)
+                                 const StageLayout& layout, int64_t unit_alignment,
+                                 int64_t expert_unit_alignment)
     : layout_(layout) {
   // Unit of a held parameter: 0 for wte, 1 for wpe, 2 + 4l + part for block l, 2 + 4 n_layer
   // for ln_f, and one more for lm_head. wte is a unit of its own so the first and the last stage,
@@ -194,11 +195,17 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
       return 2 + kUnitsPerBlock * m.n_layer + (spec.name == "lm_head" ? 1 : 0);
     return 2 + kUnitsPerBlock * spec.layer + block_unit_part(spec.name);
   };
+  // With expert units of their own, a parameter's unit is its quarter's and its kind's.
+  const bool expert_units = expert_unit_alignment > 0;
+  const auto unit_key = [&](const ParamSpec& spec) {
+    return 2 * unit_of(spec) + (expert_units && spec.experts ? 1 : 0);
+  };
   int current_unit = -1;
   auto close_unit = [&] {
     if (units_.empty()) return;
     ParamUnit& u = units_.back();
-    u.padded = (u.numel + unit_alignment - 1) / unit_alignment * unit_alignment;
+    const int64_t align = u.experts ? expert_unit_alignment : unit_alignment;
+    u.padded = (u.numel + align - 1) / align * align;
     total_ = u.offset + u.padded;
   };
   for (const ParamSpec& spec : table.specs()) {
@@ -212,10 +219,10 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
     else
       held = spec.layer >= layout.first_layer && spec.layer < layout.last_layer;
     if (!held) continue;
-    if (unit_of(spec) != current_unit) {
+    if (unit_key(spec) != current_unit) {
       close_unit();
-      current_unit = unit_of(spec);
-      units_.push_back({total_, 0, 0});
+      current_unit = unit_key(spec);
+      units_.push_back({total_, 0, 0, expert_units && spec.experts});
     }
     LocalParam p;
     p.spec = &spec;

@@ -125,6 +125,7 @@ bool streams_grad(const ParamSpec& spec);
 
 struct ParamUnit {
   int64_t offset = 0, numel = 0, padded = 0;
+  bool experts = false;  // expert tensors only (units of their own: expert_unit_alignment > 0)
 };
 
 // The rank's parameters: the rows of the global table its stage holds, sliced for its tp rank,
@@ -133,8 +134,11 @@ struct ParamUnit {
 // gathering, checkpoints).
 class LocalParamTable {
  public:
+  // Units are padded to a multiple of unit_alignment; with expert_unit_alignment > 0 the expert
+  // tensors form units of their own (a block's quarter may then hold several units), padded to a
+  // multiple of it.
   LocalParamTable(const ParamTable& table, const ModelConfig& m, const StageLayout& layout,
-                  int64_t unit_alignment = 1);
+                  int64_t unit_alignment = 1, int64_t expert_unit_alignment = 0);
   const StageLayout& layout() const { return layout_; }
   const std::vector<LocalParam>& params() const { return params_; }
   const std::vector<ParamUnit>& units() const { return units_; }

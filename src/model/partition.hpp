@@ -14,15 +14,30 @@ struct Segment {
   int64_t size() const { return end - begin; }
 };
 
-// The segments dp rank `dp_rank` owns: the dp_rank-th of dp equal parts of every unit (the table
-// must have been laid out with unit alignment dp). With dp == 1, every unit whole.
-inline std::vector<Segment> zero_shard(const LocalParamTable& table, int dp, int dp_rank) {
+// Who shares a unit's ZeRO shards: the dp ranks, or for an expert unit (expert tensors form units
+// of their own where their replicas are not the dp ranks: expert parallelism, or tp ranks routing
+// their own rows) the experts' replicas (Grid::expert_data_comm).
+struct ShardGroups {
+  int dp = 1, dp_rank = 0;
+  int expert_dp = 1, expert_dp_rank = 0;
+  int parts(const ParamUnit& u) const { return u.experts ? expert_dp : dp; }
+  int index(const ParamUnit& u) const { return u.experts ? expert_dp_rank : dp_rank; }
+};
+
+// The segments this rank owns: its part of every unit, split into equal parts over the unit's
+// group (the table must have been laid out with the groups' sizes as unit alignments). With
+// groups of one, every unit whole.
+inline std::vector<Segment> zero_shard(const LocalParamTable& table, const ShardGroups& g) {
   std::vector<Segment> out;
   for (const ParamUnit& u : table.units()) {
-    const int64_t part = u.padded / dp;
-    out.push_back({u.offset + dp_rank * part, u.offset + (dp_rank + 1) * part});
+    const int64_t part = u.padded / g.parts(u), at = u.offset + g.index(u) * part;
+    out.push_back({at, at + part});
   }
   return out;
+}
+// The same where every unit is shared by the dp ranks.
+inline std::vector<Segment> zero_shard(const LocalParamTable& table, int dp, int dp_rank) {
+  return zero_shard(table, ShardGroups{dp, dp_rank, dp, dp_rank});
 }
 
 }  // namespace trident

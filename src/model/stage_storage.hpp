@@ -21,6 +21,9 @@ namespace trident {
 // How a stage holds its parameters, gradients and activations.
 struct StageBuffers {
   int64_t unit_alignment = 1;  // pad every unit to a multiple of this (dp under ZeRO)
+  // > 0: expert tensors form units of their own, padded to a multiple of this (their replicas'
+  // count under ZeRO): where those replicas are not the dp ranks (LocalParamTable).
+  int64_t expert_unit_alignment = 0;
   // Without full_grads (full_params) no gradient (parameter) buffer is allocated: the caller
   // places every unit (GptStage::redirect_grads / redirect_params); ZeRO-2 and 3 keep only a few
   // units whole at once.

@@ -29,13 +29,19 @@ double MemoryPrediction::model_states() const {
          bytes[static_cast<int>(MemCategory::kOptimizer)];
 }
 
+bool experts_own_replicas(const MemoryQuery& q) {
+  return q.model.moe.enabled() && (q.ep > 1 || q.tp > 1);
+}
+
 StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slots, int deferred) {
-  StageShape s{q.model,
-               layout,
-               q.micro_batch,
-               q.seq_len,
-               slots,
-               DataParallelStrategy::stage_buffers(static_cast<ZeroStage>(q.zero_stage), q.dp)};
+  StageShape s{
+      q.model,
+      layout,
+      q.micro_batch,
+      q.seq_len,
+      slots,
+      DataParallelStrategy::stage_buffers(static_cast<ZeroStage>(q.zero_stage), q.dp,
+                                          experts_own_replicas(q) ? q.dp * q.tp / q.ep : 0)};
   s.buffers.recompute = q.recompute;
   s.buffers.precision = q.precision;
   s.buffers.deferred_sets = deferred;
@@ -66,7 +72,7 @@ void add(MemoryPrediction& p, const BufferList& list) {
 // What the data-parallel strategy holds for one chunk beyond the stage's own buffers: ZeRO's
 // shards and unit working buffers (ZeRO-2/3 gradients, ZeRO-3 parameters), the master weights
 // and moments of its shard, and its communication buffers.
-void add_strategy(const MemoryQuery& q, const LocalParamTable& local, int dp_rank,
+void add_strategy(const MemoryQuery& q, const LocalParamTable& local, const ShardGroups& groups,
                   MemoryPrediction& p) {
   const auto add_bytes = [&](MemCategory c, double bytes) {
     p.bytes[static_cast<int>(c)] += bytes;
@@ -74,7 +80,7 @@ void add_strategy(const MemoryQuery& q, const LocalParamTable& local, int dp_ran
   const double f = sizeof(float), stored = q.precision == Precision::kFp32 ? 4 : 2;
   const bool sharded = q.zero_stage >= 1;
   double shard = 0;
-  for (const Segment& seg : zero_shard(local, sharded ? q.dp : 1, sharded ? dp_rank : 0))
+  for (const Segment& seg : zero_shard(local, sharded ? groups : ShardGroups{}))
     shard += seg.size();
   double working = 0, largest_part = 0;
   for (int64_t size : plan_unit_buffers(local, q.model.n_layer).buffer_sizes) working += size;
@@ -129,14 +135,19 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank
   for (int chunk = 0; chunk < q.virtual_stages; ++chunk) {
     const StageShape shape = stage_recipe(q, rank, chunk);
     const StageLayout& layout = shape.layout;
-    const LocalParamTable local(table, q.model, layout, shape.buffers.unit_alignment);
+    const LocalParamTable local(table, q.model, layout, shape.buffers.unit_alignment,
+                                shape.buffers.expert_unit_alignment);
     add(p, describe_stage(shape, local));
     BufferList transfers;
     const size_t activation_elements = shape.extents(q.micro_batch, q.seq_len).rows_c;
     pipeline::lay_out_transfers(layout.has_embedding, layout.has_head, activation_elements,
                                 q.precision, transfers);
     add(p, transfers);
-    add_strategy(q, local, rank[Axis::dp], p);
+    const ExpertFold fold = expert_fold(q.shape(), rank, q.ep);
+    add_strategy(q, local,
+                 {q.dp, rank[Axis::dp], experts_own_replicas(q) ? fold.expert_dp : q.dp,
+                  experts_own_replicas(q) ? fold.expert_dp_rank : rank[Axis::dp]},
+                 p);
   }
   return p;
 }

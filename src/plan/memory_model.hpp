@@ -77,6 +77,9 @@ MemoryQuery memory_query(const Config& c);
 struct StageShape;
 struct StageLayout;
 StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slots, int deferred);
+// Whether the experts' replicas are a group of their own rather than the dp ranks: an MoE model
+// with expert parallelism, or on tensor-parallel ranks (which route their own rows).
+bool experts_own_replicas(const MemoryQuery& q);
 // The one recipe of a stage: model chunk `chunk` of the rank at `rank` (its pipeline stage and
 // virtual stage, tp slice and share of the experts), with the slots and deferred sets its pipeline
 // schedule needs. The trainer builds its stages from it and the memory model sums them, so the

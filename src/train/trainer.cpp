@@ -974,8 +974,11 @@ void refuse_moe_not_built(const Config& c) {
   const auto refuse = [](bool bad, const std::string& what) {
     if (bad) throw InputError("Mixture of Experts: " + what + " is not built yet (docs/moe.md)");
   };
-  refuse(c.parallel.tp > 1 && c.zero.stage != ZeroStage::kNone,
-         "parallel.tp > 1 with ZeRO (expert states sharded over expert-data-parallel ranks)");
+  const bool zero23 =
+      c.zero.stage == ZeroStage::kGradients || c.zero.stage == ZeroStage::kParameters;
+  refuse(c.parallel.tp > 1 && zero23,
+         "parallel.tp > 1 with ZeRO-2/3 (expert gradients and parameters sharded over "
+         "expert-data-parallel ranks)");
   refuse(c.parallel.tp > 1 && c.dp.sync != DpSync::kSync,
          "parallel.tp > 1 with dp.sync = 'async' or 'local_sgd'");
   if (c.parallel.tp > 1 && !c.parallel.sequence_parallel)
@@ -984,8 +987,9 @@ void refuse_moe_not_built(const Config& c) {
         "tensor-parallel rank routes its own rows (Megatron-Core's rule; docs/moe.md)");
   refuse(c.parallel.schedule == pipeline::ScheduleKind::kZeroBubbleH1,
          "the zb_h1 schedule (split backward)");
-  refuse(c.parallel.ep > 1 && c.zero.stage != ZeroStage::kNone,
-         "parallel.ep > 1 with ZeRO (expert states sharded over expert-data-parallel ranks)");
+  refuse(c.parallel.ep > 1 && zero23,
+         "parallel.ep > 1 with ZeRO-2/3 (expert gradients and parameters sharded over "
+         "expert-data-parallel ranks)");
   refuse(c.parallel.ep > 1 && c.dp.sync != DpSync::kSync,
          "parallel.ep > 1 with dp.sync = 'async' or 'local_sgd'");
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Expert-parallel checkpoints hold every expert once, at its global index: train 20 steps of the
 # tiny MoE at dp2 x tp2 (sequence parallel) with ep4 (two experts per rank, the fold over dp and
-# tp), save at step 10, and resume from it at the same layout, at dp4 ep2, dp2 ep2, tp2 ep2 and
-# serially. Every run routes groups of 2 sequences (micro_batch_size 2), the
+# tp) and ZeRO-1 (each rank writes its shard of the moments), save at step 10, and resume from it
+# at the same layout, at dp4 ep2 with ZeRO-1 (the expert shards split over two replicas), at dp2
+# ep2, tp2 ep2 and serially. Every run routes groups of 2 sequences (micro_batch_size 2), the
 # same groups on every layout, so the next 10 losses match the uninterrupted run: bit for bit at
 # the same layout, to 1e-5 elsewhere. The checkpoint's expert tensors are checked whole against the serial
 # run's reading of them (every expert present, none zero).
@@ -19,7 +20,7 @@ train() {  # name ranks dp ep [extra...]
     > "$work/$name.log"
 }
 tp2=(--set parallel.tp=2 --set parallel.sequence_parallel=true)
-train full 4 2 4 "${tp2[@]}"
+train full 4 2 4 "${tp2[@]}" --set zero.stage=1
 grep "^layout" "$work/full.log"
 ckpt="$work/full/moe-tiny/checkpoints/step_000010.h5"
 /usr/bin/python3 - "$ckpt" <<'PYEOF'
@@ -41,8 +42,8 @@ resume() {  # name exact|rtol ranks dp ep
   $check compare "$work/full/moe-tiny/timings.h5" "$work/$name/moe-tiny/timings.h5" \
     --from-step 11 --min-steps 10 $([ "$mode" = exact ] && echo --exact || echo --rtol 1e-5)
 }
-resume same exact 4 2 4 "${tp2[@]}"
-resume dp4_ep2 rtol 4 4 2
+resume same exact 4 2 4 "${tp2[@]}" --set zero.stage=1
+resume dp4_ep2 rtol 4 4 2 --set zero.stage=1
 resume dp2_ep2 rtol 2 2 2
 resume tp2_ep2 rtol 2 1 2 "${tp2[@]}"
 resume serial rtol 1 1 1

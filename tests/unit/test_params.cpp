@@ -402,6 +402,52 @@ TEST(Params, MoeLayersHoldRouterExpertsAndSharedExpertsInTheirUnits) {
   }
 }
 
+// Where the experts' replicas are not the dp ranks, their tensors form units of their own (never
+// mixed with dense tensors), padded for their group; ZeRO-1 then splits dense units over dp and
+// expert units over the experts' replicas, each element owned once in its group.
+TEST(LocalParams, ExpertUnitsAreTheirOwnAndShardOverTheExpertsReplicas) {
+  for (const bool llama : {true, false}) {
+    const ModelConfig m = tiny_moe(llama);
+    const ParamTable table(m);
+    const int dp = 3, expert_dp = 2;
+    StageLayout layout = whole_model(m);
+    layout.ep_size = 2, layout.ep_rank = 1;
+    const LocalParamTable mixed(table, m, layout, dp);
+    const LocalParamTable split(table, m, layout, dp, expert_dp);
+    EXPECT_GT(split.units().size(), mixed.units().size());
+    int expert_units = 0;
+    for (const ParamUnit& u : split.units()) {
+      expert_units += u.experts ? 1 : 0;
+      EXPECT_EQ(u.padded % (u.experts ? expert_dp : dp), 0);
+      EXPECT_LT(u.padded - u.numel, u.experts ? expert_dp : dp);
+    }
+    EXPECT_EQ(expert_units, 4) << "experts.fc and experts.proj (with their biases) of two layers";
+    for (const LocalParam& p : split.params())
+      EXPECT_EQ(split.units()[static_cast<size_t>(split.unit_of(p))].experts, p.experts())
+          << p.spec->name;
+    // Every element owned once over dp in a dense unit, once over the replicas in an expert one.
+    std::vector<int> dense(static_cast<size_t>(split.total_numel()), 0), expert(dense);
+    for (int r = 0; r < 6; ++r) {  // dp x expert_dp coordinates
+      const ShardGroups g{dp, r % dp, expert_dp, r / dp};
+      const std::vector<Segment> owned = zero_shard(split, g);
+      ASSERT_EQ(owned.size(), split.units().size());
+      for (size_t u = 0; u < owned.size(); ++u) {
+        const bool e = split.units()[u].experts;
+        if (e ? r % dp != 0 : r / dp != 0) continue;  // one member of each other group
+        for (int64_t i = owned[u].begin; i < owned[u].end; ++i)
+          ++(e ? expert : dense)[static_cast<size_t>(i)];
+      }
+    }
+    for (size_t u = 0; u < split.units().size(); ++u) {
+      const ParamUnit& unit = split.units()[u];
+      for (int64_t i = unit.offset; i < unit.offset + unit.padded; ++i) {
+        EXPECT_EQ(dense[static_cast<size_t>(i)], unit.experts ? 0 : 1);
+        EXPECT_EQ(expert[static_cast<size_t>(i)], unit.experts ? 1 : 0);
+      }
+    }
+  }
+}
+
 TEST(LocalParams, ExpertParallelRanksHoldDisjointBlocksOfExpertsCoveringEachOnce) {
   const ModelConfig m = tiny_moe(true);
   const ParamTable table(m);

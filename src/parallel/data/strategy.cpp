@@ -12,9 +12,10 @@
 
 namespace trident {
 
-StageBuffers DataParallelStrategy::stage_buffers(ZeroStage zero, int dp) {
+StageBuffers DataParallelStrategy::stage_buffers(ZeroStage zero, int dp, int expert_dp) {
   StageBuffers buffers;
   buffers.unit_alignment = zero == ZeroStage::kNone ? 1 : dp;
+  if (expert_dp > 0) buffers.expert_unit_alignment = zero == ZeroStage::kNone ? 1 : expert_dp;
   buffers.full_params = zero != ZeroStage::kParameters;
   buffers.full_grads = zero == ZeroStage::kNone || zero == ZeroStage::kOptimizer;
   return buffers;
@@ -23,13 +24,13 @@ StageBuffers DataParallelStrategy::stage_buffers(ZeroStage zero, int dp) {
 std::unique_ptr<DataParallelStrategy> DataParallelStrategy::create(
     GptStage& stage, Communicator& dp, const DataParallelSettings& settings, MemoryLedger& ledger,
     PhaseTimer& timer, Communicator* expert_dp) {
-  if (expert_dp && settings.zero != ZeroStage::kNone)
-    throw std::logic_error("experts with their own replicas run with zero.stage 0 for now");
+  if (expert_dp && settings.zero != ZeroStage::kNone && settings.zero != ZeroStage::kOptimizer)
+    throw std::logic_error("experts with their own replicas run with zero.stage 0 or 1 for now");
   switch (settings.zero) {
     case ZeroStage::kNone:
       return std::make_unique<PlainDataParallel>(stage, dp, settings, ledger, timer, expert_dp);
     case ZeroStage::kOptimizer:
-      return std::make_unique<Zero1>(stage, dp, settings, ledger, timer);
+      return std::make_unique<Zero1>(stage, dp, settings, ledger, timer, expert_dp);
     case ZeroStage::kGradients:
       return std::make_unique<Zero2>(stage, dp, settings, ledger, timer);
     case ZeroStage::kParameters:
@@ -39,22 +40,24 @@ std::unique_ptr<DataParallelStrategy> DataParallelStrategy::create(
 }
 
 DataParallelStrategy::DataParallelStrategy(GptStage& stage, Communicator& dp,
-                                           const DataParallelSettings& settings, PhaseTimer& timer)
+                                           const DataParallelSettings& settings, PhaseTimer& timer,
+                                           Communicator* expert_dp)
     : stage_(stage),
       dp_(dp),
       settings_(settings),
       timer_(timer),
+      expert_dp_(expert_dp),
       squares_(stage.local().params().size()) {
   if (settings.zero != ZeroStage::kNone) {
-    shard_count_ = dp.size();
-    shard_index_ = dp.rank();
+    Communicator& experts = expert_dp ? *expert_dp : dp;
+    groups_ = {dp.size(), dp.rank(), experts.size(), experts.rank()};
   }
 }
 
 void DataParallelStrategy::build_optimizer(MemoryLedger& ledger, FileStore* offloaded_params,
                                            const RoundedCopy& compute) {
   const LocalParamTable& local = stage_.local();
-  const std::vector<Segment> owned = zero_shard(local, shard_count_, shard_index_);
+  const std::vector<Segment> owned = zero_shard(local, groups_);
   if (settings_.precision != Precision::kFp32) {
     master_ = std::make_unique<MasterWeights>(local, owned, compute, ledger);
     master_->init(settings_.seed);
@@ -109,19 +112,22 @@ void DataParallelStrategy::restore_params(const View1& full) {
 }
 
 void DataParallelStrategy::gather_updated_shards() {
-  if (dp_.size() == 1) return;
+  if (groups_.dp == 1 && groups_.expert_dp == 1) return;
   ScopedPhase phase(timer_, Phase::kZeroGather);
   // 16-bit storage: the updated 16-bit shards travel, half the bytes of fp32. One equal-count,
-  // in-place collective per unit.
+  // in-place collective per unit, over the unit's group (an expert unit's: the experts' replicas).
   for (const ParamUnit& u : stage_.local().units()) {
-    const int64_t part = u.padded / shard_count_;
-    const int64_t mine = u.offset + shard_index_ * part;
+    Communicator& group = u.experts ? *expert_dp_ : dp_;
+    if (group.size() == 1) continue;
+    const int64_t part = u.padded / groups_.parts(u);
+    const int64_t mine = u.offset + groups_.index(u) * part;
     if (master_)
-      dp_.allgather(CommBuffer(window(stage_.params16(), mine, part), settings_.precision),
-                    CommBuffer(window(stage_.params16(), u.offset, u.padded), settings_.precision));
+      group.allgather(
+          CommBuffer(window(stage_.params16(), mine, part), settings_.precision),
+          CommBuffer(window(stage_.params16(), u.offset, u.padded), settings_.precision));
     else
-      dp_.allgather(window(stage_.params(), mine, part),
-                    window(stage_.params(), u.offset, u.padded));
+      group.allgather(window(stage_.params(), mine, part),
+                      window(stage_.params(), u.offset, u.padded));
   }
 }
 
@@ -130,7 +136,7 @@ void DataParallelStrategy::gather_updated_shards() {
 PlainDataParallel::PlainDataParallel(GptStage& stage, Communicator& dp,
                                      const DataParallelSettings& settings, MemoryLedger& ledger,
                                      PhaseTimer& timer, Communicator* expert_dp)
-    : DataParallelStrategy(stage, dp, settings, timer) {
+    : DataParallelStrategy(stage, dp, settings, timer, expert_dp) {
   stage.init_params(settings.seed);
   build_optimizer(ledger, nullptr, {stage.params16(), Placement::kFlat, settings.precision});
   // Expert parallelism or tensor-parallel ranks routing their own tokens: the experts' gradients
@@ -224,7 +230,7 @@ Zero2::Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& sett
     : DataParallelStrategy(stage, dp, settings, timer) {
   // ZeRO-3 shards the parameters before the optimizer is built on them.
   if (settings.zero == ZeroStage::kParameters) {
-    param_shards_ = std::make_unique<ParamShards>(stage, shard_count_, shard_index_, &dp, ledger,
+    param_shards_ = std::make_unique<ParamShards>(stage, groups_.dp, groups_.dp_rank, &dp, ledger,
                                                   &timer, settings.params_file, settings.precision);
     param_shards_->init(settings.seed);
   } else {
@@ -234,7 +240,7 @@ Zero2::Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& sett
       param_shards_ ? RoundedCopy{param_shards_->shard16(), Placement::kCompact, settings.precision}
                     : RoundedCopy{stage.params16(), Placement::kFlat, settings.precision};
   build_optimizer(ledger, param_shards_ ? param_shards_->store() : nullptr, compute);
-  grad_shards_ = std::make_unique<GradShards>(stage, shard_count_, &dp, ledger, &timer,
+  grad_shards_ = std::make_unique<GradShards>(stage, groups_.dp, &dp, ledger, &timer,
                                               static_cast<int64_t>(settings.bucket_elements),
                                               settings.grad_reduce);
 }
@@ -257,7 +263,7 @@ void Zero2::queue_grad_squares(const ParamFilter& counted) const {
     if (!counted(p)) continue;
     const int u = local.unit_of(p);
     const int64_t part = grad_shards_->shard_size(u);
-    const int64_t own_begin = local.units()[u].offset + shard_index_ * part;
+    const int64_t own_begin = local.units()[u].offset + groups_.dp_rank * part;
     const int64_t a = std::max(own_begin, p.offset);
     const int64_t b = std::min(own_begin + part, p.offset + p.numel);
     if (a < b)
@@ -282,7 +288,7 @@ View1 Zero2::gradients_at_flat_positions() const {
   for (size_t u = 0; u < local.units().size(); ++u) {
     const int unit = static_cast<int>(u);
     const int64_t part = grad_shards_->shard_size(unit);
-    const int64_t at = local.units()[u].offset + shard_index_ * part;
+    const int64_t at = local.units()[u].offset + groups_.dp_rank * part;
     Kokkos::deep_copy(window(full, at, part),
                       window(grad_shards_->shard(), grad_shards_->shard_offset(unit), part));
   }

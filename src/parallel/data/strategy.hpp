@@ -16,6 +16,7 @@
 #include "core/timer.hpp"
 #include "kernels/adamw.hpp"
 #include "model/gpt.hpp"
+#include "model/partition.hpp"
 #include "optim/adamw.hpp"
 #include "optim/master_weights.hpp"
 #include "parallel/data/grad_buckets.hpp"
@@ -50,13 +51,15 @@ class DataParallelStrategy {
  public:
   // How a stage lays out its own buffers under `zero` over `dp` replicas (ZeRO pads every unit
   // to dp equal shards, and at stage 2 / 3 keeps no whole gradient / parameter buffer).
-  static StageBuffers stage_buffers(ZeroStage zero, int dp);
+  // `expert_dp`: the experts' replicas where they are a group of their own (expert parallelism,
+  // or MoE layers on tp ranks), 0 where the experts' replicas are the dp ranks.
+  static StageBuffers stage_buffers(ZeroStage zero, int dp, int expert_dp = 0);
   // The strategy for `settings.zero`, over a stage built with stage_buffers(): this rank is
   // `dp.rank()` of `dp.size()` replicas. Initialises the parameters (and master weights) from
   // settings.seed.
   // Given `expert_dp` (expert parallelism, or MoE layers whose tensor-parallel ranks route their
-  // own tokens), the experts' gradients are summed over it, the ranks that hold the same experts
-  // (plain DP only, for now).
+  // own tokens), the experts' gradients are summed over it, the ranks that hold the same experts,
+  // and under ZeRO-1 their units are sharded over it (ZeRO-2 and 3: not yet).
   static std::unique_ptr<DataParallelStrategy> create(GptStage& stage, Communicator& dp,
                                                       const DataParallelSettings& settings,
                                                       MemoryLedger& ledger, PhaseTimer& timer,
@@ -111,7 +114,7 @@ class DataParallelStrategy {
 
  protected:
   DataParallelStrategy(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
-                       PhaseTimer& timer);
+                       PhaseTimer& timer, Communicator* expert_dp = nullptr);
   // Builds master weights (16-bit storage, around the `compute` copy of the parameters) and AdamW
   // over this rank's owned segments; called by the concrete strategies once the parameters are
   // initialised.
@@ -131,7 +134,10 @@ class DataParallelStrategy {
   Communicator& dp_;
   DataParallelSettings settings_;
   PhaseTimer& timer_;
-  int shard_count_ = 1, shard_index_ = 0;  // every unit split into shard_count_ parts; ours
+  // ZeRO: every unit split into equal parts over its group (groups_.parts), this rank's the
+  // index-th; the experts' replicas' communicator where experts have a group of their own.
+  ShardGroups groups_;
+  Communicator* expert_dp_ = nullptr;
   std::unique_ptr<MasterWeights> master_;  // 16-bit storage: the weights AdamW updates
   std::unique_ptr<AdamW> optimizer_;
   mutable kernels::SquareSums squares_;  // add_grad_squares: one slot per local parameter
