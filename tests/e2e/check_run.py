@@ -94,6 +94,26 @@ def compare(args):
                 fail(f"step {s}: loss {a[s]} vs {b[s]}, relative difference {rel:.3g} > {args.rtol}")
     print(f"losses{' and gradient norms' if args.norms else ''} agree on steps {common[0]}..{common[-1]}"
           + (" bit for bit" if args.exact else f" (worst relative difference {worst:.3g})"))
+    if args.routing:
+        compare_routing(args.a, args.b, common)
+
+
+def compare_routing(path_a, path_b, steps):
+    """Mixture of Experts: the tokens each layer routed to each expert, and the dropped share,
+    equal at every common step (routing is a function of each replica's micro-batch, so any
+    layout that routes the same groups counts the same)."""
+    with h5py.File(path_a, "r") as fa, h5py.File(path_b, "r") as fb:
+        if "moe_tokens_per_expert" not in fa or "moe_tokens_per_expert" not in fb:
+            return
+        rows_a = dict(zip(fa["step"][:].tolist(), range(len(fa["step"]))))
+        rows_b = dict(zip(fb["step"][:].tolist(), range(len(fb["step"]))))
+        for name in ("moe_tokens_per_expert", "moe_dropped_fraction"):
+            da, db = np.asarray(fa[name]), np.asarray(fb[name])
+            for s in steps:
+                if not np.array_equal(da[rows_a[s]], db[rows_b[s]]):
+                    fail(f"step {s}: {name} differs: {da[rows_a[s]].tolist()} vs "
+                         f"{db[rows_b[s]].tolist()}")
+    print(f"expert counts and dropped shares equal at every one of the {len(steps)} steps")
 
 
 def delayed(args):
@@ -223,6 +243,8 @@ def main():
     c.add_argument("--exact", action="store_true")
     c.add_argument("--rtol", type=float, default=1e-5)
     c.add_argument("--norms", action="store_true", help="compare the gradient norms too")
+    c.add_argument("--routing", action="store_true",
+                   help="Mixture of Experts: expert counts and dropped shares equal at every step")
     g = sub.add_parser("grads")
     g.add_argument("a")
     g.add_argument("b")

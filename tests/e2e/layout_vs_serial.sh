@@ -6,7 +6,8 @@
 # 1e-5, and the first step's gradients, gathered to global shapes, match the serial ones to 1e-5
 # of each tensor's largest entry. Small dp buckets (20 KiB) so the overlapped bucketed all-reduce
 # runs many buckets per step. A Mixture-of-Experts model routes (and balances) each micro-batch
-# of one data-parallel replica as a group, so its serial run takes the layout's micro-batches.
+# of one data-parallel replica as a group, so its serial run takes the layout's micro-batches,
+# and its expert counts and dropped shares must then be the serial run's at every step.
 # LAYOUT_SETS (environment): more KEY=VALUE overrides for both runs.
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0} offload=${10:-none}
@@ -38,6 +39,6 @@ mpirun -np "$ranks" --oversubscribe "$trident" train "${common[@]}" \
   --dump-grads "$work/layout_grads.h5" > "$work/layout.log"
 grep "^layout" "$work/layout.log"
 $check schema "$work/layout/$run_config/timings.h5" --steps 20 --ranks "$ranks"
-$check compare "$work/serial/$run_config/timings.h5" "$work/layout/$run_config/timings.h5" --min-steps 20 --rtol 1e-5 --norms
+$check compare "$work/serial/$run_config/timings.h5" "$work/layout/$run_config/timings.h5" --min-steps 20 --rtol 1e-5 --norms --routing
 $check grads "$work/serial_grads.h5" "$work/layout_grads.h5" --rtol 1e-5
 $check memory "$work/layout/$run_config/timings.h5" --all-exact

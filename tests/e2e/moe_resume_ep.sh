@@ -40,7 +40,7 @@ resume() {  # name exact|rtol ranks dp ep
   local name=$1 mode=$2; shift 2
   train "$name" "$@" --resume "$ckpt"
   $check compare "$work/full/moe-tiny/timings.h5" "$work/$name/moe-tiny/timings.h5" \
-    --from-step 11 --min-steps 10 $([ "$mode" = exact ] && echo --exact || echo --rtol 1e-5)
+    --from-step 11 --min-steps 10 --routing $([ "$mode" = exact ] && echo --exact || echo --rtol 1e-5)
 }
 resume same exact 4 2 4 "${tp2[@]}" --set zero.stage=1
 resume dp4_ep2 rtol 4 4 2 --set zero.stage=1
