@@ -81,7 +81,9 @@ void TransformerBlock::backward(const ActivationSlot& a, const DeferredGrads::Bl
   const BlockActivations b = activations_for_backward(a, x, unit(3));
   hooks.need(unit(3), unit(2));
   if (moe) {
-    if (kept) throw std::logic_error("MoE layers do not run the split (zero-bubble) backward yet");
+    // Under a split (zero-bubble) backward too, an MoE layer's weight gradients are made here:
+    // its experts' GEMMs read the rows the all-to-all brought, which a deferred pass would have
+    // to keep. The attention's weight gradients still wait for the weight pass.
     mlp_backward_moe(b, N, rows);
   } else {
     mlp_backward_dense(b, kept, N, rows, e, accumulate);
@@ -171,13 +173,14 @@ void TransformerBlock::backward_weight(const ActivationSlot& a, const DeferredGr
   const bool previous_recomputed =
       index_ > 0 && sc_->shape->buffers.recompute.full_block(index_ - 1);
   const std::string next = previous_recomputed ? hooks.unit_param(index_ - 1, 0) : "";
-  if (moe) throw std::logic_error("MoE layers do not run the split (zero-bubble) backward yet");
   const BlockActivations b = activations_for_backward(a, x, next);
-  fcproj.backward_weight(fcproj.gather_output_grad(kept.out, N), b.fch_act, N, accumulate);
-  hooks.unit_done(unit(3));
-  fc.backward_weight(kept.dfch, b.ln2, N, accumulate);
-  ln2.backward_weight(kept.dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
-  hooks.unit_done(unit(2));
+  if (!moe) {  // an MoE layer made its weight gradients in backward
+    fcproj.backward_weight(fcproj.gather_output_grad(kept.out, N), b.fch_act, N, accumulate);
+    hooks.unit_done(unit(3));
+    fc.backward_weight(kept.dfch, b.ln2, N, accumulate);
+    ln2.backward_weight(kept.dln2, b.res_attn, b.ln2_mean, b.ln2_rstd, rows);
+    hooks.unit_done(unit(2));
+  }
   proj.backward_weight(proj.gather_output_grad(kept.mid, N), b.atty, N, accumulate);
   hooks.unit_done(unit(1));
   qkv.backward_weight(kept.dqkv, b.ln1, N, accumulate);

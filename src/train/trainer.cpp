@@ -985,8 +985,10 @@ void refuse_moe_not_built(const Config& c) {
     throw InputError(
         "Mixture of Experts with parallel.tp > 1 needs parallel.sequence_parallel = true: each "
         "tensor-parallel rank routes its own rows (Megatron-Core's rule; docs/moe.md)");
-  refuse(c.parallel.schedule == pipeline::ScheduleKind::kZeroBubbleH1,
-         "the zb_h1 schedule (split backward)");
+  refuse(c.parallel.schedule == pipeline::ScheduleKind::kZeroBubbleH1 &&
+             (c.zero.stage == ZeroStage::kGradients || c.zero.stage == ZeroStage::kParameters),
+         "the zb_h1 schedule with ZeRO-2/3 (MoE weight gradients made in the input-gradient "
+         "pass)");
   refuse(c.parallel.ep > 1 && zero23,
          "parallel.ep > 1 with ZeRO-2/3 (expert gradients and parameters sharded over "
          "expert-data-parallel ranks)");

@@ -73,6 +73,7 @@ expect_bad "MoE over tp with ZeRO-3 not built" "Mixture of Experts: parallel.tp 
 expect_bad "ep not dividing the experts" "parallel.ep = 3 must divide model.n_experts = 8" mpirun -np 3 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.ep=3 --set train.batch_size=6
 expect_bad "ep not dividing dp x tp" "parallel.ep = 4 must divide parallel.dp x tp = 2 x 1" mpirun -np 2 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.ep=4
 expect_bad "ep on a dense model" "parallel.ep = 2 splits experts, but model.n_experts = 0" mpirun -np 2 --oversubscribe "$trident" train --config inputs/llama-tiny.toml --set run.out_dir="$work/out" --set parallel.ep=2
+expect_bad "MoE zb_h1 with ZeRO-2 not built" "Mixture of Experts: the zb_h1 schedule with ZeRO-2/3" mpirun -np 2 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.pp=2 --set parallel.schedule=zb_h1 --set zero.stage=2
 expect_bad "ep with ZeRO-2 not built" "Mixture of Experts: parallel.ep > 1 with ZeRO-2/3" mpirun -np 2 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.ep=2 --set zero.stage=2
 expect_bad "MoE top_k above the experts" "model.top_k = 5 must be between 1 and model.n_experts = 4" "$trident" plan --config inputs/tiny.toml --set model.n_experts=4 --set model.top_k=5
 expect_bad "TOML syntax" "TOML syntax error" "$trident" train --config "$work/syntax.toml"
