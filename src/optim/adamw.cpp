@@ -222,14 +222,16 @@ void AdamW::step(const MasterParams& params, const View1& grads, Placement grads
   });
 }
 
-void AdamW::transform_moments(const std::function<void(const Vec& m, const Vec& v)>& f) {
+void AdamW::transform_moments(
+    const std::function<void(int64_t first, const Vec& m, const Vec& v)>& f) {
   if (!streamed()) {
-    f(window(moment_m_, 0, count_), window(moment_v_, 0, count_));
+    f(0, window(moment_m_, 0, count_), window(moment_v_, 0, count_));
     exec_.fence();
     return;
   }
-  for_streamed_blocks(
-      false, [&](int64_t, int64_t n) { f(window(moment_m_, 0, n), window(moment_v_, 0, n)); });
+  for_streamed_blocks(false, [&](int64_t first, int64_t n) {
+    f(first, window(moment_m_, 0, n), window(moment_v_, 0, n));
+  });
 }
 
 void AdamW::read_moments(const View1& m, const View1& v) const {

@@ -86,10 +86,11 @@ class AdamW {
   // Copies the owned moments into / out of full-layout buffers (flat-buffer positions).
   void read_moments(const View1& m, const View1& v) const;
   void write_moments(const View1& m, const View1& v);
-  // Calls f(m, v) on all the owned moments, in place: on the resident buffers at once, or, when
-  // streamed, on each block of the files read into the streaming buffers and written back after
-  // (local SGD averages them over dp this way, with no copy in flat layout).
-  void transform_moments(const std::function<void(const Vec& m, const Vec& v)>& f);
+  // Calls f(first, m, v) on all the owned moments, in place: on the resident buffers at once
+  // (first 0), or, when streamed, on each block of the files read into the streaming buffers and
+  // written back after (local SGD averages them over dp this way, with no copy in flat layout);
+  // `first` is the block's index among the owned moments.
+  void transform_moments(const std::function<void(int64_t first, const Vec& m, const Vec& v)>& f);
   bool streamed() const { return m_file_ != nullptr; }
   // Reads the gradient's scale at `scale` in device memory (kernels::clip_scale's output) instead
   // of step()'s argument: the GPU shape's one launch reads it there, the per-piece launches read

@@ -979,8 +979,6 @@ void refuse_moe_not_built(const Config& c) {
   refuse(c.parallel.tp > 1 && zero23,
          "parallel.tp > 1 with ZeRO-2/3 (expert gradients and parameters sharded over "
          "expert-data-parallel ranks)");
-  refuse(c.parallel.tp > 1 && c.dp.sync != DpSync::kSync,
-         "parallel.tp > 1 with dp.sync = 'async' or 'local_sgd'");
   if (c.parallel.tp > 1 && !c.parallel.sequence_parallel)
     throw InputError(
         "Mixture of Experts with parallel.tp > 1 needs parallel.sequence_parallel = true: each "
@@ -992,8 +990,6 @@ void refuse_moe_not_built(const Config& c) {
   refuse(c.parallel.ep > 1 && zero23,
          "parallel.ep > 1 with ZeRO-2/3 (expert gradients and parameters sharded over "
          "expert-data-parallel ranks)");
-  refuse(c.parallel.ep > 1 && c.dp.sync != DpSync::kSync,
-         "parallel.ep > 1 with dp.sync = 'async' or 'local_sgd'");
 }
 
 }  // namespace

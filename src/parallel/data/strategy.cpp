@@ -141,12 +141,11 @@ PlainDataParallel::PlainDataParallel(GptStage& stage, Communicator& dp,
   build_optimizer(ledger, nullptr, {stage.params16(), Placement::kFlat, settings.precision});
   // Expert parallelism or tensor-parallel ranks routing their own tokens: the experts' gradients
   // have their own replicas.
-  std::vector<Segment> experts;
   if (expert_dp)
     for (const LocalParam& p : stage.local().params())
-      if (p.experts()) experts.push_back({p.offset, p.offset + p.numel});
+      if (p.experts()) experts_.push_back({p.offset, p.offset + p.numel});
   buckets_ = std::make_unique<GradBuckets>(stage.grads(), settings.bucket_elements, &dp,
-                                           settings.grad_reduce, &ledger, experts, expert_dp);
+                                           settings.grad_reduce, &ledger, experts_, expert_dp);
   stage.set_grad_ready_hook([b = buckets_.get()](int64_t from) { b->ready_from(from); });
   const int64_t n = stage.local().total_numel();
   if (settings.sync == DpSync::kAsync)
@@ -191,34 +190,65 @@ void PlainDataParallel::step(double lr, float grad_scale) {
 
 bool PlainDataParallel::exchange_async_gradients() {
   const bool had_one = async_in_flight_;
-  async_pending_.wait();
+  for (Request& r : async_pending_) r.wait();
   kernels::swap_values(Exec(), stage_.grads(), async_grads_);
   Exec().fence();
-  if (dp_.size() > 1) async_pending_ = dp_.iallreduce_sum(async_grads_);
+  async_pending_.clear();
+  by_group(0, static_cast<int64_t>(async_grads_.extent(0)),
+           [&](Communicator& group, int64_t begin, int64_t end) {
+             if (group.size() > 1)
+               async_pending_.push_back(group.iallreduce_sum(window(
+                   async_grads_, static_cast<size_t>(begin), static_cast<size_t>(end - begin))));
+           });
   async_in_flight_ = true;
   return had_one;
 }
 
+void PlainDataParallel::by_group(
+    int64_t first, int64_t n, const std::function<void(Communicator&, int64_t, int64_t)>& f) const {
+  int64_t at = first;
+  const int64_t end = first + n;
+  for (const Segment& e : experts_) {
+    if (e.end <= at) continue;
+    if (e.begin >= end) break;
+    if (e.begin > at) {
+      f(dp_, at, e.begin);
+      at = e.begin;
+    }
+    const int64_t stop = std::min(end, e.end);
+    f(*expert_dp_, at, stop);
+    at = stop;
+  }
+  if (at < end) f(dp_, at, end);
+}
+
 void PlainDataParallel::average_replicas() {
-  if (dp_.size() == 1) return;
-  const float inverse = 1.0f / static_cast<float>(dp_.size());
-  const auto average = [&](const Vec& x) {
-    dp_.allreduce_sum(x);
-    kernels::scale(Exec(), x, inverse);
+  if (dp_.size() == 1 && (!expert_dp_ || expert_dp_->size() == 1)) return;
+  // x holds the flat layout's elements from `first` on: each range averaged over its replicas.
+  const auto average = [&](int64_t first, const Vec& x) {
+    by_group(first, static_cast<int64_t>(x.extent(0)),
+             [&](Communicator& group, int64_t begin, int64_t end) {
+               if (group.size() == 1) return;
+               const Vec part =
+                   window(x, static_cast<size_t>(begin - first), static_cast<size_t>(end - begin));
+               group.allreduce_sum(part);
+               kernels::scale(Exec(), part, 1.0f / static_cast<float>(group.size()));
+             });
   };
   // ZeRO-0: every replica's moments are laid out alike, so they are averaged where they are.
   // The master weights are averaged as fp32 values in the gradient buffer, spent by now (bf16
   // keeps no fp32 copy of them), and written back with their compute copy.
+  // ZeRO-0 owns every element, unpadded: a moment's index is its flat position.
   if (master_) {
     master_->read_full(stage_.grads());
-    average(stage_.grads());
+    average(0, stage_.grads());
     master_->write_full(stage_.grads());
   } else {
-    average(stage_.params());
+    average(0, stage_.params());
   }
-  optimizer_->transform_moments([&](const Vec& m, const Vec& v) {
-    average(m);
-    average(v);
+  optimizer_->transform_moments([&](int64_t first, const Vec& m, const Vec& v) {
+    average(first, m);
+    average(first, v);
   });
   Exec().fence();
 }

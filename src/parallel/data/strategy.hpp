@@ -150,7 +150,9 @@ class PlainDataParallel : public DataParallelStrategy {
                     MemoryLedger& ledger, PhaseTimer& timer, Communicator* expert_dp = nullptr);
   void before_backward(bool reduce) override { buckets_->arm(reduce); }
   void finish_reduction(bool reduce) override;
-  void progress() override { async_pending_.test(); }
+  void progress() override {
+    for (Request& r : async_pending_) r.test();
+  }
   Vec held_gradient(const LocalParam& p) const override;
   View1 held_gradients() const override { return stage_.grads(); }
   void queue_grad_squares(const ParamFilter& counted) const override;
@@ -160,9 +162,15 @@ class PlainDataParallel : public DataParallelStrategy {
   View1 gradients_at_flat_positions() const override { return stage_.grads(); }
 
  private:
+  // f(group, begin, end) over [first, first + n) of the flat layout, cut where the experts'
+  // ranges (summed over their replicas, expert_dp_) meet the dense ones (over dp).
+  void by_group(int64_t first, int64_t n,
+                const std::function<void(Communicator&, int64_t, int64_t)>& f) const;
+
   std::unique_ptr<GradBuckets> buckets_;
-  View1 async_grads_;      // dp.sync = async: the gradient whose reduction is in flight
-  Request async_pending_;  // that reduction
+  std::vector<Segment> experts_;  // the expert tensors' ranges, ascending (expert_dp_ set)
+  View1 async_grads_;             // dp.sync = async: the gradient whose reduction is in flight
+  std::vector<Request> async_pending_;  // that reduction, per group range
   bool async_in_flight_ = false;
 };
 
