@@ -366,11 +366,12 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
     embedding_ = std::make_unique<MpiCommunicator>(grid.embedding_comm());
   // The expert groups are parts of dp x tp: they take parallel.backend_dp's choice. Experts have
   // replicas of their own under expert parallelism, and when the tp ranks route their own tokens
-  // (their experts' gradients are then partial over tp as well as dp).
+  // (their experts' gradients are then partial over tp as well as dp): the memory model's test,
+  // which also lays out their units.
   if (grid.experts().ep > 1)
     ep_ = make_communicator(grid.expert_comm(), config_.parallel.backend_dp,
                             grid.groups_node_local(Axis::dp), "parallel.backend_dp");
-  if (config_.model.moe.enabled() && (grid.experts().ep > 1 || grid.shape()[Axis::tp] > 1))
+  if (experts_own_replicas(memory_query(config_)))
     expert_dp_ = make_communicator(grid.expert_data_comm(), config_.parallel.backend_dp,
                                    grid.groups_node_local(Axis::dp), "parallel.backend_dp");
   // Kernels on a GPU run behind the host: phases fence (in the steps run.phase_fences and the
