@@ -129,7 +129,7 @@ bench: build data
 	bash bench/step_vs_pytorch.sh $(BUILD)
 
 # Every row of the papers' tables (docs/paper-reproduction.md) through `trident plan`, against the
-# published numbers and each paper's tolerance: `make paper PAPER=zero2020|megatron2019|narayanan2021|deepspeed_moe2022`.
+# published numbers and each paper's tolerance: `make paper PAPER=NAME` (jobs/reproduce.sh --help).
 PAPER ?= all
 .PHONY: paper
 paper: program

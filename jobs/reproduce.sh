@@ -3,7 +3,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-papers=(zero2020 megatron2019 narayanan2021 deepspeed_moe2022)
+papers=(zero2020 megatron2019 narayanan2021 deepspeed_moe2022 megatron_core_moe2024)
 usage="usage: bash jobs/reproduce.sh [--detail] [NAME]   (make paper [PAPER=NAME])
 
 Runs every row of a paper's table (inputs/paper/NAME/rows.txt) through \`trident plan --config\`
@@ -64,7 +64,7 @@ field() { { grep -oE "(^| )$1=[^ ]+" <<<"$2" || true; } | head -n 1 | cut -d= -f
 plan_of() { cat "$tmp/$1.out"; }
 
 # The quantities a rows.txt may name (docs/paper-reproduction.md says what each is).
-quantities="params_billion tflops_per_gpu model_states_gb trident_ref_gb_per_gpu trident_ref_model_states_gb"
+quantities="params_billion active_params_billion tflops_per_gpu model_tflops_per_gpu samples_per_second model_states_gb trident_ref_gb_per_gpu trident_ref_model_states_gb"
 # value_of QUANTITY OUTPUT: trident's number for QUANTITY in a `plan` output.
 value_of() {
   local quantity=$1 out=$2 memory stage
@@ -72,7 +72,10 @@ value_of() {
   case $quantity in
     params_billion)
       sed -nE 's/^model: ([0-9.e+]+)B parameters.*/\1/p' <<<"$out" | head -n 1 ;;
-    tflops_per_gpu) field tflops_per_gpu "$(grep '^CONFIG_TIME' <<<"$out" || true)" ;;
+    active_params_billion)  # a Mixture of Experts' parameters one token uses
+      sed -nE 's/^model: [0-9.e+]+B parameters, ([0-9.e+]+)B active per token.*/\1/p' <<<"$out" | head -n 1 ;;
+    tflops_per_gpu | model_tflops_per_gpu | samples_per_second)
+      field "$quantity" "$(grep '^CONFIG_TIME' <<<"$out" || true)" ;;
     trident_ref_gb_per_gpu) field total_gb "$memory" ;;
     trident_ref_model_states_gb) field model_states_gb "$memory" ;;
     model_states_gb)  # the ZeRO paper's accounting (2 + 2 + 12 bytes) at the config's stage
@@ -88,10 +91,11 @@ value_of() {
 detail_of() {
   local out=$3 layout memory time
   layout=$(sed -nE 's/^this config as written: dp=([0-9]+) tp=([0-9]+) pp=([0-9]+) \(([0-9]+) ranks?\).* ZeRO-([0-3]),.*micro-batch ([0-9]+) x.*/layout=\1x\2x\3 gpus=\4 zero=\5 micro_batch=\6/p' <<<"$out")
+  ep=$(sed -nE 's/^this config as written: .*, ep=([0-9]+),.*/\1/p' <<<"$out")
   memory=$(grep '^CONFIG_MEMORY' <<<"$out" || true)
-  time=$(sed -nE 's/^time model on .*: step ([0-9.]+) s = compute ([0-9.]+) \(recompute ([0-9.]+)\) \+ pipeline ([0-9.]+) \+ tensor-parallel ([0-9.]+) \+ data-parallel ([0-9.]+) exposed \(of ([0-9.]+)\).*/step_s=\1 compute_s=\2 recompute_s=\3 pipeline_s=\4 tp_s=\5 dp_exposed_s=\6 dp_transferred_s=\7/p' <<<"$out")
+  time=$(sed -nE 's/^time model on .*: step ([0-9.]+) s = compute ([0-9.]+) \(recompute ([0-9.]+)\) \+ pipeline ([0-9.]+) \+ tensor-parallel ([0-9.]+) \+ data-parallel ([0-9.]+) exposed \(of ([0-9.]+)\) \+ offload [0-9.]+ \+ expert all-to-all ([0-9.]+).*/step_s=\1 compute_s=\2 recompute_s=\3 pipeline_s=\4 tp_s=\5 dp_exposed_s=\6 dp_transferred_s=\7 ep_s=\8/p' <<<"$out")
   [[ -n $layout && -n $memory && -n $time ]] || return 1
-  echo "PAPER_DETAIL paper=$1 row=$2 $layout gb_per_gpu=$(field total_gb "$memory")" \
+  echo "PAPER_DETAIL paper=$1 row=$2 $layout ep=${ep:-1} gb_per_gpu=$(field total_gb "$memory")" \
     "model_states_gb=$(field model_states_gb "$memory") fits=$(field fits "$memory") $time"
 }
 
@@ -128,8 +132,7 @@ for paper in "${selected[@]}"; do
         cat "$tmp/$row.err" >&2
         : >"$tmp/$row.out"
       fi
-      # A model `plan` counts but lays out no layout for (Mixture of Experts) has no detail.
-      if ((detail)) && ! grep -q '^no layout searched' "$tmp/$row.out"; then
+      if ((detail)); then
         detail_of "$paper" "$row" "$(plan_of "$row")" ||
           echo "reproduce: $paper $row: no layout, CONFIG_MEMORY or time-model line to detail" >&2
       fi

@@ -139,12 +139,18 @@ void print_plan(const trident::PlanModel& m, const trident::PlanCluster& c, doub
                 int top) {
   const trident::PlanResult r = trident::plan_layouts(m, c, batch_tokens);
   const double psi = m.param_count();
+  const std::string experts =
+      m.moe.experts > 0
+          ? fmt::format(" ({:.3g}B active) experts={} top_k={} expert_ffn={} shared={} every={}",
+                        m.active_param_count() / 1e9, m.moe.experts, m.moe.top_k, m.expert_width(),
+                        m.moe.shared, m.moe.every)
+          : "";
   std::printf(
-      "model: %.3gB parameters, %sL=%d h=%d heads=%d%s seq=%d | cluster: %d x %.0f GB GPUs, %d "
+      "model: %.3gB parameters, %sL=%d h=%d heads=%d%s seq=%d%s | cluster: %d x %.0f GB GPUs, %d "
       "per node | batch %.0f tokens\n",
       psi / 1e9, m.llama ? "llama " : "", m.layers, m.hidden, m.heads,
       m.llama ? fmt::format(" kv_heads={} ffn={}", m.kv(), m.ffn_width()).c_str() : "", m.seq,
-      c.gpus, c.gpu_mem_gb, c.gpus_per_node, batch_tokens);
+      experts.c_str(), c.gpus, c.gpu_mem_gb, c.gpus_per_node, batch_tokens);
   // One decimal, as the ZeRO paper prints them; three significant digits below 1 GB.
   auto gb = [&](int stage) {
     const double v = trident::zero_paper_model_states(psi, c.gpus, stage) / 1e9;
@@ -220,12 +226,14 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
   const trident::BusiestRank r = trident::predict_busiest_rank(trident::memory_query(c));
   const auto& p = c.parallel;
   std::printf(
-      "this config as written: dp=%d tp=%d pp=%d (%d ranks) %s%s, ZeRO-%d, %s compute, "
+      "this config as written: dp=%d tp=%d pp=%d (%d ranks) %s%s%s, ZeRO-%d, %s compute, "
       "recompute %s, micro-batch %d x %d per step\n",
       p.dp, p.tp, p.pp, p.dp * p.tp * p.pp, trident::name_of(p.schedule),
-      p.sequence_parallel && p.tp > 1 ? ", sequence parallel" : "", static_cast<int>(c.zero.stage),
-      trident::name_of(c.precision.compute), trident::name_of(c.recompute.policy),
-      c.train.micro_batch_size, c.train.batch_size / p.dp / c.train.micro_batch_size);
+      p.sequence_parallel && p.tp > 1 ? ", sequence parallel" : "",
+      c.model.moe.enabled() ? fmt::format(", ep={}", p.ep).c_str() : "",
+      static_cast<int>(c.zero.stage), trident::name_of(c.precision.compute),
+      trident::name_of(c.recompute.policy), c.train.micro_batch_size,
+      c.train.batch_size / p.dp / c.train.micro_batch_size);
   std::printf("trident's memory model, busiest rank (%s), GB:", r.rank.describe().c_str());
   for (int k = 0; k < trident::kMemCategories; ++k)
     std::printf(" %s %.2f", trident::mem_category_name(static_cast<trident::MemCategory>(k)),
@@ -244,7 +252,8 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
 
 // The planner's time model for a run config's own layout on `cluster` (the paper's cluster by
 // default), with TFLOP/s per GPU counted as Narayanan et al. 2021 count them (their Eq. 3), so the
-// figure compares with their Table 1.
+// figure compares with their Table 1, for a dense model; as Megatron-Core counts them (model FLOPs:
+// train's MFU numerator, the active experts only) for every model; and samples per second.
 void print_config_time(const trident::Config& c, trident::PlanModel m,
                        const trident::PlanCluster& cluster) {
   const auto& p = c.parallel;
@@ -255,7 +264,8 @@ void print_config_time(const trident::Config& c, trident::PlanModel m,
   }
   m.seq = c.train.seq_len;
   trident::PlanCandidate layout;
-  layout.dp = p.dp, layout.tp = p.tp, layout.pp = p.pp;
+  layout.dp = p.dp, layout.tp = p.tp, layout.pp = p.pp, layout.ep = p.ep;
+  layout.virtual_stages = p.virtual_stages;
   layout.zero = static_cast<int>(c.zero.stage);
   layout.offload = c.offload.optimizer == trident::OffloadTarget::kHost ? "host" : "none";
   layout.recompute = trident::name_of(c.recompute.policy);
@@ -266,7 +276,9 @@ void print_config_time(const trident::Config& c, trident::PlanModel m,
   const double sequences = c.train.batch_size;
   const trident::PlanCandidate k =
       trident::predict_layout(m, on, sequences * c.train.seq_len, layout);
-  const double tflops = trident::paper_step_flops(m, sequences) / k.step_seconds / on.gpus / 1e12;
+  const bool dense = !c.model.moe.enabled();
+  const double tflops =
+      dense ? trident::paper_step_flops(m, sequences) / k.step_seconds / on.gpus / 1e12 : 0.0;
   // MFU as `train` computes it (6N + 12 L C T a token, no recomputation), and the hardware FLOPs
   // utilisation that counts the recomputed forwards too.
   const double tokens = sequences * c.train.seq_len;
@@ -280,17 +292,27 @@ void print_config_time(const trident::Config& c, trident::PlanModel m,
   std::printf(
       "time model on %d x %.0f TFLOP/s GPUs (%d per node, %.0f GB/s in a node, %.0f GB/s between "
       "nodes): step %.2f s = compute %.2f (recompute %.2f) + pipeline %.2f + tensor-parallel %.2f "
-      "+ data-parallel %.2f exposed (of %.2f) + offload %.2f\n",
+      "+ data-parallel %.2f exposed (of %.2f) + offload %.2f + expert all-to-all %.2f\n",
       on.gpus, on.peak_tflops, on.gpus_per_node, on.intra_gbs, on.inter_gbs, k.step_seconds,
       k.compute_seconds, k.recompute_seconds, k.bubble_seconds, k.tp_seconds, k.dp_seconds,
-      k.dp_traffic_seconds, k.offload_seconds);
+      k.dp_traffic_seconds, k.offload_seconds, k.ep_seconds);
+  const double model_tflops = model_flops / k.step_seconds / on.gpus / 1e12;
   std::printf(
-      "utilisation: MFU %.1f%% (train's: 6N + 12LCT FLOPs a token, no recomputation); hardware "
-      "FLOPs utilisation %.1f%% (recomputation counted); %.1f TFLOP/s per GPU by Narayanan et al. "
-      "2021's Eq. 3 (which counts a full recomputation)\n",
-      mfu, hfu, tflops);
-  std::printf("CONFIG_TIME step_s=%.3f tflops_per_gpu=%.1f mfu_percent=%.1f hfu_percent=%.1f\n",
-              k.step_seconds, tflops, mfu, hfu);
+      "utilisation: MFU %.1f%% (train's: 6N + 12LCT FLOPs a token, N the active parameters, no "
+      "recomputation), %.1f TFLOP/s per GPU; hardware FLOPs utilisation %.1f%% (recomputation "
+      "counted)",
+      mfu, model_tflops, hfu);
+  if (dense)
+    std::printf(
+        "; %.1f TFLOP/s per GPU by Narayanan et al. 2021's Eq. 3 (which counts a full "
+        "recomputation)",
+        tflops);
+  std::printf("; %.1f samples/s\n", sequences / k.step_seconds);
+  std::printf(
+      "CONFIG_TIME step_s=%.3f%s model_tflops_per_gpu=%.1f samples_per_second=%.2f "
+      "mfu_percent=%.1f hfu_percent=%.1f\n",
+      k.step_seconds, dense ? fmt::format(" tflops_per_gpu={:.1f}", tflops).c_str() : "",
+      model_tflops, sequences / k.step_seconds, mfu, hfu);
 }
 
 // `trident train`: options, then the run on every rank.
@@ -562,6 +584,17 @@ struct PlanCommand {
                   "Llama family: RMSNorm, SwiGLU, grouped-query attention, untied head");
     app->add_option("--kv-heads", model.kv_heads, "Llama: key/value heads (default: --heads)");
     app->add_option("--ffn", model.ffn, "Llama: SwiGLU width (default: 8h/3 rounded up to 256)");
+    app->add_option("--experts", model.moe.experts,
+                    "Mixture of Experts: routed experts per MoE layer (default 0: dense)");
+    app->add_option("--top-k", model.moe.top_k, "MoE: experts a token is routed to")
+        ->capture_default_str();
+    app->add_option("--expert-ffn", model.moe.expert_ffn,
+                    "MoE: an expert's MLP width (default: the dense MLP's)");
+    app->add_option("--shared-experts", model.moe.shared,
+                    "MoE: shared experts every token runs (default 0)");
+    app->add_option("--moe-every", model.moe.every,
+                    "MoE on layers 0, n, 2n, ... (default 1: every layer)")
+        ->capture_default_str();
     app->add_option("--seq", model.seq, "sequence length")->capture_default_str();
     app->add_option("--vocab", model.vocab, "vocabulary")->capture_default_str();
     std::string presets;
@@ -627,19 +660,12 @@ struct PlanCommand {
     if (measured)  // read before any output: a bad file is an input error
       measured_ceilings = trident::measured_ceilings(copy_gbs, gemm_tflops, gemm_ceilings);
     if (!device.empty()) apply_device(rank);
-    if (!config_path.empty() && plan_moe_config(rank)) return;
     if (!config_path.empty()) plan_for_config(rank);
     if (rank == 0) print_plan(model, cluster, batch_tokens, top);
   }
   // A Mixture-of-Experts config: its parameter counts from the parameter table (total and
-  // active per token, the FLOPs MFU counts). The planner's analytic models do not cover expert
-  // layers yet (the stage's buffer plan does: `train` predicts a run's memory to the byte), so
-  // no layout is planned rather than one planned as if the model were dense.
-  bool plan_moe_config(int rank) {
-    const trident::Config c = trident::load_config(config_path, overrides);
-    if (!c.model.moe.enabled()) return false;
-    trident::validate_model(c);
-    if (rank != 0) return true;
+  // active per token, the FLOPs MFU counts), and its layout at every expert-parallel size.
+  static void print_moe_config(const trident::Config& c) {
     const trident::ModelConfig& m = c.model;
     const double total = static_cast<double>(trident::parameter_count(m));
     const double active = static_cast<double>(trident::active_parameter_count(m));
@@ -651,10 +677,6 @@ struct PlanCommand {
     std::printf("model FLOPs per token (training, active experts only): %.4g at seq %d\n",
                 trident::flops_per_token(m, c.train.seq_len), c.train.seq_len);
     print_expert_options(c);
-    std::printf(
-        "no layout searched: the planner's time model does not cover Mixture-of-Experts layers "
-        "yet\n");
-    return true;
   }
   // The config's own layout at every expert-parallel size it allows: the busiest rank's memory
   // (the stages' buffer plans, as `train` predicts them) and the all-to-all volume of a step.
@@ -728,6 +750,15 @@ struct PlanCommand {
     model.ffn = c.model.llama() ? c.model.mlp_hidden() : 0;
     model.tied = c.model.tied();
     model.seq = c.model.block_size;
+    if (c.model.moe.enabled()) {
+      trident::validate_model(c);
+      model.moe.experts = c.model.moe.n_experts;
+      model.moe.top_k = c.model.moe.top_k;
+      model.moe.expert_ffn = c.model.expert_hidden();
+      model.moe.shared = c.model.moe.n_shared_experts;
+      model.moe.every = c.model.moe.moe_layer_every;
+      if (rank == 0) print_moe_config(c);
+    }
     // The config's own layout on its own ranks (dp = 0 fills --gpus), and its batch.
     const auto& p = c.parallel;
     const int ranks = p.dp > 0 ? p.dp * p.tp * p.pp : cluster.gpus;

@@ -142,9 +142,23 @@ class Tables:
         body = [[r, self.against(self.rows["deepspeed_moe2022"][r], "params_billion")] for r in ids]
         return table(["row", "parameters, B: Table 1 / trident"], body)
 
+    def megatron_core_moe2024(self):
+        body = []
+        for r, q, d in self.need("megatron_core_moe2024"):
+            step = (f"{d['step_s']}: {d['compute_s']} / {seconds(d['ep_s'])} / {seconds(d['pipeline_s'])}"
+                    f" / {seconds(d['dp_exposed_s'])}")
+            body.append([r, d["layout"].replace("x", " × ") + f" × ep {d['ep']}", d["gpus"],
+                         self.against(q, "params_billion"), self.against(q, "active_params_billion"),
+                         self.against(q, "model_tflops_per_gpu"),
+                         self.reference(q, "trident_ref_gb_per_gpu"), d["fits"], step])
+        return table(["row", "dp × tp × pp × ep", "GPUs", "parameters, B", "active, B",
+                      "model TFLOP/s per GPU: published / trident", "trident's GB per GPU",
+                      "fits 80 GB", "step s: compute / all-to-all / pipeline / dp"], body)
+
     def render(self, name):
         makers = {"tolerances": self.tolerances_table, "megatron2019": self.megatron2019,
                   "deepspeed_moe2022": self.deepspeed_moe2022,
+                  "megatron_core_moe2024": self.megatron_core_moe2024,
                   "narayanan2021-table1": self.narayanan2021_table1,
                   "narayanan2021-table2": self.narayanan2021_table2, "zero2020": self.zero2020}
         if name not in makers:

@@ -28,9 +28,60 @@ double layer_activation_bytes(const PlanModel& m, int b, int t, bool sp,
   return paper_layer_activation_bytes(m.seq, b, m.hidden, m.heads, t, sp, policy);
 }
 
+// Bytes a token keeps per column of an MLP: SwiGLU's gate | up and output, GELU's fc output and
+// GELU (16-bit).
+double moe_bytes_per_column(const PlanModel& m) {
+  return m.llama ? 6.0 : 4.0;
+}
+
+// A routed row: its expert MLP's columns and its permuted input (16-bit).
+double moe_bytes_per_row(const PlanModel& m) {
+  return moe_bytes_per_column(m) * m.expert_width() + 2.0 * m.hidden;
+}
+
+// The routed rows a token may bring to one rank, which trident's buffer plan reserves.
+double moe_reserved_rows(const PlanModel& m, int ep) {
+  return static_cast<double>(ep) * std::min(m.moe.top_k, m.moe.experts / ep);
+}
+
+// What an MoE layer's kept activations add to the dense layer's for a micro-batch of b
+// sequences (planner.hpp): the routed rows' expert MLPs and permuted inputs, the shared experts'
+// MLPs for the dense one, and the fp32 router probabilities; each tp rank its own tokens. The
+// routed rows are those trident's buffer plan reserves, ep min(top_k, experts / ep) a token, the
+// most a dropless all-to-all can bring to one rank. Full recomputation keeps only the layer's
+// input.
+double moe_extra_activation_bytes(const PlanModel& m, int b, int t, int ep,
+                                  const std::string& recompute) {
+  if (m.moe_layers() == 0 || recompute == "full") return 0;
+  const double dense = (m.moe.shared * m.expert_width() - m.mlp_width()) * moe_bytes_per_column(m);
+  return static_cast<double>(m.seq) * b *
+         (moe_reserved_rows(m, ep) * moe_bytes_per_row(m) + dense + 4.0 * m.moe.experts) / t;
+}
+
+// The scratch every MoE layer of a stage reuses in its backward, for a micro-batch of b
+// sequences: the gradients of the reserved rows' expert MLP and of their inputs (as many bytes a
+// row as the activations), and of each slot's output and input (2 x 2 top_k h bytes a token).
+double moe_scratch_bytes(const PlanModel& m, int b, int t, int ep) {
+  if (m.moe_layers() == 0) return 0;
+  return static_cast<double>(m.seq) * b *
+         (moe_reserved_rows(m, ep) * moe_bytes_per_row(m) + 4.0 * m.moe.top_k * m.hidden) / t;
+}
+
 // Ring all-gather or reduce-scatter of `bytes` (the full tensor) over n ranks, per GPU.
 double ring_seconds(double bytes, int n, double gbs) {
   return n <= 1 ? 0 : (n - 1.0) / n * bytes / (gbs * kGB);
+}
+
+// An all-to-all in which each of ep ranks holds `bytes` and keeps 1 / ep of them, per GPU: the
+// share for its node's GPUs (the group is contiguous) on NVLink, the rest over the network,
+// whichever link is slower.
+double all_to_all_seconds(double bytes, int ep, const PlanCluster& c) {
+  if (ep <= 1) return 0;
+  const int in_node = std::min(ep, c.gpus_per_node);
+  const double near = bytes * (in_node - 1.0) / ep / (c.intra_gbs * kGB);
+  const double far =
+      bytes * static_cast<double>(ep - in_node) / ep / (kPlanNetworkEfficiency * c.inter_gbs * kGB);
+  return std::max(near, far);
 }
 
 // What a transfer costs when it can overlap `window` seconds of independent compute.
@@ -99,17 +150,23 @@ const DevicePreset* preset_for_device_name(const std::string& cuda_name) {
 
 double plan_model_flops_per_token(const PlanModel& m) {
   const double lookup = m.llama && !m.tied ? static_cast<double>(m.vocab) * m.hidden : 0.0;
-  return 6.0 * (m.param_count() - lookup) + 12.0 * m.layers * m.hidden * static_cast<double>(m.seq);
+  return 6.0 * (m.active_param_count() - lookup) +
+         12.0 * m.layers * m.hidden * static_cast<double>(m.seq);
 }
 
 double plan_hardware_flops_per_token(const PlanModel& m, const std::string& recompute) {
   const double h = m.hidden, s = m.seq, L = m.layers;
   const double attention_core = 4.0 * L * h * s;
-  double block_matrices = 12.0 * h * h;  // GPT-2: qkv, proj, fc, proj
-  if (m.llama) {
-    const double kv_rows = 2.0 * m.kv() * (h / m.heads);
-    block_matrices = h * (h + kv_rows) + h * h + 3.0 * h * m.ffn_width();
-  }
+  // A block's matrices a token multiplies, averaged over the layers: attention's (GPT-2: qkv and
+  // proj, 4 h^2; Llama: q, k | v and o) and the MLP's, or an MoE layer's router and experts run.
+  double attention = 4.0 * h * h;
+  if (m.llama) attention = h * (h + 2.0 * m.kv() * (h / m.heads)) + h * h;
+  double mlp = m.mlp_params(m.mlp_width());
+  if (m.moe_layers() > 0)
+    mlp +=
+        m.moe_layers() / L *
+        (h * m.moe.experts + (m.moe.top_k + m.moe.shared) * m.mlp_params(m.expert_width()) - mlp);
+  const double block_matrices = attention + mlp;
   double extra = 0;
   if (recompute == "full") extra = L * 2.0 * block_matrices + attention_core;
   if (recompute == "selective") extra = attention_core;
@@ -129,18 +186,32 @@ PlanCluster on_device(PlanCluster c, const DevicePreset& d) {
 double PlanModel::param_count() const {
   if (params > 0) return params;
   const double h = hidden, embedding = static_cast<double>(vocab) * h;
-  if (!llama) return 12.0 * layers * h * h + embedding;
+  // The MoE layers' router, routed and shared experts, for their dense MLPs.
+  const double experts = expert_param_count() +
+                         moe_layers() * (h * moe.experts + moe.shared * mlp_params(expert_width()) -
+                                         mlp_params(mlp_width()));
+  if (!llama) return 12.0 * layers * h * h + embedding + experts;
   // Per layer: two RMSNorm gains, q and o (h x h), k and v (h x kv h/heads each), gate, up and
   // down (h x F each); then the final norm, the embedding and an untied head.
   const double kv_rows = static_cast<double>(kv()) * (hidden / heads);
-  const double layer = 2 * h + 2 * h * h + 2 * h * kv_rows + 3 * h * ffn_width();
-  return layers * layer + h + embedding * (tied ? 1 : 2);
+  const double layer = 2 * h + 2 * h * h + 2 * h * kv_rows + mlp_params(ffn_width());
+  return layers * layer + h + embedding * (tied ? 1 : 2) + experts;
+}
+
+double PlanModel::expert_param_count() const {
+  return static_cast<double>(moe_layers()) * moe.experts * mlp_params(expert_width());
+}
+
+double PlanModel::active_param_count() const {
+  const double idle = moe.experts > 0 ? 1.0 - static_cast<double>(moe.top_k) / moe.experts : 0.0;
+  return param_count() - idle * expert_param_count();
 }
 
 std::string PlanCandidate::describe() const {
-  return fmt::format("dp={} tp={} pp={} zero={} offload={} recompute={} micro_batch={}{}", dp, tp,
-                     pp, zero, offload, recompute, micro_batch,
-                     sequence_parallel ? " sequence_parallel" : "");
+  return fmt::format("dp={} tp={} pp={}{}{} zero={} offload={} recompute={} micro_batch={}{}", dp,
+                     tp, pp, ep > 1 ? fmt::format(" ep={}", ep) : "",
+                     virtual_stages > 1 ? fmt::format(" v={}", virtual_stages) : "", zero, offload,
+                     recompute, micro_batch, sequence_parallel ? " sequence_parallel" : "");
 }
 
 namespace {
@@ -152,12 +223,19 @@ struct PlanBasis {
   // untied head (Llama) is as large and sits on the last stage alone; the blocks are split evenly
   // over the stages.
   double psi_embedding = 0, psi_head = 0, psi_blocks = 0;
+  // Of an MoE model's blocks: the routed experts (split over ep), and the routers and shared
+  // experts (replicated over tp, each rank running them on its own tokens); not in psi_blocks.
+  double psi_experts = 0, psi_moe_replicated = 0;
   // Parameters of the largest rank's model chunk: the blocks of a stage with the embedding (or
-  // the untied head, as large), both when one stage holds everything, over tp.
+  // the untied head, as large), both when one stage holds everything, over tp; the MoE layers'
+  // routers and shared experts whole.
   double psi_rank(int tp, int pp) const {
-    return (psi_blocks / pp + psi_embedding + (pp == 1 ? psi_head : 0)) / tp;
+    return (psi_blocks / pp + psi_embedding + (pp == 1 ? psi_head : 0)) / tp +
+           psi_moe_replicated / pp;
   }
-  double layer_flops = 0, head_flops = 0;  // per token, forward (GEMMs and the attention core)
+  // Per token, forward: the tensor-parallel GEMMs and attention core of a layer (averaged over
+  // the layers), the head's, and the MoE layers' routers and the experts a token runs, all layers.
+  double layer_flops = 0, head_flops = 0, expert_flops = 0;
   double usable_gb = 0;
   long long sequences = 0;  // per step
 };
@@ -188,6 +266,15 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
   require_range(m.seq, 1, 1 << 24, "--seq");
   require_range(m.vocab, 1, 1 << 24, "--vocab");
   require_range(m.params, 0, 1e16, "--params");
+  if (m.moe.experts > 0) {
+    require_range(m.moe.experts, 1, 1 << 16, "--experts");
+    require_range(m.moe.top_k, 1, m.moe.experts, "--top-k");
+    require_range(m.moe.expert_ffn, 0, 1 << 20, "--expert-ffn");
+    require_range(m.moe.shared, 0, 1024, "--shared-experts");
+    require_range(m.moe.every, 1, m.layers, "--moe-every");
+    if (m.params > 0)
+      throw InputError("plan: --params cannot be given with --experts (counted from the shape)");
+  }
   require_range(c.gpus, 1, 1 << 24, "--gpus");
   require_range(c.gpus_per_node, 1, 4096, "--gpus-per-node");
   require_range(c.gpu_mem_gb, 1e-3, 1e6, "--gpu-mem");
@@ -207,7 +294,13 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
   b.V = m.vocab;
   b.psi_embedding = std::min(b.psi, (m.llama ? b.V : b.V + b.s) * b.h);
   b.psi_head = m.llama && !m.tied ? std::min(b.psi - b.psi_embedding, b.V * b.h + b.h) : 0;
-  b.psi_blocks = b.psi - b.psi_embedding - b.psi_head;
+  if (m.moe_layers() > 0) {
+    b.psi_experts = m.expert_param_count();
+    b.psi_moe_replicated =
+        m.moe_layers() * (b.h * m.moe.experts + m.moe.shared * m.mlp_params(m.expert_width()));
+    b.expert_flops = 2 * (b.psi_experts * m.moe.top_k / m.moe.experts + b.psi_moe_replicated);
+  }
+  b.psi_blocks = b.psi - b.psi_embedding - b.psi_head - b.psi_experts - b.psi_moe_replicated;
   b.layer_flops = 2 * b.psi_blocks / m.layers + 4 * b.h * b.s;
   b.head_flops = 2 * b.V * b.h;  // last stage
   b.usable_gb = kPlanUsableMemoryFraction * c.gpu_mem_gb;
@@ -217,29 +310,37 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
 
 // What the candidates of one (tp, pp) share.
 struct ModelParallelShape {
-  int tp = 1, pp = 1, dp = 1, layers = 1;
-  double psi_rank = 0, block_params = 0;  // parameters per GPU; of one block per GPU
-  double dp_gbs = 0, pp_gbs = 0, flops_per_second = 0;
+  int tp = 1, pp = 1, dp = 1, ep = 1, expert_dp = 1, layers = 1;
+  double moe_layers = 0;  // a stage's share of the MoE layers
+  // Parameters per GPU: the dense ones (with routers and shared experts), the routed experts';
+  // of one block's tensor-parallel matrices.
+  double psi_rank = 0, psi_expert_rank = 0, block_params = 0;
+  double dp_gbs = 0, pp_gbs = 0, flops_per_second = 0, expert_flops_per_second = 0;
   long long per_pipeline = 0;  // sequences per step per dp rank
 };
 
 // dp: the largest count that fits the GPUs and divides the batch, or `dp` where it is given.
 ModelParallelShape model_parallel_shape(const PlanModel& m, const PlanCluster& c,
-                                        const PlanBasis& b, int tp, int pp, int dp = 0) {
+                                        const PlanBasis& b, int tp, int pp, int dp = 0,
+                                        int ep = 1) {
   ModelParallelShape x;
   x.tp = tp;
   x.pp = pp;
   x.dp = dp > 0 ? dp : c.gpus / (tp * pp);
   while (dp == 0 && b.sequences % x.dp != 0) --x.dp;
+  x.ep = ep;
+  x.expert_dp = x.dp * tp / ep;
   x.layers = m.layers / pp;
+  x.moe_layers = static_cast<double>(m.moe_layers()) / pp;
   x.psi_rank = b.psi_rank(tp, pp);
+  x.psi_expert_rank = b.psi_experts / pp / ep;
   x.block_params = b.psi_blocks / m.layers / tp;
   // dp groups are contiguous after tp: they stay on NVLink while tp * dp fits a node. Stage
   // neighbours are tp * dp ranks apart: some hop crosses nodes unless the whole world fits one.
   x.dp_gbs = tp * x.dp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
   x.pp_gbs = tp * x.dp * pp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
-  x.flops_per_second =
-      c.peak_tflops * 1e12 * c.mfu * gemm_efficiency(b.h / tp) / gemm_efficiency(b.h);
+  x.expert_flops_per_second = c.peak_tflops * 1e12 * c.mfu;
+  x.flops_per_second = x.expert_flops_per_second * gemm_efficiency(b.h / tp) / gemm_efficiency(b.h);
   x.per_pipeline = b.sequences / x.dp;
   return x;
 }
@@ -253,19 +354,32 @@ void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basi
   const std::string& recompute = k.recompute;
   const double psi_rank = x.psi_rank, block_params = x.block_params;
   const double psi_embedding = basis.psi_embedding, s = basis.s, V = basis.V;
-  const double shard = zero >= 1 ? dp : 1;
-  k.params_gb = 2 * psi_rank / (zero >= 3 ? dp : 1) / kGB;
-  k.grads_gb = 2 * psi_rank / (zero >= 2 ? dp : 1) / kGB;
-  k.optimizer_gb = offload == "host" ? 0 : 12 * psi_rank / shard / kGB;
+  // The parameters of a rank sharded at `from_stage` and above: the dense ones over dp, the
+  // routed experts over their replicas.
+  const auto sharded = [&](int from_stage) {
+    return zero >= from_stage ? psi_rank / dp + x.psi_expert_rank / x.expert_dp
+                              : psi_rank + x.psi_expert_rank;
+  };
+  k.params_gb = 2 * sharded(3) / kGB;
+  k.grads_gb = 2 * sharded(2) / kGB;
+  k.optimizer_gb = offload == "host" ? 0 : 12 * sharded(1) / kGB;
   // Two of a block's largest unit (ln_2 with mlp.fc: a third of a GPT-2 block, Llama's gate | up
-  // 2 h F of it) and the embedding.
-  const double largest_unit = m.llama ? 2.0 * m.hidden * m.ffn_width() / tp : block_params / 3;
+  // 2 h F of it; an MoE layer's first projections of its local experts) and the embedding.
+  double largest_unit = m.llama ? 2.0 * m.hidden * m.ffn_width() / tp : block_params / 3;
+  if (m.moe_layers() > 0)
+    largest_unit = std::max(
+        largest_unit, (m.llama ? 2.0 : 1.0) * m.hidden * m.expert_width() * m.moe.experts / x.ep);
   const double unit_buffers = 2 * (2 * largest_unit + psi_embedding / tp);
   k.buffers_gb = (zero >= 2 ? unit_buffers : 0) + (zero >= 3 ? unit_buffers : 0);
   k.buffers_gb /= kGB;
   const bool sp = k.sequence_parallel;
-  const double per_layer = layer_activation_bytes(m, b, tp, sp, recompute);
-  const double working = recompute == "full" ? layer_activation_bytes(m, b, tp, sp, "none") : 0;
+  const double moe_share = x.layers > 0 ? x.moe_layers / x.layers : 0;
+  const double per_layer = layer_activation_bytes(m, b, tp, sp, recompute) +
+                           moe_share * moe_extra_activation_bytes(m, b, tp, x.ep, recompute);
+  double working = recompute == "full" ? layer_activation_bytes(m, b, tp, sp, "none") +
+                                             moe_extra_activation_bytes(m, b, tp, x.ep, "none")
+                                       : 0;
+  if (x.moe_layers > 0) working += moe_scratch_bytes(m, b, tp, x.ep);
   const double logits = 4 * s * b * V / tp;
   const double first_rank = per_layer * layers * std::min(pp, micro_batches) + working;
   const double last_rank = per_layer * layers + working + logits;
@@ -295,8 +409,13 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
   const double score_bytes = kPlanScoreBytes * m.heads * s / tp;
   const double layer_bytes =
       tokens * (kPlanReplicatedBytes * h / replicated + kPlanShardedBytes * h / tp + score_bytes);
+  // The stage's share of the MoE layers: the experts a token runs, on each tp rank's own tokens
+  // at the full-width rate, and the dispatch and combine permutations.
+  const double experts =
+      basis.expert_flops / m.layers * layers / tp * tokens / x.expert_flops_per_second +
+      x.moe_layers * tokens * kPlanPermuteBytes * m.moe.top_k * h / tp / hbm;
   const double forward = (layers * layer_flops + head_flops) / tp * tokens / flops_per_second +
-                         layers * layer_bytes / hbm;
+                         layers * layer_bytes / hbm + experts;
   double extra = 0;
   if (recompute == "selective")
     extra = layers * tokens * (4 * h * s / tp / flops_per_second + score_bytes / hbm);
@@ -304,20 +423,28 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
   const double micro = 3 * forward + extra;
   const double backward = micro - forward;
   // Megatron's f/g operators: 2 all-reduces forward, 2 backward, 2 more when the
-  // forward is recomputed; an all-reduce is a reduce-scatter and an all-gather.
+  // forward is recomputed; an all-reduce is a reduce-scatter and an all-gather. The experts'
+  // all-to-alls as many, each moving a tp rank's tokens' top_k rows.
   const int tp_collectives = recompute == "full" ? 6 : 4;
   const double tp_micro =
       tp_collectives * layers * 2 * ring_seconds(2 * tokens * h, tp, c.intra_gbs);
+  const double ep_micro = tp_collectives * x.moe_layers *
+                          all_to_all_seconds(2 * tokens / tp * m.moe.top_k * h, x.ep, c);
   k.compute_seconds = micro_batches * micro;
   k.recompute_seconds = micro_batches * extra;
   k.tp_seconds = micro_batches * tp_micro;
-  // 1F1B bubble, plus each micro-batch's activation forward and gradient backward.
+  k.ep_seconds = micro_batches * ep_micro;
+  // The 1F1B bubble (over v model chunks with the interleaved schedule), plus each micro-batch's
+  // activation forward and gradient backward at each of its v stage boundaries.
+  const int v = k.virtual_stages;
   k.bubble_seconds = pp == 1 ? 0
-                             : (pp - 1) * (micro + tp_micro) +
-                                   2.0 * micro_batches * 2 * tokens * h / (pp_gbs * kGB);
-  // One bf16 pass of the rank's parameters or gradients over dp, and the compute each
-  // ZeRO stage can hide it behind (planner.hpp).
-  const double g = ring_seconds(2 * psi_rank, dp, dp_gbs);
+                             : (pp - 1) * (micro + tp_micro + ep_micro) / v +
+                                   2.0 * v * micro_batches * 2 * tokens * h / (pp_gbs * kGB);
+  // One bf16 pass of the rank's parameters or gradients over dp (the routed experts' over their
+  // replicas, on the same links), and the compute each ZeRO stage can hide it behind
+  // (planner.hpp).
+  const double g = ring_seconds(2 * psi_rank, dp, dp_gbs) +
+                   ring_seconds(2 * x.psi_expert_rank, x.expert_dp, dp_gbs);
   switch (zero) {
     case 0:
       k.dp_traffic_seconds = 2 * g;
@@ -335,11 +462,11 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
       k.dp_traffic_seconds = 3.0 * micro_batches * g;
       k.dp_seconds = micro_batches * (exposed(g, forward) + exposed(2 * g, backward));
   }
+  const double states = psi_rank / shard + x.psi_expert_rank / (zero >= 1 ? x.expert_dp : 1);
   if (offload == "host")
-    k.offload_seconds =
-        4 * psi_rank / shard / (c.pcie_gbs * kGB) + 16 * psi_rank / shard / (c.host_adam_gbs * kGB);
-  k.step_seconds =
-      k.compute_seconds + k.bubble_seconds + k.tp_seconds + k.dp_seconds + k.offload_seconds;
+    k.offload_seconds = 4 * states / (c.pcie_gbs * kGB) + 16 * states / (c.host_adam_gbs * kGB);
+  k.step_seconds = k.compute_seconds + k.bubble_seconds + k.tp_seconds + k.ep_seconds +
+                   k.dp_seconds + k.offload_seconds;
 }
 
 // Every layout of the model on the cluster, with whether it fits.
@@ -349,6 +476,43 @@ struct Evaluated {
   int considered = 0;
 };
 
+// Whether trident trains a layout: an MoE layer on tp > 1 ranks needs sequence parallelism (each
+// rank routes its own tokens), and ZeRO-2/3 do not take expert or tensor parallelism with MoE yet.
+bool trident_runs(const PlanModel& m, const PlanCandidate& k) {
+  if (m.moe_layers() == 0) return true;
+  return (k.tp == 1 || k.sequence_parallel) && (k.zero <= 1 || (k.ep == 1 && k.tp == 1));
+}
+
+// The layouts of one (tp, pp, dp, ep): ZeRO stage, offload, recomputation, sequence parallelism
+// and micro-batch.
+void evaluate_stage_layouts(const PlanModel& m, const PlanCluster& c, const PlanBasis& basis,
+                            const ModelParallelShape& x, Evaluated& out) {
+  for (int zero = 0; zero <= 3; ++zero) {
+    if (zero > 0 && x.dp == 1) continue;
+    for (const std::string offload : {"none", "host"}) {
+      if (offload == "host" && zero == 3) continue;  // ZeRO-Offload pairs with stage 2
+      for (const std::string recompute : {"none", "selective", "full"}) {
+        for (const bool sp : {false, true}) {
+          if (sp && x.tp == 1) continue;
+          for (int b = 1; b <= 32 && b <= x.per_pipeline; b *= 2) {
+            if (x.per_pipeline % b != 0) continue;
+            PlanCandidate k;
+            k.dp = x.dp, k.tp = x.tp, k.pp = x.pp, k.ep = x.ep, k.zero = zero, k.micro_batch = b;
+            k.micro_batches = static_cast<int>(x.per_pipeline / b);
+            k.offload = offload, k.recompute = recompute, k.sequence_parallel = sp;
+            if (!trident_runs(m, k)) continue;
+            ++out.considered;
+            estimate_memory(k, m, basis, x);
+            estimate_time(k, m, c, basis, x);
+            out.fits.push_back(k.memory_gb() <= basis.usable_gb);
+            out.all.push_back(k);
+          }
+        }
+      }
+    }
+  }
+}
+
 Evaluated evaluate_layouts(const PlanModel& m, const PlanCluster& c, const PlanBasis& basis) {
   Evaluated out;
   for (int tp = 1; tp <= std::min(8, c.gpus); tp *= 2) {
@@ -356,29 +520,11 @@ Evaluated evaluate_layouts(const PlanModel& m, const PlanCluster& c, const PlanB
     if (m.llama && ((m.kv() % tp != 0 && tp % m.kv() != 0) || m.ffn_width() % tp != 0)) continue;
     for (int pp = 1; pp <= m.layers; ++pp) {
       if (m.layers % pp != 0 || tp * pp > c.gpus) continue;
-      const ModelParallelShape x = model_parallel_shape(m, c, basis, tp, pp);
-      for (int zero = 0; zero <= 3; ++zero) {
-        if (zero > 0 && x.dp == 1) continue;
-        for (const std::string offload : {"none", "host"}) {
-          if (offload == "host" && zero == 3) continue;  // ZeRO-Offload pairs with stage 2
-          for (const std::string recompute : {"none", "selective", "full"}) {
-            for (const bool sp : {false, true}) {
-              if (sp && tp == 1) continue;
-              for (int b = 1; b <= 32 && b <= x.per_pipeline; b *= 2) {
-                if (x.per_pipeline % b != 0) continue;
-                ++out.considered;
-                PlanCandidate k;
-                k.dp = x.dp, k.tp = tp, k.pp = pp, k.zero = zero, k.micro_batch = b;
-                k.micro_batches = static_cast<int>(x.per_pipeline / b);
-                k.offload = offload, k.recompute = recompute, k.sequence_parallel = sp;
-                estimate_memory(k, m, basis, x);
-                estimate_time(k, m, c, basis, x);
-                out.fits.push_back(k.memory_gb() <= basis.usable_gb);
-                out.all.push_back(k);
-              }
-            }
-          }
-        }
+      const int dp = model_parallel_shape(m, c, basis, tp, pp).dp;
+      // Expert parallelism: every size dividing both the experts and the stage's dp x tp ranks.
+      for (int ep = 1; ep <= std::max(1, m.moe.experts); ++ep) {
+        if (m.moe.experts > 0 && (m.moe.experts % ep != 0 || (dp * tp) % ep != 0)) continue;
+        evaluate_stage_layouts(m, c, basis, model_parallel_shape(m, c, basis, tp, pp, dp, ep), out);
       }
     }
   }
@@ -433,8 +579,9 @@ class Explanation {
  public:
   Explanation(const Evaluated& e, const PlanBasis& basis, const PlanCluster& c,
               const PlanPolicy& policy, const PlanCandidate& best,
-              const PlanCandidate& fastest_layout, int level, double level_best)
-      : e_(e),
+              const PlanCandidate& fastest_layout, int level, double level_best, int experts)
+      : n_experts_(experts),
+        e_(e),
         basis_(basis),
         c_(c),
         policy_(policy),
@@ -451,6 +598,7 @@ class Explanation {
           "of the batch",
           best_.gpus(), c_.gpus, best_.dp, basis_.sequences));
     model_parallelism(why);
+    if (n_experts_ > 0) why.push_back(experts());
     why.push_back(zero());
     memory_savers(why);
     std::string out = why.front();
@@ -500,10 +648,12 @@ class Explanation {
     const double over = best_.step_seconds / fastest_.step_seconds - 1;
     return fmt::format(
         "time: {:.2f} s per step: compute {:.2f} (of which recompute {:.2f}), pipeline {:.2f}, "
-        "tensor-parallel {:.2f}, data-parallel {:.2f} exposed of {:.2f} transferred, offload "
+        "tensor-parallel {:.2f}, {}data-parallel {:.2f} exposed of {:.2f} transferred, offload "
         "{:.2f}{}",
         best_.step_seconds, best_.compute_seconds, best_.recompute_seconds, best_.bubble_seconds,
-        best_.tp_seconds, best_.dp_seconds, best_.dp_traffic_seconds, best_.offload_seconds,
+        best_.tp_seconds,
+        best_.ep > 1 ? fmt::format("expert all-to-all {:.2f}, ", best_.ep_seconds) : "",
+        best_.dp_seconds, best_.dp_traffic_seconds, best_.offload_seconds,
         over > 1e-9 ? fmt::format("; {} slower than the fastest layout, preferred as simpler",
                                   percent(over))
                     : std::string("; the fastest layout"));
@@ -544,8 +694,22 @@ class Explanation {
           tolerance));
   }
 
+  // The expert-parallel size against the others at the chosen model-parallel layout.
+  std::string experts() const {
+    const std::string line =
+        best_.ep == 1
+            ? std::string("no expert parallelism: every rank holds every expert")
+            : fmt::format(
+                  "expert parallelism ep={}: experts a rank {}, folded onto dp x tp, their "
+                  "all-to-alls {:.2f} s a step",
+                  best_.ep, n_experts_ / best_.ep, best_.ep_seconds);
+    const Best other = at_chosen_layout([&](const PlanCandidate& k) { return k.ep != best_.ep; });
+    return line + "; with another ep " + than_this(other);
+  }
+
   std::string zero() const {
-    const double replicated_gb = 16 * basis_.psi_rank(best_.tp, best_.pp) / kGB;
+    const double replicated_gb =
+        16 * (basis_.psi_rank(best_.tp, best_.pp) + basis_.psi_experts / best_.pp / best_.ep) / kGB;
     std::string line;
     if (best_.zero == 0)
       line = best_.dp == 1 ? std::string("no ZeRO: a single data-parallel replica")
@@ -595,6 +759,7 @@ class Explanation {
           }))));
   }
 
+  int n_experts_;
   const Evaluated& e_;
   const PlanBasis& basis_;
   const PlanCluster& c_;
@@ -611,10 +776,16 @@ PlanCandidate predict_layout(const PlanModel& m, const PlanCluster& c, double gl
                              const PlanCandidate& layout) {
   const PlanBasis basis = plan_basis(m, c, global_batch_tokens);
   if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.micro_batch < 1 ||
-      m.layers % layout.pp != 0 || basis.sequences % (layout.dp * layout.micro_batch) != 0)
+      layout.virtual_stages < 1 || m.layers % (layout.pp * layout.virtual_stages) != 0 ||
+      basis.sequences % (layout.dp * layout.micro_batch) != 0)
     throw InputError(fmt::format("plan: layout {} does not split {} layers and {} sequences",
                                  layout.describe(), m.layers, basis.sequences));
-  const ModelParallelShape x = model_parallel_shape(m, c, basis, layout.tp, layout.pp, layout.dp);
+  if (layout.ep < 1 || (layout.dp * layout.tp) % layout.ep != 0 ||
+      (layout.ep > 1 && m.moe.experts % layout.ep != 0))
+    throw InputError(fmt::format("plan: ep = {} must divide the experts ({}) and dp x tp = {}",
+                                 layout.ep, m.moe.experts, layout.dp * layout.tp));
+  const ModelParallelShape x =
+      model_parallel_shape(m, c, basis, layout.tp, layout.pp, layout.dp, layout.ep);
   PlanCandidate k = layout;
   k.micro_batches = static_cast<int>(x.per_pipeline / k.micro_batch);
   estimate_memory(k, m, basis, x);
@@ -690,7 +861,8 @@ PlanResult plan_layouts(const PlanModel& m, const PlanCluster& c, double global_
   std::stable_partition(result.feasible.begin(), result.feasible.end(), same);
   result.recommendation = best.describe();
   result.reasons =
-      Explanation(e, basis, c, policy, best, *overall.fastest, level, level_best).text();
+      Explanation(e, basis, c, policy, best, *overall.fastest, level, level_best, m.moe.experts)
+          .text();
   return result;
 }
 

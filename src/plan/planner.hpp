@@ -22,9 +22,25 @@ struct PlanModel {
   bool llama = false;
   int kv_heads = 0, ffn = 0;
   bool tied = false;
+  // Mixture of Experts (experts = 0: dense), trident's MoE layer: on layers 0, every, 2 every,
+  // ... the MLP becomes a router (h x experts), `experts` MLPs of width expert_ffn (0: the dense
+  // MLP's) of which each token runs top_k, and `shared` more of that width that every token runs.
+  struct Experts {
+    int experts = 0, top_k = 1, expert_ffn = 0, shared = 0, every = 1;
+  } moe;
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_width() const { return ffn > 0 ? ffn : (8 * hidden / 3 + 255) / 256 * 256; }
+  // The dense MLP's width (GPT-2: 4h) and one expert's.
+  int mlp_width() const { return llama ? ffn_width() : 4 * hidden; }
+  int expert_width() const { return moe.expert_ffn > 0 ? moe.expert_ffn : mlp_width(); }
+  // The matrices of an MLP of width w: SwiGLU's three h x w, GPT-2's two (biases not counted).
+  double mlp_params(double w) const { return (llama ? 3.0 : 2.0) * hidden * w; }
+  int moe_layers() const { return moe.experts > 0 ? (layers + moe.every - 1) / moe.every : 0; }
   double param_count() const;
+  // The routed experts' parameters, all layers; the parameters one token uses (the routed
+  // experts' top_k / experts share of them, everything else).
+  double expert_param_count() const;
+  double active_param_count() const;
 };
 
 // The compute model's two free constants, fitted to Narayanan et al. 2021, Table 1, on the rows
@@ -138,6 +154,30 @@ inline constexpr double kPlanScoreBytes = 8;
 inline constexpr double kPlanNetworkEfficiency = 0.65;
 inline constexpr double kPlanOverlapEfficiency = 0.8;
 //
+//
+// Mixture of Experts (trident's layer; Megatron-Core's and DeepSpeed's alike). An MoE layer's
+// routed experts are split over ep ranks folded onto a stage's dp x tp ranks (contiguous, so an
+// expert-parallel group stays in a node while ep <= GPUs per node) and replicated over the
+// dp x tp / ep others, which reduce (and ZeRO-1 shards) the experts' gradients and states as dp
+// does the dense ones. Compute counts the experts a token runs (top_k routed and the shared
+// ones, and the router), on each tp rank's own tokens (sequence parallelism, which MoE with
+// tp > 1 requires), at the full-width GEMM rate (experts are not split over tp), and the
+// dispatch and combine permutations as kPlanPermuteBytes x top_k x h per token at the HBM rate.
+// Routing is taken as balanced (dropless, every expert receiving its share). Each MoE layer
+// exchanges every token's top_k rows of h (16-bit) by all-to-all, to the experts and back,
+// forward and backward (twice more with full recomputation), on the critical path (no overlap
+// with compute): each GPU sends (ep - 1) / ep of its rows, the share to GPUs of its node at the
+// in-node bandwidth and the share to other nodes at kPlanNetworkEfficiency of the network's,
+// taking the slower. Activations of an MoE layer: the dense layer's with its MLP replaced by the
+// shared experts' MLPs and the routed rows' expert MLPs and permuted inputs (2 h bytes a row), and
+// the fp32 router probabilities (4 experts bytes a token), / tp; the routed rows are those
+// trident's buffer plan reserves so that a dropless run cannot overflow, ep min(top_k, experts /
+// ep) a token (top_k when routing is balanced: ep times more at ep >= experts / top_k).
+inline constexpr double kPlanPermuteBytes = 8;
+//
+// The interleaved schedule (virtual_stages v > 1, a config's layout only) divides the pipeline
+// bubble by v and multiplies the stage-to-stage transfers by v (Narayanan et al. 2021).
+//
 // The world is dp x tp x pp with tp <= GPUs per node and a power of two dividing the heads, pp
 // dividing the layers, and dp the largest count <= gpus / (tp pp) that divides the global batch
 // of sequences (so a layout may leave a few GPUs idle). The global batch is fixed in tokens, as
@@ -162,16 +202,20 @@ struct PlanPolicy {
 
 struct PlanCandidate {
   int dp = 1, tp = 1, pp = 1, zero = 0, micro_batch = 1, micro_batches = 1;
+  // Expert parallelism (folded onto the dp x tp ranks of a stage) and the interleaved
+  // schedule's model chunks per rank (the search keeps 1; a config's layout may set more).
+  int ep = 1, virtual_stages = 1;
   std::string offload = "none";    // none | host (optimizer states and step on the CPU)
   std::string recompute = "none";  // none | selective | full
   bool sequence_parallel = false;  // tp > 1: LayerNorm and residual activations split over tp
   // Per GPU, on the most loaded pipeline stage. buffers: ZeRO-2/3 working buffers; other: runtime.
   double params_gb = 0, grads_gb = 0, optimizer_gb = 0, activations_gb = 0, buffers_gb = 0,
          other_gb = 0;
-  // Per step. compute includes recompute; bubble includes stage-to-stage transfers; dp is the
-  // exposed part of dp_traffic (gradient reduction, ZeRO gathers).
+  // Per step. compute includes recompute; bubble includes stage-to-stage transfers; ep is the
+  // experts' all-to-alls; dp is the exposed part of dp_traffic (gradient reduction, ZeRO gathers).
   double step_seconds = 0, compute_seconds = 0, recompute_seconds = 0, bubble_seconds = 0,
-         tp_seconds = 0, dp_seconds = 0, dp_traffic_seconds = 0, offload_seconds = 0;
+         tp_seconds = 0, ep_seconds = 0, dp_seconds = 0, dp_traffic_seconds = 0,
+         offload_seconds = 0;
   double memory_gb() const {
     return params_gb + grads_gb + optimizer_gb + activations_gb + buffers_gb + other_gb;
   }

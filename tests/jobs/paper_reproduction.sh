@@ -33,7 +33,7 @@ memory_of() {
 TRIDENT=$exe bash jobs/reproduce.sh --detail all >"$work/reproduce.out" 2>&1 ||
   { cat "$work/reproduce.out"; fail "jobs/reproduce.sh all: a row outside its tolerance"; }
 grep -v '^PAPER_DETAIL' "$work/reproduce.out"
-for paper in zero2020 megatron2019 narayanan2021 deepspeed_moe2022; do
+for paper in zero2020 megatron2019 narayanan2021 deepspeed_moe2022 megatron_core_moe2024; do
   want=$(grep -vE '^(#|tolerance |$)' "inputs/paper/$paper/rows.txt" | grep -cv ' trident_ref_' || true)
   got=$(grep -c "^PAPER_ROW paper=$paper " "$work/reproduce.out" || true)
   [[ $got == "$want" ]] || fail "reproduce.sh printed $got PAPER_ROW lines for $paper, rows.txt has $want"
@@ -53,7 +53,8 @@ done
   fail "reproduce.sh accepts an unknown paper"
 
 # Every full-size config is a valid trident run config for its own layout.
-for config in inputs/paper/*/gpt-*.toml inputs/paper/narayanan2021/table2/*.toml; do
+for config in inputs/paper/*/gpt-*.toml inputs/paper/*/mixtral-*.toml \
+  inputs/paper/narayanan2021/table2/*.toml; do
   "$exe" config --config "$config" >/dev/null || fail "$config is not valid"
 done
 
@@ -84,7 +85,7 @@ for row in "${published[@]}"; do
   read -r total states fits <<<"$(memory_of "$config" 80)"
   time_line=$("$exe" plan --config "$config" --top 0 | grep '^CONFIG_TIME') ||
     fail "trident plan --config $config printed no CONFIG_TIME line"
-  tflops=$(sed -E 's/.*tflops_per_gpu=([0-9.]+).*/\1/' <<<"$time_line")
+  tflops=$(sed -E 's/.* tflops_per_gpu=([0-9.]+).*/\1/' <<<"$time_line")
   echo "narayanan2021 $size: $total GB per GPU, fits 80 GB: $fits; predicted $tflops TFLOP/s" \
     "per GPU, published ${row#*:}"
   awk -v t="$tflops" 'BEGIN { exit !(t > 0 && t < 312) }' ||
@@ -109,7 +110,7 @@ for row in zero3-174.6b-384:144 zero3-174.6b-768:88 zero3-174.6b-1536:44 zero3-5
   config=inputs/paper/narayanan2021/table2/$name.toml
   read -r total states fits <<<"$(memory_of "$config" 80)"
   tflops=$("$exe" plan --config "$config" --top 0 | grep '^CONFIG_TIME' |
-    sed -E 's/.*tflops_per_gpu=([0-9.]+).*/\1/')
+    sed -E 's/.* tflops_per_gpu=([0-9.]+).*/\1/')
   echo "narayanan2021 table 2 $name: $total GB per GPU, fits 80 GB: $fits; predicted $tflops" \
     "TFLOP/s per GPU, published ${row#*:}"
   awk -v t="$tflops" -v p="${row#*:}" 'BEGIN { e = t / p - 1; exit !(e < 0.15 && e > -0.15) }' ||

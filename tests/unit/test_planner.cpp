@@ -85,6 +85,19 @@ TEST(Planner, RejectsNonsense) {
   EXPECT_THROW(plan_layouts(model(32, 4096, 30), c, 1 << 20), InputError);  // heads !| hidden
   c.gpus = 0;
   EXPECT_THROW(plan_layouts(model(32, 4096, 32), c, 1 << 20), InputError);
+  c.gpus = 8;
+  PlanModel moe = model(32, 4096, 32);
+  moe.moe.experts = 8;
+  moe.moe.top_k = 9;  // more experts a token than there are
+  EXPECT_THROW(plan_layouts(moe, c, 1 << 20), InputError);
+  moe.moe.top_k = 2;
+  moe.moe.every = 33;  // no layer would hold an MoE
+  EXPECT_THROW(plan_layouts(moe, c, 1 << 20), InputError);
+  moe.moe.every = 1;
+  moe.params = 1e9;  // a count that would ignore the experts
+  EXPECT_THROW(plan_layouts(moe, c, 1 << 20), InputError);
+  moe.params = 0;
+  EXPECT_NO_THROW(plan_layouts(moe, c, 1 << 20));
 }
 
 // The practitioners' recipe on 8 x 80 GB nodes, each line at a realistic scale and global batch
@@ -387,4 +400,145 @@ TEST(Planner, LlamaLayerActivationsCountGroupedQueryAttention) {
   const double kv_share_16 = bytes(8, 16, RecomputePolicy::kSelective) - 8 * s * b * h -
                              (4 * s * b * h + 6 * s * b * F) / 16;
   EXPECT_DOUBLE_EQ(kv_share_16, 4 * s * b * h / a);
+}
+
+namespace {
+// Mixtral 8x7B's shape (Hugging Face config.json), in the model config and as the planner's.
+ModelConfig mixtral(int shared = 0, int every = 1) {
+  ModelConfig c = llama3(32, 4096, 32, 14336);
+  c.vocab_size = 32000;
+  c.block_size = 4096;
+  c.moe.n_experts = 8;
+  c.moe.top_k = 2;
+  c.moe.n_shared_experts = shared;
+  c.moe.moe_layer_every = every;
+  return c;
+}
+
+PlanModel plan_moe(const ModelConfig& c) {
+  PlanModel m = plan_llama(c);
+  m.seq = c.block_size;
+  m.moe.experts = c.moe.n_experts;
+  m.moe.top_k = c.moe.top_k;
+  m.moe.expert_ffn = c.expert_hidden();
+  m.moe.shared = c.moe.n_shared_experts;
+  m.moe.every = c.moe.moe_layer_every;
+  return m;
+}
+
+PlanCluster h100_nodes(int nodes) {
+  PlanCluster c = on_device(PlanCluster{}, device_preset("h100"));
+  c.gpus = 8 * nodes;
+  return c;
+}
+
+// Megatron-Core's Mixtral layout (TP1 EP8 PP4 on 64 GPUs, ZeRO-1, micro-batch 1), ep and
+// virtual stages as given.
+PlanCandidate mixtral_layout(int ep, int virtual_stages = 1) {
+  PlanCandidate k;
+  k.dp = 16, k.tp = 1, k.pp = 4, k.ep = ep, k.zero = 1, k.micro_batch = 1;
+  k.virtual_stages = virtual_stages;
+  return k;
+}
+}  // namespace
+
+TEST(PlannerMoe, ParameterCountsAreTheParameterTables) {
+  for (const ModelConfig& c : {mixtral(), mixtral(1, 1), mixtral(2, 2)}) {
+    const PlanModel m = plan_moe(c);
+    EXPECT_EQ(m.param_count(), static_cast<double>(parameter_count(c))) << c.shape_line();
+    EXPECT_EQ(m.active_param_count(), static_cast<double>(active_parameter_count(c)))
+        << c.shape_line();
+    // MFU's numerator counts the experts a token runs, as train's start-up line does.
+    EXPECT_NEAR(plan_model_flops_per_token(m), flops_per_token(c, c.block_size),
+                1e-12 * flops_per_token(c, c.block_size));
+  }
+}
+
+TEST(PlannerMoe, ComputeCountsOnlyTheExpertsATokenRuns) {
+  // Eight times the experts at the same top-k: the same compute but for the router's columns.
+  const PlanCluster c = h100_nodes(8);
+  ModelConfig many = mixtral();
+  many.moe.n_experts = 64;
+  const double tokens = 256.0 * 4096;
+  const PlanCandidate few_k = predict_layout(plan_moe(mixtral()), c, tokens, mixtral_layout(8));
+  const PlanCandidate many_k = predict_layout(plan_moe(many), c, tokens, mixtral_layout(8));
+  EXPECT_NEAR(many_k.compute_seconds / few_k.compute_seconds, 1.0, 1e-3);
+  EXPECT_GT(many_k.compute_seconds, few_k.compute_seconds);  // the router's 56 more columns
+  // Top-1 instead of top-2 saves one expert MLP a token: 3 x 2 x 3 h F FLOPs a token and layer
+  // at the GEMM rate, and the permutation of one row.
+  ModelConfig top1 = mixtral();
+  top1.moe.top_k = 1;
+  const PlanCandidate one = predict_layout(plan_moe(top1), c, tokens, mixtral_layout(8));
+  const double rate = c.peak_tflops * 1e12 * c.mfu;
+  const double hbm = c.hbm_gbs * 1e9 * c.hbm_efficiency;
+  const double per_token = 3 * (2 * 3.0 * 4096 * 14336 / rate + kPlanPermuteBytes * 4096 / hbm);
+  EXPECT_NEAR(few_k.compute_seconds - one.compute_seconds, 16 * 4096 * 8 * per_token,
+              1e-9 * few_k.compute_seconds);
+}
+
+TEST(PlannerMoe, ExpertsShardOverExpertParallelRanksAndTheirStatesOverTheirReplicas) {
+  const PlanCluster c = h100_nodes(8);
+  const PlanModel m = plan_moe(mixtral());
+  const double tokens = 256.0 * 4096, experts_rank = m.expert_param_count() / 4;  // pp = 4
+  const PlanCandidate one = predict_layout(m, c, tokens, mixtral_layout(1));
+  const PlanCandidate eight = predict_layout(m, c, tokens, mixtral_layout(8));
+  // bf16 weights and gradients: 2 + 2 bytes of the 7/8 of the experts a rank no longer holds.
+  EXPECT_NEAR((one.params_gb - eight.params_gb) * 1e9, 2 * experts_rank * 7 / 8, 1e3);
+  EXPECT_NEAR((one.grads_gb - eight.grads_gb) * 1e9, 2 * experts_rank * 7 / 8, 1e3);
+  // ZeRO-1: 12 bytes of the experts over their replicas, dp x tp / ep ranks (16 at ep 1, 2 at 8).
+  EXPECT_NEAR((one.optimizer_gb - eight.optimizer_gb) * 1e9,
+              12 * (experts_rank / 16 - experts_rank / 8 / 2), 1e3);
+  EXPECT_EQ(one.ep_seconds, 0.0);
+  EXPECT_GT(eight.ep_seconds, 0.0);
+}
+
+TEST(PlannerMoe, AllToAllsLeavingTheNodeCostTheNetworksRate) {
+  // ep 8 stays on NVLink; ep 16 sends half its rows to the other node at the network's rate.
+  const PlanCluster c = h100_nodes(8);
+  const PlanModel m = plan_moe(mixtral());
+  ModelConfig sixteen = mixtral();
+  sixteen.moe.n_experts = 16;
+  const double tokens = 256.0 * 4096;
+  const PlanCandidate near = predict_layout(m, c, tokens, mixtral_layout(8));
+  const PlanCandidate far = predict_layout(plan_moe(sixteen), c, tokens, mixtral_layout(16));
+  const double rows = 2.0 * 4096 * 4096 * 2;  // a micro-batch's top-2 rows of h, bf16
+  const double micro = 4 * 8;                 // four all-to-alls in each of the stage's 8 layers
+  EXPECT_NEAR(near.ep_seconds, 16 * micro * rows * 7 / 8 / (c.intra_gbs * 1e9), 1e-9);
+  EXPECT_NEAR(far.ep_seconds,
+              16 * micro * rows * 8 / 16 / (kPlanNetworkEfficiency * c.inter_gbs * 1e9), 1e-9);
+}
+
+TEST(PlannerMoe, InterleavingDividesThePipelineBubble) {
+  const PlanCluster c = h100_nodes(8);
+  const PlanModel m = plan_moe(mixtral());
+  const PlanCandidate plain = predict_layout(m, c, 256.0 * 4096, mixtral_layout(8));
+  const PlanCandidate interleaved = predict_layout(m, c, 256.0 * 4096, mixtral_layout(8, 8));
+  // The bubble's (pp - 1) micro-batch times shrink v-fold; the stage-to-stage transfers (each of
+  // 16 micro-batches' activations forward and gradients backward, over the network: neighbouring
+  // stages are 16 ranks apart) grow v-fold.
+  const double transfers =
+      16 * 2 * 2.0 * 4096 * 4096 / (kPlanNetworkEfficiency * c.inter_gbs * 1e9);
+  EXPECT_NEAR(interleaved.bubble_seconds - 8 * transfers, (plain.bubble_seconds - transfers) / 8,
+              1e-12);
+  EXPECT_GT(plain.bubble_seconds - transfers, 0.1);
+  EXPECT_EQ(interleaved.compute_seconds, plain.compute_seconds);
+  EXPECT_THROW(predict_layout(m, c, 256.0 * 4096, mixtral_layout(3)), InputError);
+}
+
+TEST(PlannerMoe, TheSearchPicksAnExpertParallelLayoutTridentRuns) {
+  const PlanResult r = plan_layouts(plan_moe(mixtral()), h100_nodes(8), 256.0 * 4096);
+  ASSERT_FALSE(r.feasible.empty()) << r.reasons;
+  EXPECT_GT(r.feasible.front().ep, 1) << r.recommendation;
+  EXPECT_NE(r.reasons.find("expert parallelism ep="), std::string::npos) << r.reasons;
+  bool some_ep = false;
+  for (const PlanCandidate& k : r.feasible) {
+    EXPECT_EQ(8 % k.ep, 0);
+    EXPECT_EQ((k.dp * k.tp) % k.ep, 0);
+    // An MoE layer on tp ranks routes each rank's own tokens: sequence parallelism; ZeRO-2/3
+    // with expert or tensor parallelism are not built yet.
+    EXPECT_TRUE(k.tp == 1 || k.sequence_parallel) << k.describe();
+    EXPECT_TRUE((k.ep == 1 && k.tp == 1) || k.zero <= 1) << k.describe();
+    some_ep = some_ep || k.ep == 8;
+  }
+  EXPECT_TRUE(some_ep);
 }
