@@ -222,7 +222,7 @@ LocalParamTable::LocalParamTable(const ParamTable& table, const ModelConfig& m,
     if (unit_key(spec) != current_unit) {
       close_unit();
       current_unit = unit_key(spec);
-      units_.push_back({total_, 0, 0, expert_units && spec.experts});
+      units_.push_back({total_, 0, 0, expert_units && spec.experts, unit_of(spec)});
     }
     LocalParam p;
     p.spec = &spec;
@@ -324,6 +324,12 @@ int LocalParamTable::unit_of(const LocalParam& p) const {
     if (units_[u].offset <= p.offset && p.offset < units_[u].offset + units_[u].padded)
       return static_cast<int>(u);
   return -1;
+}
+
+int LocalParamTable::group_end(int u) const {
+  int end = u + 1;
+  while (end < static_cast<int>(units_.size()) && units_[end].group == units_[u].group) ++end;
+  return end;
 }
 
 const LocalParam& LocalParamTable::at(const std::string& name) const {

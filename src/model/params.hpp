@@ -126,6 +126,9 @@ bool streams_grad(const ParamSpec& spec);
 struct ParamUnit {
   int64_t offset = 0, numel = 0, padded = 0;
   bool experts = false;  // expert tensors only (units of their own: expert_unit_alignment > 0)
+  // What one op reads together: the embedding, a block's quarter, the head. A group is one unit,
+  // or consecutive ones where expert tensors form units of their own.
+  int group = 0;
 };
 
 // The rank's parameters: the rows of the global table its stage holds, sliced for its tp rank,
@@ -144,6 +147,8 @@ class LocalParamTable {
   const std::vector<ParamUnit>& units() const { return units_; }
   // Index into units() of the unit holding p.
   int unit_of(const LocalParam& p) const;
+  // One past the last unit of unit u's group (units [u, group_end(u)) when u opens it).
+  int group_end(int u) const;
   const LocalParam& at(const std::string& name) const;
   bool holds(const std::string& name) const;
   // Elements in the flat buffer, unit padding included.

@@ -16,29 +16,42 @@ UnitBufferPlan plan_unit_buffers(const LocalParamTable& local, int n_layer) {
 UnitBufferPlan plan_unit_buffers(const LocalParamTable& local, int n_layer,
                                  const std::vector<int64_t>& unit_sizes) {
   const auto& units = local.units();
+  const int n = static_cast<int>(units.size());
   std::vector<bool> is_block(units.size(), false);
-  int64_t largest_block = 0;
   for (const LocalParam& p : local.params())
     if (p.spec->layer >= 0 && p.spec->layer < n_layer)
       for (size_t u = 0; u < units.size(); ++u)
-        if (units[u].offset == p.offset) {  // a block's first parameter opens its unit
-          is_block[u] = true;
-          largest_block = std::max(largest_block, unit_sizes[u]);
-        }
-  UnitBufferPlan plan;
-  int blocks_seen = 0, block_buffers[2] = {-1, -1};
-  for (size_t u = 0; u < units.size(); ++u) {
-    if (is_block[u]) {
-      int& slot = block_buffers[blocks_seen++ % 2];
-      if (slot < 0) {
-        slot = static_cast<int>(plan.buffer_sizes.size());
-        plan.buffer_sizes.push_back(largest_block);
-      }
-      plan.buffer_of_unit.push_back(slot);
-    } else {
-      plan.buffer_of_unit.push_back(static_cast<int>(plan.buffer_sizes.size()));
-      plan.buffer_sizes.push_back(unit_sizes[u]);
+        if (units[u].offset == p.offset) is_block[u] = true;  // a block's parameter opens it
+  const auto opens_group = [&](int u) { return u == 0 || units[u - 1].group != units[u].group; };
+  int64_t largest_group = 0;  // of the blocks' groups, its units side by side
+  for (int u = 0; u < n; ++u)
+    if (is_block[u] && opens_group(u)) {
+      int64_t size = 0;
+      for (int v = u; v < local.group_end(u); ++v) size += unit_sizes[v];
+      largest_group = std::max(largest_group, size);
     }
+  UnitBufferPlan plan;
+  int groups_seen = 0, block_buffers[2] = {-1, -1}, slot = -1;
+  int64_t at = 0;
+  for (int u = 0; u < n; ++u) {
+    if (!is_block[u]) {
+      plan.buffer_of_unit.push_back(static_cast<int>(plan.buffer_sizes.size()));
+      plan.offset_in_buffer.push_back(0);
+      plan.buffer_sizes.push_back(unit_sizes[u]);
+      continue;
+    }
+    if (opens_group(u)) {
+      int& buffer = block_buffers[groups_seen++ % 2];
+      if (buffer < 0) {
+        buffer = static_cast<int>(plan.buffer_sizes.size());
+        plan.buffer_sizes.push_back(largest_group);
+      }
+      slot = buffer;
+      at = 0;
+    }
+    plan.buffer_of_unit.push_back(slot);
+    plan.offset_in_buffer.push_back(at);
+    at += unit_sizes[u];
   }
   return plan;
 }
@@ -75,12 +88,18 @@ KeptGradPlan plan_kept_grads(const LocalParamTable& local, int n_layer, int64_t 
   return plan;
 }
 
-std::vector<int64_t> unit_shard_offsets(const LocalParamTable& local, int dp) {
+std::vector<int64_t> unit_part_sizes(const LocalParamTable& local, const ShardGroups& groups) {
+  std::vector<int64_t> out;
+  for (const ParamUnit& u : local.units()) out.push_back(u.padded / groups.parts(u));
+  return out;
+}
+
+std::vector<int64_t> unit_shard_offsets(const LocalParamTable& local, const ShardGroups& groups) {
   std::vector<int64_t> out;
   int64_t total = 0;
   for (const ParamUnit& u : local.units()) {
     out.push_back(total);
-    total += u.padded / dp;
+    total += u.padded / groups.parts(u);
   }
   return out;
 }
@@ -91,6 +110,11 @@ UnitBuffers::UnitBuffers(const LocalParamTable& local, int n_layer, MemoryLedger
   BufferList list(ledger);
   for (int64_t size : plan_.buffer_sizes)
     buffers_.push_back(list.stored(label, category, size, format));
+}
+
+StoredTensor UnitBuffers::of_unit(int u) const {
+  return buffers_[plan_.buffer_of_unit[u]].window(plan_.offset_in_buffer[u],
+                                                  local_.units()[u].padded);
 }
 
 StoredTensor UnitBuffers::locate(const LocalParam& p) const {

@@ -1,6 +1,7 @@
 // Working buffers for a stage's units, used where the whole stage is not held at once (ZeRO-2/3
 // gradients and parameters): one for each unit that is not a block (wte, wpe, ln_f) and two
-// alternating ones shared by the blocks.
+// alternating ones shared by the blocks' unit groups (a quarter: one unit, or its dense and
+// expert units side by side).
 #pragma once
 
 #include <vector>
@@ -8,6 +9,7 @@
 #include "core/buffer_list.hpp"
 #include "core/memory.hpp"
 #include "model/params.hpp"
+#include "model/partition.hpp"
 
 namespace trident {
 
@@ -15,6 +17,7 @@ namespace trident {
 // table, shared by the runtime and the memory model.
 struct UnitBufferPlan {
   std::vector<int> buffer_of_unit;
+  std::vector<int64_t> offset_in_buffer;  // by unit: where its elements start in its buffer
   std::vector<int64_t> buffer_sizes;
 };
 UnitBufferPlan plan_unit_buffers(const LocalParamTable& local, int n_layer);
@@ -39,8 +42,10 @@ struct KeptGradPlan {
 };
 KeptGradPlan plan_kept_grads(const LocalParamTable& local, int n_layer, int64_t bucket_elements);
 
-// Where unit u's part starts in a compact shard of `local` split dp ways.
-std::vector<int64_t> unit_shard_offsets(const LocalParamTable& local, int dp);
+// Each unit's part on one rank: its padded size over its group.
+std::vector<int64_t> unit_part_sizes(const LocalParamTable& local, const ShardGroups& groups);
+// Where unit u's part starts in a compact shard of `local`, each unit split over its group.
+std::vector<int64_t> unit_shard_offsets(const LocalParamTable& local, const ShardGroups& groups);
 
 class UnitBuffers {
  public:
@@ -49,7 +54,8 @@ class UnitBuffers {
               const char* label, Precision format = Precision::kFp32);
   // Parameter p's numel elements in its unit's buffer.
   StoredTensor locate(const LocalParam& p) const;
-  const StoredTensor& of_unit(int u) const { return buffers_[plan_.buffer_of_unit[u]]; }
+  // Unit u's padded elements in its buffer.
+  StoredTensor of_unit(int u) const;
   int index_of_unit(int u) const { return plan_.buffer_of_unit[u]; }
   const std::vector<StoredTensor>& all() const { return buffers_; }
 

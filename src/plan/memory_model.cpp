@@ -85,7 +85,7 @@ void add_strategy(const MemoryQuery& q, const LocalParamTable& local, const Shar
   double working = 0, largest_part = 0;
   for (int64_t size : plan_unit_buffers(local, q.model.n_layer).buffer_sizes) working += size;
   for (const ParamUnit& u : local.units())
-    largest_part = std::max<double>(largest_part, u.padded / q.dp);
+    largest_part = std::max<double>(largest_part, u.padded / groups.parts(u));
   if (q.zero_stage >= 2) {
     // The reduced shard, the kept gradients of the units in use and one block of streamed rows.
     const KeptGradPlan kept = plan_kept_grads(
@@ -103,10 +103,12 @@ void add_strategy(const MemoryQuery& q, const LocalParamTable& local, const Shar
     add_bytes(MemCategory::kCommBuffers, 2.0 * local.total_numel());
   }
   if (q.zero_stage >= 3 && q.offload_params_nvme) {
-    // No resident shard: a staging part per working buffer, and the optimizer's stream.
+    // No resident shard: a staging buffer per working buffer (its units' parts side by side),
+    // and the optimizer's stream.
     double staging = 0;
-    for (int64_t size : plan_unit_buffers(local, q.model.n_layer).buffer_sizes)
-      staging += size / q.dp;
+    for (int64_t size :
+         plan_unit_buffers(local, q.model.n_layer, unit_part_sizes(local, groups)).buffer_sizes)
+      staging += size;
     add_bytes(MemCategory::kParams,
               f * (working + staging + std::min<double>(shard, q.offload_buffer_elements)));
   } else if (q.zero_stage >= 3) {  // the shard and the gathered units, in the storage width

@@ -477,10 +477,9 @@ struct Evaluated {
 };
 
 // Whether trident trains a layout: an MoE layer on tp > 1 ranks needs sequence parallelism (each
-// rank routes its own tokens), and ZeRO-2/3 do not take expert or tensor parallelism with MoE yet.
+// rank routes its own tokens).
 bool trident_runs(const PlanModel& m, const PlanCandidate& k) {
-  if (m.moe_layers() == 0) return true;
-  return (k.tp == 1 || k.sequence_parallel) && (k.zero <= 1 || (k.ep == 1 && k.tp == 1));
+  return m.moe_layers() == 0 || k.tp == 1 || k.sequence_parallel;
 }
 
 // The layouts of one (tp, pp, dp, ep): ZeRO stage, offload, recomputation, sequence parallelism

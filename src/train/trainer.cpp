@@ -592,7 +592,8 @@ double Trainer::clip_and_step(double lr, double grad_scale) {
     return norm;
   }
   double squares = 0.0;
-  if (expert_dp_) {
+  const bool sharded = chunks_.front().dp->gradient_sharded();
+  if (expert_dp_ && !sharded) {
     // Experts differ between the ranks of an expert-parallel group and repeat over their
     // replicas: their squares count on the first replica, summed over every rank.
     const bool first_replica = grid_.experts().expert_dp_rank == 0;
@@ -606,9 +607,9 @@ double Trainer::clip_and_step(double lr, double grad_scale) {
     squares = model_replica_.sum(squares) + world_.sum(experts);
   } else {
     for (const ModelChunk& ch : chunks_) ch.dp->add_grad_squares(squares, counted(ch));
-    // Summed over pp x tp, and over dp too when dp ranks hold different shards of the gradient.
-    squares =
-        chunks_.front().dp->gradient_sharded() ? world_.sum(squares) : model_replica_.sum(squares);
+    // Summed over pp x tp, and over dp too when dp ranks hold different shards of the gradient
+    // (ZeRO-2/3: every element on one rank of its group, the dp ranks or the experts' replicas).
+    squares = sharded ? world_.sum(squares) : model_replica_.sum(squares);
   }
   const double norm = grad_scale * std::sqrt(squares);
   const double max_norm = config_.optim.max_norm;
@@ -968,35 +969,19 @@ void Trainer::print_banner(int start_step) const {
 
 namespace {
 
-// What of Mixture of Experts training is not built yet, as a clear error (docs/moe.md).
-void refuse_moe_not_built(const Config& c) {
-  const MoeConfig& moe = c.model.moe;
-  if (!moe.enabled()) return;
-  const auto refuse = [](bool bad, const std::string& what) {
-    if (bad) throw InputError("Mixture of Experts: " + what + " is not built yet (docs/moe.md)");
-  };
-  const bool zero23 =
-      c.zero.stage == ZeroStage::kGradients || c.zero.stage == ZeroStage::kParameters;
-  refuse(c.parallel.tp > 1 && zero23,
-         "parallel.tp > 1 with ZeRO-2/3 (expert gradients and parameters sharded over "
-         "expert-data-parallel ranks)");
-  if (c.parallel.tp > 1 && !c.parallel.sequence_parallel)
+// Mixture of Experts on tensor-parallel ranks: each rank routes its own rows, so the sequence is
+// split over them (Megatron-Core's rule; docs/moe.md).
+void require_moe_sequence_parallel(const Config& c) {
+  if (c.model.moe.enabled() && c.parallel.tp > 1 && !c.parallel.sequence_parallel)
     throw InputError(
         "Mixture of Experts with parallel.tp > 1 needs parallel.sequence_parallel = true: each "
         "tensor-parallel rank routes its own rows (Megatron-Core's rule; docs/moe.md)");
-  refuse(c.parallel.schedule == pipeline::ScheduleKind::kZeroBubbleH1 &&
-             (c.zero.stage == ZeroStage::kGradients || c.zero.stage == ZeroStage::kParameters),
-         "the zb_h1 schedule with ZeRO-2/3 (MoE weight gradients made in the input-gradient "
-         "pass)");
-  refuse(c.parallel.ep > 1 && zero23,
-         "parallel.ep > 1 with ZeRO-2/3 (expert gradients and parameters sharded over "
-         "expert-data-parallel ranks)");
 }
 
 }  // namespace
 
 int train(Config config, const Grid& grid, const TrainOptions& options) {
-  refuse_moe_not_built(config);
+  require_moe_sequence_parallel(config);
   StepHooks no_hooks;
   StepHooks& hooks = options.hooks ? *options.hooks : no_hooks;
   return Trainer(std::move(config), grid, options, hooks).run();

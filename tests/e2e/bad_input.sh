@@ -69,12 +69,9 @@ expect_bad "wrong type in --set" "is not an integer" "${train[@]}" --set run.ste
   --set run.checkpoint_every=1 > "$work/moe_gpt2.log" 2>&1 || { echo "FAIL [GPT-2 MoE trains]"; cat "$work/moe_gpt2.log"; failures=$((failures + 1)); }
 expect_bad "llm.c export of an MoE" "holds a Mixture-of-Experts GPT-2; llm.c's format holds dense GPT-2 only" "$trident" ckpt export "$work/moe_gpt2/gpt2moe-tiny/checkpoints/step_000001.h5" --llmc "$work/moe_gpt2.bin"
 expect_bad "MoE over tp without SP" "Mixture of Experts with parallel.tp > 1 needs parallel.sequence_parallel = true" mpirun -np 2 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.tp=2
-expect_bad "MoE over tp with ZeRO-3 not built" "Mixture of Experts: parallel.tp > 1 with ZeRO-2/3" mpirun -np 2 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.tp=2 --set parallel.sequence_parallel=true --set zero.stage=3
 expect_bad "ep not dividing the experts" "parallel.ep = 3 must divide model.n_experts = 8" mpirun -np 3 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.ep=3 --set train.batch_size=6
 expect_bad "ep not dividing dp x tp" "parallel.ep = 4 must divide parallel.dp x tp = 2 x 1" mpirun -np 2 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.ep=4
 expect_bad "ep on a dense model" "parallel.ep = 2 splits experts, but model.n_experts = 0" mpirun -np 2 --oversubscribe "$trident" train --config inputs/llama-tiny.toml --set run.out_dir="$work/out" --set parallel.ep=2
-expect_bad "MoE zb_h1 with ZeRO-2 not built" "Mixture of Experts: the zb_h1 schedule with ZeRO-2/3" mpirun -np 2 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.pp=2 --set parallel.schedule=zb_h1 --set zero.stage=2
-expect_bad "ep with ZeRO-2 not built" "Mixture of Experts: parallel.ep > 1 with ZeRO-2/3" mpirun -np 2 --oversubscribe "$trident" train --config inputs/moe-tiny.toml --set run.out_dir="$work/out" --set parallel.ep=2 --set zero.stage=2
 expect_bad "MoE top_k above the experts" "model.top_k = 5 must be between 1 and model.n_experts = 4" "$trident" plan --config inputs/tiny.toml --set model.n_experts=4 --set model.top_k=5
 expect_bad "TOML syntax" "TOML syntax error" "$trident" train --config "$work/syntax.toml"
 expect_bad "missing config" "does not exist" "$trident" train --config "$work/none.toml"

@@ -5,7 +5,8 @@
 # at the same layout, at dp4 ep2 with ZeRO-1 (the expert shards split over two replicas), at dp2
 # ep2, tp2 ep2 and serially. Every run routes groups of 2 sequences (micro_batch_size 2), the
 # same groups on every layout, so the next 10 losses match the uninterrupted run: bit for bit at
-# the same layout, to 1e-5 elsewhere. The checkpoint's expert tensors are checked whole against the serial
+# the same layout, to 1e-5 elsewhere; ZeRO-2/3 load it too, and a checkpoint a ZeRO-3 run writes
+# resumes serially. The checkpoint's expert tensors are checked whole against the serial
 # run's reading of them (every expert present, none zero).
 set -euo pipefail
 trident=$1 src=$2 work=$3
@@ -47,4 +48,13 @@ resume dp4_ep2 rtol 4 4 2 --set zero.stage=1
 resume dp2_ep2 rtol 2 2 2
 resume tp2_ep2 rtol 2 1 2 "${tp2[@]}"
 resume serial rtol 1 1 1
+# ZeRO-2/3 load their shards from it (each expert unit's part over its replicas) at dp4 x ep2 and
+# dp2 x tp2 x ep2; a ZeRO-3 run at dp2 x tp2 x ep2 from the start writes the checkpoint a serial
+# run resumes from.
+resume dp4_ep2_zero3 rtol 4 4 2 --set zero.stage=3
+resume tp2_ep2_zero2 rtol 4 2 2 "${tp2[@]}" --set zero.stage=2
+train zero3_from 4 2 2 "${tp2[@]}" --set zero.stage=3
+ckpt="$work/zero3_from/moe-tiny/checkpoints/step_000010.h5"
+[[ -f $ckpt ]] || { echo "FAIL: the ZeRO-3 run wrote no step-10 checkpoint"; exit 1; }
+resume from_zero3_serial rtol 1 1 1
 echo "MoE resume across expert-parallel sizes: ok"

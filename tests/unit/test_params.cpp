@@ -6,6 +6,7 @@
 
 #include "model/params.hpp"
 #include "model/partition.hpp"
+#include "model/unit_buffers.hpp"
 
 using namespace trident;
 
@@ -510,4 +511,49 @@ TEST(Params, DeepSpeedMoeParameterCountsRoundToThePapers) {
   // An expert is the dense MLP (8 h^2 + 5 h) and a router row h per expert; 12 layers of 128.
   const double h = 1024, dense = parameter_count(ModelConfig::gpt2(24, 1024, 16, 50257, 2048));
   EXPECT_DOUBLE_EQ(small * 1e9, dense + 12 * (127 * (8 * h * h + 5 * h) + 128 * h));
+}
+
+TEST(LocalParams, AQuartersExpertAndDenseUnitsShareOneWorkingBufferSideBySide) {
+  // ZeRO-2/3 read a quarter's units together (an MoE layer's ln_2 and router, its experts' first
+  // projections, its shared expert's): they sit side by side in one of the two alternating
+  // buffers, and the next quarter's in the other, so one quarter in use and the next prefetched
+  // never share a buffer.
+  for (const bool llama : {true, false}) {
+    const ModelConfig m = tiny_moe(llama);
+    const ParamTable table(m);
+    StageLayout layout = whole_model(m);
+    layout.ep_size = 2, layout.ep_rank = 0;
+    const LocalParamTable local(table, m, layout, 3, 2);
+    const UnitBufferPlan plan = plan_unit_buffers(local, m.n_layer);
+    const auto& units = local.units();
+    ASSERT_EQ(plan.buffer_of_unit.size(), units.size());
+    int groups_of_three = 0;
+    std::vector<int> block_groups;  // the buffer of each block group, in order
+    for (int u = 0; u < static_cast<int>(units.size()); u = local.group_end(u)) {
+      const int end = local.group_end(u);
+      groups_of_three += end - u == 3 ? 1 : 0;
+      int64_t at = 0;
+      for (int v = u; v < end; ++v) {
+        EXPECT_EQ(plan.buffer_of_unit[v], plan.buffer_of_unit[u]);
+        EXPECT_EQ(plan.offset_in_buffer[v], at);
+        at += units[v].padded;
+      }
+      EXPECT_LE(at, plan.buffer_sizes[plan.buffer_of_unit[u]]);
+      if (units[u].group >= 2 && units[u].group < 2 + kUnitsPerBlock * m.n_layer)
+        block_groups.push_back(plan.buffer_of_unit[u]);
+    }
+    // ln_2 + router | experts.fc | shared.fc in each of the two MoE layers.
+    EXPECT_EQ(groups_of_three, 2);
+    ASSERT_EQ(block_groups.size(), static_cast<size_t>(kUnitsPerBlock * m.n_layer));
+    for (size_t i = 1; i < block_groups.size(); ++i)
+      EXPECT_NE(block_groups[i], block_groups[i - 1]);
+    // Parts of one rank side by side: each unit's padded size over its group.
+    const ShardGroups groups{3, 1, 2, 1};
+    const std::vector<int64_t> parts = unit_part_sizes(local, groups);
+    const std::vector<int64_t> offsets = unit_shard_offsets(local, groups);
+    for (size_t u = 0; u < units.size(); ++u) {
+      EXPECT_EQ(parts[u] * (units[u].experts ? 2 : 3), units[u].padded);
+      EXPECT_EQ(offsets[u], u == 0 ? 0 : offsets[u - 1] + parts[u - 1]);
+    }
+  }
 }

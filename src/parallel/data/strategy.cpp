@@ -24,17 +24,15 @@ StageBuffers DataParallelStrategy::stage_buffers(ZeroStage zero, int dp, int exp
 std::unique_ptr<DataParallelStrategy> DataParallelStrategy::create(
     GptStage& stage, Communicator& dp, const DataParallelSettings& settings, MemoryLedger& ledger,
     PhaseTimer& timer, Communicator* expert_dp) {
-  if (expert_dp && settings.zero != ZeroStage::kNone && settings.zero != ZeroStage::kOptimizer)
-    throw std::logic_error("experts with their own replicas run with zero.stage 0 or 1 for now");
   switch (settings.zero) {
     case ZeroStage::kNone:
       return std::make_unique<PlainDataParallel>(stage, dp, settings, ledger, timer, expert_dp);
     case ZeroStage::kOptimizer:
       return std::make_unique<Zero1>(stage, dp, settings, ledger, timer, expert_dp);
     case ZeroStage::kGradients:
-      return std::make_unique<Zero2>(stage, dp, settings, ledger, timer);
+      return std::make_unique<Zero2>(stage, dp, settings, ledger, timer, expert_dp);
     case ZeroStage::kParameters:
-      return std::make_unique<Zero3>(stage, dp, settings, ledger, timer);
+      return std::make_unique<Zero3>(stage, dp, settings, ledger, timer, expert_dp);
   }
   throw std::logic_error("unknown ZeRO stage");
 }
@@ -256,12 +254,14 @@ void PlainDataParallel::average_replicas() {
 // ---- ZeRO-2 and ZeRO-3 ----
 
 Zero2::Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
-             MemoryLedger& ledger, PhaseTimer& timer)
-    : DataParallelStrategy(stage, dp, settings, timer) {
-  // ZeRO-3 shards the parameters before the optimizer is built on them.
+             MemoryLedger& ledger, PhaseTimer& timer, Communicator* expert_dp)
+    : DataParallelStrategy(stage, dp, settings, timer, expert_dp) {
+  // ZeRO-3 shards the parameters before the optimizer is built on them. Expert units (expert
+  // parallelism, or tp ranks routing their own rows) are sharded over the experts' replicas.
+  Communicator* experts = expert_dp ? expert_dp : &dp;
   if (settings.zero == ZeroStage::kParameters) {
-    param_shards_ = std::make_unique<ParamShards>(stage, groups_.dp, groups_.dp_rank, &dp, ledger,
-                                                  &timer, settings.params_file, settings.precision);
+    param_shards_ = std::make_unique<ParamShards>(stage, groups_, &dp, experts, ledger, &timer,
+                                                  settings.params_file, settings.precision);
     param_shards_->init(settings.seed);
   } else {
     stage.init_params(settings.seed);
@@ -270,7 +270,7 @@ Zero2::Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& sett
       param_shards_ ? RoundedCopy{param_shards_->shard16(), Placement::kCompact, settings.precision}
                     : RoundedCopy{stage.params16(), Placement::kFlat, settings.precision};
   build_optimizer(ledger, param_shards_ ? param_shards_->store() : nullptr, compute);
-  grad_shards_ = std::make_unique<GradShards>(stage, groups_.dp, &dp, ledger, &timer,
+  grad_shards_ = std::make_unique<GradShards>(stage, groups_, &dp, experts, ledger, &timer,
                                               static_cast<int64_t>(settings.bucket_elements),
                                               settings.grad_reduce);
 }
@@ -293,7 +293,7 @@ void Zero2::queue_grad_squares(const ParamFilter& counted) const {
     if (!counted(p)) continue;
     const int u = local.unit_of(p);
     const int64_t part = grad_shards_->shard_size(u);
-    const int64_t own_begin = local.units()[u].offset + groups_.dp_rank * part;
+    const int64_t own_begin = local.units()[u].offset + groups_.index(local.units()[u]) * part;
     const int64_t a = std::max(own_begin, p.offset);
     const int64_t b = std::min(own_begin + part, p.offset + p.numel);
     if (a < b)
@@ -318,7 +318,7 @@ View1 Zero2::gradients_at_flat_positions() const {
   for (size_t u = 0; u < local.units().size(); ++u) {
     const int unit = static_cast<int>(u);
     const int64_t part = grad_shards_->shard_size(unit);
-    const int64_t at = local.units()[u].offset + groups_.dp_rank * part;
+    const int64_t at = local.units()[u].offset + groups_.index(local.units()[u]) * part;
     Kokkos::deep_copy(window(full, at, part),
                       window(grad_shards_->shard(), grad_shards_->shard_offset(unit), part));
   }

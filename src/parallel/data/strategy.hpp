@@ -59,7 +59,7 @@ class DataParallelStrategy {
   // settings.seed.
   // Given `expert_dp` (expert parallelism, or MoE layers whose tensor-parallel ranks route their
   // own tokens), the experts' gradients are summed over it, the ranks that hold the same experts,
-  // and under ZeRO-1 their units are sharded over it (ZeRO-2 and 3: not yet).
+  // and under ZeRO their units are sharded over it.
   static std::unique_ptr<DataParallelStrategy> create(GptStage& stage, Communicator& dp,
                                                       const DataParallelSettings& settings,
                                                       MemoryLedger& ledger, PhaseTimer& timer,
@@ -187,7 +187,7 @@ class Zero1 final : public PlainDataParallel {
 class Zero2 : public DataParallelStrategy {
  public:
   Zero2(GptStage& stage, Communicator& dp, const DataParallelSettings& settings,
-        MemoryLedger& ledger, PhaseTimer& timer);
+        MemoryLedger& ledger, PhaseTimer& timer, Communicator* expert_dp = nullptr);
   void zero_grads() override;
   Vec held_gradient(const LocalParam& p) const override;
   View1 held_gradients() const override { return grad_shards_->shard(); }

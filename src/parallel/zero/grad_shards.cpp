@@ -26,25 +26,28 @@ void add_into_shard(const View1& shard, int64_t at, const HalfView1& received, s
 
 }  // namespace
 
-GradShards::GradShards(GptStage& stage, int dp, Communicator* dp_comm, MemoryLedger& ledger,
-                       PhaseTimer* timer, int64_t bucket_elements, Precision reduce)
+GradShards::GradShards(GptStage& stage, const ShardGroups& groups, Communicator* dp_comm,
+                       Communicator* expert_comm, MemoryLedger& ledger, PhaseTimer* timer,
+                       int64_t bucket_elements, Precision reduce)
     : stage_(stage),
-      dp_(dp),
+      groups_(groups),
       comm_(dp_comm),
+      expert_comm_(expert_comm),
       timer_(timer),
       bucket_elements_(bucket_elements),
       plan_(plan_kept_grads(stage.local(), stage.config().n_layer, bucket_elements)),
-      shard_offset_(unit_shard_offsets(stage.local(), dp)),
-      counts_(static_cast<size_t>(dp)),
+      shard_offset_(unit_shard_offsets(stage.local(), groups)),
+      counts_(static_cast<size_t>(std::max(groups.dp, groups.expert_dp))),
       reduce_(reduce) {
   const auto& units = stage.local().units();
   int64_t largest_part = 0;
-  for (const ParamUnit& u : units) largest_part = std::max(largest_part, u.padded / dp);
+  for (const ParamUnit& u : units)
+    largest_part = std::max(largest_part, u.padded / groups.parts(u));
   for (int64_t size : plan_.buffers.buffer_sizes)
     kept_.push_back(allocate(ledger, MemCategory::kGrads, "kept_grads", size));
   rows_ = allocate(ledger, MemCategory::kGrads, "grad_rows", plan_.rows_elements);
   shard_ = allocate(ledger, MemCategory::kGrads, "grad_shard",
-                    units.empty() ? 0 : shard_offset_.back() + units.back().padded / dp);
+                    units.empty() ? 0 : shard_offset_.back() + shard_size(units.size() - 1));
   if (reduce_ == Precision::kFp32) {
     received_ = allocate(ledger, MemCategory::kCommBuffers, "grad_reduce_scatter", largest_part);
   } else {
@@ -65,16 +68,24 @@ StoredTensor GradShards::locate(const LocalParam& p) const {
   const int64_t at = p.offset - local.units()[u].offset;
   for (const KeptGradPlan::Run& r : plan_.runs[u])
     if (r.unit_offset <= at && at + p.numel <= r.unit_offset + r.count)
-      return stored_f32(
-          kept_[plan_.buffers.buffer_of_unit[u]].data() + r.kept_offset + (at - r.unit_offset),
-          static_cast<size_t>(p.numel));
+      return stored_f32(kept_of_unit(u).data() + r.kept_offset + (at - r.unit_offset),
+                        static_cast<size_t>(p.numel));
   throw std::logic_error("GradShards: " + p.spec->name + " lies in no kept run");
 }
 
+View1 GradShards::kept_of_unit(int u) const {
+  const View1& buffer = kept_[plan_.buffers.buffer_of_unit[u]];
+  const size_t at = static_cast<size_t>(plan_.buffers.offset_in_buffer[u]);
+  return window(buffer, at, buffer.extent(0) - at);
+}
+
 void GradShards::reduce_into_shard(int u, int64_t begin, int64_t count, const Vec& source) {
+  const ParamUnit& unit = stage_.local().units()[u];
+  Communicator& comm = unit.experts ? *expert_comm_ : *comm_;
   const int64_t part = shard_size(u), end = begin + count;
-  const int rank = comm_->rank();
-  for (int r = 0; r < dp_; ++r) {
+  const int rank = comm.rank(), parts = groups_.parts(unit);
+  counts_.resize(static_cast<size_t>(parts));
+  for (int r = 0; r < parts; ++r) {
     const int64_t lo = std::max(begin, r * part), hi = std::min(end, (r + 1) * part);
     counts_[r] = static_cast<size_t>(std::max<int64_t>(0, hi - lo));
   }
@@ -82,12 +93,12 @@ void GradShards::reduce_into_shard(int u, int64_t begin, int64_t count, const Ve
   // Where this rank's share starts in its shard (meaningless when it has none).
   const int64_t at = shard_offset_[u] + std::max<int64_t>(0, begin - rank * part);
   if (reduce_ == Precision::kFp32) {
-    comm_->reduce_scatter_sum(source, window(received_, 0, mine), counts_);
+    comm.reduce_scatter_sum(source, window(received_, 0, mine), counts_);
     add_into_shard(shard_, at, received_, mine);
   } else {
     kernels::store_half(Exec(), send16_, 0, source, static_cast<size_t>(count), reduce_);
-    comm_->reduce_scatter_sum(CommBuffer(window(send16_, 0, static_cast<size_t>(count)), reduce_),
-                              CommBuffer(window(received16_, 0, mine), reduce_), counts_);
+    comm.reduce_scatter_sum(CommBuffer(window(send16_, 0, static_cast<size_t>(count)), reduce_),
+                            CommBuffer(window(received16_, 0, mine), reduce_), counts_);
     add_into_shard(shard_, at, received16_, mine, reduce_);
   }
 }
@@ -105,17 +116,19 @@ void GradShards::take_rows(int64_t param_offset, int64_t first_row, int64_t rows
                     window(rows_, 0, static_cast<size_t>(rows * cols)));
 }
 
-void GradShards::unit_done(int u) {
+void GradShards::unit_done(int first) {
   ScopedPhase phase(timer_, Phase::kDpComm);
-  const View1& kept = kept_[plan_.buffers.buffer_of_unit[u]];
-  int64_t used = 0;
-  for (const KeptGradPlan::Run& r : plan_.runs[u]) {
-    reduce_into_shard(
-        u, r.unit_offset, r.count,
-        window(kept, static_cast<size_t>(r.kept_offset), static_cast<size_t>(r.count)));
-    used = std::max(used, r.kept_offset + r.count);
+  for (int u = first; u < stage_.local().group_end(first); ++u) {
+    const View1 kept = kept_of_unit(u);
+    int64_t used = 0;
+    for (const KeptGradPlan::Run& r : plan_.runs[u]) {
+      reduce_into_shard(
+          u, r.unit_offset, r.count,
+          window(kept, static_cast<size_t>(r.kept_offset), static_cast<size_t>(r.count)));
+      used = std::max(used, r.kept_offset + r.count);
+    }
+    Kokkos::deep_copy(Exec(), window(kept, 0, static_cast<size_t>(used)), 0.0f);
   }
-  Kokkos::deep_copy(Exec(), window(kept, 0, static_cast<size_t>(used)), 0.0f);
 }
 
 void GradShards::zero() {

@@ -9,6 +9,7 @@
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
+#include "model/partition.hpp"
 #include "model/unit_buffers.hpp"
 
 namespace trident {
@@ -20,17 +21,23 @@ class GradShards final : public GradSink {
   // and redirects the rest (norms, biases, the position table) into working buffers: one for each
   // unit that is not a block, and two alternating ones for the blocks.
   // `reduce` bf16 / fp16: each part is rounded to 16 bits, reduce-scattered in that format and
-  // widened into the fp32 shard.
-  GradShards(GptStage& stage, int dp, Communicator* dp_comm, MemoryLedger& ledger,
-             PhaseTimer* timer, int64_t bucket_elements, Precision reduce = Precision::kFp32);
-  // Reduce-scatters unit `u`'s kept gradients, adds this rank's part to the shard, zeroes them.
+  // widened into the fp32 shard. Expert units (where `groups` has them) are reduced over their
+  // replicas, `expert_comm`, the others over `dp_comm`.
+  GradShards(GptStage& stage, const ShardGroups& groups, Communicator* dp_comm,
+             Communicator* expert_comm, MemoryLedger& ledger, PhaseTimer* timer,
+             int64_t bucket_elements, Precision reduce = Precision::kFp32);
+  // Reduce-scatters the kept gradients of the units of unit `u`'s group, adds this rank's parts
+  // to the shard, zeroes them.
   void unit_done(int u);
   void zero();
   // The owned gradients, compact in owned-segment order (AdamW::step with Placement::kCompact).
   View1 shard() const { return shard_; }
   // Where unit u's part starts in shard().
   int64_t shard_offset(int u) const { return shard_offset_[u]; }
-  int64_t shard_size(int u) const { return stage_.local().units()[u].padded / dp_; }
+  int64_t shard_size(int u) const {
+    const ParamUnit& unit = stage_.local().units()[u];
+    return unit.padded / groups_.parts(unit);
+  }
 
   // GradSink: blocks of the streamed matrices.
   const View1& rows_buffer() const override { return rows_; }
@@ -42,10 +49,12 @@ class GradShards final : public GradSink {
   // the ranks whose parts of the unit they cover (uneven counts), this rank's added to its shard.
   void reduce_into_shard(int u, int64_t begin, int64_t count, const Vec& source);
   StoredTensor locate(const LocalParam& p) const;
+  // Unit u's kept gradients in their working buffer.
+  View1 kept_of_unit(int u) const;
 
   GptStage& stage_;
-  int dp_;
-  Communicator* comm_;
+  ShardGroups groups_;
+  Communicator *comm_, *expert_comm_;
   PhaseTimer* timer_;
   int64_t bucket_elements_;
   KeptGradPlan plan_;

@@ -13,6 +13,7 @@
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "model/gpt.hpp"
+#include "model/partition.hpp"
 #include "model/unit_buffers.hpp"
 
 namespace trident {
@@ -24,9 +25,11 @@ class ParamShards {
   // With `nvme_path`, the shard itself lives in that file (parameter offload): a unit's part is
   // read into a staging buffer for its gather, and the optimizer streams the file.
   // With `precision` bf16 / fp16 the shard is stored, and units gathered and read, in 16 bits.
-  ParamShards(GptStage& stage, int dp, int dp_rank, Communicator* dp_comm, MemoryLedger& ledger,
-              PhaseTimer* timer, const std::string& nvme_path = "",
-              Precision precision = Precision::kFp32);
+  // Expert units (where `groups` has them) are sharded over their replicas, `expert_comm`, the
+  // others over `dp_comm`.
+  ParamShards(GptStage& stage, const ShardGroups& groups, Communicator* dp_comm,
+              Communicator* expert_comm, MemoryLedger& ledger, PhaseTimer* timer,
+              const std::string& nvme_path = "", Precision precision = Precision::kFp32);
   // Fills this rank's shard from the counter-based initialiser.
   void init(uint64_t seed);
   // The owned parameters, compact in owned-segment order (AdamW::step with Placement::kCompact);
@@ -35,8 +38,8 @@ class ParamShards {
   // 16-bit storage: the owned parameters, compact like shard().
   HalfView1 shard16() const { return shard16_; }
   FileStore* store() const { return store_.get(); }
-  // Makes unit u resident (waiting for its prefetch, or gathering it) and starts gathering
-  // `next` (-1: none) into its buffer.
+  // Makes the group unit u opens resident (waiting for its prefetch, or gathering it) and starts
+  // gathering the group `next` opens (-1: none) into its buffer.
   void need(int u, int next);
   // The shard changed (optimizer step, checkpoint load): every gathered unit is stale.
   void invalidate();
@@ -46,10 +49,13 @@ class ParamShards {
   void scatter_full(const View1& full);
 
  private:
-  void start_gather(int u);
+  // Gathers the units of the group `first` opens into their buffer.
+  void start_gather(int first);
+  int64_t part(size_t u) const;       // this rank's elements of unit u
+  int64_t own_begin(size_t u) const;  // where they start in the flat layout
   GptStage& stage_;
-  int dp_, dp_rank_;
-  Communicator* comm_;
+  ShardGroups groups_;
+  Communicator *comm_, *expert_comm_;
   PhaseTimer* timer_;
   UnitBuffers buffers_;                // where forward and backward read the parameters
   std::vector<int64_t> shard_offset_;  // unit -> offset in shard_
@@ -57,10 +63,11 @@ class ParamShards {
   Precision precision_;
   HalfView1 shard16_;  // 16-bit storage: the owned parameters
   std::unique_ptr<FileStore> store_;
-  std::vector<View1> staging_;           // buffer -> its unit's part read from the store
-  std::vector<HostView1> staging_host_;  // where the store's reads land (host_side)
-  std::vector<int> resident_;            // buffer -> unit gathered into it (or -1)
-  std::vector<Request> pending_;         // buffer -> its gather in flight
+  UnitBufferPlan staging_plan_;                // offloaded: where each unit's part is staged
+  std::vector<View1> staging_;                 // buffer -> its group's parts read from the store
+  std::vector<HostView1> staging_host_;        // where the store's reads land (host_side)
+  std::vector<int> resident_;                  // buffer -> the group gathered into it (or -1)
+  std::vector<std::vector<Request>> pending_;  // buffer -> its gathers in flight
 };
 
 }  // namespace trident
