@@ -595,6 +595,9 @@ struct PlanCommand {
     app->add_option("--moe-every", model.moe.every,
                     "MoE on layers 0, n, 2n, ... (default 1: every layer)")
         ->capture_default_str();
+    app->add_option("--capacity-factor", model.moe.capacity_factor,
+                    "MoE: slots an expert keeps, times its share (default 0: dropless)")
+        ->check(kFinite);
     app->add_option("--seq", model.seq, "sequence length")->capture_default_str();
     app->add_option("--vocab", model.vocab, "vocabulary")->capture_default_str();
     std::string presets;
@@ -757,6 +760,7 @@ struct PlanCommand {
       model.moe.expert_ffn = c.model.expert_hidden();
       model.moe.shared = c.model.moe.n_shared_experts;
       model.moe.every = c.model.moe.moe_layer_every;
+      model.moe.capacity_factor = c.model.moe.capacity_factor;
       if (rank == 0) print_moe_config(c);
     }
     // The config's own layout on its own ranks (dp = 0 fills --gpus), and its batch.

@@ -41,8 +41,14 @@ int MoeShape::capacity(int T) const {
   return static_cast<int>(std::ceil(static_cast<double>(T) * k / E * capacity_factor));
 }
 
-size_t MoeShape::arrived_rows(size_t N) const {
-  return static_cast<size_t>(ep) * N * static_cast<size_t>(std::min(k, E_local()));
+size_t MoeShape::arrived_rows(size_t n) const {
+  const size_t dropless = static_cast<size_t>(ep) * n * static_cast<size_t>(std::min(k, E_local()));
+  if (capacity_factor <= 0) return dropless;
+  // Each group keeps at most C slots an expert (decided before the exchange), and the ep ranks
+  // hold at most ep groups: a tp rank's share of a group is part of its group's C.
+  const size_t kept = static_cast<size_t>(ep) * static_cast<size_t>(E_local()) *
+                      static_cast<size_t>(capacity(static_cast<int>(n) * tp));
+  return std::min(dropless, kept);
 }
 
 MoeLayer::MoeLayer(const LayerContext* ctx, const MoeShape& shape) : ctx_(ctx), shape_(shape) {

@@ -36,10 +36,12 @@ struct MoeShape {
   int width(int F) const { return gelu ? F : 2 * F; }
   // Slots an expert keeps of a group of T tokens: 0 (dropless) or ceil(T k / E x factor).
   int capacity(int T) const;
-  // The most rows that can arrive at one rank's experts when each rank of the group routes N
-  // tokens: a token sends at most min(k, E_local) slots to one rank's experts, so ep N min(k,
-  // E_local) (N k with one rank). The buffers are sized by it: dropless routing never overflows.
-  size_t arrived_rows(size_t N) const;
+  // The most rows that can arrive at one rank's experts when each rank of the group routes its n
+  // tokens: a token sends at most min(k, E_local) slots to one rank's experts, so ep n min(k,
+  // E_local) (n k with one rank); with a capacity, also at most ep E_local C (each of at most ep
+  // groups keeps C slots an expert), whichever is smaller. The buffers are sized by it: routing
+  // never overflows them.
+  size_t arrived_rows(size_t n) const;
 };
 
 // An MoE layer's parameters (storage format) or their gradients (fp32), flat.

@@ -39,9 +39,13 @@ double moe_bytes_per_row(const PlanModel& m) {
   return moe_bytes_per_column(m) * m.expert_width() + 2.0 * m.hidden;
 }
 
-// The routed rows a token may bring to one rank, which trident's buffer plan reserves.
+// The routed rows a token may bring to one rank, which trident's buffer plan reserves: dropless,
+// ep min(top_k, experts / ep); with a capacity, at most each expert's C = top_k capacity_factor /
+// experts a token, experts / ep experts from each of ep groups.
 double moe_reserved_rows(const PlanModel& m, int ep) {
-  return static_cast<double>(ep) * std::min(m.moe.top_k, m.moe.experts / ep);
+  const double dropless = static_cast<double>(ep) * std::min(m.moe.top_k, m.moe.experts / ep);
+  if (m.moe.capacity_factor <= 0) return dropless;
+  return std::min(dropless, m.moe.top_k * m.moe.capacity_factor);
 }
 
 // What an MoE layer's kept activations add to the dense layer's for a micro-batch of b
@@ -272,6 +276,7 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
     require_range(m.moe.expert_ffn, 0, 1 << 20, "--expert-ffn");
     require_range(m.moe.shared, 0, 1024, "--shared-experts");
     require_range(m.moe.every, 1, m.layers, "--moe-every");
+    require_range(m.moe.capacity_factor, 0, 1e6, "--capacity-factor");
     if (m.params > 0)
       throw InputError("plan: --params cannot be given with --experts (counted from the shape)");
   }

@@ -24,9 +24,11 @@ struct PlanModel {
   bool tied = false;
   // Mixture of Experts (experts = 0: dense), trident's MoE layer: on layers 0, every, 2 every,
   // ... the MLP becomes a router (h x experts), `experts` MLPs of width expert_ffn (0: the dense
-  // MLP's) of which each token runs top_k, and `shared` more of that width that every token runs.
+  // MLP's) of which each token runs top_k, and `shared` more of that width that every token runs;
+  // each expert keeps at most capacity_factor x its share of the slots (0: dropless).
   struct Experts {
     int experts = 0, top_k = 1, expert_ffn = 0, shared = 0, every = 1;
+    double capacity_factor = 0;
   } moe;
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_width() const { return ffn > 0 ? ffn : (8 * hidden / 3 + 255) / 256 * 256; }
@@ -171,8 +173,9 @@ inline constexpr double kPlanOverlapEfficiency = 0.8;
 // taking the slower. Activations of an MoE layer: the dense layer's with its MLP replaced by the
 // shared experts' MLPs and the routed rows' expert MLPs and permuted inputs (2 h bytes a row), and
 // the fp32 router probabilities (4 experts bytes a token), / tp; the routed rows are those
-// trident's buffer plan reserves so that a dropless run cannot overflow, ep min(top_k, experts /
-// ep) a token (top_k when routing is balanced: ep times more at ep >= experts / top_k).
+// trident's buffer plan reserves so that no routing overflows them, ep min(top_k, experts / ep) a
+// token (top_k when routing is balanced: ep times more at ep >= experts / top_k), or with a
+// capacity factor at most top_k x capacity_factor.
 inline constexpr double kPlanPermuteBytes = 8;
 //
 // The interleaved schedule (virtual_stages v > 1, a config's layout only) divides the pipeline

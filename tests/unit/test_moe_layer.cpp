@@ -267,3 +267,23 @@ TEST(MoeLayer, GeluExpertsWithBiasesMatchTheDefinition) {
   check_layer(0.0, DropPolicy::kProbs, false, 7, true);
   check_layer(1.0, DropPolicy::kPosition, true, 3, true);
 }
+
+TEST(MoeShape, ArrivedRowsAreTheDroplessBoundOrTheCapacitysWhicheverIsSmaller) {
+  MoeShape m;
+  m.E = 8, m.k = 2, m.ep = 8;  // Mixtral's routing, one expert a rank
+  const size_t n = 4096;
+  // Dropless: every token of the 8 ranks may send one slot (at most one a rank) to this rank.
+  EXPECT_EQ(m.arrived_rows(n), 8 * n);
+  // Capacity factor 1: each of the 8 groups keeps C = n k / E slots of this rank's expert.
+  m.capacity_factor = 1.0;
+  EXPECT_EQ(m.arrived_rows(n), 8 * (n * 2 / 8));
+  // A factor so large that the capacity never binds: the dropless bound again.
+  m.capacity_factor = 100.0;
+  EXPECT_EQ(m.arrived_rows(n), 8 * n);
+  // Sequence parallelism: a rank routes n of its group's tp n tokens, and the capacity is the
+  // group's; two tp ranks of one group in the ep group share its C.
+  m.capacity_factor = 1.0, m.tp = 2, m.ep = 4;
+  EXPECT_EQ(m.arrived_rows(n), 4 * 2 * (2 * n * 2 / 8));
+  m.tp = 1, m.ep = 1;
+  EXPECT_EQ(m.arrived_rows(n), 8 * (n * 2 / 8));  // one rank: every expert's C
+}

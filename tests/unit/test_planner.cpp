@@ -540,3 +540,21 @@ TEST(PlannerMoe, TheSearchPicksAnExpertParallelLayoutTridentRuns) {
   }
   EXPECT_TRUE(some_ep);
 }
+
+TEST(PlannerMoe, ACapacityFactorBoundsTheReservedRows) {
+  // Dropless, trident reserves the most rows the all-to-all can bring (at ep 8 with top-2 over 8
+  // experts: 8 a token, 4x the balanced 2); a capacity factor of 1 bounds them at 2 a token, and
+  // a factor that never binds changes nothing. The time model is the same for all three.
+  const PlanCluster c = h100_nodes(8);
+  PlanModel m = plan_moe(mixtral());
+  const double tokens = 256.0 * 4096;
+  const PlanCandidate dropless = predict_layout(m, c, tokens, mixtral_layout(8));
+  m.moe.capacity_factor = 1.0;
+  const PlanCandidate bounded = predict_layout(m, c, tokens, mixtral_layout(8));
+  m.moe.capacity_factor = 100.0;
+  const PlanCandidate loose = predict_layout(m, c, tokens, mixtral_layout(8));
+  EXPECT_LT(bounded.activations_gb, 0.5 * dropless.activations_gb);
+  EXPECT_EQ(loose.activations_gb, dropless.activations_gb);
+  EXPECT_EQ(bounded.step_seconds, dropless.step_seconds);
+  EXPECT_EQ(bounded.model_states_gb(), dropless.model_states_gb());
+}
