@@ -22,6 +22,9 @@ struct ShardGroups {
   int expert_dp = 1, expert_dp_rank = 0;
   int parts(const ParamUnit& u) const { return u.experts ? expert_dp : dp; }
   int index(const ParamUnit& u) const { return u.experts ? expert_dp_rank : dp_rank; }
+  // This rank's part of unit u: its elements, and where they start in the flat buffer.
+  int64_t part(const ParamUnit& u) const { return u.padded / parts(u); }
+  int64_t part_begin(const ParamUnit& u) const { return u.offset + index(u) * part(u); }
 };
 
 // The segments this rank owns: its part of every unit, split into equal parts over the unit's
@@ -29,10 +32,8 @@ struct ShardGroups {
 // groups of one, every unit whole.
 inline std::vector<Segment> zero_shard(const LocalParamTable& table, const ShardGroups& g) {
   std::vector<Segment> out;
-  for (const ParamUnit& u : table.units()) {
-    const int64_t part = u.padded / g.parts(u), at = u.offset + g.index(u) * part;
-    out.push_back({at, at + part});
-  }
+  for (const ParamUnit& u : table.units())
+    out.push_back({g.part_begin(u), g.part_begin(u) + g.part(u)});
   return out;
 }
 // The same where every unit is shared by the dp ranks.

@@ -90,7 +90,7 @@ KeptGradPlan plan_kept_grads(const LocalParamTable& local, int n_layer, int64_t 
 
 std::vector<int64_t> unit_part_sizes(const LocalParamTable& local, const ShardGroups& groups) {
   std::vector<int64_t> out;
-  for (const ParamUnit& u : local.units()) out.push_back(u.padded / groups.parts(u));
+  for (const ParamUnit& u : local.units()) out.push_back(groups.part(u));
   return out;
 }
 
@@ -99,7 +99,7 @@ std::vector<int64_t> unit_shard_offsets(const LocalParamTable& local, const Shar
   int64_t total = 0;
   for (const ParamUnit& u : local.units()) {
     out.push_back(total);
-    total += u.padded / groups.parts(u);
+    total += groups.part(u);
   }
   return out;
 }

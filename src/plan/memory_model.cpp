@@ -85,7 +85,7 @@ void add_strategy(const MemoryQuery& q, const LocalParamTable& local, const Shar
   double working = 0, largest_part = 0;
   for (int64_t size : plan_unit_buffers(local, q.model.n_layer).buffer_sizes) working += size;
   for (const ParamUnit& u : local.units())
-    largest_part = std::max<double>(largest_part, u.padded / groups.parts(u));
+    largest_part = std::max<double>(largest_part, groups.part(u));
   if (q.zero_stage >= 2) {
     // The reduced shard, the kept gradients of the units in use and one block of streamed rows.
     const KeptGradPlan kept = plan_kept_grads(

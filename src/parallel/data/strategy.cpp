@@ -117,8 +117,7 @@ void DataParallelStrategy::gather_updated_shards() {
   for (const ParamUnit& u : stage_.local().units()) {
     Communicator& group = u.experts ? *expert_dp_ : dp_;
     if (group.size() == 1) continue;
-    const int64_t part = u.padded / groups_.parts(u);
-    const int64_t mine = u.offset + groups_.index(u) * part;
+    const int64_t part = groups_.part(u), mine = groups_.part_begin(u);
     if (master_)
       group.allgather(
           CommBuffer(window(stage_.params16(), mine, part), settings_.precision),
@@ -293,7 +292,7 @@ void Zero2::queue_grad_squares(const ParamFilter& counted) const {
     if (!counted(p)) continue;
     const int u = local.unit_of(p);
     const int64_t part = grad_shards_->shard_size(u);
-    const int64_t own_begin = local.units()[u].offset + groups_.index(local.units()[u]) * part;
+    const int64_t own_begin = groups_.part_begin(local.units()[u]);
     const int64_t a = std::max(own_begin, p.offset);
     const int64_t b = std::min(own_begin + part, p.offset + p.numel);
     if (a < b)
@@ -318,7 +317,7 @@ View1 Zero2::gradients_at_flat_positions() const {
   for (size_t u = 0; u < local.units().size(); ++u) {
     const int unit = static_cast<int>(u);
     const int64_t part = grad_shards_->shard_size(unit);
-    const int64_t at = local.units()[u].offset + groups_.index(local.units()[u]) * part;
+    const int64_t at = groups_.part_begin(local.units()[u]);
     Kokkos::deep_copy(window(full, at, part),
                       window(grad_shards_->shard(), grad_shards_->shard_offset(unit), part));
   }

@@ -41,8 +41,7 @@ GradShards::GradShards(GptStage& stage, const ShardGroups& groups, Communicator*
       reduce_(reduce) {
   const auto& units = stage.local().units();
   int64_t largest_part = 0;
-  for (const ParamUnit& u : units)
-    largest_part = std::max(largest_part, u.padded / groups.parts(u));
+  for (const ParamUnit& u : units) largest_part = std::max(largest_part, groups.part(u));
   for (int64_t size : plan_.buffers.buffer_sizes)
     kept_.push_back(allocate(ledger, MemCategory::kGrads, "kept_grads", size));
   rows_ = allocate(ledger, MemCategory::kGrads, "grad_rows", plan_.rows_elements);

@@ -34,10 +34,7 @@ class GradShards final : public GradSink {
   View1 shard() const { return shard_; }
   // Where unit u's part starts in shard().
   int64_t shard_offset(int u) const { return shard_offset_[u]; }
-  int64_t shard_size(int u) const {
-    const ParamUnit& unit = stage_.local().units()[u];
-    return unit.padded / groups_.parts(unit);
-  }
+  int64_t shard_size(int u) const { return groups_.part(stage_.local().units()[u]); }
 
   // GradSink: blocks of the streamed matrices.
   const View1& rows_buffer() const override { return rows_; }

@@ -43,16 +43,6 @@ ParamShards::ParamShards(GptStage& stage, const ShardGroups& groups, Communicato
   stage.set_unit_needed_hook([this](int u, int next) { need(u, next); });
 }
 
-int64_t ParamShards::part(size_t u) const {
-  const ParamUnit& unit = stage_.local().units()[u];
-  return unit.padded / groups_.parts(unit);
-}
-
-int64_t ParamShards::own_begin(size_t u) const {
-  const ParamUnit& unit = stage_.local().units()[u];
-  return unit.offset + groups_.index(unit) * part(u);
-}
-
 void ParamShards::init(uint64_t seed) {
   const LocalParamTable& local = stage_.local();
   const auto& units = local.units();

@@ -51,8 +51,9 @@ class ParamShards {
  private:
   // Gathers the units of the group `first` opens into their buffer.
   void start_gather(int first);
-  int64_t part(size_t u) const;       // this rank's elements of unit u
-  int64_t own_begin(size_t u) const;  // where they start in the flat layout
+  // This rank's elements of unit u, and where they start in the flat layout.
+  int64_t part(size_t u) const { return groups_.part(stage_.local().units()[u]); }
+  int64_t own_begin(size_t u) const { return groups_.part_begin(stage_.local().units()[u]); }
   GptStage& stage_;
   ShardGroups groups_;
   Communicator *comm_, *expert_comm_;
