@@ -39,6 +39,48 @@ KOKKOS_INLINE_FUNCTION int causal_keys(int t, int c0, int cols) {
   return n < 0 ? 0 : (n > cols ? cols : n);
 }
 
+// One part of a causal attention whose keys and values may live apart from the queries (context
+// parallelism: a rank's queries against another rank's chunk of keys and values). Each sequence's
+// query rows [q_first, q_first + q_rows) of qkv, out and lse attend to its key/value rows
+// [k_first, k_first + k_rows) of kv; key j (counted from k_first) is visible to query i (counted
+// from q_first) when j <= i + shift, shift being the global position of query q_first less that
+// of key k_first (>= 0: every query sees at least the part's first key; shift >= k_rows - 1:
+// every key is visible). With merge, out and lse already hold these queries' attention to other
+// keys, and this part's joins it through the log-sum-exps (the online softmax, continued).
+struct AttentionPart {
+  int q_first = 0, q_rows = 0;
+  int k_first = 0, k_rows = 0;
+  int shift = 0;
+  bool merge = false;
+};
+// The whole causal attention of sequences of T tokens, keys and values beside the queries.
+constexpr AttentionPart whole_sequence(int T) {
+  return {0, T, 0, T, 0, false};
+}
+
+// Where a part's keys and values are: row n of data at n * ld, key head g at columns g HS and
+// value head g at (KVH + g) HS (the k | v columns of a packed qkv, or a chunk of them alone).
+template <class Stored>
+struct KeyValueRows {
+  const Stored* data;
+  int ld;
+};
+
+// The keys and values beside the queries in a packed qkv.
+template <class E>
+KeyValueRows<typename E::Stored> packed_key_values(const ConstMatOf<E>& qkv, AttentionShape s) {
+  return {qkv.data() + static_cast<size_t>(s.NH) * s.HS, static_cast<int>(qkv.stride(0))};
+}
+
+// Where a part's gradients are summed (backward): fp32 dq [B*T, NH HS] and dk | dv
+// [B*T, 2 KVH HS], added to, never overwritten, so that the parts of one attention sum into them.
+struct AttentionGradSums {
+  float* dq;
+  int ld_dq;
+  float* dkv;
+  int ld_dkv;
+};
+
 #if !defined(KOKKOS_ENABLE_CUDA)
 // Per (sequence, head) (host builds): one work item each, its tiles multiplied by the BLAS on the
 // calling thread (gemm_block), so each item is summed in one fixed order whatever the number of
@@ -116,15 +158,17 @@ inline void check_attention_scratch(size_t have, size_t need) {
   if (have < need) Kokkos::abort("attention: scratch smaller than attention_tiled_scratch");
 }
 
-// q, k, v and out stored as E (kernels/elements.hpp); lse fp32.
+// q, k, v and out stored as E (kernels/elements.hpp); lse fp32. One part of the attention
+// (AttentionPart), keys and values in kv.
 template <class E = Fp32Elements>
 inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const Vec& lse,
-                                    const Vec& scratch, const ConstMatOf<E>& qkv, AttentionShape s,
-                                    AttentionTiles tiles) {
+                                    const Vec& scratch, const ConstMatOf<E>& qkv,
+                                    KeyValueRows<typename E::Stored> kv, AttentionShape s,
+                                    AttentionTiles tiles, AttentionPart part) {
   exec.fence();  // BLAS reads what earlier kernels wrote
   using Stored = typename E::Stored;
   const int T = s.T, NH = s.NH, HS = s.HS, R = tiles.rows, K = tiles.keys;
-  const int k_col = NH * HS, v_col = (NH + s.kv_heads()) * HS, G = s.group();
+  const int KVH = s.kv_heads(), G = s.group(), shift = part.shift;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const size_t per_item = attention_tiled_scratch(1, 1, HS, T, tiles, E::format);
@@ -132,10 +176,10 @@ inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const
   Kokkos::parallel_for(
       "attention_forward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * NH), [=](int bh) {
         const int h = bh % NH, b = bh / NH;
-        const Stored* q = &qkv(b * T, h * HS);
-        const Stored* k = &qkv(b * T, k_col + h / G * HS);
-        const Stored* v = &qkv(b * T, v_col + h / G * HS);
-        Stored* o = &out(b * T, h * HS);
+        const Stored* q = &qkv(b * T + part.q_first, h * HS);
+        const Stored* k = kv.data + static_cast<size_t>(b * T + part.k_first) * kv.ld + h / G * HS;
+        const Stored* v = k + static_cast<size_t>(KVH) * HS;
+        Stored* o = &out(b * T + part.q_first, h * HS);
         float* p = scratch.data() + bh * per_item;  // [R, K] scores, then probabilities
         float* row_max = p + 2 * static_cast<size_t>(R) * K;
         float* row_sum = row_max + R;
@@ -144,21 +188,30 @@ inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const
         float* k_buffer = q_buffer + static_cast<size_t>(R) * HS;
         float* v_buffer = k_buffer + static_cast<size_t>(K) * HS;
         float* o_buffer = v_buffer + static_cast<size_t>(K) * HS;
-        float* row_lse = lse.data() + static_cast<size_t>(bh) * T;
-        for (int r0 = 0; r0 < T; r0 += R) {
-          const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
+        float* row_lse = lse.data() + static_cast<size_t>(bh) * T + part.q_first;
+        for (int r0 = 0; r0 < part.q_rows; r0 += R) {
+          const int rows = part.q_rows - r0 < R ? part.q_rows - r0 : R;
+          const int keys_end = r0 + rows + shift < part.k_rows ? r0 + rows + shift : part.k_rows;
           const HostRows<E> q_block =
               rows_as_fp32<E>(q + static_cast<size_t>(r0) * ld_qkv, ld_qkv, rows, HS, q_buffer);
           Stored* o_block = o + static_cast<size_t>(r0) * ld_out;
           const HostAccumulator<E> o_acc = accumulator<E>(o_block, ld_out, HS, o_buffer);
+          if (part.merge) {  // the earlier parts' normalised output: running maximum lse, sum 1
+            rows_as_fp32<E>(o_block, ld_out, rows, HS, o_buffer);
+            for (int i = 0; i < rows; ++i) {
+              row_max[i] = row_lse[r0 + i];
+              row_sum[i] = 1.0f;
+            }
+          }
           for (int c0 = 0; c0 < keys_end; c0 += K) {
             const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-            const KeyTile<E> tile = score_key_tile<E>(q_block, rows, k, v, ld_qkv, c0, cols, HS,
+            const bool first = c0 == 0 && !part.merge;
+            const KeyTile<E> tile = score_key_tile<E>(q_block, rows, k, v, kv.ld, c0, cols, HS,
                                                       scale, k_buffer, v_buffer, p, K);
             for (int i = 0; i < rows; ++i) {
               float* row = p + static_cast<size_t>(i) * K;
-              const int valid = causal_keys(r0 + i, c0, cols);
-              const float old_max = c0 == 0 ? kNoScore : row_max[i];
+              const int valid = causal_keys(r0 + i + shift, c0, cols);
+              const float old_max = first ? kNoScore : row_max[i];
               const float tile_max = kmath::lane_max(
                   valid, [&](int j) { return row[j]; }, kNoScore);
               const float new_max = tile_max > old_max ? tile_max : old_max;
@@ -169,14 +222,14 @@ inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const
               });
               for (int j = valid; j < cols; ++j) row[j] = 0.0f;
               const float rescale = kmath::exp_vec(old_max - new_max);
-              row_sum[i] = c0 == 0 ? sum : row_sum[i] * rescale + sum;
+              row_sum[i] = first ? sum : row_sum[i] * rescale + sum;
               row_max[i] = new_max;
-              if (c0 > 0)
+              if (!first)
                 for (int d = 0; d < HS; ++d)
                   o_acc.data[static_cast<size_t>(i) * o_acc.ld + d] *= rescale;
             }
             gemm_block('N', 'N', rows, HS, cols, 1.0f, p, K, tile.v.data, tile.v.ld,
-                       c0 == 0 ? 0.0f : 1.0f, o_acc.data, o_acc.ld);
+                       first ? 0.0f : 1.0f, o_acc.data, o_acc.ld);
           }
           for (int i = 0; i < rows; ++i) {
             row_lse[r0 + i] = row_max[i] + kmath::log(row_sum[i]);
@@ -187,30 +240,44 @@ inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const
       });
 }
 
+// The whole causal attention of qkv (keys and values beside the queries).
+template <class E = Fp32Elements>
+inline void attention_forward_tiled(const Exec& exec, const MatOf<E>& out, const Vec& lse,
+                                    const Vec& scratch, const ConstMatOf<E>& qkv, AttentionShape s,
+                                    AttentionTiles tiles) {
+  attention_forward_tiled<E>(exec, out, lse, scratch, qkv, packed_key_values<E>(qkv, s), s, tiles,
+                             whole_sequence(s.T));
+}
+
 // dqkv[B*T, (NH + 2 KVH) HS] = gradient w.r.t. qkv (overwritten), from dout[B*T, C] and
 // forward's out and lse; every tensor but lse stored as E. One work item per (sequence, key/value
-// head) runs the group's query heads in turn, so a head's dk and dv are summed by one thread.
+// head) runs the group's query heads in turn, so a head's dk and dv are summed by one thread. With
+// `sums` (a part of the attention, keys and values in kv) the gradients are added to sums instead
+// and dqkv is not touched.
 template <class E = Fp32Elements>
 inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, const Vec& scratch,
                                      const ConstMatOf<E>& dout, const ConstMatOf<E>& qkv,
-                                     const ConstMatOf<E>& out, const ConstVec& lse,
-                                     AttentionShape s, AttentionTiles tiles) {
+                                     KeyValueRows<typename E::Stored> kv, const ConstMatOf<E>& out,
+                                     const ConstVec& lse, AttentionShape s, AttentionTiles tiles,
+                                     AttentionPart part, const AttentionGradSums* sums) {
   exec.fence();  // BLAS reads what earlier kernels wrote
   using Stored = typename E::Stored;
   const int T = s.T, NH = s.NH, HS = s.HS, R = tiles.rows, K = tiles.keys;
-  const int KVH = s.kv_heads(), G = s.group(), k_col = NH * HS, v_col = (NH + KVH) * HS;
+  const int KVH = s.kv_heads(), G = s.group(), k_col = NH * HS, shift = part.shift;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
   const size_t per_item = attention_tiled_scratch(1, 1, HS, T, tiles, E::format);
   check_attention_scratch(scratch.extent(0), per_item * s.B * NH);
+  const bool summed = sums != nullptr;
+  const AttentionGradSums to = summed ? *sums : AttentionGradSums{};
   Kokkos::parallel_for(
       "attention_backward", Kokkos::RangePolicy<Exec>(exec, 0, s.B * KVH), [=](int bg) {
         const int g_head = bg % KVH, b = bg / KVH;
-        const Stored* k = &qkv(b * T, k_col + g_head * HS);
-        const Stored* v = &qkv(b * T, v_col + g_head * HS);
-        Stored* dk = &dqkv(b * T, k_col + g_head * HS);
-        Stored* dv = &dqkv(b * T, v_col + g_head * HS);
+        const size_t q_row = static_cast<size_t>(b) * T + part.q_first;
+        const size_t k_row = static_cast<size_t>(b) * T + part.k_first;
+        const Stored* k = kv.data + k_row * kv.ld + g_head * HS;
+        const Stored* v = k + static_cast<size_t>(KVH) * HS;
         float* p = scratch.data() + bg * per_item;   // [R, K] probabilities
         float* ds = p + static_cast<size_t>(R) * K;  // [R, K] their gradients, then the scores'
         float* row_dot = ds + static_cast<size_t>(R) * K;  // [R] dout . out
@@ -224,36 +291,49 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
         float* dv_buffer = dk_buffer + static_cast<size_t>(T) * HS;
         if (bg + 1 < s.B * KVH) {  // the next item's inputs, cold by now (kernels/streaming.hpp)
           const int g_next = (bg + 1) % KVH, b_next = (bg + 1) / KVH;
-          for (int t = 0; t < T; ++t) {
-            const Stored* qkv_row = &qkv(b_next * T + t, 0);
-            prefetch_span(0, G * HS, qkv_row + g_next * G * HS);
-            prefetch_span(0, HS, qkv_row + k_col + g_next * HS);
-            prefetch_span(0, HS, qkv_row + v_col + g_next * HS);
-            prefetch_span(0, G * HS, &dout(b_next * T + t, g_next * G * HS));
-            prefetch_span(0, G * HS, &out(b_next * T + t, g_next * G * HS));
+          for (int t = 0; t < part.q_rows; ++t) {
+            const size_t n = static_cast<size_t>(b_next) * T + part.q_first + t;
+            prefetch_span(0, G * HS, &qkv(n, g_next * G * HS));
+            prefetch_span(0, G * HS, &dout(n, g_next * G * HS));
+            prefetch_span(0, G * HS, &out(n, g_next * G * HS));
+          }
+          for (int t = 0; t < part.k_rows; ++t) {
+            const Stored* kv_row =
+                kv.data + (static_cast<size_t>(b_next) * T + part.k_first + t) * kv.ld;
+            prefetch_span(0, HS, kv_row + g_next * HS);
+            prefetch_span(0, HS, kv_row + (KVH + g_next) * HS);
           }
         }
-        const HostAccumulator<E> dk_acc = accumulator<E>(dk, ld_dqkv, HS, dk_buffer);
-        const HostAccumulator<E> dv_acc = accumulator<E>(dv, ld_dqkv, HS, dv_buffer);
-        for (int t = 0; t < T; ++t)
-          for (int i = 0; i < HS; ++i) {
-            dk_acc.data[static_cast<size_t>(t) * dk_acc.ld + i] = 0.0f;
-            dv_acc.data[static_cast<size_t>(t) * dv_acc.ld + i] = 0.0f;
-          }
+        HostAccumulator<E> dk_acc{nullptr, 0}, dv_acc{nullptr, 0};
+        if (summed) {
+          dk_acc = {to.dkv + k_row * to.ld_dkv + g_head * HS, to.ld_dkv};
+          dv_acc = {dk_acc.data + static_cast<size_t>(KVH) * HS, to.ld_dkv};
+        } else {
+          dk_acc = accumulator<E>(&dqkv(k_row, k_col + g_head * HS), ld_dqkv, HS, dk_buffer);
+          dv_acc =
+              accumulator<E>(&dqkv(k_row, k_col + (KVH + g_head) * HS), ld_dqkv, HS, dv_buffer);
+          for (int t = 0; t < part.k_rows; ++t)
+            for (int i = 0; i < HS; ++i) {
+              dk_acc.data[static_cast<size_t>(t) * dk_acc.ld + i] = 0.0f;
+              dv_acc.data[static_cast<size_t>(t) * dv_acc.ld + i] = 0.0f;
+            }
+        }
         for (int h = g_head * G; h < (g_head + 1) * G; ++h) {
-          const Stored* q = &qkv(b * T, h * HS);
-          const Stored* o = &out(b * T, h * HS);
-          const Stored* g = &dout(b * T, h * HS);
-          Stored* dq = &dqkv(b * T, h * HS);
-          const float* row_lse = lse.data() + static_cast<size_t>(b * NH + h) * T;
-          for (int r0 = 0; r0 < T; r0 += R) {
-            const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
+          const Stored* q = &qkv(q_row, h * HS);
+          const Stored* o = &out(q_row, h * HS);
+          const Stored* g = &dout(q_row, h * HS);
+          const float* row_lse = lse.data() + static_cast<size_t>(b * NH + h) * T + part.q_first;
+          for (int r0 = 0; r0 < part.q_rows; r0 += R) {
+            const int rows = part.q_rows - r0 < R ? part.q_rows - r0 : R;
+            const int keys_end = r0 + rows + shift < part.k_rows ? r0 + rows + shift : part.k_rows;
             const HostRows<E> q_block =
                 rows_as_fp32<E>(q + static_cast<size_t>(r0) * ld_qkv, ld_qkv, rows, HS, q_buffer);
             const HostRows<E> g_block =
                 rows_as_fp32<E>(g + static_cast<size_t>(r0) * ld_dout, ld_dout, rows, HS, g_buffer);
-            Stored* dq_block = dq + static_cast<size_t>(r0) * ld_dqkv;
-            const HostAccumulator<E> dq_acc = accumulator<E>(dq_block, ld_dqkv, HS, dq_buffer);
+            Stored* dq_block = summed ? nullptr : &dqkv(q_row + r0, h * HS);
+            const HostAccumulator<E> dq_acc =
+                summed ? HostAccumulator<E>{to.dq + (q_row + r0) * to.ld_dq + h * HS, to.ld_dq}
+                       : accumulator<E>(dq_block, ld_dqkv, HS, dq_buffer);
             for (int i = 0; i < rows; ++i) {
               const float* g_row = g_block.data + static_cast<size_t>(i) * g_block.ld;
               const Stored* o_row = o + static_cast<size_t>(r0 + i) * ld_out;
@@ -261,7 +341,7 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
             }
             for (int c0 = 0; c0 < keys_end; c0 += K) {
               const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-              const KeyTile<E> tile = score_key_tile<E>(q_block, rows, k, v, ld_qkv, c0, cols, HS,
+              const KeyTile<E> tile = score_key_tile<E>(q_block, rows, k, v, kv.ld, c0, cols, HS,
                                                         scale, k_buffer, v_buffer, p, K);
               gemm_block('N', 'T', rows, cols, HS, 1.0f, g_block.data, g_block.ld, tile.v.data,
                          tile.v.ld, 0.0f, ds, K);
@@ -269,7 +349,7 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
               for (int i = 0; i < rows; ++i) {
                 float* prow = p + static_cast<size_t>(i) * K;
                 float* drow = ds + static_cast<size_t>(i) * K;
-                const int valid = causal_keys(r0 + i, c0, cols);
+                const int valid = causal_keys(r0 + i + shift, c0, cols);
                 const float row_l = row_lse[r0 + i], dot = row_dot[i];
                 for (int j = 0; j < valid; ++j) {
                   const float pj = kmath::exp_vec(prow[j] - row_l);
@@ -279,21 +359,33 @@ inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, con
                 for (int j = valid; j < cols; ++j) prow[j] = drow[j] = 0.0f;
               }
               gemm_block('N', 'N', rows, HS, cols, 1.0f, ds, K, tile.k.data, tile.k.ld,
-                         c0 == 0 ? 0.0f : 1.0f, dq_acc.data, dq_acc.ld);
+                         c0 == 0 && !summed ? 0.0f : 1.0f, dq_acc.data, dq_acc.ld);
               gemm_block('T', 'N', cols, HS, rows, 1.0f, ds, K, q_block.data, q_block.ld, 1.0f,
                          dk_acc.data + static_cast<size_t>(c0) * dk_acc.ld, dk_acc.ld);
               gemm_block('T', 'N', cols, HS, rows, 1.0f, p, K, g_block.data, g_block.ld, 1.0f,
                          dv_acc.data + static_cast<size_t>(c0) * dv_acc.ld, dv_acc.ld);
             }
             if constexpr (!std::is_same_v<E, Fp32Elements>)
-              finish_rows<E>(dq_acc, dq_block, ld_dqkv, rows, HS, nullptr);
+              if (!summed) finish_rows<E>(dq_acc, dq_block, ld_dqkv, rows, HS, nullptr);
           }
         }
-        if constexpr (!std::is_same_v<E, Fp32Elements>) {
-          finish_rows<E>(dk_acc, dk, ld_dqkv, T, HS, nullptr);
-          finish_rows<E>(dv_acc, dv, ld_dqkv, T, HS, nullptr);
-        }
+        if constexpr (!std::is_same_v<E, Fp32Elements>)
+          if (!summed) {
+            finish_rows<E>(dk_acc, &dqkv(k_row, k_col + g_head * HS), ld_dqkv, part.k_rows, HS,
+                           nullptr);
+            finish_rows<E>(dv_acc, &dqkv(k_row, k_col + (KVH + g_head) * HS), ld_dqkv, part.k_rows,
+                           HS, nullptr);
+          }
       });
+}
+
+template <class E = Fp32Elements>
+inline void attention_backward_tiled(const Exec& exec, const MatOf<E>& dqkv, const Vec& scratch,
+                                     const ConstMatOf<E>& dout, const ConstMatOf<E>& qkv,
+                                     const ConstMatOf<E>& out, const ConstVec& lse,
+                                     AttentionShape s, AttentionTiles tiles) {
+  attention_backward_tiled<E>(exec, dqkv, scratch, dout, qkv, packed_key_values<E>(qkv, s), out,
+                              lse, s, tiles, whole_sequence(s.T), nullptr);
 }
 #endif
 
@@ -323,14 +415,16 @@ inline void gemm_heads(const Exec& exec, char trans_a, char trans_b, int m, int 
 template <class E = Fp32Elements>
 inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, const Vec& lse,
                                       const Vec& scratch, const ConstMatOf<E>& qkv,
-                                      AttentionShape s, AttentionTiles tiles) {
+                                      KeyValueRows<typename E::Stored> kv, AttentionShape s,
+                                      AttentionTiles tiles, AttentionPart part) {
   using Stored = typename E::Stored;
   constexpr bool kHalf = !std::is_same_v<E, Fp32Elements>;
   const int T = s.T, NH = s.NH, HS = s.HS, R = tiles.rows, K = tiles.keys;
-  const int KVH = s.kv_heads(), G = s.group(), k_col = NH * HS, v_col = (NH + KVH) * HS;
+  const int KVH = s.kv_heads(), G = s.group(), shift = part.shift, ld_kv = kv.ld;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const long long tile = static_cast<long long>(R) * K;
+  const bool merge = part.merge;
   float* const scores = scratch.data();           // [NH, R, K]
   float* const row_sum = scores + 2 * NH * tile;  // [NH, R]
   // 16-bit: the probabilities rounded for P v [NH, R, K], and o's fp32 sums [NH, R, HS].
@@ -339,36 +433,51 @@ inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, con
   float* const o_sums = extra + NH * tile;
   const MatOf<E> o = out;
   for (int b = 0; b < s.B; ++b)
-    for (int r0 = 0; r0 < T; r0 += R) {
-      const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
-      const Stored* q_block = qkv.data() + static_cast<size_t>(b * T + r0) * ld_qkv;
+    for (int r0 = 0; r0 < part.q_rows; r0 += R) {
+      const int rows = part.q_rows - r0 < R ? part.q_rows - r0 : R;
+      const int keys_end = r0 + rows + shift < part.k_rows ? r0 + rows + shift : part.k_rows;
+      const int q_row = b * T + part.q_first + r0;  // of the block's first query
+      const Stored* q_block = qkv.data() + static_cast<size_t>(q_row) * ld_qkv;
       // Where o's rows sum: in out itself (fp32), or per head in o_sums (16-bit).
       float* o_base = o_sums;
       int o_ld = HS;
       long long o_head = static_cast<long long>(R) * HS;
       if constexpr (!kHalf) {
-        o_base = out.data() + static_cast<size_t>(b * T + r0) * ld_out;
+        o_base = out.data() + static_cast<size_t>(q_row) * ld_out;
         o_ld = ld_out;
         o_head = HS;
       }
+      if (merge)  // the earlier parts' normalised output, a running sum of 1 (lse: the maximum)
+        Kokkos::parallel_for(
+            "attention_merge_rows", row_teams(exec, NH * rows),
+            KOKKOS_LAMBDA(const TeamMember& team) {
+              const int h = team.league_rank() / rows, i = team.league_rank() % rows;
+              float* o_row = o_base + static_cast<long long>(i) * o_ld + h * o_head;
+              if (kHalf)
+                Kokkos::parallel_for(Kokkos::TeamThreadRange(team, HS),
+                                     [&](int d) { o_row[d] = E::load(o(q_row + i, h * HS + d)); });
+              Kokkos::single(Kokkos::PerTeam(team), [&] { row_sum[h * R + i] = 1.0f; });
+            });
       for (int c0 = 0; c0 < keys_end; c0 += K) {
         const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-        const Stored* k_tile = qkv.data() + static_cast<size_t>(b * T + c0) * ld_qkv + k_col;
-        const Stored* v_tile = k_tile + (v_col - k_col);
+        const bool first = c0 == 0 && !merge;
+        const Stored* k_tile = kv.data + static_cast<size_t>(b * T + part.k_first + c0) * ld_kv;
+        const Stored* v_tile = k_tile + KVH * HS;
         // Batched over the key/value heads, once per query head of a group (query head g G + j
         // reads key/value head g).
         for (int j = 0; j < G; ++j)
           gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, scale, q_block + j * HS, ld_qkv, G * HS,
-                        k_tile, ld_qkv, HS, 0.0f, scores + j * tile, K, G * tile, KVH);
+                        k_tile, ld_kv, HS, 0.0f, scores + j * tile, K, G * tile, KVH);
         Kokkos::parallel_for(
             "attention_softmax", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
               const int h = team.league_rank() / rows, i = team.league_rank() % rows;
               const long long at = h * tile + static_cast<long long>(i) * K;
               float* row = scores + at;
-              float* row_max = lse.data() + static_cast<size_t>(b * NH + h) * T + r0 + i;
+              float* row_max =
+                  lse.data() + static_cast<size_t>(b * NH + h) * T + part.q_first + r0 + i;
               float* o_row = o_base + static_cast<long long>(i) * o_ld + h * o_head;
-              const int valid = causal_keys(r0 + i, c0, cols);
-              const float old_max = c0 == 0 ? kNoScore : *row_max;
+              const int valid = causal_keys(r0 + i + shift, c0, cols);
+              const float old_max = first ? kNoScore : *row_max;
               const float tile_max = team_max(
                   team, valid, [&](int j) { return row[j]; }, kNoScore);
               const float new_max = tile_max > old_max ? tile_max : old_max;
@@ -383,24 +492,24 @@ inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, con
                 row[j] = 0.0f;
                 if (kHalf) probs16[at + j] = E::store(0.0f);
               });
-              if (c0 > 0)
+              if (!first)
                 Kokkos::parallel_for(Kokkos::TeamThreadRange(team, HS),
                                      [&](int d) { o_row[d] *= rescale; });
               team.team_barrier();
               Kokkos::single(Kokkos::PerTeam(team), [&] {
                 float& l = row_sum[h * R + i];
-                l = c0 == 0 ? sum : l * rescale + sum;
+                l = first ? sum : l * rescale + sum;
                 *row_max = new_max;
               });
             });
-        const float beta = c0 == 0 ? 0.0f : 1.0f;
+        const float beta = first ? 0.0f : 1.0f;
         for (int j = 0; j < G; ++j)
           if constexpr (kHalf)
             gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, probs16 + j * tile, K, G * tile,
-                          v_tile, ld_qkv, HS, beta, o_sums + j * o_head, HS, G * o_head, KVH);
+                          v_tile, ld_kv, HS, beta, o_sums + j * o_head, HS, G * o_head, KVH);
           else
             gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, scores + j * tile, K, G * tile,
-                          v_tile, ld_qkv, HS, beta, o_base + j * o_head, ld_out, G * o_head, KVH);
+                          v_tile, ld_kv, HS, beta, o_base + j * o_head, ld_out, G * o_head, KVH);
       }
       Kokkos::parallel_for(
           "attention_normalise", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
@@ -409,13 +518,13 @@ inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, con
             float* o_row = o_base + static_cast<long long>(i) * o_ld + h * o_head;
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, HS), [&](int d) {
               if (kHalf)
-                o(b * T + r0 + i, h * HS + d) = E::store(o_row[d] / l);
+                o(q_row + i, h * HS + d) = E::store(o_row[d] / l);
               else
                 o_row[d] /= l;
             });
             team.team_barrier();
             Kokkos::single(Kokkos::PerTeam(team), [&] {
-              float& row_lse = lse(static_cast<size_t>(b * NH + h) * T + r0 + i);
+              float& row_lse = lse(static_cast<size_t>(b * NH + h) * T + part.q_first + r0 + i);
               row_lse += kmath::log(l);
             });
           });
@@ -423,14 +532,25 @@ inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, con
 }
 
 template <class E = Fp32Elements>
+inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, const Vec& lse,
+                                      const Vec& scratch, const ConstMatOf<E>& qkv,
+                                      AttentionShape s, AttentionTiles tiles) {
+  attention_forward_batched<E>(exec, out, lse, scratch, qkv, packed_key_values<E>(qkv, s), s, tiles,
+                               whole_sequence(s.T));
+}
+
+template <class E = Fp32Elements>
 inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, const Vec& scratch,
                                        const ConstMatOf<E>& dout, const ConstMatOf<E>& qkv,
+                                       KeyValueRows<typename E::Stored> kv,
                                        const ConstMatOf<E>& out, const ConstVec& lse,
-                                       AttentionShape s, AttentionTiles tiles) {
+                                       AttentionShape s, AttentionTiles tiles, AttentionPart part,
+                                       const AttentionGradSums* sums) {
   using Stored = typename E::Stored;
   constexpr bool kHalf = !std::is_same_v<E, Fp32Elements>;
   const int T = s.T, NH = s.NH, HS = s.HS, C = s.NH * s.HS, R = tiles.rows, K = tiles.keys;
   const int KVH = s.kv_heads(), G = s.group(), KV = 2 * KVH * HS;  // KV: k | v columns
+  const int shift = part.shift, ld_kv = kv.ld;
   const float scale = 1.0f / kmath::sqrt(static_cast<float>(HS));
   const int ld_qkv = static_cast<int>(qkv.stride(0)), ld_out = static_cast<int>(out.stride(0));
   const int ld_dout = static_cast<int>(dout.stride(0)), ld_dqkv = static_cast<int>(dqkv.stride(0));
@@ -447,22 +567,36 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
   float* const dkv_sums = dq_sums + static_cast<size_t>(NH) * R * HS;
   const long long head_sums = static_cast<long long>(R) * HS;
   const MatOf<E> d = dqkv;
-  if (!kHalf)
+  const bool summed = sums != nullptr;
+  if (!kHalf && !summed)
     Kokkos::parallel_for(  // dk and dv are sums over query blocks
         "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, s.B * T * KV),
         KOKKOS_LAMBDA(int e) { d(e / KV, C + e % KV) = E::store(0.0f); });
   for (int b = 0; b < s.B; ++b) {
-    if (kHalf)
+    if (kHalf && !summed)
       Kokkos::parallel_for(
           "attention_zero_dkv", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * KV),
           KOKKOS_LAMBDA(size_t e) { dkv_sums[e] = 0.0f; });
-    for (int r0 = 0; r0 < T; r0 += R) {
-      const int rows = T - r0 < R ? T - r0 : R, keys_end = r0 + rows;
-      const size_t first = static_cast<size_t>(b) * T + r0;
+    for (int r0 = 0; r0 < part.q_rows; r0 += R) {
+      const int rows = part.q_rows - r0 < R ? part.q_rows - r0 : R;
+      const int keys_end = r0 + rows + shift < part.k_rows ? r0 + rows + shift : part.k_rows;
+      const size_t first = static_cast<size_t>(b) * T + part.q_first + r0;
       const Stored* q_block = qkv.data() + first * ld_qkv;
       const Stored* g_block = dout.data() + first * ld_dout;
       const Stored* o_block = out.data() + first * ld_out;
-      Stored* dq_block = dqkv.data() + first * ld_dqkv;
+      // Where dq sums: into the given sums, into dqkv (fp32) or per head into dq_sums (16-bit).
+      float* dq_base = dq_sums;
+      int dq_ld = HS;
+      long long dq_head = head_sums;
+      if (summed) {
+        dq_base = sums->dq + first * sums->ld_dq;
+        dq_ld = sums->ld_dq;
+        dq_head = HS;
+      } else if constexpr (!kHalf) {
+        dq_base = reinterpret_cast<float*>(dqkv.data() + first * ld_dqkv);
+        dq_ld = ld_dqkv;
+        dq_head = HS;
+      }
       Kokkos::parallel_for(
           "attention_row_dot", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
             const int h = team.league_rank() / rows, i = team.league_rank() % rows;
@@ -474,14 +608,24 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
           });
       for (int c0 = 0; c0 < keys_end; c0 += K) {
         const int cols = keys_end - c0 < K ? keys_end - c0 : K;
-        const size_t key_row = static_cast<size_t>(b) * T + c0;
-        const Stored* k_tile = qkv.data() + key_row * ld_qkv + C;
+        const size_t key_row = static_cast<size_t>(b) * T + part.k_first + c0;
+        const Stored* k_tile = kv.data + key_row * ld_kv;
         const Stored* v_tile = k_tile + KVH * HS;
+        // Where the tile's dk | dv sum: the given sums, dqkv (fp32) or dkv_sums (16-bit).
+        float* dk_base = dkv_sums + static_cast<size_t>(part.k_first + c0) * KV;
+        int dk_ld = KV;
+        if (summed) {
+          dk_base = sums->dkv + key_row * sums->ld_dkv;
+          dk_ld = sums->ld_dkv;
+        } else if constexpr (!kHalf) {
+          dk_base = reinterpret_cast<float*>(dqkv.data() + key_row * ld_dqkv + C);
+          dk_ld = ld_dqkv;
+        }
         for (int j = 0; j < G; ++j) {  // query head g G + j reads key/value head g
           gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, scale, q_block + j * HS, ld_qkv, G * HS,
-                        k_tile, ld_qkv, HS, 0.0f, probs + j * tile, K, G * tile, KVH);
+                        k_tile, ld_kv, HS, 0.0f, probs + j * tile, K, G * tile, KVH);
           gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, 1.0f, g_block + j * HS, ld_dout, G * HS,
-                        v_tile, ld_qkv, HS, 0.0f, grads + j * tile, K, G * tile, KVH);
+                        v_tile, ld_kv, HS, 0.0f, grads + j * tile, K, G * tile, KVH);
         }
         // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
         Kokkos::parallel_for(
@@ -491,8 +635,8 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
               const long long at = h * tile + static_cast<long long>(i) * K;
               float* prow = probs + at;
               float* drow = grads + at;
-              const int valid = causal_keys(r0 + i, c0, cols);
-              const float row_l = lse(static_cast<size_t>(b * NH + h) * T + r0 + i);
+              const int valid = causal_keys(r0 + i + shift, c0, cols);
+              const float row_l = lse(static_cast<size_t>(b * NH + h) * T + part.q_first + r0 + i);
               const float dot = row_dot[h * R + i];
               Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
                 const float pj = j < valid ? kmath::exp_vec(prow[j] - row_l) : 0.0f;
@@ -506,31 +650,30 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
                 }
               });
             });
-        const float beta = c0 == 0 ? 0.0f : 1.0f;
+        const float beta = c0 == 0 && !summed ? 0.0f : 1.0f;
         // dk and dv of key/value head g sum over its G query heads: one batched call per j.
         for (int j = 0; j < G; ++j) {
           const long long at = j * tile, every = G * tile;
           if constexpr (kHalf) {
-            float* dk_sums = dkv_sums + static_cast<size_t>(c0) * KV;
             gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads16 + at, K, every, k_tile,
-                          ld_qkv, HS, beta, dq_sums + j * head_sums, HS, G * head_sums, KVH);
+                          ld_kv, HS, beta, dq_base + j * dq_head, dq_ld, G * dq_head, KVH);
             gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads16 + at, K, every,
-                          q_block + j * HS, ld_qkv, G * HS, 1.0f, dk_sums, KV, HS, KVH);
+                          q_block + j * HS, ld_qkv, G * HS, 1.0f, dk_base, dk_ld, HS, KVH);
             gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs16 + at, K, every,
-                          g_block + j * HS, ld_dout, G * HS, 1.0f, dk_sums + KVH * HS, KV, HS, KVH);
+                          g_block + j * HS, ld_dout, G * HS, 1.0f, dk_base + KVH * HS, dk_ld, HS,
+                          KVH);
           } else {
-            Stored* dk_tile = dqkv.data() + key_row * ld_dqkv + C;
-            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads + at, K, every, k_tile,
-                          ld_qkv, HS, beta, dq_block + j * HS, ld_dqkv, G * HS, KVH);
+            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads + at, K, every, k_tile, ld_kv,
+                          HS, beta, dq_base + j * dq_head, dq_ld, G * dq_head, KVH);
             gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads + at, K, every,
-                          q_block + j * HS, ld_qkv, G * HS, 1.0f, dk_tile, ld_dqkv, HS, KVH);
+                          q_block + j * HS, ld_qkv, G * HS, 1.0f, dk_base, dk_ld, HS, KVH);
             gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs + at, K, every,
-                          g_block + j * HS, ld_dout, G * HS, 1.0f, dk_tile + KVH * HS, ld_dqkv, HS,
+                          g_block + j * HS, ld_dout, G * HS, 1.0f, dk_base + KVH * HS, dk_ld, HS,
                           KVH);
           }
         }
       }
-      if (kHalf)
+      if (kHalf && !summed)
         Kokkos::parallel_for(
             "attention_store_dq", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(rows) * C),
             KOKKOS_LAMBDA(size_t e) {
@@ -540,7 +683,7 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
                   E::store(dq_sums[h * head_sums + static_cast<long long>(i) * HS + x]);
             });
     }
-    if (kHalf)
+    if (kHalf && !summed)
       Kokkos::parallel_for(
           "attention_store_dkv", Kokkos::RangePolicy<Exec>(exec, 0, static_cast<size_t>(T) * KV),
           KOKKOS_LAMBDA(size_t e) {
@@ -548,6 +691,15 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
             d(static_cast<size_t>(b) * T + t, C + c) = E::store(dkv_sums[e]);
           });
   }
+}
+
+template <class E = Fp32Elements>
+inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, const Vec& scratch,
+                                       const ConstMatOf<E>& dout, const ConstMatOf<E>& qkv,
+                                       const ConstMatOf<E>& out, const ConstVec& lse,
+                                       AttentionShape s, AttentionTiles tiles) {
+  attention_backward_batched<E>(exec, dqkv, scratch, dout, qkv, packed_key_values<E>(qkv, s), out,
+                                lse, s, tiles, whole_sequence(s.T), nullptr);
 }
 
 // The attention of this build on tensors stored as E: batched on GPUs, tiled per (sequence, head)
@@ -558,10 +710,11 @@ inline void attention_forward(const Exec& exec, const MatOf<E>& out, const Vec& 
                               const Vec& scratch, const ConstMatOf<E>& qkv, AttentionShape s,
                               AttentionTiles asked = {0, 0}) {
   Region region("trident::attention_forward");
+  const AttentionTiles tiles = attention_tiles(s.T, asked);
 #if defined(KOKKOS_ENABLE_CUDA)
-  attention_forward_batched<E>(exec, out, lse, scratch, qkv, s, attention_tiles(s.T, asked));
+  attention_forward_batched<E>(exec, out, lse, scratch, qkv, s, tiles);
 #else
-  attention_forward_tiled<E>(exec, out, lse, scratch, qkv, s, attention_tiles(s.T, asked));
+  attention_forward_tiled<E>(exec, out, lse, scratch, qkv, s, tiles);
 #endif
 }
 
@@ -576,6 +729,44 @@ inline void attention_backward(const Exec& exec, const MatOf<E>& dqkv, const Vec
   attention_backward_batched<E>(exec, dqkv, scratch, dout, qkv, out, lse, s, tiles);
 #else
   attention_backward_tiled<E>(exec, dqkv, scratch, dout, qkv, out, lse, s, tiles);
+#endif
+}
+
+// One part of an attention (context parallelism): the queries of qkv against the keys and values
+// of kv [B*T, 2 KVH HS], into out and lse (merged with what they hold when part.merge). The
+// scratch as for attention_forward.
+template <class E = Fp32Elements>
+inline void attention_forward_part(const Exec& exec, const MatOf<E>& out, const Vec& lse,
+                                   const Vec& scratch, const ConstMatOf<E>& qkv,
+                                   const ConstMatOf<E>& kv, AttentionShape s, AttentionPart part,
+                                   AttentionTiles asked = {0, 0}) {
+  Region region("trident::attention_forward_part");
+  const AttentionTiles tiles = attention_tiles(s.T, asked);
+  const KeyValueRows<typename E::Stored> rows{kv.data(), static_cast<int>(kv.stride(0))};
+#if defined(KOKKOS_ENABLE_CUDA)
+  attention_forward_batched<E>(exec, out, lse, scratch, qkv, rows, s, tiles, part);
+#else
+  attention_forward_tiled<E>(exec, out, lse, scratch, qkv, rows, s, tiles, part);
+#endif
+}
+
+// The part's gradients, from dout and the whole attention's out and lse (every part merged),
+// added to sums: dq of qkv's queries, dk | dv of kv's rows.
+template <class E = Fp32Elements>
+inline void attention_backward_part(const Exec& exec, const AttentionGradSums& sums,
+                                    const Vec& scratch, const ConstMatOf<E>& dout,
+                                    const ConstMatOf<E>& qkv, const ConstMatOf<E>& kv,
+                                    const ConstMatOf<E>& out, const ConstVec& lse, AttentionShape s,
+                                    AttentionPart part, AttentionTiles asked = {0, 0}) {
+  Region region("trident::attention_backward_part");
+  const AttentionTiles tiles = attention_tiles(s.T, asked);
+  const KeyValueRows<typename E::Stored> rows{kv.data(), static_cast<int>(kv.stride(0))};
+#if defined(KOKKOS_ENABLE_CUDA)
+  attention_backward_batched<E>(exec, MatOf<E>(), scratch, dout, qkv, rows, out, lse, s, tiles,
+                                part, &sums);
+#else
+  attention_backward_tiled<E>(exec, MatOf<E>(), scratch, dout, qkv, rows, out, lse, s, tiles, part,
+                              &sums);
 #endif
 }
 

@@ -1,4 +1,4 @@
-// Elementwise buffer kernels the drivers need: exchange two buffers, scale one.
+// Elementwise buffer kernels the drivers need: exchange two buffers, scale one, add one to another.
 #pragma once
 
 #include "core/types.hpp"
@@ -23,6 +23,14 @@ inline void scale(const Exec& exec, const Vec& x, float factor) {
   Kokkos::parallel_for(
       "scale", Kokkos::RangePolicy<Exec>(exec, 0, x.extent(0)),
       KOKKOS_LAMBDA(size_t i) { x(i) *= factor; });
+}
+
+// y += x (same extent).
+inline void add_values(const Exec& exec, const Vec& y, const ConstVec& x) {
+  Region region("trident::add_values");
+  Kokkos::parallel_for(
+      "add_values", Kokkos::RangePolicy<Exec>(exec, 0, y.extent(0)),
+      KOKKOS_LAMBDA(size_t i) { y(i) += x(i); });
 }
 
 }  // namespace trident::kernels

@@ -1,5 +1,6 @@
 // Rotary position embeddings (RoPE) in Hugging Face's rotate-half layout, and the copies of
-// key/value heads grouped-query attention sums over tensor-parallel replicas.
+// key/value heads that grouped-query attention sums over tensor-parallel replicas and context
+// parallelism passes between ranks.
 #pragma once
 
 #include <cmath>
@@ -57,6 +58,20 @@ inline void copy_columns(const Exec& exec, const MatOf<E>& dst, int dst_col,
         const size_t n = e / width;
         const int j = static_cast<int>(e % width);
         dst(n, dst_col + j) = src(n, src_col + j);
+      });
+}
+
+// dst(n, dst_col + j) = src(n, j) rounded to E, for j < width, every row: fp32 sums stored into
+// the columns of a tensor.
+template <class E = Fp32Elements>
+inline void store_columns(const Exec& exec, const MatOf<E>& dst, int dst_col, const ConstMat& src,
+                          int width) {
+  Kokkos::parallel_for(
+      "store_columns", Kokkos::RangePolicy<Exec>(exec, 0, src.extent(0) * width),
+      KOKKOS_LAMBDA(size_t e) {
+        const size_t n = e / width;
+        const int j = static_cast<int>(e % width);
+        dst(n, dst_col + j) = E::store(src(n, j));
       });
 }
 

@@ -1,0 +1,90 @@
+// Context parallelism: each sequence split over the cp ranks in 2 cp balanced causal chunks, and
+// attention across the chunks, key/value chunks passed around a ring or all-gathered.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <vector>
+
+#include "comm/comm.hpp"
+#include "core/names.hpp"
+#include "core/stored.hpp"
+#include "core/types.hpp"
+#include "kernels/attention.hpp"
+
+namespace trident {
+
+// How keys and values reach the other ranks' queries (parallel.cp_comm): around a ring, one
+// chunk in flight while the previous one is attended to (Megatron-Core, Transformer Engine,
+// torchtitan), or all-gathered at once (Llama 3).
+enum class CpComm { kRing, kAllgather };
+template <>
+inline constexpr std::array<Named<CpComm>, 2> kNames<CpComm>{
+    {{CpComm::kRing, "ring"}, {CpComm::kAllgather, "allgather"}}};
+
+// A sequence of T tokens cut into 2 cp chunks of T / (2 cp): rank r of the cp group holds chunks r
+// and 2 cp - 1 - r, in that order, as its T / cp rows. The early chunk's queries see few keys and
+// the late one's many, so every rank does the same attention work.
+struct ContextSplit {
+  int cp = 1, rank = 0, T = 1;
+  int chunk() const { return T / (2 * cp); }
+  int local() const { return T / cp; }
+  // The global chunk index of `owner`'s first (half 0) or second (half 1) chunk.
+  int chunk_of(int owner, int half) const { return half == 0 ? owner : 2 * cp - 1 - owner; }
+  // The global position of this rank's local row t < local().
+  int position(int t) const {
+    const int c = chunk();
+    return t < c ? chunk_of(rank, 0) * c + t : chunk_of(rank, 1) * c + t - c;
+  }
+};
+
+// The parts (kernels::AttentionPart) of this rank's queries against `source`'s key/value chunks,
+// rows counted within each rank's T / cp: the diagonal step (source == rank: each chunk against
+// itself, causal, then the late chunk against the early one), a lower step (source < rank: both
+// chunks against the source's early chunk, every key visible) or an upper step (source > rank:
+// the late chunk against both of the source's, every key visible). Each step is 2 chunk^2 score
+// products, the diagonal's two causal halves included. The first part of each query row is the
+// diagonal's, which starts its online softmax; every other part merges into it.
+std::vector<kernels::AttentionPart> context_parts(const ContextSplit& split, int source);
+
+// Elements of the buffers one context-parallel attention call takes, for B sequences of this
+// rank's T / cp rows with NH query and KVH key/value heads of HS channels (the memory model sums
+// the same numbers): key/value chunks in the storage format (the ring's two in flight, or the cp
+// all-gathered) and backward's fp32 sums (dq; dk | dv partials and the one arriving on the ring,
+// or every rank's before the reduce-scatter plus this rank's).
+struct ContextAttentionElements {
+  size_t kv = 0;    // storage format
+  size_t sums = 0;  // fp32
+};
+ContextAttentionElements context_attention_elements(const ContextSplit& split, CpComm comm, int B,
+                                                    int NH, int KVH, int HS);
+
+// Attention of this rank's queries over the whole sequence, keys and values of the others' chunks
+// arriving through `comm` (the cp group; null with cp = 1). Every rank of the group calls each
+// method in the same order with the same shapes.
+class ContextAttention {
+ public:
+  ContextAttention(Communicator* comm, const ContextSplit& split, CpComm how);
+  // out [B*T/cp, NH HS] and lse from qkv [B*T/cp, (NH + 2 KVH) HS] (shape.T: the local T / cp
+  // rows); `kv` holds context_attention_elements().kv elements in qkv's format, scratch the
+  // attention scratch for shape.
+  void forward(const Exec& exec, const StoredTensor& out, const View1& lse, const Vec& scratch,
+               const StoredTensor& qkv, const kernels::AttentionShape& shape,
+               const StoredTensor& kv, kernels::AttentionTiles tiles = {0, 0}) const;
+  // dqkv (overwritten) from dout and forward's qkv, out and lse; kv as forward, sums
+  // context_attention_elements().sums fp32 elements.
+  void backward(const Exec& exec, const StoredTensor& dqkv, const Vec& scratch,
+                const StoredTensor& dout, const StoredTensor& qkv, const StoredTensor& out,
+                const View1& lse, const kernels::AttentionShape& shape, const StoredTensor& kv,
+                const View1& sums, kernels::AttentionTiles tiles = {0, 0}) const;
+  // Bytes this rank sent of keys, values and their gradients since construction.
+  size_t bytes_sent() const { return bytes_sent_; }
+
+ private:
+  Communicator* comm_;
+  ContextSplit split_;
+  CpComm how_;
+  mutable size_t bytes_sent_ = 0;
+};
+
+}  // namespace trident
