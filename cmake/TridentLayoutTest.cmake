@@ -1,7 +1,9 @@
-# trident_add_layout_test(DP TP PP SCHEDULE V [ZERO [OFFLOAD [SP [EP]]]]): one ctest named after the
-# layout that checks it against the serial run (tests/e2e/layout_vs_serial.sh): 20 losses and the
-# first gradients. ZERO is the ZeRO stage (default 0), OFFLOAD the optimizer offload (default
-# none), SP 1 turns on sequence parallelism (default 0), EP is the expert-parallel size (default 1). With TRIDENT_LAYOUT_RUN set (a run config
+# trident_add_layout_test(DP TP PP SCHEDULE V [ZERO [OFFLOAD [SP [EP [CP]]]]]): one ctest named after
+# the layout that checks it against the serial run (tests/e2e/layout_vs_serial.sh): 20 losses and
+# the first gradients. ZERO is the ZeRO stage (default 0), OFFLOAD the optimizer offload (default
+# none), SP 1 turns on sequence parallelism (default 0), EP is the expert-parallel size (default
+# 1), CP the context-parallel size (default 1). With TRIDENT_LAYOUT_SETS set (KEY=VALUE ...), both
+# runs take those overrides and the name ends with them. With TRIDENT_LAYOUT_RUN set (a run config
 # under inputs/, e.g. llama-tiny) the test runs that model instead of the tiny GPT-2 and its name
 # starts with the run's family ("llama_layout.").
 function(trident_add_layout_test dp tp pp schedule v)
@@ -20,6 +22,10 @@ function(trident_add_layout_test dp tp pp schedule v)
   set(ep 1)
   if(ARGC GREATER 8)
     set(ep ${ARGV8})
+  endif()
+  set(cp 1)
+  if(ARGC GREATER 9)
+    set(cp ${ARGV9})
   endif()
   set(run tiny)
   set(name "layout.dp${dp}_tp${tp}_pp${pp}")
@@ -46,10 +52,18 @@ function(trident_add_layout_test dp tp pp schedule v)
   if(ep GREATER 1)
     string(APPEND name "_ep${ep}")
   endif()
+  if(cp GREATER 1)
+    string(APPEND name "_cp${cp}")
+  endif()
+  set(environment "${TRIDENT_TEST_ENV};TRIDENT_TEST_RUN=${run}")
+  if(TRIDENT_LAYOUT_SETS)
+    string(REGEX REPLACE "[.= ]" "_" suffix "${TRIDENT_LAYOUT_SETS}")
+    string(APPEND name "_${suffix}")
+    list(APPEND environment "LAYOUT_SETS=${TRIDENT_LAYOUT_SETS}")
+  endif()
   add_test(NAME ${name}
            COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/layout_vs_serial.sh ${TRIDENT_EXE}
                    ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/${name} ${dp} ${tp} ${pp}
-                   ${schedule} ${v} ${zero} ${offload} ${sp} ${ep})
-  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${TRIDENT_TEST_ENV};TRIDENT_TEST_RUN=${run}"
-                                          TIMEOUT 300 LABELS layout)
+                   ${schedule} ${v} ${zero} ${offload} ${sp} ${ep} ${cp})
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${environment}" TIMEOUT 300 LABELS layout)
 endfunction()

@@ -226,9 +226,9 @@ void print_config_memory(const trident::Config& c, double gpu_mem_gb) {
   const trident::BusiestRank r = trident::predict_busiest_rank(trident::memory_query(c));
   const auto& p = c.parallel;
   std::printf(
-      "this config as written: dp=%d tp=%d pp=%d (%d ranks) %s%s%s, ZeRO-%d, %s compute, "
+      "this config as written: %s (%d ranks) %s%s%s, ZeRO-%d, %s compute, "
       "recompute %s, micro-batch %d x %d per step\n",
-      p.dp, p.tp, p.pp, p.dp * p.tp * p.pp, trident::name_of(p.schedule),
+      p.shape().describe().c_str(), static_cast<int>(p.ranks()), trident::name_of(p.schedule),
       p.sequence_parallel && p.tp > 1 ? ", sequence parallel" : "",
       c.model.moe.enabled() ? fmt::format(", ep={}", p.ep).c_str() : "",
       static_cast<int>(c.zero.stage), trident::name_of(c.precision.compute),
@@ -686,7 +686,7 @@ struct PlanCommand {
   static void print_expert_options(trident::Config c) {
     if (c.parallel.dp == 0) c.parallel.dp = 1;
     try {
-      c = trident::resolve(c, c.parallel.dp * c.parallel.tp * c.parallel.pp);
+      c = trident::resolve(c, static_cast<int>(c.parallel.ranks()));
     } catch (const trident::InputError& e) {  // the counts stand; the layout does not
       std::printf("the config's layout is not one a run can have: %s\n", e.what());
       return;
@@ -765,7 +765,7 @@ struct PlanCommand {
     }
     // The config's own layout on its own ranks (dp = 0 fills --gpus), and its batch.
     const auto& p = c.parallel;
-    const int ranks = p.dp > 0 ? p.dp * p.tp * p.pp : cluster.gpus;
+    const int ranks = p.dp > 0 ? static_cast<int>(p.ranks()) : cluster.gpus;
     if (app->count("--gpus") == 0) cluster.gpus = ranks;
     if (app->count("--batch-tokens") == 0)
       batch_tokens = static_cast<double>(c.train.batch_size) * c.train.seq_len;

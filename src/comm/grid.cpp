@@ -16,6 +16,8 @@ const char* name_of(Axis axis) {
   switch (axis) {
     case Axis::dp:
       return "dp";
+    case Axis::cp:
+      return "cp";
     case Axis::tp:
       return "tp";
     case Axis::pp:
@@ -38,7 +40,8 @@ int GridShape::size() const {
 std::string PerAxis::describe() const {
   std::string out;
   for (const Axis a : kAxes)
-    out += fmt::format("{}{}={}", out.empty() ? "" : " ", name_of(a), (*this)[a]);
+    if (a != Axis::cp || (*this)[a] != 1)
+      out += fmt::format("{}{}={}", out.empty() ? "" : " ", name_of(a), (*this)[a]);
   return out;
 }
 
@@ -96,6 +99,7 @@ Grid::Grid(MPI_Comm world, GridShape shape, int ep) : shape_(shape) {
   axis_comms_.fill(MPI_COMM_NULL);
   for (const Axis a : kAxes) axis_comms_[static_cast<int>(a)] = sub_grid({a});
   mp_ = sub_grid({Axis::pp, Axis::tp});
+  data_ = sub_grid({Axis::dp, Axis::cp});
   const int last_stage = shape[Axis::pp] - 1;
   const bool end_rank = coord_[Axis::pp] == 0 || coord_[Axis::pp] == last_stage;
   // One group per (dp, tp), named by its pp rank 0.
@@ -104,7 +108,8 @@ Grid::Grid(MPI_Comm world, GridShape shape, int ep) : shape_(shape) {
       MPI_Comm_split(cart_, end_rank ? first : MPI_UNDEFINED, coord_[Axis::pp], &embedding_));
   // The fold splits this stage's dp x tp ranks (colours below dp x tp x pp name one group each).
   experts_ = expert_fold(shape, coord_, ep);
-  const int stage_colour = coord_[Axis::pp] * shape[Axis::dp] * shape[Axis::tp];
+  const int stage_colour =
+      (coord_[Axis::pp] * shape[Axis::cp] + coord_[Axis::cp]) * shape[Axis::dp] * shape[Axis::tp];
   TRIDENT_MPI(
       MPI_Comm_split(cart_, stage_colour + experts_.expert_dp_rank, experts_.ep_rank, &expert_));
   TRIDENT_MPI(MPI_Comm_split(cart_, stage_colour + experts_.ep_rank, experts_.expert_dp_rank,
@@ -139,7 +144,7 @@ bool Grid::axis_node_local(MPI_Comm axis, int size) const {
 Grid::~Grid() {
   for (MPI_Comm& c : axis_comms_)
     if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
-  for (MPI_Comm* c : {&expert_, &expert_data_, &embedding_, &mp_, &cart_})
+  for (MPI_Comm* c : {&expert_, &expert_data_, &embedding_, &mp_, &data_, &cart_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 

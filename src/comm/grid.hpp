@@ -10,13 +10,15 @@
 
 namespace trident {
 
-// The world's axes, in the order they are printed ("dp=2 tp=2 pp=1") and configured.
-enum class Axis { dp, tp, pp };
-inline constexpr int kAxisCount = 3;
-inline constexpr std::array<Axis, kAxisCount> kAxes{Axis::dp, Axis::tp, Axis::pp};
-// Rank order, fastest first: rank = tp + tp_size * (dp + dp_size * pp). A tensor-parallel group
-// is contiguous in rank order, hence on one node under the usual block rank placement.
-inline constexpr std::array<Axis, kAxisCount> kRankOrder{Axis::tp, Axis::dp, Axis::pp};
+// The world's axes, in the order they are printed ("dp=2 tp=2 pp=1", cp only when it splits
+// sequences: "dp=2 cp=2 tp=2 pp=1") and configured.
+enum class Axis { dp, cp, tp, pp };
+inline constexpr int kAxisCount = 4;
+inline constexpr std::array<Axis, kAxisCount> kAxes{Axis::dp, Axis::cp, Axis::tp, Axis::pp};
+// Rank order, fastest first: rank = tp + tp_size * (cp + cp_size * (dp + dp_size * pp)). A
+// tensor-parallel group is contiguous in rank order, hence on one node under the usual block rank
+// placement, and a context-parallel group (which passes key/value chunks every layer) next to it.
+inline constexpr std::array<Axis, kAxisCount> kRankOrder{Axis::tp, Axis::cp, Axis::dp, Axis::pp};
 const char* name_of(Axis axis);
 
 // One axis and a value along it: a size in a GridShape, an index in a GridCoord.
@@ -91,6 +93,11 @@ class Grid {
   MPI_Comm comm(Axis axis) const { return axis_comms_[static_cast<int>(axis)]; }
   // pp x tp: one model replica, over which the global gradient norm is reduced.
   MPI_Comm model_parallel_comm() const { return mp_; }
+  // dp x cp: the ranks holding the same parameters (cp ranks are replicas that see different
+  // tokens of the same sequences), over which gradients are summed and ZeRO shards.
+  MPI_Comm data_comm() const { return data_; }
+  int data_size() const { return shape_[Axis::dp] * shape_[Axis::cp]; }
+  int data_rank() const { return coord_[Axis::cp] + shape_[Axis::cp] * coord_[Axis::dp]; }
   // pp ranks 0 and pp-1 at this (dp, tp): the first and last stage, both holding the tied token
   // embedding (a single rank when pp == 1; MPI_COMM_NULL on the middle pp ranks).
   MPI_Comm embedding_comm() const { return embedding_; }
@@ -113,6 +120,7 @@ class Grid {
   GridCoord coord_;
   int rank_ = 0;
   MPI_Comm cart_ = MPI_COMM_NULL, mp_ = MPI_COMM_NULL, embedding_ = MPI_COMM_NULL;
+  MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Comm expert_ = MPI_COMM_NULL, expert_data_ = MPI_COMM_NULL;
   ExpertFold experts_;
   std::array<MPI_Comm, kAxisCount> axis_comms_{};

@@ -408,12 +408,13 @@ Config read_checkpoint_config(const std::string& path) {
       parse_config_text(h5::read_attr_string(file, "config", path), path + " (config)");
   // Validated as a config file is, for the layout that wrote it: the model's sizes decide what
   // every reader allocates.
-  const int64_t world = int64_t{c.parallel.dp} * c.parallel.tp * c.parallel.pp;
-  if (c.parallel.dp < 1 || c.parallel.tp < 1 || c.parallel.pp < 1 || world > (int64_t{1} << 24))
+  const ParallelSection& p = c.parallel;
+  const int64_t world = p.ranks();
+  if (p.dp < 1 || p.cp < 1 || p.tp < 1 || p.pp < 1 || world > (int64_t{1} << 24))
     throw InputError(
-        fmt::format("checkpoint '{}': its config's layout dp = {}, tp = {}, pp = {} "
-                    "is not one a run can have",
-                    path, c.parallel.dp, c.parallel.tp, c.parallel.pp));
+        fmt::format("checkpoint '{}': its config's layout dp = {}, cp = {}, tp = {}, "
+                    "pp = {} is not one a run can have",
+                    path, p.dp, p.cp, p.tp, p.pp));
   validate(c, static_cast<int>(world));
   return c;
 }

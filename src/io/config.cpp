@@ -182,7 +182,11 @@ std::vector<Field> run_fields(Config& c) {
 // The layout, sharding, offload, precision, data-parallel mode and recomputation keys.
 std::vector<Field> layout_fields(Config& c) {
   return {
-      {"parallel", "dp", &c.parallel.dp, "data-parallel replicas (0: world size / (tp*pp))"},
+      {"parallel", "dp", &c.parallel.dp, "data-parallel replicas (0: world size / (cp*tp*pp))"},
+      {"parallel", "cp", &c.parallel.cp,
+       "context-parallel ranks: each sequence split over them in 2 cp balanced chunks"},
+      {"parallel", "cp_comm", choice(&c.parallel.cp_comm),
+       "how context parallelism moves keys and values: ring, allgather"},
       {"parallel", "tp", &c.parallel.tp, "tensor-parallel ranks"},
       {"parallel", "pp", &c.parallel.pp, "pipeline-parallel ranks"},
       {"parallel", "ep", &c.parallel.ep,
@@ -686,7 +690,9 @@ void validate_optim(const OptimSection& op, const Checker& require) {
 void validate_layout(const Config& c, int world_size, const Checker& require) {
   const ParallelSection& p = c.parallel;
   const ModelConfig& m = c.model;
-  require(p.tp >= 1 && p.pp >= 1 && p.dp >= 0, "parallel.dp/tp/pp must be positive");
+  const TrainSection& t = c.train;
+  require(p.tp >= 1 && p.pp >= 1 && p.dp >= 0 && p.cp >= 1,
+          "parallel.dp/cp/tp/pp must be positive");
   require(p.virtual_stages >= 1, "parallel.virtual_stages must be at least 1");
   require(
       p.dp_bucket_mb > 0 && p.dp_bucket_mb <= kMaxBufferMb,
@@ -698,13 +704,21 @@ void validate_layout(const Config& c, int world_size, const Checker& require) {
   require(p.backend_pp != CollectiveBackend::kNccl,
           "parallel.backend_pp = 'nccl' is not supported yet: pipeline transfers are tagged MPI "
           "messages (NCCL has no tags); use 'mpi' or 'auto'");
-  require(world_size % (p.tp * p.pp) == 0,
-          fmt::format("parallel.tp*pp = {} must divide the number of MPI ranks {}", p.tp * p.pp,
-                      world_size));
-  require(p.dp * p.tp * p.pp == world_size,
-          fmt::format("parallel.dp*tp*pp = {}*{}*{} = {} must equal the number of MPI ranks {}",
-                      p.dp, p.tp, p.pp, p.dp * p.tp * p.pp, world_size));
-  const TrainSection& t = c.train;
+  // The axes named as a config uses them: cp only where it splits sequences.
+  const int model_ranks = p.cp * p.tp * p.pp;
+  const std::string model_axes = p.cp > 1 ? "cp*tp*pp" : "tp*pp";
+  const std::string model_sizes =
+      p.cp > 1 ? fmt::format("{}*{}*{}", p.cp, p.tp, p.pp) : fmt::format("{}*{}", p.tp, p.pp);
+  require(world_size % model_ranks == 0,
+          fmt::format("parallel.{} = {} must divide the number of MPI ranks {}", model_axes,
+                      model_ranks, world_size));
+  require(p.dp * model_ranks == world_size,
+          fmt::format("parallel.dp*{} = {}*{} = {} must equal the number of MPI ranks {}",
+                      model_axes, p.dp, model_sizes, p.dp * model_ranks, world_size));
+  require(p.cp == 1 || t.seq_len % (2 * p.cp) == 0,
+          fmt::format("parallel.cp = {} cuts every sequence into 2 x cp = {} chunks: train.seq_len "
+                      "= {} must be divisible by {}",
+                      p.cp, 2 * p.cp, t.seq_len, 2 * p.cp));
   require(t.batch_size % p.dp == 0,
           fmt::format("train.batch_size = {} must be divisible by parallel.dp = {}", t.batch_size,
                       p.dp));
@@ -723,10 +737,12 @@ void validate_layout(const Config& c, int world_size, const Checker& require) {
                       "splits the key/value heads, or each rank keeps the one its query heads "
                       "read)",
                       p.tp, m.kv_heads()));
-  require(!p.sequence_parallel || t.seq_len % p.tp == 0,
-          fmt::format("parallel.sequence_parallel splits every sequence over parallel.tp = {}: "
-                      "train.seq_len = {} must be divisible by it",
-                      p.tp, t.seq_len));
+  require(
+      !p.sequence_parallel || (t.seq_len / p.cp) % p.tp == 0,
+      fmt::format("parallel.sequence_parallel splits every sequence over parallel.tp = {}: "
+                  "train.seq_len{} = {} must be divisible by it",
+                  p.tp, p.cp > 1 ? fmt::format(" / parallel.cp ({} / {})", t.seq_len, p.cp) : "",
+                  t.seq_len / p.cp));
   require(m.n_layer % (p.pp * p.virtual_stages) == 0,
           fmt::format("model.n_layer = {} must be divisible by parallel.pp * virtual_stages = {}",
                       m.n_layer, p.pp * p.virtual_stages));
@@ -787,6 +803,16 @@ void validate_data_parallel(const Config& c, const Checker& require) {
                       "offload.params = 'nvme' streams fp32 shards; use one or the other",
                       name_of(pr.compute)));
   require(c.dp.local_steps >= 1, "dp.local_steps must be at least 1");
+  // A cp rank's gradient is its chunks' share of the sequences' gradient: the cp ranks sum theirs
+  // every step, and MoE routing over a sequence split across ranks is not built yet.
+  require(c.parallel.cp == 1 || c.dp.sync == DpSync::kSync,
+          fmt::format("parallel.cp = {} needs dp.sync = 'sync': the context-parallel ranks' "
+                      "gradients are parts of one gradient, summed every step",
+                      c.parallel.cp));
+  require(c.parallel.cp == 1 || !c.model.moe.enabled(),
+          fmt::format("parallel.cp = {} with Mixture-of-Experts layers is not supported yet: "
+                      "routing and capacity would be decided per chunk, not per sequence",
+                      c.parallel.cp));
   require(c.dp.sync != DpSync::kAsync || zero <= 1,
           fmt::format("dp.sync = 'async' needs zero.stage 0 or 1, not {}: ZeRO-2 and 3 "
                       "reduce-scatter gradients during backward, async reduces the whole "
@@ -851,8 +877,8 @@ void validate_expert_parallel(const Config& c, const Checker& require) {
 
 Config resolve(Config c, int world_size) {
   ParallelSection& p = c.parallel;
-  if (p.dp == 0 && p.tp >= 1 && p.pp >= 1 && world_size % (p.tp * p.pp) == 0)
-    p.dp = world_size / (p.tp * p.pp);
+  if (p.dp == 0 && p.tp >= 1 && p.pp >= 1 && p.cp >= 1 && world_size % (p.cp * p.tp * p.pp) == 0)
+    p.dp = world_size / (p.cp * p.tp * p.pp);
   TrainSection& t = c.train;
   if (t.micro_batch_size == 0 && p.dp >= 1 && t.batch_size % p.dp == 0) {
     // One micro-batch per pipeline stage by default.

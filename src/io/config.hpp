@@ -10,6 +10,7 @@
 #include "core/precision.hpp"
 #include "core/stop_request.hpp"
 #include "kernels/attention_tiles.hpp"
+#include "model/context_options.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
 #include "optim/lr_schedule.hpp"
@@ -89,7 +90,14 @@ struct ParallelSection {
   // Expert-parallel ranks, folded onto dp x tp of each stage (comm/grid.hpp): each holds
   // model.n_experts / ep experts of every MoE layer. Not a factor of the world size.
   int ep = 1;
-  GridShape shape() const { return {{Axis::dp, dp}, {Axis::tp, tp}, {Axis::pp, pp}}; }
+  // Context parallelism: every sequence split over cp ranks (2 cp balanced chunks), which attend
+  // to each other's keys and values through cp_comm. A factor of the world size.
+  int cp = 1;
+  CpComm cp_comm = CpComm::kRing;
+  GridShape shape() const {
+    return {{Axis::dp, dp}, {Axis::cp, cp}, {Axis::tp, tp}, {Axis::pp, pp}};
+  }
+  int64_t ranks() const { return int64_t{dp} * cp * tp * pp; }  // the world size it takes
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
   // Sequence parallelism: activations outside the tp regions split along the tokens over tp.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/types.hpp"
+#include "kernels/context_split.hpp"
 #include "kernels/elements.hpp"
 #include "kernels/region.hpp"
 
@@ -26,10 +27,11 @@ inline void fill_rope_table(float* table, int positions, int HS, double theta) {
 
 // Rotates, in place, the first `heads` heads of HS columns of every row of x [B*T, >= heads*HS]
 // (the query heads, then the key heads, of a packed qkv): the pair (i, i + HS/2) of a head at
-// position t = row % T by +angle (forward, sign 1) or -angle (backward: the transpose).
+// position t = split.position(row % T) (row % T itself but under context parallelism) by +angle
+// (forward, sign 1) or -angle (backward: the transpose).
 template <class E = Fp32Elements>
 inline void rope_rotate(const Exec& exec, const MatOf<E>& x, int T, int heads, int HS,
-                        const ConstVec& table, float sign) {
+                        const ConstVec& table, float sign, ContextSplit split = {}) {
   Region region("trident::rope_rotate");
   const int half = HS / 2;
   Kokkos::parallel_for(
@@ -37,7 +39,8 @@ inline void rope_rotate(const Exec& exec, const MatOf<E>& x, int T, int heads, i
       KOKKOS_LAMBDA(size_t e) {
         const size_t n = e / (static_cast<size_t>(heads) * half);
         const int rest = static_cast<int>(e % (static_cast<size_t>(heads) * half));
-        const int h = rest / half, i = rest % half, t = static_cast<int>(n % T);
+        const int h = rest / half, i = rest % half;
+        const int t = split.position(static_cast<int>(n % T));
         const size_t at = (static_cast<size_t>(t) * half + i) * 2;
         const float c = table(at), s = sign * table(at + 1);
         const int c1 = h * HS + i, c2 = c1 + half;

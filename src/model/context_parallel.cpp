@@ -3,6 +3,7 @@
 #include "model/context_parallel.hpp"
 
 #include <stdexcept>
+#include <string>
 
 #include "kernels/cast.hpp"
 #include "kernels/elements.hpp"
@@ -45,21 +46,29 @@ void copy_key_values(const Exec& exec, const MatOf<E>& kv, const MatOf<E>& qkv,
   kernels::copy_columns<E>(exec, kv, 0, qkv, s.NH * s.HS, 2 * s.kv_heads() * s.HS);
 }
 
+// A rank's T / cp rows must be two whole chunks.
+void check_chunks(const ContextSplit& split) {
+  if (split.T % (2 * split.cp) != 0)
+    throw std::logic_error("ContextAttention: " + std::to_string(split.T) +
+                           " tokens do not cut into 2 cp = " + std::to_string(2 * split.cp) +
+                           " chunks");
+}
+
 }  // namespace
 
-ContextAttention::ContextAttention(Communicator* comm, const ContextSplit& split, CpComm how)
-    : comm_(comm), split_(split), how_(how) {
-  if (split.cp > 1 && (comm == nullptr || comm->size() != split.cp || comm->rank() != split.rank))
-    throw std::logic_error("ContextAttention: the communicator is not the cp group of the split");
-  if (split.T % (2 * split.cp) != 0)
-    throw std::logic_error("ContextAttention: the sequence does not cut into 2 cp chunks");
+ContextAttention::ContextAttention(Communicator* comm, int cp, int rank, CpComm how)
+    : comm_(comm), cp_(cp), rank_(rank), how_(how) {
+  if (cp > 1 && (comm == nullptr || comm->size() != cp || comm->rank() != rank))
+    throw std::logic_error("ContextAttention: the communicator is not the cp group");
 }
 
 void ContextAttention::forward(const Exec& exec, const StoredTensor& out, const View1& lse,
                                const Vec& scratch, const StoredTensor& qkv,
                                const kernels::AttentionShape& shape, const StoredTensor& kv,
                                kernels::AttentionTiles tiles) const {
-  const int cp = split_.cp, r = split_.rank, next = (r + 1) % cp, prev = (r + cp - 1) % cp;
+  const int cp = cp_, r = rank_, next = (r + 1) % cp, prev = (r + cp - 1) % cp;
+  const ContextSplit split_ = split(shape.T);
+  check_chunks(split_);
   const size_t N = static_cast<size_t>(shape.B) * shape.T;
   const int KVW = 2 * shape.kv_heads() * shape.HS;
   const size_t n_kv = N * KVW;
@@ -103,7 +112,9 @@ void ContextAttention::backward(const Exec& exec, const StoredTensor& dqkv, cons
                                 const StoredTensor& out, const View1& lse,
                                 const kernels::AttentionShape& shape, const StoredTensor& kv,
                                 const View1& sums, kernels::AttentionTiles tiles) const {
-  const int cp = split_.cp, r = split_.rank, next = (r + 1) % cp, prev = (r + cp - 1) % cp;
+  const int cp = cp_, r = rank_, next = (r + 1) % cp, prev = (r + cp - 1) % cp;
+  const ContextSplit split_ = split(shape.T);
+  check_chunks(split_);
   const size_t N = static_cast<size_t>(shape.B) * shape.T;
   const int C = shape.NH * shape.HS, KVW = 2 * shape.kv_heads() * shape.HS;
   const size_t n_kv = N * KVW, n_q = N * C;

@@ -2,41 +2,19 @@
 // attention across the chunks, key/value chunks passed around a ring or all-gathered.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <vector>
 
 #include "comm/comm.hpp"
-#include "core/names.hpp"
 #include "core/stored.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/context_split.hpp"
+#include "model/context_options.hpp"
 
 namespace trident {
 
-// How keys and values reach the other ranks' queries (parallel.cp_comm): around a ring, one
-// chunk in flight while the previous one is attended to (Megatron-Core, Transformer Engine,
-// torchtitan), or all-gathered at once (Llama 3).
-enum class CpComm { kRing, kAllgather };
-template <>
-inline constexpr std::array<Named<CpComm>, 2> kNames<CpComm>{
-    {{CpComm::kRing, "ring"}, {CpComm::kAllgather, "allgather"}}};
-
-// A sequence of T tokens cut into 2 cp chunks of T / (2 cp): rank r of the cp group holds chunks r
-// and 2 cp - 1 - r, in that order, as its T / cp rows. The early chunk's queries see few keys and
-// the late one's many, so every rank does the same attention work.
-struct ContextSplit {
-  int cp = 1, rank = 0, T = 1;
-  int chunk() const { return T / (2 * cp); }
-  int local() const { return T / cp; }
-  // The global chunk index of `owner`'s first (half 0) or second (half 1) chunk.
-  int chunk_of(int owner, int half) const { return half == 0 ? owner : 2 * cp - 1 - owner; }
-  // The global position of this rank's local row t < local().
-  int position(int t) const {
-    const int c = chunk();
-    return t < c ? chunk_of(rank, 0) * c + t : chunk_of(rank, 1) * c + t - c;
-  }
-};
+using kernels::ContextSplit;
 
 // The parts (kernels::AttentionPart) of this rank's queries against `source`'s key/value chunks,
 // rows counted within each rank's T / cp: the diagonal step (source == rank: each chunk against
@@ -64,7 +42,10 @@ ContextAttentionElements context_attention_elements(const ContextSplit& split, C
 // method in the same order with the same shapes.
 class ContextAttention {
  public:
-  ContextAttention(Communicator* comm, const ContextSplit& split, CpComm how);
+  ContextAttention(Communicator* comm, int cp, int rank, CpComm how);
+  // Sequences of T x cp tokens of which this rank holds T.
+  ContextSplit split(int T) const { return {cp_, rank_, T * cp_}; }
+  CpComm how() const { return how_; }
   // out [B*T/cp, NH HS] and lse from qkv [B*T/cp, (NH + 2 KVH) HS] (shape.T: the local T / cp
   // rows); `kv` holds context_attention_elements().kv elements in qkv's format, scratch the
   // attention scratch for shape.
@@ -82,7 +63,7 @@ class ContextAttention {
 
  private:
   Communicator* comm_;
-  ContextSplit split_;
+  int cp_, rank_;
   CpComm how_;
   mutable size_t bytes_sent_ = 0;
 };

@@ -15,16 +15,19 @@ namespace trident {
 
 GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp,
                    MemoryLedger& ledger, int max_batch, int max_seq, int slots,
-                   const StageBuffers& buffers, const ExpertComms& ep)
+                   const StageBuffers& buffers, const ExpertComms& ep, Communicator* cp)
     : shape_(checked_shape({m, layout, max_batch, max_seq, slots, buffers})),
       table_(m),
       local_(table_, m, layout, buffers.unit_alignment, buffers.expert_unit_alignment),
       ep_(ep.rows, ep.counts, layout.ep_size, layout.ep_rank),
+      context_attention_(cp, layout.cp_size, layout.cp_rank, buffers.cp_comm),
       st_([&] {
         BufferList list(ledger);
         return build_stage(shape_, local_, tp, list, tp_);
       }()),
-      layer_context_{exec_, buffers.precision, tp_.get(), &st_.layers, &ep_},
+      layer_context_{exec_,     buffers.precision,
+                     tp_.get(), &st_.layers,
+                     &ep_,      layout.cp_size > 1 ? &context_attention_ : nullptr},
       hooks_(shape_, local_),
       context_{&shape_, &st_, &layer_context_, &hooks_, nullptr, {}},
       embedding_(&layer_context_, m.n_embd, layout.tp_rank * shape_.V_tp()),
@@ -51,7 +54,7 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
   // tokens, and staging a later micro-batch would overwrite them before slot 0's backward.
   if (m.llama()) {
     auto table = Kokkos::create_mirror_view(st_.layers.rope);
-    kernels::fill_rope_table(table.data(), max_seq, m.head_size(), m.rope_theta);
+    kernels::fill_rope_table(table.data(), max_seq * layout.cp_size, m.head_size(), m.rope_theta);
     Kokkos::deep_copy(st_.layers.rope, table);
   }
   tokens_host_ = Kokkos::create_mirror(st_.slots[0].tokens);

@@ -32,10 +32,12 @@ class GptStage {
   // `tp` may be null when layout.tp_size == 1. `slots` activation sets of [max_batch, max_seq].
   // Each unit of the flat parameter and gradient buffers is padded with zeros to a multiple of
   // `buffers.unit_alignment` (dp under ZeRO, which shards every unit into dp equal parts).
-  // Under expert parallelism (layout.ep_size > 1) `ep` carries the MoE layers' exchanges.
+  // Under expert parallelism (layout.ep_size > 1) `ep` carries the MoE layers' exchanges; under
+  // context parallelism (layout.cp_size > 1) `cp` the key/value chunks, and max_seq and every
+  // micro-batch's T count this rank's tokens of each sequence.
   GptStage(const ModelConfig& m, const StageLayout& layout, Communicator* tp, MemoryLedger& ledger,
            int max_batch, int max_seq, int slots, const StageBuffers& buffers = {},
-           const ExpertComms& ep = {});
+           const ExpertComms& ep = {}, Communicator* cp = nullptr);
   GptStage(const GptStage&) = delete;  // the layers point at the stage's context
   GptStage& operator=(const GptStage&) = delete;
 
@@ -151,6 +153,7 @@ class GptStage {
   Exec exec_;
   std::unique_ptr<TensorParallel> tp_;
   ExpertParallel ep_;
+  ContextAttention context_attention_;
   StageStorage st_;
   LayerContext layer_context_;
   UnitHooks hooks_;

@@ -293,7 +293,10 @@ void Attention::forward(const StoredTensor& out, const View1& lse, const StoredT
     const MatOf<E> packed = mat_of<E>(qkv, N, h_.width());
     if (h_.rope)
       rope_rotate<E>(ctx_->exec, packed, T, h_.heads + h_.kv_heads, h_.head_size, ctx_->ws->rope,
-                     1.0f);
+                     1.0f, ctx_->split(T));
+    if (ctx_->cp)  // the rest of the sequence's keys and values are on the other cp ranks
+      return ctx_->cp->forward(ctx_->exec, out, lse, ctx_->ws->attention, qkv, shape(B, T),
+                               ctx_->ws->cp_kv, h_.tiles);
     const MatOf<E> o = mat_of<E>(out, N, C_tp);
 #if defined(KOKKOS_ENABLE_CUDA)
     if (runs_on_cudnn(B, T, E::format, packed.data(), o.data()))
@@ -313,8 +316,13 @@ void Attention::backward(const StoredTensor& dqkv, const StoredTensor& dout,
     const MatOf<E> dpacked = mat_of<E>(dqkv, N, h_.width()), g = mat_of<E>(dout, N, C_tp);
     const MatOf<E> packed = mat_of<E>(qkv, N, h_.width()), o = mat_of<E>(out, N, C_tp);
     bool done = false;
+    if (ctx_->cp) {
+      ctx_->cp->backward(ctx_->exec, dqkv, ctx_->ws->attention, dout, qkv, out, lse, shape(B, T),
+                         ctx_->ws->cp_kv, ctx_->ws->cp_sums, h_.tiles);
+      done = true;
+    }
 #if defined(KOKKOS_ENABLE_CUDA)
-    if (runs_on_cudnn(B, T, E::format, packed.data(), o.data())) {
+    if (!done && runs_on_cudnn(B, T, E::format, packed.data(), o.data())) {
       cudnn_attention_backward(ctx_->exec, graph_shape(B, T), E::format, dpacked.data(), g.data(),
                                packed.data(), o.data(), lse.data());
       done = true;
@@ -325,7 +333,7 @@ void Attention::backward(const StoredTensor& dqkv, const StoredTensor& dout,
                             shape(B, T), h_.tiles);
     if (h_.rope)  // the rotation's transpose: rotate back by the same angles
       rope_rotate<E>(ctx_->exec, dpacked, T, h_.heads + h_.kv_heads, h_.head_size, ctx_->ws->rope,
-                     -1.0f);
+                     -1.0f, ctx_->split(T));
   });
 }
 
@@ -384,7 +392,8 @@ void VocabParallelEmbedding::forward(const StoredTensor& out, const IntView1& to
     using E = decltype(e);
     const auto table = [&](const StoredTensor& t) { return mat_of<E>(t, t.size() / C_, C_); };
     embedding_forward<E>(ctx_->exec, mat_of<E>(embedded, N, C_), tokens, table(weights.wte),
-                         tp.rank() == 0 ? table(weights.wpe) : MatOf<E>(), T, vocab_start_);
+                         tp.rank() == 0 ? table(weights.wpe) : MatOf<E>(), T, vocab_start_,
+                         kernels::kBuildShape, ctx_->split(T));
   });
   tp.sum_rows(embedded, N, out);
 }
@@ -398,7 +407,7 @@ void VocabParallelEmbedding::backward_weight(const StoredTensor& dout_rows, cons
     ctx_->dispatch([&](auto e) {
       using E = decltype(e);
       embedding_backward<E>(ctx_->exec, table(grads.wte), table(grads.wpe), mat_of<E>(dout, N, C_),
-                            tokens, T, vocab_start_);
+                            tokens, T, vocab_start_, kernels::kBuildShape, ctx_->split(T));
     });
     return;
   }
@@ -411,7 +420,7 @@ void VocabParallelEmbedding::backward_weight(const StoredTensor& dout_rows, cons
     using E = decltype(e);
     if (!grads.wpe.empty())
       embedding_backward<E>(ctx_->exec, Mat(), table(grads.wpe), mat_of<E>(dout, N, C_), tokens, T,
-                            vocab_start_);
+                            vocab_start_, kernels::kBuildShape, ctx_->split(T));
     for (int64_t first = 0; first < rows; first += block) {
       const int64_t n = std::min(block, rows - first);
       const View1 part = window(sink.rows_buffer(), 0, static_cast<size_t>(n * C_));

@@ -15,6 +15,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/attention_graph.hpp"
 #include "kernels/elements.hpp"
+#include "model/context_parallel.hpp"
 #include "model/expert_parallel.hpp"
 #include "model/grad_sink.hpp"
 #include "model/tensor_parallel.hpp"
@@ -32,8 +33,12 @@ struct LayerWorkspace {
   View1 attention;      // [attention_scratch_elements(B, NH_tp, HS, T, storage)] its tiles
   View1 row_max;        // [N] vocabulary-parallel cross-entropy: each row's maximum
   View1 row_sums;       // [2N] its exp sums, then the target logits: one all-reduce for both
-  View1 rope;           // rotary embeddings: [max_seq, HS/2, 2] cosines and sines (Llama)
+  View1 rope;           // rotary embeddings: [positions, HS/2, 2] cosines and sines (Llama)
   StoredTensor kv_sum;  // [N, 2 KVH HS] key/value gradients summed over their tp replicas
+  // Context parallelism: key/value chunks in flight and backward's fp32 sums
+  // (context_attention_elements).
+  StoredTensor cp_kv;
+  View1 cp_sums;
   // GPU builds: the row blocks' partial column sums of the bias and norm gradients
   // (kernels::column_partials_elements for the widest of them); empty on hosts.
   View1 column_partials;
@@ -46,6 +51,12 @@ struct LayerContext {
   TensorParallel* tp = nullptr;
   LayerWorkspace* ws = nullptr;
   ExpertParallel* ep = nullptr;  // MoE layers' expert-parallel group (null: one rank, every expert)
+  // Attention across the context-parallel group (null: each rank holds whole sequences).
+  const ContextAttention* cp = nullptr;
+  // Which global positions a micro-batch's rows of T tokens a sequence hold on this rank.
+  kernels::ContextSplit split(int T) const {
+    return cp ? cp->split(T) : kernels::whole_sequence_split(T);
+  }
   // f(E{}) with the kernels' element type for the storage format.
   template <class F>
   void dispatch(F&& f) const {

@@ -74,6 +74,7 @@ struct StageLayout {
   bool has_head = true;                 // last stage: final norm, output head, loss
   int tp_rank = 0, tp_size = 1;
   int ep_rank = 0, ep_size = 1;  // expert parallelism: experts [ep_rank E / ep, ...) of each layer
+  int cp_rank = 0, cp_size = 1;  // context parallelism: this rank's chunks of each sequence
 };
 StageLayout whole_model(const ModelConfig& m);
 // The part held by pipeline rank pp_rank (of pp), model chunk `chunk` (of v per rank, Megatron's

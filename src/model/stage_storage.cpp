@@ -252,8 +252,16 @@ void workspace(const StageShape& s, BufferList& list, StageStorage& st) {
     st.datty = st.block_grads.window(0, e.atty);
     st.dqkv = st.block_grads.window(e.atty, e.qkv);
   }
-  if (s.model.llama())
-    ws.rope = f32("rope_table", static_cast<size_t>(s.max_seq) * s.model.head_size());
+  if (s.model.llama())  // every position of the sequences this rank holds a part of
+    ws.rope =
+        f32("rope_table", static_cast<size_t>(s.max_seq) * s.layout.cp_size * s.model.head_size());
+  if (s.layout.cp_size > 1) {
+    const ContextAttentionElements cp =
+        context_attention_elements(s.split(s.max_seq), s.buffers.cp_comm, s.max_batch, s.heads_tp(),
+                                   s.kv_heads_tp(), s.model.head_size());
+    ws.cp_kv = stored("cp_key_values", cp.kv);
+    ws.cp_sums = f32("cp_grad_sums", cp.sums);
+  }
   if (s.kv_replicas() > 1)
     ws.kv_sum = stored("kv_sum", N * 2 * s.model.kv_heads() * s.model.head_size());
   ws.attention = f32("attention_tiles", kernels::attention_scratch_elements(

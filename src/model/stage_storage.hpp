@@ -9,6 +9,7 @@
 #include "core/buffer_list.hpp"
 #include "core/precision.hpp"
 #include "model/activations.hpp"
+#include "model/context_parallel.hpp"
 #include "model/layers.hpp"
 #include "model/model_config.hpp"
 #include "model/moe_layer.hpp"
@@ -46,6 +47,8 @@ struct StageBuffers {
   kernels::AttentionTiles attention_tiles{0, 0};
   // Which attention GPU builds run (attention.kernel).
   kernels::AttentionKernel attention_kernel = kernels::AttentionKernel::kAuto;
+  // How context parallelism (layout.cp_size > 1) brings keys and values to the queries.
+  CpComm cp_comm = CpComm::kRing;
 };
 
 // A stage's extents: the model, its layers and tp slice, the largest micro-batch, how many
@@ -70,6 +73,10 @@ struct StageShape {
   // This rank's attention heads (layers.hpp).
   AttentionHeads attention_heads() const;
   int V_tp() const { return padded_vocab(model, layout.tp_size) / layout.tp_size; }
+  // A micro-batch's sequences as this rank holds them: T of each one's T x cp_size tokens.
+  kernels::ContextSplit split(int T) const {
+    return {layout.cp_size, layout.cp_rank, T * layout.cp_size};
+  }
   // The extents of one block's tensors for a micro-batch of B sequences of T tokens.
   BlockExtents extents(int B, int T) const;
   // Whether local block i's MLP is a Mixture of Experts, and whether any block's is (or is not).

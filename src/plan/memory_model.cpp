@@ -38,9 +38,9 @@ StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slot
       q.model,
       layout,
       q.micro_batch,
-      q.seq_len,
+      q.seq_len / q.cp,
       slots,
-      DataParallelStrategy::stage_buffers(static_cast<ZeroStage>(q.zero_stage), q.dp,
+      DataParallelStrategy::stage_buffers(static_cast<ZeroStage>(q.zero_stage), q.data_replicas(),
                                           experts_own_replicas(q) ? q.dp * q.tp / q.ep : 0)};
   s.buffers.recompute = q.recompute;
   s.buffers.precision = q.precision;
@@ -48,6 +48,7 @@ StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slot
   s.buffers.sequence_parallel = q.sequence_parallel;
   s.buffers.attention_tiles = q.attention_tiles;
   s.buffers.attention_kernel = q.attention_kernel;
+  s.buffers.cp_comm = q.cp_comm;
   return s;
 }
 
@@ -57,6 +58,8 @@ StageShape stage_recipe(const MemoryQuery& q, const GridCoord& rank, int chunk) 
   const ExpertFold fold = expert_fold(q.shape(), rank, q.ep);
   layout.ep_size = fold.ep;
   layout.ep_rank = fold.ep_rank;
+  layout.cp_size = q.cp;
+  layout.cp_rank = rank[Axis::cp];
   const auto actions =
       pipeline::make_schedule(q.schedule, q.pp, rank[Axis::pp], q.micro_batches, q.virtual_stages);
   return stage_shape(q, layout, std::max(1, pipeline::max_in_flight(actions, chunk)),
@@ -98,7 +101,7 @@ void add_strategy(const MemoryQuery& q, const LocalParamTable& local, const Shar
               q.grad_reduce == Precision::kFp32
                   ? f * largest_part
                   : 2 * (std::max(kept.rows_elements, kept.largest_run) + largest_part));
-  } else if (q.grad_reduce != Precision::kFp32 && q.dp > 1) {
+  } else if (q.grad_reduce != Precision::kFp32 && q.data_replicas() > 1) {
     // A 16-bit dp reduction rounds the buckets into a 2-byte copy of the gradient.
     add_bytes(MemCategory::kCommBuffers, 2.0 * local.total_numel());
   }
@@ -141,15 +144,17 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank
                                 shape.buffers.expert_unit_alignment);
     add(p, describe_stage(shape, local));
     BufferList transfers;
-    const size_t activation_elements = shape.extents(q.micro_batch, q.seq_len).rows_c;
+    const size_t activation_elements = shape.extents(q.micro_batch, shape.max_seq).rows_c;
     pipeline::lay_out_transfers(layout.has_embedding, layout.has_head, activation_elements,
                                 q.precision, transfers);
     add(p, transfers);
     const ExpertFold fold = expert_fold(q.shape(), rank, q.ep);
-    add_strategy(q, local,
-                 {q.dp, rank[Axis::dp], experts_own_replicas(q) ? fold.expert_dp : q.dp,
-                  experts_own_replicas(q) ? fold.expert_dp_rank : rank[Axis::dp]},
-                 p);
+    add_strategy(
+        q, local,
+        {q.data_replicas(), MemoryQuery::data_rank(rank, q.cp),
+         experts_own_replicas(q) ? fold.expert_dp : q.data_replicas(),
+         experts_own_replicas(q) ? fold.expert_dp_rank : MemoryQuery::data_rank(rank, q.cp)},
+        p);
   }
   return p;
 }
@@ -175,6 +180,8 @@ MemoryQuery memory_query(const Config& c) {
   q.tp = par.tp;
   q.pp = par.pp;
   q.ep = par.ep;
+  q.cp = par.cp;
+  q.cp_comm = par.cp_comm;
   q.virtual_stages = par.virtual_stages;
   q.sequence_parallel = par.sequence_parallel;
   q.schedule = par.schedule;

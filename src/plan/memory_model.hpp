@@ -10,6 +10,7 @@
 #include "core/half.hpp"
 #include "core/memory.hpp"
 #include "kernels/attention_tiles.hpp"
+#include "model/context_options.hpp"
 #include "model/model_config.hpp"
 #include "model/recompute.hpp"
 #include "parallel/data/options.hpp"
@@ -21,7 +22,15 @@ struct MemoryQuery {
   ModelConfig model;
   int dp = 1, tp = 1, pp = 1, virtual_stages = 1;
   int ep = 1;  // expert-parallel ranks folded onto dp x tp (comm/grid.hpp)
-  GridShape shape() const { return {{Axis::dp, dp}, {Axis::tp, tp}, {Axis::pp, pp}}; }
+  int cp = 1;  // context-parallel ranks: each holds seq_len / cp tokens of every sequence
+  CpComm cp_comm = CpComm::kRing;
+  GridShape shape() const {
+    return {{Axis::dp, dp}, {Axis::cp, cp}, {Axis::tp, tp}, {Axis::pp, pp}};
+  }
+  // The ranks holding the same parameters (dp x cp), over which ZeRO shards, and a rank's index
+  // among them (Grid::data_rank).
+  int data_replicas() const { return dp * cp; }
+  static int data_rank(const GridCoord& c, int cp) { return c[Axis::cp] + cp * c[Axis::dp]; }
   bool sequence_parallel = false;  // with tp > 1: LayerNorm / residual rows split over tp
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int zero_stage = 0;

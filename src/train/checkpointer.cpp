@@ -37,8 +37,8 @@ bool Checkpointer::due(int step) const {
 
 ShardOwner Checkpointer::owner() const {
   ShardOwner o;
-  o.dp = grid_.shape()[Axis::dp];
-  o.dp_rank = grid_.coord()[Axis::dp];
+  o.dp = grid_.data_size();  // ZeRO shards over dp x cp
+  o.dp_rank = grid_.data_rank();
   o.tp_rank = grid_.coord()[Axis::tp];
   o.expert_dp = grid_.experts().expert_dp;
   o.expert_dp_rank = grid_.experts().expert_dp_rank;

@@ -28,6 +28,10 @@ PipelineRunner::PipelineRunner(std::vector<ModelChunk>& chunks, Communicator& pp
       targets_(static_cast<size_t>(place.micro_batch) * place.seq_len),
       deferred_sets_(std::move(deferred_sets)) {
   deferred_sets_.resize(chunks_.size(), 0);
+  if (place_.split.cp > 1) {
+    whole_inputs_.resize(static_cast<size_t>(place.micro_batch) * place_.split.T);
+    whole_targets_.resize(whole_inputs_.size());
+  }
   for (const ModelChunk& ch : chunks_) counts_losses_ |= ch.last && place_.tp_rank == 0;
   if (counts_losses_) {
     micro_losses_ = Kokkos::View<double*, Device>("micro_losses", place_.micro_batches);
@@ -103,6 +107,24 @@ double PipelineRunner::read_losses() {
   return loss_sum;
 }
 
+// The batch is split once, here: each sequence's targets are shifted before this rank takes its
+// positions of the tokens and of the targets alike.
+void PipelineRunner::read_micro_batch(const BatchSampler& sampler, int64_t batch_index,
+                                      int microbatch) {
+  const int first = place_.first_sequence + microbatch * place_.micro_batch;
+  const kernels::ContextSplit& split = place_.split;
+  if (split.cp == 1)
+    return sampler.fill(batch_index, first, place_.micro_batch, inputs_.data(), targets_.data());
+  sampler.fill(batch_index, first, place_.micro_batch, whole_inputs_.data(), whole_targets_.data());
+  for (int b = 0; b < place_.micro_batch; ++b)
+    for (int t = 0; t < place_.seq_len; ++t) {
+      const size_t mine = static_cast<size_t>(b) * place_.seq_len + t;
+      const size_t whole = static_cast<size_t>(b) * split.T + split.position(t);
+      inputs_[mine] = whole_inputs_[whole];
+      targets_[mine] = whole_targets_[whole];
+    }
+}
+
 PipelineRunner::Site PipelineRunner::site_of(const pipeline::Action& act) {
   ModelChunk& ch = chunks_[act.chunk];
   return {ch, transfers_[act.chunk], act.microbatch % ch.stage->slots(),
@@ -114,8 +136,7 @@ void PipelineRunner::forward(const pipeline::Action& act, const BatchSampler& sa
   const auto [ch, t, slot, peers] = site_of(act);
   GptStage& stage = *ch.stage;
   const size_t n = activation_elements_;
-  sampler.fill(batch_index, place_.first_sequence + act.microbatch * place_.micro_batch,
-               place_.micro_batch, inputs_.data(), targets_.data());
+  read_micro_batch(sampler, batch_index, act.microbatch);
   const int out = t.next_output;
   {
     ScopedPhase wait(timer_, Phase::kPpWait);

@@ -29,8 +29,11 @@ struct ModelChunk {
 // Where this rank sits in the pipeline and which sequences of the global batch it computes.
 struct PipelinePlace {
   int pp = 1, pp_rank = 0, virtual_stages = 1;
-  int tp_rank = 0;         // the loss is counted on tp rank 0 (every tp rank holds it)
-  int seq_len = 1;         // T
+  int tp_rank = 0;  // the loss is counted on tp rank 0 (every tp rank holds it)
+  int seq_len = 1;  // T: this rank's tokens of each sequence
+  // Context parallelism: each sequence's T x cp tokens are split over the cp ranks, this one
+  // holding the positions split.position(t) (kernels/context_split.hpp).
+  kernels::ContextSplit split;
   int micro_batch = 1;     // sequences per micro-batch
   int micro_batches = 1;   // per step on this pipeline
   int first_sequence = 0;  // this dp replica's first sequence of the global batch
@@ -71,6 +74,8 @@ class PipelineRunner {
   };
   Site site_of(const pipeline::Action& act);
   // loss_scale > 0: training (backward follows at that scale; see GptStage::forward).
+  // This rank's tokens and targets of a micro-batch into inputs_ and targets_.
+  void read_micro_batch(const BatchSampler& sampler, int64_t batch_index, int microbatch);
   void forward(const pipeline::Action& act, const BatchSampler& sampler, int64_t batch_index,
                float loss_scale);
   // A fused backward, or a zero-bubble schedule's input-gradient pass: receives the output
@@ -97,7 +102,8 @@ class PipelineRunner {
   Precision storage_;           // of activations and what the stages send
   Exec exec_;
   std::vector<Transfers> transfers_;
-  std::vector<int32_t> inputs_, targets_;
+  std::vector<int32_t> inputs_, targets_;              // this rank's tokens of the micro-batch
+  std::vector<int32_t> whole_inputs_, whole_targets_;  // context parallelism: whole sequences
   std::vector<int> deferred_sets_;  // per chunk: DeferredGrads sets its stage holds
   // Each micro-batch's loss sum, left on the device by its forward and read once, after the
   // last action: no forward waits for the device. Only the head's tp rank 0 counts them.

@@ -214,6 +214,7 @@ std::string describe_layout(const Config& c, const Grid& grid) {
   const ParallelSection& par = c.parallel;
   std::string out = grid.describe();
   if (par.ep > 1) out += fmt::format(" ep={}", par.ep);
+  if (par.cp > 1) out += fmt::format(" cp_comm={}", name_of(par.cp_comm));
   if (par.pp > 1) out += fmt::format(" schedule={}", name_of(par.schedule));
   if (par.virtual_stages > 1) out += fmt::format(" v={}", par.virtual_stages);
   if (par.sequence_parallel && par.tp > 1) out += " sequence_parallel";
@@ -295,10 +296,12 @@ class Trainer {
   TrainOptions options_;
   StepHooks& hooks_;
   Console console_;
-  const std::string layout_;                    // describe_layout(): logs, timings and checkpoints
-  HostCollectives world_, model_replica_;       // every rank; one model replica (pp x tp)
-  std::unique_ptr<Communicator> tp_, dp_, pp_;  // per-axis backend (parallel.backend_*)
-  std::unique_ptr<Communicator> embedding_;     // first and last stage: the tied embedding
+  const std::string layout_;               // describe_layout(): logs, timings and checkpoints
+  HostCollectives world_, model_replica_;  // every rank; one model replica (pp x tp)
+  // Per-axis backend (parallel.backend_*); dp_ spans dp x cp (the ranks holding the same
+  // parameters), cp_ the context-parallel group (null with cp = 1).
+  std::unique_ptr<Communicator> tp_, dp_, pp_, cp_;
+  std::unique_ptr<Communicator> embedding_;  // first and last stage: the tied embedding
   // Expert parallelism (parallel.ep > 1): the ranks exchanging tokens, and the experts' replicas.
   std::unique_ptr<Communicator> ep_, expert_dp_;
   std::unique_ptr<RunDirectory> run_dir_;  // created and locked first, released last
@@ -357,13 +360,19 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
       // parallel.backend_pp = "nccl" asks for it.
       tp_(make_communicator(grid.comm(Axis::tp), config_.parallel.backend_tp,
                             grid.groups_node_local(Axis::tp), "parallel.backend_tp")),
-      dp_(make_communicator(grid.comm(Axis::dp), config_.parallel.backend_dp,
-                            grid.groups_node_local(Axis::dp), "parallel.backend_dp")),
+      dp_(make_communicator(grid.data_comm(), config_.parallel.backend_dp,
+                            grid.groups_node_local(Axis::dp) && grid.groups_node_local(Axis::cp),
+                            "parallel.backend_dp")),
       pp_(make_communicator(grid.comm(Axis::pp), config_.parallel.backend_pp, /*node_local=*/false,
                             "parallel.backend_pp")),
       tokens_per_step_(static_cast<int64_t>(config_.train.batch_size) * config_.train.seq_len) {
   if (grid.embedding_comm() != MPI_COMM_NULL)
     embedding_ = std::make_unique<MpiCommunicator>(grid.embedding_comm());
+  // Key/value chunks every layer: the tensor-parallel axis's choice of backend (both are the
+  // fast, node-local axes).
+  if (config_.parallel.cp > 1)
+    cp_ = make_communicator(grid.comm(Axis::cp), config_.parallel.backend_tp,
+                            grid.groups_node_local(Axis::cp), "parallel.backend_tp");
   // The expert groups are parts of dp x tp: they take parallel.backend_dp's choice. Experts have
   // replicas of their own under expert parallelism, and when the tp ranks route their own tokens
   // (their experts' gradients are then partial over tp as well as dp): the memory model's test,
@@ -757,7 +766,8 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
                             grid_.coord()[Axis::pp],
                             v,
                             grid_.coord()[Axis::tp],
-                            config_.train.seq_len,
+                            config_.train.seq_len / par.cp,
+                            {par.cp, grid_.coord()[Axis::cp], config_.train.seq_len},
                             config_.train.micro_batch_size,
                             per_rank / config_.train.micro_batch_size,
                             grid_.coord()[Axis::dp] * per_rank};
@@ -778,7 +788,7 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
     deferred_sets.push_back(shape.buffers.deferred_sets);
     ch.stage = std::make_unique<GptStage>(
         shape.model, shape.layout, tp_.get(), ledger, shape.max_batch, shape.max_seq, shape.slots,
-        shape.buffers, ExpertComms{ep_.get(), grid_.expert_comm()});
+        shape.buffers, ExpertComms{ep_.get(), grid_.expert_comm()}, cp_.get());
     ch.stage->set_timer(&timer_);
     ch.stage->set_moe_loss_coefficients(config_.train.aux_loss_coeff, config_.train.z_loss_coeff);
     ch.dp = DataParallelStrategy::create(*ch.stage, *dp_,

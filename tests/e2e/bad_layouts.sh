@@ -38,6 +38,9 @@ expect_bad "tp*pp does not divide world" 3 "must divide the number of MPI ranks 
 expect_bad "interleaved micro-batches" 2 "parallel.schedule = 'interleaved'" parallel.pp=2 parallel.schedule=interleaved parallel.virtual_stages=2 train.micro_batch_size=8
 expect_bad "interleaved needs v > 1" 2 "parallel.schedule = 'interleaved'" parallel.pp=2 parallel.schedule=interleaved
 expect_bad "v > 1 without interleaving" 2 "virtual_stages = 2" parallel.pp=2 parallel.virtual_stages=2
+expect_bad "seq_len not cut into 2 cp chunks" 3 "train.seq_len = 16 must be divisible by 6" parallel.cp=3
+expect_bad "cp with local SGD" 2 "parallel.cp = 2 needs dp.sync = 'sync'" parallel.cp=2 dp.sync=local_sgd
+expect_bad "cp does not divide the world" 3 "parallel.cp*tp*pp = 2 must divide the number of MPI ranks 3" parallel.cp=2
 expect_bad "sequence not divisible by tp" 2 "train.seq_len = 15 must be divisible by it" parallel.tp=2 parallel.sequence_parallel=true train.seq_len=15
 expect_bad "sequence_parallel not a boolean" 2 "parallel.sequence_parallel' must be true or false" parallel.sequence_parallel=1
 expect_bad "unknown schedule" 2 "must be one of gpipe, 1f1b, interleaved" parallel.pp=2 parallel.schedule=zb

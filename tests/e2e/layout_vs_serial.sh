@@ -7,15 +7,16 @@
 # of each tensor's largest entry. Small dp buckets (20 KiB) so the overlapped bucketed all-reduce
 # runs many buckets per step. A Mixture-of-Experts model routes (and balances) each micro-batch
 # of one data-parallel replica as a group, so its serial run takes the layout's micro-batches,
-# and its expert counts and dropped shares must then be the serial run's at every step.
+# and its expert counts and dropped shares must then be the serial run's at every step. cp > 1
+# splits every sequence over cp ranks (context parallelism, parallel.cp_comm from LAYOUT_SETS).
 # LAYOUT_SETS (environment): more KEY=VALUE overrides for both runs.
 set -euo pipefail
 trident=$1 src=$2 work=$3 dp=$4 tp=$5 pp=$6 schedule=$7 v=$8 zero=${9:-0} offload=${10:-none}
-sp=${11:-0} ep=${12:-1}
+sp=${11:-0} ep=${12:-1} cp=${13:-1}
 run_config=${TRIDENT_TEST_RUN:-tiny}  # inputs/<run_config>.toml: tiny (GPT-2) or llama-tiny
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
 rm -rf "$work" && mkdir -p "$work" && cd "$src"
-ranks=$((dp * tp * pp))
+ranks=$((dp * cp * tp * pp))
 layers=$((pp * v > 4 ? pp * v : 4))  # the tiny model has 4 layers; interleaving at pp 4 needs 8
 common=(--config inputs/$run_config.toml --set run.steps=20 --set run.eval_every=0
         --set run.checkpoint_every=0 --set train.batch_size=8 --set model.n_layer="$layers")
@@ -35,7 +36,7 @@ mpirun -np "$ranks" --oversubscribe "$trident" train "${common[@]}" \
   --set offload.optimizer="${offload%+params}" --set offload.nvme_dir="$work" --set offload.buffer_mb=0.01 \
   --set offload.params="$([ "$offload" = nvme+params ] && echo nvme || echo none)" \
   --set parallel.sequence_parallel="$([ "$sp" = 1 ] && echo true || echo false)" \
-  --set parallel.ep="$ep" \
+  --set parallel.ep="$ep" --set parallel.cp="$cp" \
   --dump-grads "$work/layout_grads.h5" > "$work/layout.log"
 grep "^layout" "$work/layout.log"
 $check schema "$work/layout/$run_config/timings.h5" --steps 20 --ranks "$ranks"

@@ -151,7 +151,7 @@ void expect_equals_whole_attention(const CpCase& c) {
     View1 sums("sums", sizes.sums);
     View1 scratch("scratch",
                   kernels::attention_scratch_elements(s.B, s.NH, s.HS, split.local(), f, c.tiles));
-    const ContextAttention attention(&comm, split, c.how);
+    const ContextAttention attention(&comm, c.cp, comm.rank(), c.how);
     const Exec exec;
     attention.forward(exec, out, lse, scratch, q, local, kv, c.tiles);
     attention.backward(exec, dqkv, scratch, g, q, out, lse, local, kv, sums, c.tiles);

@@ -19,6 +19,20 @@ TEST(GridMapping, TensorParallelVariesFastest) {
   EXPECT_EQ(grid_rank(s, {{Axis::dp, 1}, {Axis::tp, 1}, {Axis::pp, 1}}), 7);
 }
 
+// A context-parallel group sits next to its tensor-parallel group in rank order (its ranks
+// exchange key/value chunks every layer), inside a data-parallel replica; cp is printed only when
+// it splits sequences.
+TEST(GridMapping, ContextParallelVariesRightAfterTensorParallel) {
+  const GridShape s{{Axis::dp, 2}, {Axis::cp, 2}, {Axis::tp, 2}, {Axis::pp, 2}};
+  EXPECT_EQ(s.size(), 16);
+  EXPECT_EQ(grid_rank(s, {{Axis::tp, 1}}), 1);
+  EXPECT_EQ(grid_rank(s, {{Axis::cp, 1}}), 2);
+  EXPECT_EQ(grid_rank(s, {{Axis::dp, 1}}), 4);
+  EXPECT_EQ(grid_rank(s, {{Axis::pp, 1}}), 8);
+  EXPECT_EQ(s.describe(), "dp=2 cp=2 tp=2 pp=2");
+  EXPECT_EQ(GridShape({{Axis::dp, 2}}).describe(), "dp=2 tp=1 pp=1");
+}
+
 TEST(GridMapping, AxesNotNamedHaveSizeOneAndIndexZero) {
   const GridShape s{{Axis::tp, 4}};
   EXPECT_EQ(s[Axis::dp], 1);
