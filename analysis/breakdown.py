@@ -4,7 +4,8 @@
 PATH: sweep directories, run directories or timings.h5 files. One row per layout: its repeats
 (same layout name, ranks, threads, nodes and config, see trident_runs) are aggregated, each
 number below the median over the repeats of the run's value. Per run and phase (forward,
-backward, recompute, tp_comm, pp_wait, dp_comm, optimizer, zero_gather, io, weight_grad, ep_comm), over
+backward, recompute, tp_comm, pp_wait, dp_comm, optimizer, zero_gather, io, weight_grad, ep_comm,
+cp_comm), over
 the timed steps:
   <phase>_mean_s  median over timed steps of the mean over ranks of the phase's seconds
   <phase>_max_s   median over timed steps of the max over ranks
@@ -34,7 +35,8 @@ import pandas as pd  # noqa: E402
 PHASE_COLORS = {"forward": "tab:blue", "backward": "tab:orange", "recompute": "tab:green",
                 "tp_comm": "tab:red", "pp_wait": "tab:purple", "dp_comm": "tab:brown",
                 "optimizer": "tab:pink", "zero_gather": "tab:olive", "io": "tab:cyan",
-                "weight_grad": "#393b79", "ep_comm": "#e7ba52", "other": "#c7c7c7"}
+                "weight_grad": "#393b79", "ep_comm": "#e7ba52", "cp_comm": "#843c39",
+                "other": "#c7c7c7"}
 SPARE_COLORS = ("#8c6d31", "#e7969c", "#7b4173", "#637939", "#17becf")
 NEGLIGIBLE = 1e-3  # of the longest step: a phase below it in every row is not drawn
 

@@ -85,9 +85,11 @@ ATTRS = ("config", "layout", "hostnames", "phases", "memory_categories", "flops_
 # Read when present: runs from before trident recorded them lack these.
 OPTIONAL_ATTRS = ("threads_per_rank", "kokkos_backend", "blas", "blas_threads", "host_simd",
                   "git_revision", "cpu_model", "peak_lr", "slurm_job_id", "node_cpus", "moe_layers")
-# Per-step datasets read when present: Mixture-of-Experts runs write the per-layer ones.
+# Per-step datasets read when present: Mixture-of-Experts runs write the per-layer ones; runs
+# since context parallelism write cp_bytes.
 OPTIONAL_PER_STEP = ("moe_aux_loss", "moe_z_loss", "moe_dropped_fraction", "moe_layer_aux_loss",
-                     "moe_layer_z_loss", "moe_layer_dropped_fraction", "moe_tokens_per_expert")
+                     "moe_layer_z_loss", "moe_layer_dropped_fraction", "moe_tokens_per_expert",
+                     "cp_bytes")
 RUN_MARKERS = ("status", "run.json", "timings.h5", "trident.log")
 REPEAT_SUFFIX = re.compile(r"_rep[0-9]+$")
 BLAS_KERNEL = re.compile(r",?\s*kernel\s+(\S+)")

@@ -264,7 +264,7 @@ void print_config_time(const trident::Config& c, trident::PlanModel m,
   }
   m.seq = c.train.seq_len;
   trident::PlanCandidate layout;
-  layout.dp = p.dp, layout.tp = p.tp, layout.pp = p.pp, layout.ep = p.ep;
+  layout.dp = p.dp, layout.tp = p.tp, layout.pp = p.pp, layout.ep = p.ep, layout.cp = p.cp;
   layout.virtual_stages = p.virtual_stages;
   layout.zero = static_cast<int>(c.zero.stage);
   layout.offload = c.offload.optimizer == trident::OffloadTarget::kHost ? "host" : "none";
@@ -292,10 +292,11 @@ void print_config_time(const trident::Config& c, trident::PlanModel m,
   std::printf(
       "time model on %d x %.0f TFLOP/s GPUs (%d per node, %.0f GB/s in a node, %.0f GB/s between "
       "nodes): step %.2f s = compute %.2f (recompute %.2f) + pipeline %.2f + tensor-parallel %.2f "
-      "+ data-parallel %.2f exposed (of %.2f) + offload %.2f + expert all-to-all %.2f\n",
+      "+ data-parallel %.2f exposed (of %.2f) + offload %.2f + expert all-to-all %.2f + "
+      "context-parallel %.2f\n",
       on.gpus, on.peak_tflops, on.gpus_per_node, on.intra_gbs, on.inter_gbs, k.step_seconds,
       k.compute_seconds, k.recompute_seconds, k.bubble_seconds, k.tp_seconds, k.dp_seconds,
-      k.dp_traffic_seconds, k.offload_seconds, k.ep_seconds);
+      k.dp_traffic_seconds, k.offload_seconds, k.ep_seconds, k.cp_seconds);
   const double model_tflops = model_flops / k.step_seconds / on.gpus / 1e12;
   std::printf(
       "utilisation: MFU %.1f%% (train's: 6N + 12LCT FLOPs a token, N the active parameters, no "
@@ -563,6 +564,7 @@ struct PlanCommand {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string device;
+  std::string attention = "unfused";
   double batch_tokens = 1 << 20;
   int top = 10;
   // The launch roofline's measured ceilings and its table.
@@ -603,6 +605,11 @@ struct PlanCommand {
     std::string presets;
     for (const trident::DevicePreset& d : trident::device_presets())
       presets += (presets.empty() ? "" : ", ") + std::string(d.name);
+    app->add_option("--attention", attention,
+                    "attention kernel the time model assumes: unfused (scores in HBM, every "
+                    "product; the default, as fitted) or fused (flash: the causal half, no scores)")
+        ->check(CLI::IsMember({"unfused", "fused"}))
+        ->capture_default_str();
     app->add_option("--device", device,
                     "a GPU's datasheet figures for --gpu-mem, --peak-tflops, --hbm-bw, --intra-bw "
                     "and --inter-bw (each option given too wins): " +
@@ -662,6 +669,7 @@ struct PlanCommand {
       throw trident::InputError("measured ceilings need both --copy-gbs and --gemm-tflops");
     if (measured)  // read before any output: a bad file is an input error
       measured_ceilings = trident::measured_ceilings(copy_gbs, gemm_tflops, gemm_ceilings);
+    model.fused_attention = attention == "fused";
     if (!device.empty()) apply_device(rank);
     if (!config_path.empty()) plan_for_config(rank);
     if (rank == 0) print_plan(model, cluster, batch_tokens, top);

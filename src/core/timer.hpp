@@ -20,12 +20,13 @@ enum class Phase : int {
   kIo,
   kWeightGrad,  // zero-bubble schedules' deferred weight-gradient passes (fused ones: kBackward)
   kEpComm,      // expert parallelism's all-to-all exchanges of token rows
+  kCpComm,      // context parallelism's waits on key/value chunks and their gradients
   kCount
 };
 constexpr int kPhases = static_cast<int>(Phase::kCount);
 constexpr std::array<const char*, kPhases> kPhaseNames = {
     "forward",   "backward",    "recompute", "tp_comm",     "pp_wait", "dp_comm",
-    "optimizer", "zero_gather", "io",        "weight_grad", "ep_comm"};
+    "optimizer", "zero_gather", "io",        "weight_grad", "ep_comm", "cp_comm"};
 
 // Seconds spent in each phase during the current step. Phases nest: entering tp_comm inside
 // forward pauses forward, so each second is counted in exactly one phase.

@@ -37,6 +37,7 @@ struct StepRecord {
   std::vector<double> phase_seconds;         // [ranks * phases]
   std::vector<double> peak_mem_bytes;        // [ranks]
   std::vector<double> peak_mem_by_category;  // [ranks * memory categories]
+  std::vector<double> cp_bytes;  // [ranks] keys, values and their gradients sent over cp
 };
 
 // Which part of a run a timings file holds: a run resumed k - 1 times has k segments, each in its

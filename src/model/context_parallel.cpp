@@ -85,7 +85,10 @@ void ContextAttention::forward(const Exec& exec, const StoredTensor& out, const 
     if (how_ == CpComm::kAllgather) {
       copy_key_values<E>(exec, mat_of<E>(slot(r), N, KVW), packed, shape);
       exec.fence();
-      if (cp > 1) comm_->allgather(CommBuffer(slot(r)), CommBuffer(kv));
+      if (cp > 1) {
+        ScopedPhase phase(timer_, Phase::kCpComm);
+        comm_->allgather(CommBuffer(slot(r)), CommBuffer(kv));
+      }
       bytes_sent_ += (cp - 1) * n_kv * bytes_of(qkv.format);
       for (int i = 0; i < cp; ++i) attend(slot((r + cp - i) % cp), (r + cp - i) % cp);
       return;
@@ -101,6 +104,7 @@ void ContextAttention::forward(const Exec& exec, const StoredTensor& out, const 
         bytes_sent_ += n_kv * bytes_of(qkv.format);
       }
       attend(held, (r + cp - i) % cp);
+      ScopedPhase phase(timer_, Phase::kCpComm);
       sent.wait();
       received.wait();
     }
@@ -141,16 +145,21 @@ void ContextAttention::backward(const Exec& exec, const StoredTensor& dqkv, cons
       own = grads(cp);
       Kokkos::deep_copy(exec, every, 0.0f);
       exec.fence();
-      if (cp > 1) comm_->allgather(CommBuffer(slot(r)), CommBuffer(kv));
+      if (cp > 1) {
+        ScopedPhase phase(timer_, Phase::kCpComm);
+        comm_->allgather(CommBuffer(slot(r)), CommBuffer(kv));
+      }
       for (int i = 0; i < cp; ++i) {
         const int source = (r + cp - i) % cp;
         attend(slot(source), source, grads(source));
       }
       exec.fence();
-      if (cp > 1)
+      if (cp > 1) {
+        ScopedPhase phase(timer_, Phase::kCpComm);
         comm_->reduce_scatter_sum(CommBuffer(every), CommBuffer(own));
-      else
+      } else {
         Kokkos::deep_copy(exec, own, grads(0));
+      }
       bytes_sent_ += (cp - 1) * n_kv * (bytes_of(qkv.format) + sizeof(float));
     } else {
       copy_key_values<E>(exec, mat_of<E>(slot(0), N, KVW), packed, shape);
@@ -160,7 +169,10 @@ void ContextAttention::backward(const Exec& exec, const StoredTensor& dqkv, cons
         const StoredTensor held = slot(i % 2), arriving = slot((i + 1) % 2);
         const View1 partial = grads(i % 2);
         Request sent, received, grads_received;
-        grads_sent[i % 2].wait();  // partial's previous sums have left
+        {
+          ScopedPhase phase(timer_, Phase::kCpComm);
+          grads_sent[i % 2].wait();  // partial's previous sums have left
+        }
         exec.fence();
         if (i + 1 < cp) {
           received = comm_->irecv(CommBuffer(arriving), prev, kTagKeyValues);
@@ -173,7 +185,10 @@ void ContextAttention::backward(const Exec& exec, const StoredTensor& dqkv, cons
         Kokkos::deep_copy(exec, partial, 0.0f);
         attend(held, (r + cp - i) % cp, partial);
         if (i > 0) {
-          grads_received.wait();
+          {
+            ScopedPhase phase(timer_, Phase::kCpComm);
+            grads_received.wait();
+          }
           kernels::add_values(exec, partial, arriving_grads);
         }
         if (cp > 1) {
@@ -181,10 +196,12 @@ void ContextAttention::backward(const Exec& exec, const StoredTensor& dqkv, cons
           grads_sent[i % 2] = comm_->isend(CommBuffer(partial), next, kTagKeyValueGrads);
           bytes_sent_ += n_kv * sizeof(float);
         }
+        ScopedPhase phase(timer_, Phase::kCpComm);
         sent.wait();
         received.wait();
       }
       own = cp > 1 ? arriving_grads : grads(0);
+      ScopedPhase phase(timer_, Phase::kCpComm);
       if (cp > 1) comm_->recv(CommBuffer(own), prev, kTagKeyValueGrads);
       for (Request& request : grads_sent) request.wait();
     }

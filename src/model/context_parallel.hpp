@@ -7,6 +7,7 @@
 
 #include "comm/comm.hpp"
 #include "core/stored.hpp"
+#include "core/timer.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/context_split.hpp"
@@ -60,12 +61,16 @@ class ContextAttention {
                 const View1& sums, kernels::AttentionTiles tiles = {0, 0}) const;
   // Bytes this rank sent of keys, values and their gradients since construction.
   size_t bytes_sent() const { return bytes_sent_; }
+  // Attributes the waits on the group (what the compute did not hide) to Phase::kCpComm; null
+  // times nothing.
+  void set_timer(PhaseTimer* timer) { timer_ = timer; }
 
  private:
   Communicator* comm_;
   int cp_, rank_;
   CpComm how_;
   mutable size_t bytes_sent_ = 0;
+  PhaseTimer* timer_ = nullptr;
 };
 
 }  // namespace trident

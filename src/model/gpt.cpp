@@ -118,6 +118,7 @@ void GptStage::set_timer(PhaseTimer* timer) {
   context_.timer = timer;
   tp_->set_timer(timer);
   ep_.set_timer(timer);
+  context_attention_.set_timer(timer);
 }
 
 void GptStage::init_params(uint64_t seed) {

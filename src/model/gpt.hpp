@@ -51,9 +51,11 @@ class GptStage {
   HalfView1 params16() const { return st_.params.f16; }
   View1 grads() const { return st_.grads; }
   int slots() const { return static_cast<int>(st_.slots.size()); }
-  // Attributes tensor- and expert-parallel communication to Phase::kTpComm and kEpComm; null times
-  // nothing.
+  // Attributes tensor-, expert- and context-parallel communication to Phase::kTpComm, kEpComm
+  // and kCpComm; null times nothing.
   void set_timer(PhaseTimer* timer);
+  // Context parallelism: the bytes of keys, values and their gradients this rank has sent.
+  size_t cp_bytes_sent() const { return context_attention_.bytes_sent(); }
   // Called during backward with an offset into grads(): every gradient at or above it has
   // received this backward's contribution (data parallelism starts reducing those).
   void set_grad_ready_hook(std::function<void(int64_t)> f) { hooks_.on_grads_ready = std::move(f); }

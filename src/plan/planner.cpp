@@ -97,9 +97,10 @@ double gemm_efficiency(double width) {
   return width / (width + kPlanGemmHalfWidth);
 }
 
-// 0: data parallel only; 1: tensor parallel inside a node; 2: pipelined (with or without tp).
+// 0: data parallel only; 1: tensor parallel inside a node; 2: pipelined (with or without tp);
+// 3: context parallel (with or without the others).
 int model_parallel_level(const PlanCandidate& k) {
-  return k.pp > 1 ? 2 : k.tp > 1 ? 1 : 0;
+  return k.cp > 1 ? 3 : k.pp > 1 ? 2 : k.tp > 1 ? 1 : 0;
 }
 
 int recompute_rank(const std::string& r) {
@@ -212,8 +213,9 @@ double PlanModel::active_param_count() const {
 }
 
 std::string PlanCandidate::describe() const {
-  return fmt::format("dp={} tp={} pp={}{}{} zero={} offload={} recompute={} micro_batch={}{}", dp,
-                     tp, pp, ep > 1 ? fmt::format(" ep={}", ep) : "",
+  return fmt::format("dp={}{} tp={} pp={}{}{} zero={} offload={} recompute={} micro_batch={}{}", dp,
+                     cp > 1 ? fmt::format(" cp={}", cp) : "", tp, pp,
+                     ep > 1 ? fmt::format(" ep={}", ep) : "",
                      virtual_stages > 1 ? fmt::format(" v={}", virtual_stages) : "", zero, offload,
                      recompute, micro_batch, sequence_parallel ? " sequence_parallel" : "");
 }
@@ -306,32 +308,34 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
     b.expert_flops = 2 * (b.psi_experts * m.moe.top_k / m.moe.experts + b.psi_moe_replicated);
   }
   b.psi_blocks = b.psi - b.psi_embedding - b.psi_head - b.psi_experts - b.psi_moe_replicated;
-  b.layer_flops = 2 * b.psi_blocks / m.layers + 4 * b.h * b.s;
+  b.layer_flops = 2 * b.psi_blocks / m.layers + (m.fused_attention ? 2 : 4) * b.h * b.s;
   b.head_flops = 2 * b.V * b.h;  // last stage
   b.usable_gb = kPlanUsableMemoryFraction * c.gpu_mem_gb;
   b.sequences = static_cast<long long>(std::floor(global_batch_tokens / m.seq));
   return b;
 }
 
-// What the candidates of one (tp, pp) share.
+// What the candidates of one (tp, pp, cp) share.
 struct ModelParallelShape {
-  int tp = 1, pp = 1, dp = 1, ep = 1, expert_dp = 1, layers = 1;
+  int tp = 1, pp = 1, dp = 1, ep = 1, expert_dp = 1, layers = 1, cp = 1;
   double moe_layers = 0;  // a stage's share of the MoE layers
   // Parameters per GPU: the dense ones (with routers and shared experts), the routed experts';
   // of one block's tensor-parallel matrices.
   double psi_rank = 0, psi_expert_rank = 0, block_params = 0;
-  double dp_gbs = 0, pp_gbs = 0, flops_per_second = 0, expert_flops_per_second = 0;
-  long long per_pipeline = 0;  // sequences per step per dp rank
+  double dp_gbs = 0, pp_gbs = 0, cp_gbs = 0, flops_per_second = 0, expert_flops_per_second = 0;
+  int replicas() const { return dp * cp; }  // the ranks holding the same parameters
+  long long per_pipeline = 0;               // sequences per step per dp rank
 };
 
 // dp: the largest count that fits the GPUs and divides the batch, or `dp` where it is given.
 ModelParallelShape model_parallel_shape(const PlanModel& m, const PlanCluster& c,
-                                        const PlanBasis& b, int tp, int pp, int dp = 0,
-                                        int ep = 1) {
+                                        const PlanBasis& b, int tp, int pp, int dp = 0, int ep = 1,
+                                        int cp = 1) {
   ModelParallelShape x;
   x.tp = tp;
   x.pp = pp;
-  x.dp = dp > 0 ? dp : c.gpus / (tp * pp);
+  x.cp = cp;
+  x.dp = dp > 0 ? dp : c.gpus / (tp * pp * cp);
   while (dp == 0 && b.sequences % x.dp != 0) --x.dp;
   x.ep = ep;
   x.expert_dp = x.dp * tp / ep;
@@ -340,10 +344,15 @@ ModelParallelShape model_parallel_shape(const PlanModel& m, const PlanCluster& c
   x.psi_rank = b.psi_rank(tp, pp);
   x.psi_expert_rank = b.psi_experts / pp / ep;
   x.block_params = b.psi_blocks / m.layers / tp;
-  // dp groups are contiguous after tp: they stay on NVLink while tp * dp fits a node. Stage
-  // neighbours are tp * dp ranks apart: some hop crosses nodes unless the whole world fits one.
-  x.dp_gbs = tp * x.dp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
-  x.pp_gbs = tp * x.dp * pp <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
+  // cp groups are contiguous after tp, dp groups after both: they stay on NVLink while tp * cp
+  // (tp * cp * dp) fits a node. Stage neighbours are tp * cp * dp ranks apart: some hop crosses
+  // nodes unless the whole world fits one.
+  const auto link = [&](int span) {
+    return span <= c.gpus_per_node ? c.intra_gbs : kPlanNetworkEfficiency * c.inter_gbs;
+  };
+  x.cp_gbs = link(tp * cp);
+  x.dp_gbs = link(tp * cp * x.dp);
+  x.pp_gbs = link(tp * cp * x.dp * pp);
   x.expert_flops_per_second = c.peak_tflops * 1e12 * c.mfu;
   x.flops_per_second = x.expert_flops_per_second * gemm_efficiency(b.h / tp) / gemm_efficiency(b.h);
   x.per_pipeline = b.sequences / x.dp;
@@ -353,7 +362,7 @@ ModelParallelShape model_parallel_shape(const PlanModel& m, const PlanCluster& c
 // Memory per GPU of candidate k (its layout fields set).
 void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basis,
                      const ModelParallelShape& x) {
-  const int dp = x.dp, tp = x.tp, pp = x.pp, zero = k.zero, b = k.micro_batch;
+  const int tp = x.tp, pp = x.pp, cp = x.cp, zero = k.zero, b = k.micro_batch;
   const int layers = x.layers, micro_batches = k.micro_batches;
   const std::string& offload = k.offload;
   const std::string& recompute = k.recompute;
@@ -362,7 +371,7 @@ void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basi
   // The parameters of a rank sharded at `from_stage` and above: the dense ones over dp, the
   // routed experts over their replicas.
   const auto sharded = [&](int from_stage) {
-    return zero >= from_stage ? psi_rank / dp + x.psi_expert_rank / x.expert_dp
+    return zero >= from_stage ? psi_rank / x.replicas() + x.psi_expert_rank / x.expert_dp
                               : psi_rank + x.psi_expert_rank;
   };
   k.params_gb = 2 * sharded(3) / kGB;
@@ -379,13 +388,20 @@ void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basi
   k.buffers_gb /= kGB;
   const bool sp = k.sequence_parallel;
   const double moe_share = x.layers > 0 ? x.moe_layers / x.layers : 0;
-  const double per_layer = layer_activation_bytes(m, b, tp, sp, recompute) +
-                           moe_share * moe_extra_activation_bytes(m, b, tp, x.ep, recompute);
-  double working = recompute == "full" ? layer_activation_bytes(m, b, tp, sp, "none") +
-                                             moe_extra_activation_bytes(m, b, tp, x.ep, "none")
+  // A cp rank keeps its s / cp tokens' activations (its attention's queries are s / cp too).
+  const double per_layer = (layer_activation_bytes(m, b, tp, sp, recompute) +
+                            moe_share * moe_extra_activation_bytes(m, b, tp, x.ep, recompute)) /
+                           cp;
+  double working = recompute == "full" ? (layer_activation_bytes(m, b, tp, sp, "none") +
+                                          moe_extra_activation_bytes(m, b, tp, x.ep, "none")) /
+                                             cp
                                        : 0;
   if (x.moe_layers > 0) working += moe_scratch_bytes(m, b, tp, x.ep);
-  const double logits = 4 * s * b * V / tp;
+  if (cp > 1) {  // two key/value chunks in flight, backward's fp32 dq and three chunks' sums
+    const double tokens = s / cp * b, kv = 2.0 * std::max(m.kv() / tp, 1) * (basis.h / m.heads);
+    working += tokens * (2 * 2 * kv + 4 * (basis.h / tp + 3 * kv));
+  }
+  const double logits = 4 * s / cp * b * V / tp;
   const double first_rank = per_layer * layers * std::min(pp, micro_batches) + working;
   const double last_rank = per_layer * layers + working + logits;
   k.activations_gb = (pp == 1 ? last_rank : std::max(first_rank, last_rank)) / kGB;
@@ -395,7 +411,7 @@ void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basi
 // Time per step of candidate k, set by the slowest (last) stage.
 void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
                    const PlanBasis& basis, const ModelParallelShape& x) {
-  const int dp = x.dp, tp = x.tp, pp = x.pp, zero = k.zero, b = k.micro_batch;
+  const int tp = x.tp, pp = x.pp, cp = x.cp, zero = k.zero, b = k.micro_batch;
   const int layers = x.layers, micro_batches = k.micro_batches;
   const std::string& offload = k.offload;
   const std::string& recompute = k.recompute;
@@ -403,15 +419,16 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
   const double pp_gbs = x.pp_gbs, dp_gbs = x.dp_gbs;
   const double h = basis.h, s = basis.s;
   const double layer_flops = basis.layer_flops, head_flops = basis.head_flops;
-  const double shard = zero >= 1 ? dp : 1;
-  const double tokens = s * b;
+  const double shard = zero >= 1 ? x.replicas() : 1;
+  const double tokens = s * b / cp;  // a rank's tokens of a micro-batch
   // Forward of one micro-batch on the stage: its GEMMs and attention core at the GEMM rate, and
   // the memory-bound element-wise work (planner.hpp) at the HBM rate. Backward costs twice the
   // forward; recomputation repeats the forward (full) or the attention core and its scores
   // (selective).
   const double hbm = c.hbm_gbs * kGB * c.hbm_efficiency;
   const double replicated = k.sequence_parallel ? tp : 1;
-  const double score_bytes = kPlanScoreBytes * m.heads * s / tp;
+  const double score_bytes = m.fused_attention ? 0 : kPlanScoreBytes * m.heads * s / tp;
+  const double attention_flops = (m.fused_attention ? 2 : 4) * h * s / tp;  // a token's, a layer
   const double layer_bytes =
       tokens * (kPlanReplicatedBytes * h / replicated + kPlanShardedBytes * h / tp + score_bytes);
   // The stage's share of the MoE layers: the experts a token runs, on each tp rank's own tokens
@@ -423,7 +440,7 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
                          layers * layer_bytes / hbm + experts;
   double extra = 0;
   if (recompute == "selective")
-    extra = layers * tokens * (4 * h * s / tp / flops_per_second + score_bytes / hbm);
+    extra = layers * tokens * (attention_flops / flops_per_second + score_bytes / hbm);
   if (recompute == "full") extra = forward - head_flops / tp * tokens / flops_per_second;
   const double micro = 3 * forward + extra;
   const double backward = micro - forward;
@@ -435,20 +452,33 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
       tp_collectives * layers * 2 * ring_seconds(2 * tokens * h, tp, c.intra_gbs);
   const double ep_micro = tp_collectives * x.moe_layers *
                           all_to_all_seconds(2 * tokens / tp * m.moe.top_k * h, x.ep, c);
+  // Context parallelism's ring, per layer: a key/value chunk a hop, each hop against one ring
+  // step's attention core (1 / cp of the rank's; backward twice the compute and three times the
+  // bytes, the gradients' last hop home against nothing).
+  double cp_micro = 0;
+  if (cp > 1) {
+    const double chunk = 2 * 2.0 * std::max(m.kv() / tp, 1) * (h / m.heads) * tokens;
+    const double hop = chunk / (x.cp_gbs * kGB);
+    const double step_attention = attention_flops * tokens / flops_per_second / cp;
+    const double forward_ring = (cp - 1) * exposed(hop, step_attention);
+    const double backward_ring = (cp - 1) * exposed(3 * hop, 2 * step_attention) + 2 * hop;
+    cp_micro = layers * ((recompute == "full" ? 2 : 1) * forward_ring + backward_ring);
+  }
   k.compute_seconds = micro_batches * micro;
   k.recompute_seconds = micro_batches * extra;
   k.tp_seconds = micro_batches * tp_micro;
   k.ep_seconds = micro_batches * ep_micro;
+  k.cp_seconds = micro_batches * cp_micro;
   // The 1F1B bubble (over v model chunks with the interleaved schedule), plus each micro-batch's
   // activation forward and gradient backward at each of its v stage boundaries.
   const int v = k.virtual_stages;
   k.bubble_seconds = pp == 1 ? 0
-                             : (pp - 1) * (micro + tp_micro + ep_micro) / v +
+                             : (pp - 1) * (micro + tp_micro + ep_micro + cp_micro) / v +
                                    2.0 * v * micro_batches * 2 * tokens * h / (pp_gbs * kGB);
-  // One bf16 pass of the rank's parameters or gradients over dp (the routed experts' over their
-  // replicas, on the same links), and the compute each ZeRO stage can hide it behind
+  // One bf16 pass of the rank's parameters or gradients over dp x cp (the routed experts' over
+  // their replicas, on the same links), and the compute each ZeRO stage can hide it behind
   // (planner.hpp).
-  const double g = ring_seconds(2 * psi_rank, dp, dp_gbs) +
+  const double g = ring_seconds(2 * psi_rank, x.replicas(), dp_gbs) +
                    ring_seconds(2 * x.psi_expert_rank, x.expert_dp, dp_gbs);
   switch (zero) {
     case 0:
@@ -471,7 +501,7 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
   if (offload == "host")
     k.offload_seconds = 4 * states / (c.pcie_gbs * kGB) + 16 * states / (c.host_adam_gbs * kGB);
   k.step_seconds = k.compute_seconds + k.bubble_seconds + k.tp_seconds + k.ep_seconds +
-                   k.dp_seconds + k.offload_seconds;
+                   k.cp_seconds + k.dp_seconds + k.offload_seconds;
 }
 
 // Every layout of the model on the cluster, with whether it fits.
@@ -482,9 +512,9 @@ struct Evaluated {
 };
 
 // Whether trident trains a layout: an MoE layer on tp > 1 ranks needs sequence parallelism (each
-// rank routes its own tokens).
+// rank routes its own tokens), and context parallelism is for dense models.
 bool trident_runs(const PlanModel& m, const PlanCandidate& k) {
-  return m.moe_layers() == 0 || k.tp == 1 || k.sequence_parallel;
+  return m.moe_layers() == 0 || ((k.tp == 1 || k.sequence_parallel) && k.cp == 1);
 }
 
 // The layouts of one (tp, pp, dp, ep): ZeRO stage, offload, recomputation, sequence parallelism
@@ -492,7 +522,7 @@ bool trident_runs(const PlanModel& m, const PlanCandidate& k) {
 void evaluate_stage_layouts(const PlanModel& m, const PlanCluster& c, const PlanBasis& basis,
                             const ModelParallelShape& x, Evaluated& out) {
   for (int zero = 0; zero <= 3; ++zero) {
-    if (zero > 0 && x.dp == 1) continue;
+    if (zero > 0 && x.replicas() == 1) continue;
     for (const std::string offload : {"none", "host"}) {
       if (offload == "host" && zero == 3) continue;  // ZeRO-Offload pairs with stage 2
       for (const std::string recompute : {"none", "selective", "full"}) {
@@ -501,7 +531,8 @@ void evaluate_stage_layouts(const PlanModel& m, const PlanCluster& c, const Plan
           for (int b = 1; b <= 32 && b <= x.per_pipeline; b *= 2) {
             if (x.per_pipeline % b != 0) continue;
             PlanCandidate k;
-            k.dp = x.dp, k.tp = x.tp, k.pp = x.pp, k.ep = x.ep, k.zero = zero, k.micro_batch = b;
+            k.dp = x.dp, k.tp = x.tp, k.pp = x.pp, k.ep = x.ep, k.cp = x.cp, k.zero = zero;
+            k.micro_batch = b;
             k.micro_batches = static_cast<int>(x.per_pipeline / b);
             k.offload = offload, k.recompute = recompute, k.sequence_parallel = sp;
             if (!trident_runs(m, k)) continue;
@@ -524,11 +555,16 @@ Evaluated evaluate_layouts(const PlanModel& m, const PlanCluster& c, const PlanB
     if (m.llama && ((m.kv() % tp != 0 && tp % m.kv() != 0) || m.ffn_width() % tp != 0)) continue;
     for (int pp = 1; pp <= m.layers; ++pp) {
       if (m.layers % pp != 0 || tp * pp > c.gpus) continue;
-      const int dp = model_parallel_shape(m, c, basis, tp, pp).dp;
-      // Expert parallelism: every size dividing both the experts and the stage's dp x tp ranks.
-      for (int ep = 1; ep <= std::max(1, m.moe.experts); ++ep) {
-        if (m.moe.experts > 0 && (m.moe.experts % ep != 0 || (dp * tp) % ep != 0)) continue;
-        evaluate_stage_layouts(m, c, basis, model_parallel_shape(m, c, basis, tp, pp, dp, ep), out);
+      // Context parallelism (dense models): powers of two that cut the sequence into 2 cp chunks.
+      for (int cp = 1; tp * pp * cp <= c.gpus; cp *= 2) {
+        if (cp > 1 && (m.moe.experts > 0 || m.seq % (2 * cp) != 0)) break;
+        const int dp = model_parallel_shape(m, c, basis, tp, pp, 0, 1, cp).dp;
+        // Expert parallelism: every size dividing both the experts and the stage's dp x tp ranks.
+        for (int ep = 1; ep <= std::max(1, m.moe.experts); ++ep) {
+          if (m.moe.experts > 0 && (m.moe.experts % ep != 0 || (dp * tp) % ep != 0)) continue;
+          evaluate_stage_layouts(m, c, basis, model_parallel_shape(m, c, basis, tp, pp, dp, ep, cp),
+                                 out);
+        }
       }
     }
   }
@@ -559,7 +595,7 @@ Best best_of(const Evaluated& e, const std::function<bool(const PlanCandidate&)>
 const PlanCandidate& recommend(const Evaluated& e, double fastest, const PlanPolicy& policy,
                                int& level, double& level_best) {
   Best at_level;
-  for (level = 0; level <= 2; ++level) {
+  for (level = 0; level <= 3; ++level) {
     at_level = best_of(e, [&](const PlanCandidate& k) { return model_parallel_level(k) == level; });
     if (at_level.fastest &&
         at_level.fastest->step_seconds <= (1 + policy.model_parallel_tolerance) * fastest)
@@ -634,7 +670,8 @@ class Explanation {
   // The best of the layouts at the chosen model-parallel layout that satisfy `pred`.
   Best at_chosen_layout(const std::function<bool(const PlanCandidate&)>& pred) const {
     return best_of(e_, [&](const PlanCandidate& k) {
-      return model_parallel_level(k) == level_ && k.tp == best_.tp && k.pp == best_.pp && pred(k);
+      return model_parallel_level(k) == level_ && k.tp == best_.tp && k.pp == best_.pp &&
+             k.cp == best_.cp && pred(k);
     });
   }
 
@@ -652,11 +689,12 @@ class Explanation {
     const double over = best_.step_seconds / fastest_.step_seconds - 1;
     return fmt::format(
         "time: {:.2f} s per step: compute {:.2f} (of which recompute {:.2f}), pipeline {:.2f}, "
-        "tensor-parallel {:.2f}, {}data-parallel {:.2f} exposed of {:.2f} transferred, offload "
+        "tensor-parallel {:.2f}, {}{}data-parallel {:.2f} exposed of {:.2f} transferred, offload "
         "{:.2f}{}",
         best_.step_seconds, best_.compute_seconds, best_.recompute_seconds, best_.bubble_seconds,
         best_.tp_seconds,
         best_.ep > 1 ? fmt::format("expert all-to-all {:.2f}, ", best_.ep_seconds) : "",
+        best_.cp > 1 ? fmt::format("context-parallel ring {:.2f}, ", best_.cp_seconds) : "",
         best_.dp_seconds, best_.dp_traffic_seconds, best_.offload_seconds,
         over > 1e-9 ? fmt::format("; {} slower than the fastest layout, preferred as simpler",
                                   percent(over))
@@ -683,6 +721,14 @@ class Explanation {
           "tensor parallelism (tp={}) inside a node, on NVLink: without model parallelism {}; "
           "model parallelism is taken when it gains more than {}",
           best_.tp, than_fastest(at_level(0)), tolerance));
+    else if (level_ == 3)
+      why.push_back(fmt::format(
+          "context parallelism (cp={}{}{}: each sequence split over {} ranks, its ring {:.2f} s "
+          "a step exposed): without it, tensor and pipeline parallelism {}; it is taken when it "
+          "gains more than {}",
+          best_.cp, best_.tp > 1 ? fmt::format(", tp={}", best_.tp) : "",
+          best_.pp > 1 ? fmt::format(", pp={}", best_.pp) : "", best_.cp, best_.cp_seconds,
+          than_fastest(at_level(2)), tolerance));
     else
       why.push_back(
           fmt::format("pipeline parallelism (pp={}{}): without model parallelism {}; with tensor "
@@ -781,15 +827,17 @@ PlanCandidate predict_layout(const PlanModel& m, const PlanCluster& c, double gl
   const PlanBasis basis = plan_basis(m, c, global_batch_tokens);
   if (layout.dp < 1 || layout.tp < 1 || layout.pp < 1 || layout.micro_batch < 1 ||
       layout.virtual_stages < 1 || m.layers % (layout.pp * layout.virtual_stages) != 0 ||
-      basis.sequences % (layout.dp * layout.micro_batch) != 0)
-    throw InputError(fmt::format("plan: layout {} does not split {} layers and {} sequences",
-                                 layout.describe(), m.layers, basis.sequences));
+      basis.sequences % (layout.dp * layout.micro_batch) != 0 || layout.cp < 1 ||
+      m.seq % (2 * layout.cp) != 0)
+    throw InputError(
+        fmt::format("plan: layout {} does not split {} layers, {} sequences and {}-token sequences",
+                    layout.describe(), m.layers, basis.sequences, m.seq));
   if (layout.ep < 1 || (layout.dp * layout.tp) % layout.ep != 0 ||
       (layout.ep > 1 && m.moe.experts % layout.ep != 0))
     throw InputError(fmt::format("plan: ep = {} must divide the experts ({}) and dp x tp = {}",
                                  layout.ep, m.moe.experts, layout.dp * layout.tp));
   const ModelParallelShape x =
-      model_parallel_shape(m, c, basis, layout.tp, layout.pp, layout.dp, layout.ep);
+      model_parallel_shape(m, c, basis, layout.tp, layout.pp, layout.dp, layout.ep, layout.cp);
   PlanCandidate k = layout;
   k.micro_batches = static_cast<int>(x.per_pipeline / k.micro_batch);
   estimate_memory(k, m, basis, x);

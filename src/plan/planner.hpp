@@ -30,6 +30,12 @@ struct PlanModel {
     int experts = 0, top_k = 1, expert_ffn = 0, shared = 0, every = 1;
     double capacity_factor = 0;
   } moe;
+  // Fused (flash) attention (`plan --attention fused`): the attention core runs only the causal
+  // half of its score products, at the GEMM rate, and keeps no scores in HBM (cuDNN's, which
+  // trident's GPU builds run, and FlashAttention's). Unfused (the default, Megatron-LM 2019-2021
+  // as the fitted constants saw it): every score product, and the scores' element-wise traffic
+  // (kPlanScoreBytes).
+  bool fused_attention = false;
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_width() const { return ffn > 0 ? ffn : (8 * hidden / 3 + 255) / 256 * 256; }
   // The dense MLP's width (GPT-2: 4h) and one expert's.
@@ -181,6 +187,18 @@ inline constexpr double kPlanPermuteBytes = 8;
 // The interleaved schedule (virtual_stages v > 1, a config's layout only) divides the pipeline
 // bubble by v and multiplies the stage-to-stage transfers by v (Narayanan et al. 2021).
 //
+// Context parallelism (trident's ring on balanced chunks; Megatron-Core's and Llama 3's alike in
+// cost): each of cp ranks holds s / cp tokens of every sequence, so compute, activations (the
+// attention's too: its queries are s / cp) and tensor-parallel traffic per rank fall by cp, the
+// attention core's per-token cost staying that of the whole sequence. cp ranks hold the same
+// parameters: they reduce gradients and shard ZeRO with dp (dp x cp ranks). Each layer passes
+// the key/value chunks (2 kv_heads / tp x head size x s / cp x b, 16-bit) around the ring,
+// cp - 1 times forward, and backward again with their fp32 gradients, which make cp hops; each
+// hop overlaps the attention of one ring step (1 / cp of the rank's attention core; twice that in
+// backward), as exposed() charges it, on NVLink while tp x cp fits a node (the cp group is
+// contiguous after tp), else the network. Held besides: two chunks in flight, and backward's fp32
+// sums (dq, and three chunks' key/value gradients).
+//
 // The world is dp x tp x pp with tp <= GPUs per node and a power of two dividing the heads, pp
 // dividing the layers, and dp the largest count <= gpus / (tp pp) that divides the global batch
 // of sequences (so a layout may leave a few GPUs idle). The global batch is fixed in tokens, as
@@ -205,9 +223,10 @@ struct PlanPolicy {
 
 struct PlanCandidate {
   int dp = 1, tp = 1, pp = 1, zero = 0, micro_batch = 1, micro_batches = 1;
-  // Expert parallelism (folded onto the dp x tp ranks of a stage) and the interleaved
-  // schedule's model chunks per rank (the search keeps 1; a config's layout may set more).
-  int ep = 1, virtual_stages = 1;
+  // Expert parallelism (folded onto the dp x tp ranks of a stage), the interleaved schedule's
+  // model chunks per rank (the search keeps 1; a config's layout may set more), and context
+  // parallelism (each sequence split over cp ranks; a factor of the GPUs).
+  int ep = 1, virtual_stages = 1, cp = 1;
   std::string offload = "none";    // none | host (optimizer states and step on the CPU)
   std::string recompute = "none";  // none | selective | full
   bool sequence_parallel = false;  // tp > 1: LayerNorm and residual activations split over tp
@@ -215,15 +234,16 @@ struct PlanCandidate {
   double params_gb = 0, grads_gb = 0, optimizer_gb = 0, activations_gb = 0, buffers_gb = 0,
          other_gb = 0;
   // Per step. compute includes recompute; bubble includes stage-to-stage transfers; ep is the
-  // experts' all-to-alls; dp is the exposed part of dp_traffic (gradient reduction, ZeRO gathers).
+  // experts' all-to-alls; cp the ring's transfers that the attention does not hide; dp is the
+  // exposed part of dp_traffic (gradient reduction, ZeRO gathers).
   double step_seconds = 0, compute_seconds = 0, recompute_seconds = 0, bubble_seconds = 0,
-         tp_seconds = 0, ep_seconds = 0, dp_seconds = 0, dp_traffic_seconds = 0,
+         tp_seconds = 0, ep_seconds = 0, cp_seconds = 0, dp_seconds = 0, dp_traffic_seconds = 0,
          offload_seconds = 0;
   double memory_gb() const {
     return params_gb + grads_gb + optimizer_gb + activations_gb + buffers_gb + other_gb;
   }
   double model_states_gb() const { return params_gb + grads_gb + optimizer_gb; }
-  int gpus() const { return dp * tp * pp; }
+  int gpus() const { return dp * cp * tp * pp; }
   std::string describe() const;
 };
 

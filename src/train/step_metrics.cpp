@@ -36,6 +36,7 @@ void StepMetrics::record(const StepOutcome& s) {
   for (int cat = 0; cat < kMemCategories; ++cat)
     categories[cat] = static_cast<double>(ledger_.peak(static_cast<MemCategory>(cat)));
   const std::vector<double> peak_by_category = world_.gather(categories);
+  const std::vector<double> cp_bytes = world_.gather({s.cp_bytes});
   const double slowest = world_.max(s.seconds), fastest = world_.min(s.seconds);
   last_loss_ = s.loss;
   last_val_loss_ = s.val_loss;
@@ -49,7 +50,8 @@ void StepMetrics::record(const StepOutcome& s) {
   const double bubble = slowest > 0 ? wait / world_.size() / slowest : 0.0;
   timings_->append({s.step, s.loss, s.val_loss, s.lr, s.grad_norm, s.loss_scale, s.skipped ? 1 : 0,
                     shape_.tokens_per_step, slowest, fastest, bubble, s.moe_aux_loss, s.moe_z_loss,
-                    s.moe_dropped_fraction, s.moe_layers, phases, peak_mem, peak_by_category});
+                    s.moe_dropped_fraction, s.moe_layers, phases, peak_mem, peak_by_category,
+                    cp_bytes});
   const int index = s.step - 1;  // the first step of a run warms caches and is not timed
   if (index > shape_.start_step || shape_.steps - shape_.start_step == 1) {
     sum_ms_ += slowest * 1e3;

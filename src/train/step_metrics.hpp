@@ -37,6 +37,7 @@ struct StepOutcome {
   MoeLayerBalance moe_layers;  // the same per MoE layer, with tokens per expert
   double seconds = 0;          // wall time of the step, evaluation excluded
   std::array<double, kPhases> phases{};
+  double cp_bytes = 0;  // this rank's context-parallel bytes sent in the step
 };
 
 struct RunShape {

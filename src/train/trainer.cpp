@@ -323,8 +323,14 @@ class Trainer {
   LrSchedule lr_;
   LossScaler scaler_;  // enabled for fp16
   int64_t tokens_per_step_ = 0;
-  int first_update_step_ = 0;         // 0-based: async makes no update on a run's first step
-  bool replicas_diverged_ = false;    // local_sgd: a local step since the last average
+  int first_update_step_ = 0;       // 0-based: async makes no update on a run's first step
+  bool replicas_diverged_ = false;  // local_sgd: a local step since the last average
+  // Context parallelism: the bytes this rank's stages have sent over cp so far.
+  size_t cp_bytes_sent() const {
+    size_t bytes = 0;
+    for (const ModelChunk& ch : chunks_) bytes += ch.stage->cp_bytes_sent();
+    return bytes;
+  }
   std::atomic<int> current_step_{0};  // 1-based, for the watchdog's message
   // Mixture of Experts: every MoE layer's aux-loss-free selection bias [moe layers x E], the same
   // on every rank (updated from counts summed over every rank); empty for a dense model.
@@ -453,6 +459,7 @@ bool Trainer::train_step(int step, StepOutcome& out) {
       sync != DpSync::kLocalSgd || out.step % config_.dp.local_steps == 0 || checkpoint;
   const bool reduce_over_dp = sync != DpSync::kAsync && synchronous;
   const auto start = std::chrono::steady_clock::now();
+  const size_t cp_before = cp_bytes_sent();
   // Forward and backward over every micro-batch in the schedule's order; gradients reduced.
   for (ModelChunk& ch : chunks_) ch.dp->zero_grads();
   // The MoE balance counts this step's training forwards only (not an evaluation's before it).
@@ -506,6 +513,7 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.phases = timer_.all();
+  out.cp_bytes = static_cast<double>(cp_bytes_sent() - cp_before);
   return true;
 }
 

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 
 PHASES = ["forward", "backward", "recompute", "tp_comm", "pp_wait", "dp_comm", "optimizer",
-          "zero_gather", "io", "weight_grad", "ep_comm"]
+          "zero_gather", "io", "weight_grad", "ep_comm", "cp_comm"]
 
 
 def fail(msg):
@@ -228,6 +228,36 @@ def activations_less(args):
           f"(max {b.max() / a.max():.1%} of before)")
 
 
+def cp_bytes(args):
+    """Every rank's context-parallel bytes of every step equal the formula, from the stored config:
+    per layer and micro-batch n_kv = micro_batch x seq_len / cp x 2 x kv_heads_tp x head_size
+    elements of keys and values in the storage format, sent (cp - 1) times in forward (again with
+    full recomputation) and in backward, and their fp32 gradients cp times around the ring (cp - 1
+    times reduce-scattered after an all-gather)."""
+    with h5py.File(args.timings, "r") as f:
+        config = tomllib.loads(f.attrs["config"])
+        sent = f["cp_bytes"][:]
+    m, par, train = config["model"], config["parallel"], config["train"]
+    cp, tp = par["cp"], par["tp"]
+    kv_heads = m.get("n_kv_head", 0) or m["n_head"]
+    kv_tp = max(1, kv_heads // tp)
+    head_size = m["n_embd"] // m["n_head"]
+    n_kv = train["micro_batch_size"] * train["seq_len"] // cp * 2 * kv_tp * head_size
+    stored = 4 if config["precision"]["compute"] == "fp32" else 2
+    forwards = 2 if config["recompute"]["policy"] == "full" else 1
+    grad_hops = cp if par["cp_comm"] == "ring" else cp - 1
+    per_layer = (cp - 1) * n_kv * stored * (forwards + 1) + grad_hops * n_kv * 4
+    micro_batches = train["batch_size"] // par["dp"] // train["micro_batch_size"]
+    want = per_layer * m["n_layer"] // par["pp"] * micro_batches
+    if sent.shape[1] != cp * tp * par["dp"] * par["pp"]:
+        fail(f"cp_bytes has {sent.shape[1]} ranks")
+    if not (sent == want).all():
+        fail(f"cp_bytes per rank and step {np.unique(sent)}, expected {want} "
+             f"({per_layer} per layer and micro-batch)")
+    print(f"cp_bytes: {want} bytes per rank and step on every rank and step "
+          f"({per_layer} per layer and micro-batch, cp={cp} {par['cp_comm']})")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -267,10 +297,13 @@ def main():
     e = sub.add_parser("params-equal")
     e.add_argument("a")
     e.add_argument("b")
+    cb = sub.add_parser("cp-bytes")
+    cb.add_argument("timings")
     args = p.parse_args()
     {"schema": schema, "compare": compare, "grads": grads, "memory": memory,
      "params-equal": params_equal, "phase-positive": phase, "phase-zero": phase,
-     "activations-less": activations_less, "delayed": delayed, "differs": differs}[args.cmd](args)
+     "activations-less": activations_less, "delayed": delayed, "differs": differs,
+     "cp-bytes": cp_bytes}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -558,3 +558,92 @@ TEST(PlannerMoe, ACapacityFactorBoundsTheReservedRows) {
   EXPECT_EQ(bounded.step_seconds, dropless.step_seconds);
   EXPECT_EQ(bounded.model_states_gb(), dropless.model_states_gb());
 }
+
+namespace {
+// Llama 3 8B at `seq` tokens on H100 nodes, cp ranks splitting each sequence.
+PlanCandidate llama_cp_layout(int dp, int cp, int tp, int zero, const std::string& recompute) {
+  PlanCandidate k;
+  k.dp = dp, k.cp = cp, k.tp = tp, k.pp = 1, k.zero = zero, k.micro_batch = 1;
+  k.recompute = recompute;
+  k.sequence_parallel = tp > 1;
+  return k;
+}
+PlanModel llama_at(int seq) {
+  PlanModel m = plan_llama(llama3(32, 4096, 32, 14336));
+  m.seq = seq;
+  return m;
+}
+}  // namespace
+
+// A cp rank computes and keeps its s / cp tokens: compute, tensor-parallel traffic and
+// activations fall by cp; the ZeRO shards spread over dp x cp; the ring adds its exposed hops.
+TEST(PlannerContextParallel, EachRankComputesAndKeepsItsShareOfTheSequence) {
+  const PlanModel m = llama_at(32768);
+  const PlanCluster c = h100_nodes(4);
+  const double tokens = 32.0 * 32768;
+  const PlanCandidate one = predict_layout(m, c, tokens, llama_cp_layout(4, 1, 8, 3, "full"));
+  const PlanCandidate four = predict_layout(m, c, tokens, llama_cp_layout(1, 4, 8, 3, "full"));
+  EXPECT_EQ(one.gpus(), 32);
+  EXPECT_EQ(four.gpus(), 32);
+  // The same sequences per data-parallel rank four times over, each a quarter of the tokens.
+  EXPECT_NEAR(four.compute_seconds, one.compute_seconds, 1e-9 * one.compute_seconds);
+  EXPECT_NEAR(four.tp_seconds, one.tp_seconds, 1e-9 * one.tp_seconds);
+  EXPECT_EQ(one.cp_seconds, 0);
+  EXPECT_GT(four.cp_seconds, 0);
+  // Model states sharded over 4 ranks either way; activations a quarter (the ring's buffers
+  // aside) and the logits a quarter.
+  EXPECT_NEAR(four.model_states_gb(), one.model_states_gb(), 1e-9);
+  EXPECT_LT(four.activations_gb, 0.3 * one.activations_gb);
+  EXPECT_GT(four.activations_gb, 0.25 * one.activations_gb);
+  // A sequence that does not cut into 2 cp chunks is not a layout.
+  EXPECT_THROW(
+      predict_layout(llama_at(32766), c, 32.0 * 32766, llama_cp_layout(1, 4, 8, 3, "full")),
+      InputError);
+}
+
+// Each hop of the ring overlaps one ring step's attention: at 128K tokens the attention hides it
+// (only the overlap's inefficiency shows); across nodes, on short sequences, it shows whole.
+TEST(PlannerContextParallel, TheRingHidesBehindTheAttentionOfLongSequences) {
+  const PlanCluster c = h100_nodes(16);
+  const PlanCandidate layout = llama_cp_layout(1, 16, 8, 3, "full");
+  const PlanCandidate longer = predict_layout(llama_at(131072), c, 131072.0, layout);
+  const PlanCandidate shorter = predict_layout(llama_at(16384), c, 16384.0, layout);
+  EXPECT_LT(longer.cp_seconds, 0.05 * longer.compute_seconds);
+  EXPECT_GT(shorter.cp_seconds / shorter.compute_seconds,
+            10 * longer.cp_seconds / longer.compute_seconds);
+}
+
+// The search finds context parallelism where a long sequence fits nowhere else, and keeps it out
+// where the other axes suffice (the memory it frees is then not worth its ring).
+TEST(PlannerContextParallel, TheSearchSplitsSequencesOnlyWhenItPays) {
+  const PlanResult long_seq = plan_layouts(llama_at(262144), h100_nodes(4), 262144.0);
+  ASSERT_FALSE(long_seq.feasible.empty()) << long_seq.reasons;
+  EXPECT_GT(long_seq.feasible.front().cp, 1) << long_seq.recommendation;
+  EXPECT_NE(long_seq.reasons.find("context parallelism (cp="), std::string::npos)
+      << long_seq.reasons;
+  for (const PlanCandidate& k : long_seq.feasible) EXPECT_EQ(262144 % (2 * k.cp), 0);
+  const PlanResult short_seq = plan_layouts(llama_at(4096), h100_nodes(4), 1024.0 * 4096);
+  ASSERT_FALSE(short_seq.feasible.empty()) << short_seq.reasons;
+  EXPECT_EQ(short_seq.feasible.front().cp, 1) << short_seq.recommendation;
+}
+
+// Fused attention (plan --attention fused) runs the causal half of the score products and keeps
+// no scores in HBM: the step's compute falls, the more so the longer the sequence, and nothing
+// else changes.
+TEST(PlannerContextParallel, FusedAttentionDropsTheScoresTrafficAndTheMaskedHalf) {
+  const PlanCluster c = h100_nodes(16);
+  const PlanCandidate layout = llama_cp_layout(1, 16, 8, 3, "full");
+  double ratio_short = 0, ratio_long = 0;
+  for (const int seq : {8192, 131072}) {
+    PlanModel unfused = llama_at(seq), fused = llama_at(seq);
+    fused.fused_attention = true;
+    const PlanCandidate a = predict_layout(unfused, c, seq, layout);
+    const PlanCandidate b = predict_layout(fused, c, seq, layout);
+    EXPECT_LT(b.compute_seconds, a.compute_seconds) << seq;
+    EXPECT_EQ(b.tp_seconds, a.tp_seconds) << seq;
+    EXPECT_EQ(b.activations_gb, a.activations_gb) << seq;
+    (seq == 8192 ? ratio_short : ratio_long) = b.compute_seconds / a.compute_seconds;
+  }
+  EXPECT_LT(ratio_long, ratio_short);
+  EXPECT_LT(ratio_long, 0.5);
+}
