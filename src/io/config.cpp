@@ -187,6 +187,8 @@ std::vector<Field> layout_fields(Config& c) {
        "context-parallel ranks: each sequence split over them in 2 cp balanced chunks"},
       {"parallel", "cp_comm", choice(&c.parallel.cp_comm),
        "how context parallelism moves keys and values: ring, allgather"},
+      {"parallel", "cp_split", choice(&c.parallel.cp_split),
+       "how it cuts sequences: balanced (2 cp causal chunks), contiguous (imbalance studies)"},
       {"parallel", "tp", &c.parallel.tp, "tensor-parallel ranks"},
       {"parallel", "pp", &c.parallel.pp, "pipeline-parallel ranks"},
       {"parallel", "ep", &c.parallel.ep,

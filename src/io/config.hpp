@@ -94,6 +94,7 @@ struct ParallelSection {
   // to each other's keys and values through cp_comm. A factor of the world size.
   int cp = 1;
   CpComm cp_comm = CpComm::kRing;
+  CpSplit cp_split = CpSplit::kBalanced;
   GridShape shape() const {
     return {{Axis::dp, dp}, {Axis::cp, cp}, {Axis::tp, tp}, {Axis::pp, pp}};
   }

@@ -16,4 +16,12 @@ template <>
 inline constexpr std::array<Named<CpComm>, 2> kNames<CpComm>{
     {{CpComm::kRing, "ring"}, {CpComm::kAllgather, "allgather"}}};
 
+// How a sequence is cut over the cp ranks (parallel.cp_split): balanced causal chunks (each rank
+// an early and a late one: equal attention work), or contiguous blocks (the last rank does 2 cp - 1
+// times the first's work; for studies of the imbalance).
+enum class CpSplit { kBalanced, kContiguous };
+template <>
+inline constexpr std::array<Named<CpSplit>, 2> kNames<CpSplit>{
+    {{CpSplit::kBalanced, "balanced"}, {CpSplit::kContiguous, "contiguous"}}};
+
 }  // namespace trident

@@ -17,7 +17,12 @@ using kernels::mat_of;
 using kernels::MatOf;
 
 std::vector<AttentionPart> context_parts(const ContextSplit& split, int source) {
-  const int c = split.chunk(), r = split.rank;
+  const int c = split.chunk(), r = split.rank, n = split.local();
+  if (!split.balanced) {  // one block each: causal against itself, whole against earlier ones
+    if (source == r) return {{0, n, 0, n, 0, false}};
+    if (source < r) return {{0, n, 0, n, n, true}};
+    return {};
+  }
   if (source == r)  // each chunk against itself (causal), then the late chunk against the early
     return {{0, c, 0, c, 0, false}, {c, c, c, c, 0, false}, {c, c, 0, c, split.local(), true}};
   if (source < r)  // both chunks come after the source's early chunk and before its late one
@@ -56,8 +61,8 @@ void check_chunks(const ContextSplit& split) {
 
 }  // namespace
 
-ContextAttention::ContextAttention(Communicator* comm, int cp, int rank, CpComm how)
-    : comm_(comm), cp_(cp), rank_(rank), how_(how) {
+ContextAttention::ContextAttention(Communicator* comm, int cp, int rank, CpComm how, CpSplit cut)
+    : comm_(comm), cp_(cp), rank_(rank), how_(how), cut_(cut) {
   if (cp > 1 && (comm == nullptr || comm->size() != cp || comm->rank() != rank))
     throw std::logic_error("ContextAttention: the communicator is not the cp group");
 }

@@ -17,7 +17,8 @@ namespace trident {
 
 using kernels::ContextSplit;
 
-// The parts (kernels::AttentionPart) of this rank's queries against `source`'s key/value chunks,
+// The parts (kernels::AttentionPart) of this rank's queries against `source`'s key/value chunks
+// (balanced; contiguous blocks: itself causally, an earlier rank's whole, a later rank's none),
 // rows counted within each rank's T / cp: the diagonal step (source == rank: each chunk against
 // itself, causal, then the late chunk against the early one), a lower step (source < rank: both
 // chunks against the source's early chunk, every key visible) or an upper step (source > rank:
@@ -43,9 +44,10 @@ ContextAttentionElements context_attention_elements(const ContextSplit& split, C
 // method in the same order with the same shapes.
 class ContextAttention {
  public:
-  ContextAttention(Communicator* comm, int cp, int rank, CpComm how);
+  ContextAttention(Communicator* comm, int cp, int rank, CpComm how,
+                   CpSplit cut = CpSplit::kBalanced);
   // Sequences of T x cp tokens of which this rank holds T.
-  ContextSplit split(int T) const { return {cp_, rank_, T * cp_}; }
+  ContextSplit split(int T) const { return {cp_, rank_, T * cp_, cut_ == CpSplit::kBalanced}; }
   CpComm how() const { return how_; }
   // out [B*T/cp, NH HS] and lse from qkv [B*T/cp, (NH + 2 KVH) HS] (shape.T: the local T / cp
   // rows); `kv` holds context_attention_elements().kv elements in qkv's format, scratch the
@@ -69,6 +71,7 @@ class ContextAttention {
   Communicator* comm_;
   int cp_, rank_;
   CpComm how_;
+  CpSplit cut_;
   mutable size_t bytes_sent_ = 0;
   PhaseTimer* timer_ = nullptr;
 };

@@ -20,7 +20,7 @@ GptStage::GptStage(const ModelConfig& m, const StageLayout& layout, Communicator
       table_(m),
       local_(table_, m, layout, buffers.unit_alignment, buffers.expert_unit_alignment),
       ep_(ep.rows, ep.counts, layout.ep_size, layout.ep_rank),
-      context_attention_(cp, layout.cp_size, layout.cp_rank, buffers.cp_comm),
+      context_attention_(cp, layout.cp_size, layout.cp_rank, buffers.cp_comm, buffers.cp_split),
       st_([&] {
         BufferList list(ledger);
         return build_stage(shape_, local_, tp, list, tp_);

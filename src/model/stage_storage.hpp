@@ -47,8 +47,10 @@ struct StageBuffers {
   kernels::AttentionTiles attention_tiles{0, 0};
   // Which attention GPU builds run (attention.kernel).
   kernels::AttentionKernel attention_kernel = kernels::AttentionKernel::kAuto;
-  // How context parallelism (layout.cp_size > 1) brings keys and values to the queries.
+  // How context parallelism (layout.cp_size > 1) brings keys and values to the queries, and how
+  // it cuts the sequences.
   CpComm cp_comm = CpComm::kRing;
+  CpSplit cp_split = CpSplit::kBalanced;
 };
 
 // A stage's extents: the model, its layers and tp slice, the largest micro-batch, how many
@@ -75,7 +77,8 @@ struct StageShape {
   int V_tp() const { return padded_vocab(model, layout.tp_size) / layout.tp_size; }
   // A micro-batch's sequences as this rank holds them: T of each one's T x cp_size tokens.
   kernels::ContextSplit split(int T) const {
-    return {layout.cp_size, layout.cp_rank, T * layout.cp_size};
+    return {layout.cp_size, layout.cp_rank, T * layout.cp_size,
+            buffers.cp_split == CpSplit::kBalanced};
   }
   // The extents of one block's tensors for a micro-batch of B sequences of T tokens.
   BlockExtents extents(int B, int T) const;

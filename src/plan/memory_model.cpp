@@ -49,6 +49,7 @@ StageShape stage_shape(const MemoryQuery& q, const StageLayout& layout, int slot
   s.buffers.attention_tiles = q.attention_tiles;
   s.buffers.attention_kernel = q.attention_kernel;
   s.buffers.cp_comm = q.cp_comm;
+  s.buffers.cp_split = q.cp_split;
   return s;
 }
 
@@ -182,6 +183,7 @@ MemoryQuery memory_query(const Config& c) {
   q.ep = par.ep;
   q.cp = par.cp;
   q.cp_comm = par.cp_comm;
+  q.cp_split = par.cp_split;
   q.virtual_stages = par.virtual_stages;
   q.sequence_parallel = par.sequence_parallel;
   q.schedule = par.schedule;

@@ -24,6 +24,7 @@ struct MemoryQuery {
   int ep = 1;  // expert-parallel ranks folded onto dp x tp (comm/grid.hpp)
   int cp = 1;  // context-parallel ranks: each holds seq_len / cp tokens of every sequence
   CpComm cp_comm = CpComm::kRing;
+  CpSplit cp_split = CpSplit::kBalanced;
   GridShape shape() const {
     return {{Axis::dp, dp}, {Axis::cp, cp}, {Axis::tp, tp}, {Axis::pp, pp}};
   }

@@ -215,6 +215,8 @@ std::string describe_layout(const Config& c, const Grid& grid) {
   std::string out = grid.describe();
   if (par.ep > 1) out += fmt::format(" ep={}", par.ep);
   if (par.cp > 1) out += fmt::format(" cp_comm={}", name_of(par.cp_comm));
+  if (par.cp > 1 && par.cp_split != CpSplit::kBalanced)
+    out += fmt::format(" cp_split={}", name_of(par.cp_split));
   if (par.pp > 1) out += fmt::format(" schedule={}", name_of(par.schedule));
   if (par.virtual_stages > 1) out += fmt::format(" v={}", par.virtual_stages);
   if (par.sequence_parallel && par.tp > 1) out += " sequence_parallel";
@@ -770,15 +772,16 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
   const ParallelSection& par = config_.parallel;
   const int v = par.virtual_stages, stages = par.pp * v;
   const int per_rank = config_.train.batch_size / par.dp;
-  const PipelinePlace place{par.pp,
-                            grid_.coord()[Axis::pp],
-                            v,
-                            grid_.coord()[Axis::tp],
-                            config_.train.seq_len / par.cp,
-                            {par.cp, grid_.coord()[Axis::cp], config_.train.seq_len},
-                            config_.train.micro_batch_size,
-                            per_rank / config_.train.micro_batch_size,
-                            grid_.coord()[Axis::dp] * per_rank};
+  const PipelinePlace place{
+      par.pp,
+      grid_.coord()[Axis::pp],
+      v,
+      grid_.coord()[Axis::tp],
+      config_.train.seq_len / par.cp,
+      {par.cp, grid_.coord()[Axis::cp], config_.train.seq_len, par.cp_split == CpSplit::kBalanced},
+      config_.train.micro_batch_size,
+      per_rank / config_.train.micro_batch_size,
+      grid_.coord()[Axis::dp] * per_rank};
   schedule_ = pipeline::make_schedule(par.schedule, par.pp, place.pp_rank, place.micro_batches, v);
   // Evaluation runs forwards only, in (micro-batch, virtual stage) order on every rank.
   for (int mb = 0; mb < place.micro_batches; ++mb)
