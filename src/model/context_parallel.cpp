@@ -72,8 +72,8 @@ void ContextAttention::forward(const Exec& exec, const StoredTensor& out, const 
                                const kernels::AttentionShape& shape, const StoredTensor& kv,
                                kernels::AttentionTiles tiles) const {
   const int cp = cp_, r = rank_, next = (r + 1) % cp, prev = (r + cp - 1) % cp;
-  const ContextSplit split_ = split(shape.T);
-  check_chunks(split_);
+  const ContextSplit chunks = split(shape.T);
+  check_chunks(chunks);
   const size_t N = static_cast<size_t>(shape.B) * shape.T;
   const int KVW = 2 * shape.kv_heads() * shape.HS;
   const size_t n_kv = N * KVW;
@@ -83,7 +83,7 @@ void ContextAttention::forward(const Exec& exec, const StoredTensor& out, const 
     const MatOf<E> o = mat_of<E>(out, N, static_cast<size_t>(shape.NH) * shape.HS);
     auto slot = [&](int i) { return kv.window(i * n_kv, n_kv); };
     auto attend = [&](const StoredTensor& chunk, int source) {
-      for (const AttentionPart& part : context_parts(split_, source))
+      for (const AttentionPart& part : context_parts(chunks, source))
         kernels::attention_forward_part<E>(exec, o, lse, scratch, packed, mat_of<E>(chunk, N, KVW),
                                            shape, part, tiles);
     };
@@ -122,8 +122,8 @@ void ContextAttention::backward(const Exec& exec, const StoredTensor& dqkv, cons
                                 const kernels::AttentionShape& shape, const StoredTensor& kv,
                                 const View1& sums, kernels::AttentionTiles tiles) const {
   const int cp = cp_, r = rank_, next = (r + 1) % cp, prev = (r + cp - 1) % cp;
-  const ContextSplit split_ = split(shape.T);
-  check_chunks(split_);
+  const ContextSplit chunks = split(shape.T);
+  check_chunks(chunks);
   const size_t N = static_cast<size_t>(shape.B) * shape.T;
   const int C = shape.NH * shape.HS, KVW = 2 * shape.kv_heads() * shape.HS;
   const size_t n_kv = N * KVW, n_q = N * C;
@@ -138,7 +138,7 @@ void ContextAttention::backward(const Exec& exec, const StoredTensor& dqkv, cons
     auto slot = [&](int i) { return kv.window(i * n_kv, n_kv); };
     auto attend = [&](const StoredTensor& chunk, int source, const View1& dkv) {
       const kernels::AttentionGradSums to{dq.data(), C, dkv.data(), KVW};
-      for (const AttentionPart& part : context_parts(split_, source))
+      for (const AttentionPart& part : context_parts(chunks, source))
         kernels::attention_backward_part<E>(exec, to, scratch, g, packed, mat_of<E>(chunk, N, KVW),
                                             o, lse, shape, part, tiles);
     };

@@ -69,7 +69,18 @@ def losses(path, column="loss"):
 
 
 def compare(args):
-    """Losses (and with --norms the clipping norms too) of b against a, step by step."""
+    """Losses (and with --norms the clipping norms too, with --val the validation losses) of b
+    against a, step by step."""
+    if args.val:
+        a, b = losses(args.a, "val_loss"), losses(args.b, "val_loss")
+        evaluated = [s for s in sorted(set(a) & set(b)) if not math.isnan(a[s])]
+        if not evaluated:
+            fail("no evaluated step in common")
+        for s in evaluated:
+            rel = abs(a[s] - b[s]) / abs(a[s])
+            if rel > args.rtol:
+                fail(f"step {s}: validation loss {a[s]} vs {b[s]} (relative {rel:.3g})")
+        print(f"validation losses agree on {len(evaluated)} steps")
     if args.norms:
         a, b = losses(args.a, "grad_norm"), losses(args.b, "grad_norm")
         for s in sorted(set(a) & set(b)):
@@ -273,6 +284,7 @@ def main():
     c.add_argument("--exact", action="store_true")
     c.add_argument("--rtol", type=float, default=1e-5)
     c.add_argument("--norms", action="store_true", help="compare the gradient norms too")
+    c.add_argument("--val", action="store_true", help="compare the validation losses too")
     c.add_argument("--routing", action="store_true",
                    help="Mixture of Experts: expert counts and dropped shares equal at every step")
     g = sub.add_parser("grads")

@@ -2,7 +2,8 @@
 # Context parallelism's timings: every rank's cp_bytes at every step equal the formula (keys and
 # values per layer and micro-batch, forward and backward, their gradients on the ring's cp hops),
 # for the ring at cp2 x tp2 (one key/value head per tp rank), the all-gather with full
-# recomputation and bf16 at cp4, and the waits are timed as the cp_comm phase.
+# recomputation and bf16 at cp4, and the waits are timed as the cp_comm phase. The evaluation's
+# loss at cp2 (every rank's tokens over the global count) equals the serial run's.
 set -euo pipefail
 trident=$1 src=$2 work=$3
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
@@ -20,4 +21,10 @@ run ring_tp2 4 --set parallel.cp=2 --set parallel.tp=2 --set parallel.sequence_p
 run allgather_recompute 2 --set parallel.cp=2 --set parallel.cp_comm=allgather \
   --set recompute.policy=full
 run ring_bf16_cp4 4 --set parallel.cp=4 --set precision.compute=bf16 --set train.micro_batch_size=4
+"$trident" train "${common[@]}" --set run.eval_every=1 --set run.out_dir="$work/serial_eval" \
+  > "$work/serial_eval.log"
+mpirun -np 2 --oversubscribe "$trident" train "${common[@]}" --set run.eval_every=1 \
+  --set parallel.cp=2 --set run.out_dir="$work/cp2_eval" > "$work/cp2_eval.log"
+$check compare "$work/serial_eval/llama-tiny/timings.h5" "$work/cp2_eval/llama-tiny/timings.h5" \
+  --min-steps 3 --val
 echo "context-parallel timings: ok"
