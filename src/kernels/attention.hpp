@@ -502,14 +502,11 @@ inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, con
                 *row_max = new_max;
               });
             });
-        const float beta = first ? 0.0f : 1.0f;
+        // P v from the probabilities as the product reads them (rounded to 16 bits, or fp32).
+        const Stored* p = kHalf ? probs16 : reinterpret_cast<const Stored*>(scores);
         for (int j = 0; j < G; ++j)
-          if constexpr (kHalf)
-            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, probs16 + j * tile, K, G * tile,
-                          v_tile, ld_kv, HS, beta, o_sums + j * o_head, HS, G * o_head, KVH);
-          else
-            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, scores + j * tile, K, G * tile,
-                          v_tile, ld_kv, HS, beta, o_base + j * o_head, ld_out, G * o_head, KVH);
+          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, p + j * tile, K, G * tile, v_tile,
+                        ld_kv, HS, first ? 0.0f : 1.0f, o_base + j * o_head, o_ld, G * o_head, KVH);
       }
       Kokkos::parallel_for(
           "attention_normalise", row_teams(exec, NH * rows), KOKKOS_LAMBDA(const TeamMember& team) {
@@ -537,6 +534,41 @@ inline void attention_forward_batched(const Exec& exec, const MatOf<E>& out, con
                                       AttentionShape s, AttentionTiles tiles) {
   attention_forward_batched<E>(exec, out, lse, scratch, qkv, packed_key_values<E>(qkv, s), s, tiles,
                                whole_sequence(s.T));
+}
+
+// Through the softmax and the 1/sqrt(HS) scale, for a tile of `rows` queries (row i of head h at
+// lse[h T + i]) against `cols` keys, query i seeing keys j <= i + offset: the probabilities p
+// (recomputed from the scores in probs) and ds = p (dp - dout . out) / sqrt(HS) (dp in grads), in
+// place, or rounded into probs16 and grads16 (16-bit products).
+template <class E>
+inline void batched_softmax_backward(const Exec& exec, float* probs, float* grads,
+                                     typename E::Stored* probs16, typename E::Stored* grads16,
+                                     const float* row_dot, const float* lse, int T, int NH, int R,
+                                     int K, int rows, int cols, int offset, float scale) {
+  constexpr bool kHalf = !std::is_same_v<E, Fp32Elements>;
+  const long long tile = static_cast<long long>(R) * K;
+  Kokkos::parallel_for(
+      "attention_softmax_backward", row_teams(exec, NH * rows),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const int h = team.league_rank() / rows, i = team.league_rank() % rows;
+        const long long at = h * tile + static_cast<long long>(i) * K;
+        float* prow = probs + at;
+        float* drow = grads + at;
+        const int valid = causal_keys(i + offset, 0, cols);
+        const float row_l = lse[static_cast<size_t>(h) * T + i];
+        const float dot = row_dot[h * R + i];
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
+          const float pj = j < valid ? kmath::exp_vec(prow[j] - row_l) : 0.0f;
+          const float ds = pj * (drow[j] - dot) * scale;
+          if (kHalf) {
+            probs16[at + j] = E::store(pj);
+            grads16[at + j] = E::store(ds);
+          } else {
+            prow[j] = pj;
+            drow[j] = ds;
+          }
+        });
+      });
 }
 
 template <class E = Fp32Elements>
@@ -627,50 +659,23 @@ inline void attention_backward_batched(const Exec& exec, const MatOf<E>& dqkv, c
           gemm_heads<E>(exec, 'N', 'T', rows, cols, HS, 1.0f, g_block + j * HS, ld_dout, G * HS,
                         v_tile, ld_kv, HS, 0.0f, grads + j * tile, K, G * tile, KVH);
         }
-        // Through the softmax and the 1/sqrt(HS) scale: ds = p (dp - dout . out) / sqrt(HS).
-        Kokkos::parallel_for(
-            "attention_softmax_backward", row_teams(exec, NH * rows),
-            KOKKOS_LAMBDA(const TeamMember& team) {
-              const int h = team.league_rank() / rows, i = team.league_rank() % rows;
-              const long long at = h * tile + static_cast<long long>(i) * K;
-              float* prow = probs + at;
-              float* drow = grads + at;
-              const int valid = causal_keys(r0 + i + shift, c0, cols);
-              const float row_l = lse(static_cast<size_t>(b * NH + h) * T + part.q_first + r0 + i);
-              const float dot = row_dot[h * R + i];
-              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
-                const float pj = j < valid ? kmath::exp_vec(prow[j] - row_l) : 0.0f;
-                const float ds = pj * (drow[j] - dot) * scale;
-                if (kHalf) {
-                  probs16[at + j] = E::store(pj);
-                  grads16[at + j] = E::store(ds);
-                } else {
-                  prow[j] = pj;
-                  drow[j] = ds;
-                }
-              });
-            });
+        batched_softmax_backward<E>(
+            exec, probs, grads, probs16, grads16, row_dot,
+            lse.data() + static_cast<size_t>(b) * NH * T + part.q_first + r0, T, NH, R, K, rows,
+            cols, r0 + shift - c0, scale);
+        // The products read the probabilities and score gradients as rounded (16-bit) or fp32.
+        const Stored* p = kHalf ? probs16 : reinterpret_cast<const Stored*>(probs);
+        const Stored* ds = kHalf ? grads16 : reinterpret_cast<const Stored*>(grads);
         const float beta = c0 == 0 && !summed ? 0.0f : 1.0f;
         // dk and dv of key/value head g sum over its G query heads: one batched call per j.
         for (int j = 0; j < G; ++j) {
           const long long at = j * tile, every = G * tile;
-          if constexpr (kHalf) {
-            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads16 + at, K, every, k_tile,
-                          ld_kv, HS, beta, dq_base + j * dq_head, dq_ld, G * dq_head, KVH);
-            gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads16 + at, K, every,
-                          q_block + j * HS, ld_qkv, G * HS, 1.0f, dk_base, dk_ld, HS, KVH);
-            gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs16 + at, K, every,
-                          g_block + j * HS, ld_dout, G * HS, 1.0f, dk_base + KVH * HS, dk_ld, HS,
-                          KVH);
-          } else {
-            gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, grads + at, K, every, k_tile, ld_kv,
-                          HS, beta, dq_base + j * dq_head, dq_ld, G * dq_head, KVH);
-            gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, grads + at, K, every,
-                          q_block + j * HS, ld_qkv, G * HS, 1.0f, dk_base, dk_ld, HS, KVH);
-            gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, probs + at, K, every,
-                          g_block + j * HS, ld_dout, G * HS, 1.0f, dk_base + KVH * HS, dk_ld, HS,
-                          KVH);
-          }
+          gemm_heads<E>(exec, 'N', 'N', rows, HS, cols, 1.0f, ds + at, K, every, k_tile, ld_kv, HS,
+                        beta, dq_base + j * dq_head, dq_ld, G * dq_head, KVH);
+          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, ds + at, K, every, q_block + j * HS,
+                        ld_qkv, G * HS, 1.0f, dk_base, dk_ld, HS, KVH);
+          gemm_heads<E>(exec, 'T', 'N', cols, HS, rows, 1.0f, p + at, K, every, g_block + j * HS,
+                        ld_dout, G * HS, 1.0f, dk_base + KVH * HS, dk_ld, HS, KVH);
         }
       }
       if (kHalf && !summed)

@@ -1,10 +1,16 @@
-// Context parallelism's split of a sequence: balanced chunks, global positions, and attention
-// parts that cover every causal (query, key) pair of the sequence exactly once.
+// Context parallelism's split of a sequence: balanced chunks, global positions, attention parts
+// that cover every causal (query, key) pair of the sequence exactly once, and the kernels of both
+// shapes computing those parts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <random>
 #include <vector>
 
+#include "kernels/attention.hpp"
 #include "model/context_parallel.hpp"
+#include "test_space.hpp"
 
 using namespace trident;
 
@@ -59,4 +65,140 @@ TEST(ContextSplit, PartsCoverEveryCausalPairOnce) {
         else
           EXPECT_GT(work[rank], work[rank - 1]) << "contiguous cp " << cp;
     }
+}
+
+namespace {
+
+using HostFloats = Kokkos::View<float*, Kokkos::LayoutRight, TestSpace>;
+
+HostFloats buffer(size_t n, float value) {
+  HostFloats v("v", n);
+  for (size_t i = 0; i < n; ++i) v(i) = value;
+  return v;
+}
+
+Mat mat(const HostFloats& v, size_t rows, size_t cols) {
+  return Mat(v.data(), rows, cols);
+}
+
+enum class Path { kTiled, kBatched };
+
+void forward_part(Path path, const Mat& out, const HostFloats& lse, const HostFloats& scratch,
+                  const Mat& qkv, const Mat& kv, const kernels::AttentionShape& s,
+                  const kernels::AttentionPart& part, kernels::AttentionTiles tiles) {
+  const kernels::KeyValueRows<float> rows{kv.data(), static_cast<int>(kv.stride(0))};
+#if !defined(KOKKOS_ENABLE_CUDA)
+  if (path == Path::kTiled)
+    return kernels::attention_forward_tiled<>(Exec(), out, lse, scratch, qkv, rows, s, tiles, part);
+#endif
+  (void)path;
+  kernels::attention_forward_batched<>(Exec(), out, lse, scratch, qkv, rows, s, tiles, part);
+}
+
+void backward_part(Path path, const kernels::AttentionGradSums& sums, const HostFloats& scratch,
+                   const Mat& dout, const Mat& qkv, const Mat& kv, const Mat& out,
+                   const HostFloats& lse, const kernels::AttentionShape& s,
+                   const kernels::AttentionPart& part, kernels::AttentionTiles tiles) {
+  const kernels::KeyValueRows<float> rows{kv.data(), static_cast<int>(kv.stride(0))};
+#if !defined(KOKKOS_ENABLE_CUDA)
+  if (path == Path::kTiled)
+    return kernels::attention_backward_tiled<>(Exec(), Mat(), scratch, dout, qkv, rows, out, lse, s,
+                                               tiles, part, &sums);
+#endif
+  (void)path;
+  kernels::attention_backward_batched<>(Exec(), Mat(), scratch, dout, qkv, rows, out, lse, s, tiles,
+                                        part, &sums);
+}
+
+}  // namespace
+
+// Both shapes of the attention kernels (the host's per-(sequence, head) tiles and the GPU's
+// batched products, which host builds compile too) compute context parallelism's parts: every
+// simulated cp rank's queries against every rank's key/value chunks, merged through the
+// log-sum-exp, and the gradients summed over the parts, equal the whole sequence's attention at
+// the ranks' positions (GQA, tiles that cut across the chunks, both cuts of the sequence).
+TEST(ContextSplit, KernelPartsOfEveryRankMakeTheWholeAttention) {
+  for (const Path path : {Path::kTiled, Path::kBatched})
+    for (const bool balanced : {true, false})
+      for (const int cp : {2, 4}) {
+#if defined(KOKKOS_ENABLE_CUDA)
+        if (path == Path::kTiled) continue;
+#endif
+        const kernels::AttentionShape whole{2, 8 * cp, 4, 4, 2};
+        const int T = whole.T, Tl = T / cp, B = whole.B, NH = whole.NH, HS = whole.HS;
+        const int C = NH * HS, KVW = 2 * whole.kv_heads() * HS, W = C + KVW;
+        const kernels::AttentionTiles tiles{3, 5};
+        HostFloats qkv = buffer(size_t(B) * T * W, 0), dout = buffer(size_t(B) * T * C, 0);
+        std::mt19937 gen(7);
+        std::normal_distribution<float> dist;
+        for (size_t i = 0; i < qkv.extent(0); ++i) qkv(i) = dist(gen);
+        for (size_t i = 0; i < dout.extent(0); ++i) dout(i) = dist(gen);
+        HostFloats out = buffer(size_t(B) * T * C, 0), lse = buffer(size_t(B) * NH * T, 0);
+        HostFloats dqkv = buffer(size_t(B) * T * W, 0);
+        HostFloats scratch =
+            buffer(std::max(kernels::attention_tiled_scratch(B, NH, HS, T, tiles, Precision::kFp32),
+                            kernels::attention_batched_scratch(NH, HS, T, tiles, Precision::kFp32)),
+                   0);
+        kernels::attention_forward_batched<>(Exec(), mat(out, B * T, C), lse, scratch,
+                                             mat(qkv, B * T, W), whole, tiles);
+        kernels::attention_backward_batched<>(Exec(), mat(dqkv, B * T, W), scratch,
+                                              mat(dout, B * T, C), mat(qkv, B * T, W),
+                                              mat(out, B * T, C), lse, whole, tiles);
+        Exec().fence();
+        // Each rank's rows, its keys and values apart, and its outputs and sums.
+        const kernels::AttentionShape local{B, Tl, NH, HS, whole.KVH};
+        std::vector<HostFloats> q(cp), kv(cp), o(cp), l(cp), g(cp), dq(cp), dkv(cp);
+        for (int r = 0; r < cp; ++r) {
+          const ContextSplit split{cp, r, T, balanced};
+          q[r] = buffer(size_t(B) * Tl * W, 0), kv[r] = buffer(size_t(B) * Tl * KVW, 0);
+          g[r] = buffer(size_t(B) * Tl * C, 0), o[r] = buffer(size_t(B) * Tl * C, 7);
+          l[r] = buffer(size_t(B) * NH * Tl, 7), dq[r] = buffer(size_t(B) * Tl * C, 0);
+          dkv[r] = buffer(size_t(B) * Tl * KVW, 0);
+          for (int b = 0; b < B; ++b)
+            for (int t = 0; t < Tl; ++t) {
+              const size_t mine = size_t(b) * Tl + t, global = size_t(b) * T + split.position(t);
+              for (int c = 0; c < W; ++c) q[r](mine * W + c) = qkv(global * W + c);
+              for (int c = 0; c < KVW; ++c) kv[r](mine * KVW + c) = qkv(global * W + C + c);
+              for (int c = 0; c < C; ++c) g[r](mine * C + c) = dout(global * C + c);
+            }
+        }
+        for (int r = 0; r < cp; ++r)
+          for (int step = 0; step < cp; ++step) {
+            const int source = (r + cp - step) % cp;
+            for (const kernels::AttentionPart& part :
+                 context_parts(ContextSplit{cp, r, T, balanced}, source))
+              forward_part(path, mat(o[r], B * Tl, C), l[r], scratch, mat(q[r], B * Tl, W),
+                           mat(kv[source], B * Tl, KVW), local, part, tiles);
+          }
+        for (int r = 0; r < cp; ++r)
+          for (int source = 0; source < cp; ++source)
+            for (const kernels::AttentionPart& part :
+                 context_parts(ContextSplit{cp, r, T, balanced}, source))
+              backward_part(path, {dq[r].data(), C, dkv[source].data(), KVW}, scratch,
+                            mat(g[r], B * Tl, C), mat(q[r], B * Tl, W),
+                            mat(kv[source], B * Tl, KVW), mat(o[r], B * Tl, C), l[r], local, part,
+                            tiles);
+        Exec().fence();
+        double worst = 0;
+        const auto check = [&](float got, float want) {
+          worst = std::max(worst, std::fabs(double(got) - want) / (1.0 + std::fabs(want)));
+        };
+        for (int r = 0; r < cp; ++r) {
+          const ContextSplit split{cp, r, T, balanced};
+          for (int b = 0; b < B; ++b)
+            for (int t = 0; t < Tl; ++t) {
+              const size_t mine = size_t(b) * Tl + t, global = size_t(b) * T + split.position(t);
+              for (int c = 0; c < C; ++c) {
+                check(o[r](mine * C + c), out(global * C + c));
+                check(dq[r](mine * C + c), dqkv(global * W + c));
+              }
+              for (int c = 0; c < KVW; ++c) check(dkv[r](mine * KVW + c), dqkv(global * W + C + c));
+              for (int h = 0; h < NH; ++h)
+                check(l[r]((size_t(b) * NH + h) * Tl + t),
+                      lse((size_t(b) * NH + h) * T + split.position(t)));
+            }
+        }
+        EXPECT_LT(worst, 1e-5) << (path == Path::kTiled ? "tiled" : "batched")
+                               << (balanced ? " balanced" : " contiguous") << " cp " << cp;
+      }
 }
