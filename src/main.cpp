@@ -417,6 +417,11 @@ struct FileCommands {
     prepare->add_option("--val-fraction", prep.val_fraction, "share held out for validation")
         ->check(kFinite)
         ->capture_default_str();
+    prepare
+        ->add_option("--token-bytes", prep.token_bytes,
+                     "bytes an id is stored in: 2 (llm.c's format) or 4 (32-bit ids)")
+        ->check(CLI::IsMember({2, 4}))
+        ->capture_default_str();
     prepare->add_option("--max-bytes", prep.max_bytes, "stop with an error past this much text")
         ->capture_default_str();
     ckpt = app.add_subcommand("ckpt", "inspect, verify, export or import a checkpoint");

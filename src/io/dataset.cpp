@@ -1,16 +1,21 @@
-// Token file reading/writing with header checks, their identity, and the hashed batch sampler.
+// Token file reading/writing (16- and 32-bit ids) with header checks, their identity, and the
+// hashed batch sampler.
 #include "io/dataset.hpp"
 
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
@@ -19,7 +24,7 @@
 
 namespace trident {
 
-std::vector<uint16_t> read_token_file(const std::string& path) {
+TokenIds read_token_file(const std::string& path) {
   if (const std::string why = not_a_file(path); !why.empty() && why != "does not exist")
     throw InputError(fmt::format("data file '{}' {}", path, why));
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
@@ -34,47 +39,94 @@ std::vector<uint16_t> read_token_file(const std::string& path) {
   if (header[0] != kTokenFileMagic)
     throw InputError(fmt::format("data file '{}' has magic {} but a token file has {}", path,
                                  header[0], kTokenFileMagic));
-  if (header[1] != kTokenFileVersion)
-    throw InputError(
-        fmt::format("data file '{}' has version {}; only version {} (uint16 "
-                    "tokens) is supported",
-                    path, header[1], kTokenFileVersion));
+  if (header[1] != kTokenFileVersion16 && header[1] != kTokenFileVersion32)
+    throw InputError(fmt::format(
+        "data file '{}' has version {}; versions {} (uint16 ids, llm.c's) and {} (uint32 ids) "
+        "are supported",
+        path, header[1], kTokenFileVersion16, kTokenFileVersion32));
+  TokenIds tokens;
+  tokens.bytes_per_id = header[1] == kTokenFileVersion16 ? 2 : 4;
   const int64_t count = header[2];
   const auto bytes = std::filesystem::file_size(path);
-  const uint64_t expected = kTokenHeaderInts * sizeof(int32_t) + count * sizeof(uint16_t);
+  const uint64_t expected =
+      kTokenHeaderInts * sizeof(int32_t) + static_cast<uint64_t>(count) * tokens.bytes_per_id;
   if (count < 0 || bytes != expected)
     throw InputError(
         fmt::format("data file '{}' header says {} tokens ({} bytes) but the file "
                     "has {} bytes: truncated or corrupt",
                     path, count, expected, bytes));
-  std::vector<uint16_t> tokens(static_cast<size_t>(count));
-  if (std::fread(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) != tokens.size())
-    throw InputError(fmt::format("data file '{}' could not be read completely", path));
+  tokens.ids.resize(static_cast<size_t>(count));
+  bool read = true;
+  if (tokens.bytes_per_id == 4) {
+    read = std::fread(tokens.ids.data(), 4, tokens.ids.size(), f.get()) == tokens.ids.size();
+  } else {
+    std::vector<uint16_t> narrow(tokens.ids.size());
+    read = std::fread(narrow.data(), 2, narrow.size(), f.get()) == narrow.size();
+    std::copy(narrow.begin(), narrow.end(), tokens.ids.begin());
+  }
+  if (!read) throw InputError(fmt::format("data file '{}' could not be read completely", path));
   return tokens;
 }
 
-void write_tokens(OutputFile& out, const std::vector<uint16_t>& tokens) {
-  if (tokens.size() > static_cast<size_t>(INT32_MAX))
-    throw InputError(
-        fmt::format("'{}': {} tokens exceed the format's int32 count", out.path(), tokens.size()));
-  int32_t header[kTokenHeaderInts] = {};
-  header[0] = kTokenFileMagic;
-  header[1] = kTokenFileVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
-  out.write(header, sizeof(header));
-  out.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+namespace {
+
+// The ids as the file stores them (2 or 4 bytes each).
+std::vector<unsigned char> stored_bytes(const TokenIds& tokens) {
+  std::vector<unsigned char> bytes(tokens.ids.size() * tokens.bytes_per_id);
+  if (tokens.bytes_per_id == 4) {
+    std::memcpy(bytes.data(), tokens.ids.data(), bytes.size());
+  } else {
+    for (size_t i = 0; i < tokens.ids.size(); ++i) {
+      const auto id = static_cast<uint16_t>(tokens.ids[i]);
+      std::memcpy(bytes.data() + 2 * i, &id, 2);
+    }
+  }
+  return bytes;
 }
 
-void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
+}  // namespace
+
+void write_tokens(OutputFile& out, const TokenIds& tokens) {
+  if (tokens.ids.size() > static_cast<size_t>(INT32_MAX))
+    throw InputError(fmt::format("'{}': {} tokens exceed the format's int32 count", out.path(),
+                                 tokens.ids.size()));
+  if (tokens.bytes_per_id != 2 && tokens.bytes_per_id != 4)
+    throw std::logic_error("write_tokens: ids are stored in 2 or 4 bytes");
+  if (tokens.bytes_per_id == 2)
+    for (size_t i = 0; i < tokens.ids.size(); ++i)
+      if (tokens.ids[i] > UINT16_MAX)
+        throw InputError(fmt::format(
+            "'{}': token {} at position {} does not fit 16 bits: write 32-bit ids (version {})",
+            out.path(), tokens.ids[i], i, kTokenFileVersion32));
+  int32_t header[kTokenHeaderInts] = {};
+  header[0] = kTokenFileMagic;
+  header[1] = tokens.bytes_per_id == 2 ? kTokenFileVersion16 : kTokenFileVersion32;
+  header[2] = static_cast<int32_t>(tokens.ids.size());
+  out.write(header, sizeof(header));
+  const std::vector<unsigned char> bytes = stored_bytes(tokens);
+  out.write(bytes.data(), bytes.size());
+}
+
+void write_token_file(const std::string& path, const TokenIds& tokens) {
   OutputFile out(path);
   write_tokens(out, tokens);
   out.commit();
 }
 
+std::string token_past_vocabulary(const TokenIds& tokens, int64_t vocab_size,
+                                  const std::string& path) {
+  for (size_t i = 0; i < tokens.ids.size(); ++i)
+    if (tokens.ids[i] >= vocab_size)
+      return fmt::format("data file '{}' holds token {} at position {} but model.vocab_size = {}",
+                         path, tokens.ids[i], i, vocab_size);
+  return "";
+}
+
 std::string data_identity(const std::string& role, const std::string& path,
-                          const std::vector<uint16_t>& tokens) {
-  const uint64_t hash = XXH3_64bits(tokens.data(), tokens.size() * sizeof(uint16_t));
-  return fmt::format("{} {} xxh3_64:{:016x} {}", role, tokens.size(), hash, path);
+                          const TokenIds& tokens) {
+  const std::vector<unsigned char> bytes = stored_bytes(tokens);
+  const uint64_t hash = XXH3_64bits(bytes.data(), bytes.size());
+  return fmt::format("{} {} xxh3_64:{:016x} {}", role, tokens.ids.size(), hash, path);
 }
 
 std::string data_identity_change(const std::string& recorded, const std::string& current) {
@@ -112,7 +164,7 @@ std::string data_identity_change(const std::string& recorded, const std::string&
   return "";
 }
 
-BatchSampler::BatchSampler(const std::vector<uint16_t>& tokens, uint64_t seed, uint64_t stream,
+BatchSampler::BatchSampler(const std::vector<uint32_t>& tokens, uint64_t seed, uint64_t stream,
                            int seq_len, const std::string& source)
     : tokens_(tokens), seed_(seed), stream_(stream), T_(seq_len) {
   if (tokens.size() < static_cast<size_t>(seq_len) + 1)

@@ -18,6 +18,8 @@
 namespace trident {
 
 void prepare_byte_corpus(const PrepareOptions& o) {
+  if (o.token_bytes != 2 && o.token_bytes != 4)
+    throw InputError(fmt::format("--token-bytes {} must be 2 or 4", o.token_bytes));
   if (o.val_fraction <= 0 || o.val_fraction >= 1)
     throw InputError(fmt::format("--val-fraction {} must be in (0, 1)", o.val_fraction));
   if (const std::string bad = path_component_problem(o.name); !bad.empty())
@@ -53,7 +55,7 @@ void prepare_byte_corpus(const PrepareOptions& o) {
   if (text.size() < 1024)
     throw InputError(
         fmt::format("'{}' holds {} bytes; a corpus needs at least 1024", o.text_path, text.size()));
-  std::vector<uint16_t> tokens(text.size());
+  std::vector<uint32_t> tokens(text.size());
   const size_t chunk = std::max<size_t>(text.size() / 10, 1);
   for (size_t i = 0; i < text.size(); ++i) {
     tokens[i] = static_cast<unsigned char>(text[i]);
@@ -67,8 +69,8 @@ void prepare_byte_corpus(const PrepareOptions& o) {
   const std::string val = (std::filesystem::path(o.out_dir) / (o.name + "_val.bin")).string();
   // Both outputs checked against the text before either is written; both replaced or neither.
   OutputFile train_out(train, {o.text_path}), val_out(val, {o.text_path});
-  write_tokens(train_out, {tokens.begin(), tokens.end() - n_val});
-  write_tokens(val_out, {tokens.end() - n_val, tokens.end()});
+  write_tokens(train_out, {{tokens.begin(), tokens.end() - n_val}, o.token_bytes});
+  write_tokens(val_out, {{tokens.end() - n_val, tokens.end()}, o.token_bytes});
   train_out.commit();
   val_out.commit();
   std::fprintf(stderr, "prepare: wrote %s (%zu tokens) and %s (%zu tokens)\n", train.c_str(),

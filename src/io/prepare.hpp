@@ -13,6 +13,9 @@ struct PrepareOptions {
   // Input read at most: beyond it prepare stops with an error rather than grow without bound
   // (`--text /dev/zero`). The token files' int32 count caps it at 2^31 - 1 bytes.
   long long max_bytes = 1LL << 30;
+  // Bytes an id is stored in: 2 (llm.c's format) or 4 (trident's 32-bit files, which any
+  // vocabulary fits).
+  int token_bytes = 2;
 };
 
 // Writes <out_dir>/<name>_train.bin and _val.bin (vocabulary: the 256 byte values). The last

@@ -70,19 +70,16 @@ std::string now_iso8601() {
 
 // The token files, checked against the vocabulary before any file is written.
 struct TrainingData {
-  std::vector<uint16_t> train, val;
+  TokenIds train, val;
 };
 
 TrainingData read_training_data(const Config& c) {
   TrainingData data{read_token_file(c.data.train), read_token_file(c.data.val)};
-  for (const auto* tokens : {&data.train, &data.val}) {
-    const uint16_t max_token =
-        tokens->empty() ? 0 : *std::max_element(tokens->begin(), tokens->end());
-    if (max_token >= c.model.vocab_size)
-      throw InputError(fmt::format("data file '{}' holds token {} but model.vocab_size = {}",
-                                   tokens == &data.train ? c.data.train : c.data.val, max_token,
-                                   c.model.vocab_size));
-  }
+  for (const auto& [tokens, path] :
+       {std::pair{&data.train, &c.data.train}, std::pair{&data.val, &c.data.val}})
+    if (const std::string past = token_past_vocabulary(*tokens, c.model.vocab_size, *path);
+        !past.empty())
+      throw InputError(past);
   return data;
 }
 
@@ -698,10 +695,10 @@ int Trainer::setup(std::unique_ptr<TimingsWriter>& timings) {
   data_identity_ = data_identity("train", config_.data.train, data_.train) + "\n" +
                    data_identity("val", config_.data.val, data_.val);
   const int T = config_.train.seq_len;
-  train_sampler_ = std::make_unique<BatchSampler>(data_.train, config_.run.seed, kTrainStream, T,
-                                                  config_.data.train);
-  val_sampler_ =
-      std::make_unique<BatchSampler>(data_.val, config_.run.seed, kValStream, T, config_.data.val);
+  train_sampler_ = std::make_unique<BatchSampler>(data_.train.ids, config_.run.seed, kTrainStream,
+                                                  T, config_.data.train);
+  val_sampler_ = std::make_unique<BatchSampler>(data_.val.ids, config_.run.seed, kValStream, T,
+                                                config_.data.val);
   const std::filesystem::path run_dir =
       std::filesystem::path(config_.run.out_dir) / config_.run.name;
   std::vector<std::string> candidates;  // checkpoints to resume from, the first that loads wins

@@ -14,9 +14,9 @@ namespace {
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("trident_test_" + name)).string();
 }
-std::vector<uint16_t> ramp(size_t n) {
-  std::vector<uint16_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint16_t>((i * 7) % 50257);
+TokenIds ramp(size_t n, uint32_t vocab = 50257, int bytes_per_id = 2) {
+  TokenIds t{std::vector<uint32_t>(n), bytes_per_id};
+  for (size_t i = 0; i < n; ++i) t.ids[i] = static_cast<uint32_t>((i * 7919) % vocab);
   return t;
 }
 void write_raw(const std::string& path, const std::vector<int32_t>& header, size_t tokens) {
@@ -44,6 +44,37 @@ TEST(TokenFile, RoundTripsAndMatchesLlmcLayout) {
   std::filesystem::remove(path);
 }
 
+// Version 2 holds 32-bit ids (a vocabulary past 65,536); version 1 (llm.c's) stays what 16-bit
+// ids write, so files written before 32-bit ids read as they were and hash as they did.
+TEST(TokenFile, ThirtyTwoBitIdsRoundTripInVersionTwo) {
+  const std::string path = temp_path("roundtrip32.bin");
+  const TokenIds tokens = ramp(1000, 128256, 4);
+  write_token_file(path, tokens);
+  EXPECT_EQ(std::filesystem::file_size(path), 1024u + 4000u);
+  std::ifstream f(path, std::ios::binary);
+  int32_t header[3];
+  f.read(reinterpret_cast<char*>(header), sizeof header);
+  EXPECT_EQ(header[1], 2);
+  EXPECT_EQ(read_token_file(path), tokens);
+  // The same ids hash differently in another width: the identity is of the file as stored.
+  TokenIds narrow = ramp(1000);
+  TokenIds wide = narrow;
+  wide.bytes_per_id = 4;
+  EXPECT_NE(data_identity("train", "t", narrow), data_identity("train", "t", wide));
+  // A 16-bit file cannot hold an id past 65,535: refused, the file untouched.
+  EXPECT_THROW(write_token_file(path, ramp(1000, 128256, 2)), InputError);
+  EXPECT_EQ(read_token_file(path), tokens);
+  std::filesystem::remove(path);
+}
+
+TEST(TokenFile, AnIdPastTheVocabularyIsNamedWithItsFileAndPosition) {
+  TokenIds tokens = ramp(100, 1000, 4);
+  EXPECT_EQ(token_past_vocabulary(tokens, 1000, "d.bin"), "");
+  tokens.ids[57] = 70000;
+  EXPECT_EQ(token_past_vocabulary(tokens, 70000, "d.bin"),
+            "data file 'd.bin' holds token 70000 at position 57 but model.vocab_size = 70000");
+}
+
 TEST(TokenFile, RejectsBadHeadersWithTheFileName) {
   const std::string path = temp_path("bad.bin");
   auto message = [&] {
@@ -56,7 +87,7 @@ TEST(TokenFile, RejectsBadHeadersWithTheFileName) {
   };
   write_raw(path, {12345, 1, 10}, 10);
   EXPECT_NE(message().find("magic"), std::string::npos) << message();
-  write_raw(path, {20240520, 2, 10}, 10);
+  write_raw(path, {20240520, 3, 10}, 10);
   EXPECT_NE(message().find("version"), std::string::npos) << message();
   write_raw(path, {20240520, 1, 10}, 6);
   EXPECT_NE(message().find("truncated"), std::string::npos) << message();
@@ -70,8 +101,8 @@ TEST(TokenFile, RejectsBadHeadersWithTheFileName) {
 TEST(BatchSampler, BatchIsAPureFunctionOfSeedAndStepWhateverTheSlicing) {
   const auto tokens = ramp(5000);
   const int T = 8;
-  BatchSampler a(tokens, 42, 1, T, "a.bin"), b(tokens, 42, 1, T, "b.bin"),
-      other_seed(tokens, 43, 1, T, "c.bin");
+  BatchSampler a(tokens.ids, 42, 1, T, "a.bin"), b(tokens.ids, 42, 1, T, "b.bin"),
+      other_seed(tokens.ids, 43, 1, T, "c.bin");
   std::vector<int32_t> whole_in(4 * T), whole_tg(4 * T), part_in(2 * T), part_tg(2 * T);
   a.fill(17, 0, 4, whole_in.data(), whole_tg.data());
   b.fill(17, 2, 2, part_in.data(), part_tg.data());  // e.g. dp rank 1 of 2
@@ -92,7 +123,7 @@ TEST(BatchSampler, BatchIsAPureFunctionOfSeedAndStepWhateverTheSlicing) {
 TEST(BatchSampler, RejectsDataShorterThanASequence) {
   const auto tokens = ramp(8);
   try {
-    BatchSampler(tokens, 1, 1, 8, "short.bin");
+    BatchSampler(tokens.ids, 1, 1, 8, "short.bin");
     FAIL() << "a data file shorter than seq_len + 1 tokens was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("data file 'short.bin' has"), std::string::npos)
@@ -105,7 +136,7 @@ TEST(BatchSampler, RejectsDataShorterThanASequence) {
 TEST(DataIdentity, NamesTheFirstFileWhoseTokensChanged) {
   const auto tokens = ramp(100);
   auto swapped = tokens;
-  std::swap(swapped[3], swapped[40]);
+  std::swap(swapped.ids[3], swapped.ids[40]);
   const std::string recorded = data_identity("train", "a/train.bin", tokens) + "\n" +
                                data_identity("val", "a/val.bin", tokens);
   EXPECT_EQ(recorded.rfind("train 100 xxh3_64:", 0), 0u) << recorded;
@@ -114,8 +145,9 @@ TEST(DataIdentity, NamesTheFirstFileWhoseTokensChanged) {
       data_identity_change(recorded, data_identity("val", "a/val.bin", swapped));
   EXPECT_EQ(shuffled.rfind("val data file 'a/val.bin' holds other tokens", 0), 0u) << shuffled;
   const std::string shorter = data_identity_change(
-      recorded, data_identity("train", "a/train.bin",
-                              std::vector<uint16_t>(tokens.begin(), tokens.end() - 1)));
+      recorded,
+      data_identity("train", "a/train.bin",
+                    TokenIds{std::vector<uint32_t>(tokens.ids.begin(), tokens.ids.end() - 1), 2}));
   EXPECT_EQ(shorter.rfind("train data file 'a/train.bin' holds 99 tokens; the checkpoint was "
                           "trained on 100",
                           0),
