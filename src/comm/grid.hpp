@@ -61,6 +61,15 @@ class GridCoord : public PerAxis {
 // Pure functions, no MPI: the numbering kRankOrder defines.
 int grid_rank(const GridShape& s, const GridCoord& c);
 GridCoord grid_coord(const GridShape& s, int rank);
+// The ranks holding the same parameters, dp x cp (cp ranks are replicas that see different
+// tokens of the same sequences), and a rank's index among them: the numbering of Grid::data_comm,
+// over which gradients are summed and ZeRO shards.
+inline int data_size(const GridShape& s) {
+  return s[Axis::dp] * s[Axis::cp];
+}
+inline int data_rank(const GridShape& s, const GridCoord& c) {
+  return c[Axis::cp] + s[Axis::cp] * c[Axis::dp];
+}
 
 // Expert parallelism folded onto the dp x tp ranks of one pipeline stage (it adds no factor to
 // the world size): number those ranks f = tp + tp_size * dp (rank order); ep consecutive ones
@@ -93,11 +102,10 @@ class Grid {
   MPI_Comm comm(Axis axis) const { return axis_comms_[static_cast<int>(axis)]; }
   // pp x tp: one model replica, over which the global gradient norm is reduced.
   MPI_Comm model_parallel_comm() const { return mp_; }
-  // dp x cp: the ranks holding the same parameters (cp ranks are replicas that see different
-  // tokens of the same sequences), over which gradients are summed and ZeRO shards.
+  // dp x cp: the ranks holding the same parameters (data_size, data_rank above).
   MPI_Comm data_comm() const { return data_; }
-  int data_size() const { return shape_[Axis::dp] * shape_[Axis::cp]; }
-  int data_rank() const { return coord_[Axis::cp] + shape_[Axis::cp] * coord_[Axis::dp]; }
+  int data_size() const { return trident::data_size(shape_); }
+  int data_rank() const { return trident::data_rank(shape_, coord_); }
   // pp ranks 0 and pp-1 at this (dp, tp): the first and last stage, both holding the tied token
   // embedding (a single rank when pp == 1; MPI_COMM_NULL on the middle pp ranks).
   MPI_Comm embedding_comm() const { return embedding_; }

@@ -150,12 +150,11 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank
                                 q.precision, transfers);
     add(p, transfers);
     const ExpertFold fold = expert_fold(q.shape(), rank, q.ep);
-    add_strategy(
-        q, local,
-        {q.data_replicas(), MemoryQuery::data_rank(rank, q.cp),
-         experts_own_replicas(q) ? fold.expert_dp : q.data_replicas(),
-         experts_own_replicas(q) ? fold.expert_dp_rank : MemoryQuery::data_rank(rank, q.cp)},
-        p);
+    add_strategy(q, local,
+                 {q.data_replicas(), data_rank(q.shape(), rank),
+                  experts_own_replicas(q) ? fold.expert_dp : q.data_replicas(),
+                  experts_own_replicas(q) ? fold.expert_dp_rank : data_rank(q.shape(), rank)},
+                 p);
   }
   return p;
 }

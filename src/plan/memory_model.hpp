@@ -28,10 +28,8 @@ struct MemoryQuery {
   GridShape shape() const {
     return {{Axis::dp, dp}, {Axis::cp, cp}, {Axis::tp, tp}, {Axis::pp, pp}};
   }
-  // The ranks holding the same parameters (dp x cp), over which ZeRO shards, and a rank's index
-  // among them (Grid::data_rank).
-  int data_replicas() const { return dp * cp; }
-  static int data_rank(const GridCoord& c, int cp) { return c[Axis::cp] + cp * c[Axis::dp]; }
+  // The ranks holding the same parameters (dp x cp), over which ZeRO shards (comm/grid.hpp).
+  int data_replicas() const { return data_size(shape()); }
   bool sequence_parallel = false;  // with tp > 1: LayerNorm / residual rows split over tp
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;
   int zero_stage = 0;
