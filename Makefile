@@ -62,8 +62,8 @@ HAVE_CUDA := $(shell [ -x $(CUDA_ROOT)/bin/nvcc ] && \
 # its generator.
 generator = $(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja)
 
-.PHONY: all deps kokkos configure program build build-cuda build-sanitize data data-bpe run test \
-  bench clean
+.PHONY: all deps kokkos configure program build build-cuda build-sanitize data data-bpe tokenizers \
+  run test bench clean
 
 all: build
 
@@ -113,6 +113,12 @@ data: program
 data-bpe: program
 	@bash tools/prepare_kjv.sh $(TRIDENT) data gpt2
 
+# The npm packages of tools/bpe: gpt-tokenizer (data-bpe) and Hugging Face's tokenizers, which
+# `trident prepare --tokenizer` and `generate` run a model's own tokenizer with.
+tokenizers:
+	@[ -d tools/bpe/node_modules/tokenizers ] && [ -d tools/bpe/node_modules/gpt-tokenizer ] || \
+	  npm install --prefix tools/bpe --no-audit --no-fund --loglevel=error
+
 run: data
 	mpirun -np $(NP) --oversubscribe $(MPIRUN_BIND) $(RUN_BLAS_ENV) $(TRIDENT) train \
 	  --config $(CONFIG) --overwrite
@@ -122,7 +128,7 @@ run: data
 	  --prompt "And God said" --tokens 300
 
 # With a CUDA toolkit here, the GPU build is compiled too, and the cuda.* tests check it.
-test: build data build-sanitize $(if $(HAVE_CUDA),build-cuda)
+test: build data tokenizers build-sanitize $(if $(HAVE_CUDA),build-cuda)
 	cd $(BUILD) && ctest --output-on-failure --timeout 900 -j $(JOBS)
 
 bench: build data

@@ -410,7 +410,13 @@ struct FileCommands {
     generate->add_option("--top-k", gen.top_k, "sample among the k most likely (0: all)")
         ->capture_default_str();
     generate->add_option("--seed", gen.seed, "sampling seed")->capture_default_str();
-    prepare = app.add_subcommand("prepare", "build byte-level train/val token files");
+    generate->add_option("--tokenizer", gen.tokenizer,
+                         "Hugging Face model directory whose tokenizer encodes the prompt and "
+                         "decodes the output (default: the checkpoint's data.tokenizer)");
+    generate->add_flag("--print-tokens", gen.print_tokens,
+                       "after the text, print the prompt's and the sample's token ids");
+    prepare = app.add_subcommand(
+        "prepare", "build train/val token files: bytes, or a Hugging Face model's tokenizer");
     prepare->add_option("--text", prep.text_path, "UTF-8 text file, or - for stdin")->required();
     prepare->add_option("--out-dir", prep.out_dir, "output directory")->capture_default_str();
     prepare->add_option("--name", prep.name, "file name prefix")->capture_default_str();
@@ -419,9 +425,15 @@ struct FileCommands {
         ->capture_default_str();
     prepare
         ->add_option("--token-bytes", prep.token_bytes,
-                     "bytes an id is stored in: 2 (llm.c's format) or 4 (32-bit ids)")
-        ->check(CLI::IsMember({2, 4}))
-        ->capture_default_str();
+                     "bytes an id is stored in: 2 (llm.c's format) or 4 (32-bit ids); default: 2 "
+                     "where the vocabulary fits 16 bits, else 4")
+        ->check(CLI::IsMember({2, 4}));
+    prepare->add_option("--tokenizer", prep.tokenizer,
+                        "Hugging Face model directory (tokenizer.json) to tokenize with; default: "
+                        "one id per byte");
+    prepare->add_option("--doc-separator", prep.doc_separator,
+                        "with --tokenizer: cut the text into documents at this string, each "
+                        "framed by BOS/EOS as the tokenizer says (default: one document)");
     prepare->add_option("--max-bytes", prep.max_bytes, "stop with an error past this much text")
         ->capture_default_str();
     ckpt = app.add_subcommand("ckpt", "inspect, verify, export or import a checkpoint");
@@ -470,7 +482,7 @@ struct FileCommands {
       trident::generate(gen, [](const std::string& text) { std::cout << text << std::flush; });
       std::cout << std::endl;
     }
-    if (*prepare) trident::prepare_byte_corpus(prep);
+    if (*prepare) trident::prepare_corpus(prep);
     if (*ckpt_info) trident::checkpoint_info(ckpt_path, info_json);
     if (*ckpt_verify && trident::checkpoint_verify(ckpt_path) > 0) return kExitBadInput;
     if (*ckpt_export && !export_out.empty()) {

@@ -13,7 +13,8 @@ packages=(
   slurm-wlm munge
   bible-kjv
 )
-# Node.js runs the optional GPT-2 BPE tokeniser (tools/bpe); keep a node that is already there.
+# Node.js runs the tokenisers of tools/bpe (GPT-2 BPE, a Hugging Face model's tokenizer.json); keep
+# a node that is already there.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
 fi

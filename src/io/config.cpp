@@ -160,6 +160,9 @@ std::vector<Field> run_fields(Config& c) {
        "loss and sampling; checkpoints hold V rows); default 128 on GPU builds, 1 on CPUs"},
       {"data", "train", &c.data.train, "training tokens (.bin)"},
       {"data", "val", &c.data.val, "validation tokens (.bin)"},
+      {"data", "tokenizer", &c.data.tokenizer,
+       "Hugging Face model directory whose tokenizer made the tokens; generate speaks text "
+       "with it (\"\": bytes)"},
       {"train", "seq_len", &c.train.seq_len, "sequence length T"},
       {"train", "batch_size", &c.train.batch_size, "global sequences per step"},
       {"train", "micro_batch_size", &c.train.micro_batch_size,
@@ -488,7 +491,8 @@ namespace {
 // (parallel, zero, offload, recompute, micro-batch) or bookkeeping (names, logging, checkpoints).
 bool changes_math(const Field& f) {
   if (f.section == "model") return f.key != "name" && f.key != "vocab_padding";
-  if (f.section == "optim" || f.section == "data" || f.section == "dp") return true;
+  if (f.section == "data") return f.key != "tokenizer";  // where the tokenizer is, not the ids
+  if (f.section == "optim" || f.section == "dp") return true;
   if (f.section == "precision") return true;
   if (f.section == "train") return f.key != "micro_batch_size";
   // run.steps is the length of the cosine LR schedule; run.seed the data order.

@@ -57,6 +57,9 @@ struct RunSection {
 struct DataSection {
   std::string train = "data/kjv_train.bin";
   std::string val = "data/kjv_val.bin";
+  // The Hugging Face model directory whose tokenizer made the token files, so that `generate`
+  // encodes and decodes text with it; "": bytes (or no text at all).
+  std::string tokenizer = "";
 };
 
 struct TrainSection {

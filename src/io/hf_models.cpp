@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -400,6 +402,9 @@ void import_hf(const std::string& dir, const std::string& out, bool allow_non_fi
   config.train.seq_len = std::min(config.train.seq_len, model.block_size);
   config.parallel.dp = 1;
   config.source = (root / "config.json").string();  // what a refusal of the model names
+  std::error_code ec;
+  if (fs::is_regular_file(root / "tokenizer.json", ec))  // generate speaks text with it
+    config.data.tokenizer = fs::canonical(root, ec).string();
   config = resolve(config, 1);
   HfTensors tensors = open_tensors(root);
   const ParamTable table(model);
@@ -491,6 +496,9 @@ void import_hf(const std::string& dir, const std::string& out, bool allow_non_fi
                   ShardOwner{}, MPI_COMM_SELF, {}, inputs);
   std::printf("imported %s (%s: %s, %lld parameters) into %s\n", dir.c_str(), architecture(model),
               model.shape_line().c_str(), static_cast<long long>(table.total_numel()), out.c_str());
+  if (!config.data.tokenizer.empty())
+    std::printf("its tokenizer: data.tokenizer = %s (generate encodes and decodes with it)\n",
+                config.data.tokenizer.c_str());
 }
 
 namespace {
@@ -571,6 +579,30 @@ nlohmann::ordered_json hf_config(const ModelConfig& m, const std::string& dtype)
 
 // The directory's files from an earlier export that this one does not write: a single file's
 // index and shards, or shards of another count.
+// A Hugging Face tokenizer's files, copied into an export from the checkpoint's data.tokenizer.
+const std::array<std::string, 3> kTokenizerFiles{"tokenizer.json", "tokenizer_config.json",
+                                                 "special_tokens_map.json"};
+
+// The tokenizer files of the checkpoint's data.tokenizer directory, as (name, text); none when it
+// names none, or (said on standard error) when the directory no longer holds tokenizer.json.
+std::vector<std::pair<std::string, std::string>> tokenizer_files(const Config& config) {
+  const std::string& dir = config.data.tokenizer;
+  std::vector<std::pair<std::string, std::string>> files;
+  if (dir.empty()) return files;
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::path(dir) / "tokenizer.json", ec)) {
+    std::fprintf(stderr,
+                 "export: the checkpoint's data.tokenizer '%s' holds no tokenizer.json now; the "
+                 "export has no tokenizer\n",
+                 dir.c_str());
+    return files;
+  }
+  for (const std::string& name : kTokenizerFiles)
+    if (fs::exists(fs::path(dir) / name, ec))
+      files.emplace_back(name, read_json_text((fs::path(dir) / name).string()));
+  return files;
+}
+
 std::vector<fs::path> stale_export_files(const std::string& dir,
                                          const std::set<std::string>& kept) {
   std::vector<fs::path> stale;
@@ -579,6 +611,7 @@ std::vector<fs::path> stale_export_files(const std::string& dir,
     const std::string name = entry.path().filename().string();
     const bool exported =
         name == "model.safetensors" || name == "model.safetensors.index.json" ||
+        std::count(kTokenizerFiles.begin(), kTokenizerFiles.end(), name) > 0 ||
         (name.rfind("model-", 0) == 0 && name.find("-of-") != std::string::npos &&
          name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0);
     if (exported && kept.count(name) == 0) stale.push_back(entry.path());
@@ -592,6 +625,7 @@ std::vector<fs::path> stale_export_files(const std::string& dir,
 // removed. A command that fails before the renames leaves the directory as it was.
 void write_export(const std::string& dir, const std::vector<std::vector<SafeTensorData>>& shards,
                   uint64_t total, const nlohmann::ordered_json& config,
+                  const std::vector<std::pair<std::string, std::string>>& tokenizer,
                   const std::string& checkpoint) {
   const std::map<std::string, std::string> metadata{{"format", "pt"}};
   const std::string index_name = "model.safetensors.index.json";
@@ -608,6 +642,12 @@ void write_export(const std::string& dir, const std::vector<std::vector<SafeTens
   }
   OutputFile config_file(at("config.json"), {checkpoint});
   config_file.write(config.dump(2) + "\n");
+  std::vector<std::string> names_kept = names;
+  for (const auto& [name, text] : tokenizer) {
+    files.push_back(std::make_unique<OutputFile>(at(name), std::vector{checkpoint}));
+    files.back()->write(text);
+    names_kept.push_back(name);
+  }
   std::unique_ptr<OutputFile> index_file;
   if (shards.size() > 1) {
     nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}};
@@ -617,7 +657,7 @@ void write_export(const std::string& dir, const std::vector<std::vector<SafeTens
     index_file = std::make_unique<OutputFile>(at(index_name), std::vector{checkpoint});
     index_file->write(index.dump(2) + "\n");
   }
-  std::set<std::string> kept(names.begin(), names.end());
+  std::set<std::string> kept(names_kept.begin(), names_kept.end());
   if (index_file) kept.insert(index_name);
   const std::vector<fs::path> stale = stale_export_files(dir, kept);
   std::error_code ec;
@@ -669,9 +709,14 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const std:
     in_shard += t.bytes.size();
     shards.back().push_back(std::move(t));
   }
-  write_export(dir, shards, total, hf_config(m, dtype), checkpoint);
-  std::printf("wrote %s: config.json and %zu safetensors file(s), %s, %.1f MiB\n", dir.c_str(),
-              shards.size(), safe_dtype.c_str(), total / 1048576.0);
+  const auto tokenizer = tokenizer_files(params.config());
+  write_export(dir, shards, total, hf_config(m, dtype), tokenizer, checkpoint);
+  std::printf(
+      "wrote %s: config.json and %zu safetensors file(s), %s, %.1f MiB%s\n", dir.c_str(),
+      shards.size(), safe_dtype.c_str(), total / 1048576.0,
+      tokenizer.empty()
+          ? ""
+          : fmt::format(", and the tokenizer of {}", params.config().data.tokenizer).c_str());
 }
 
 }  // namespace trident

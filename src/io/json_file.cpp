@@ -29,7 +29,7 @@ nlohmann::json parse_json_object(const std::string& text, const std::string& ori
   return json;
 }
 
-nlohmann::json read_json_object(const std::string& path, size_t max_bytes) {
+std::string read_json_text(const std::string& path, size_t max_bytes) {
   if (const std::string why = not_a_file(path); !why.empty())
     throw InputError(fmt::format("'{}' {}", path, why));
   std::error_code ec;
@@ -42,7 +42,12 @@ nlohmann::json read_json_object(const std::string& path, size_t max_bytes) {
   std::ostringstream text;
   if (!in || !(text << in.rdbuf()))
     throw InputError(fmt::format("cannot read '{}': {}", path, explain_errno(errno)));
-  return parse_json_object(text.str(), path);
+  parse_json_object(text.str(), path);
+  return text.str();
+}
+
+nlohmann::json read_json_object(const std::string& path, size_t max_bytes) {
+  return parse_json_object(read_json_text(path, max_bytes), path);
 }
 
 }  // namespace trident

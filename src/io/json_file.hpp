@@ -20,4 +20,7 @@ nlohmann::json parse_json_object(const std::string& text, const std::string& ori
 // or a device would block or never end), holds more than `max_bytes`, or is not parsed above.
 nlohmann::json read_json_object(const std::string& path, size_t max_bytes = size_t{64} << 20);
 
+// The text of that file, checked as read_json_object checks it: for copying a file as it is.
+std::string read_json_text(const std::string& path, size_t max_bytes = size_t{64} << 20);
+
 }  // namespace trident

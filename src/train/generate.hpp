@@ -17,10 +17,16 @@ struct GenerateOptions {
   // Instead of sampling: the prompt's next-token logits, one per line (%.9g), to check a model
   // against a reference.
   bool print_logits = false;
+  // The Hugging Face model directory whose tokenizer encodes the prompt and decodes the sample;
+  // "": the checkpoint's data.tokenizer, or bytes when that is "" too.
+  std::string tokenizer;
+  // After the text: the prompt's and the sample's token ids.
+  bool print_tokens = false;
 };
 
-// Passes the prompt, then each sampled byte as it comes, to `emit` (byte-level models), so a long
-// generation shows its text from the start.
+// Passes the prompt, then the sample's text as it comes, to `emit`, so a long generation shows
+// its text from the start; a UTF-8 character is never split between two calls. Sampling stops
+// early at the tokenizer's EOS.
 void generate(const GenerateOptions& options, const std::function<void(const std::string&)>& emit);
 
 }  // namespace trident

@@ -2,8 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "core/build_options.hpp"
+#include "io/config.hpp"
 #include "model/params.hpp"
 #include "model/partition.hpp"
 #include "model/unit_buffers.hpp"
@@ -555,5 +561,21 @@ TEST(LocalParams, AQuartersExpertAndDenseUnitsShareOneWorkingBufferSideBySide) {
       EXPECT_EQ(parts[u] * (units[u].experts ? 2 : 3), units[u].padded);
       EXPECT_EQ(offsets[u], u == 0 ? 0 : offsets[u - 1] + parts[u - 1]);
     }
+  }
+}
+
+TEST(ParamTable, ShippedModelFilesHaveThePublishedParameterCounts) {
+  const std::vector<std::pair<std::string, int64_t>> published{
+      {"gpt2-124m.toml", 124439808},       // GPT-2 small (tied head)
+      {"llama3-8b.toml", 8030261248},      // Meta Llama 3 8B
+      {"llama3-70b.toml", 70553706496},    // Meta Llama 3 70B
+      {"tinyllama-1.1b.toml", 1100048384}  // TinyLlama 1.1B
+  };
+  for (const auto& [file, count] : published) {
+    // From the working directory where it holds inputs/ (a GPU bundle), else the source tree.
+    const std::string here = "inputs/models/" + file;
+    const Config c = load_config(
+        std::filesystem::exists(here) ? here : std::string(TRIDENT_SOURCE_DIR) + "/" + here, {});
+    EXPECT_EQ(ParamTable(c.model).total_numel(), count) << file;
   }
 }
