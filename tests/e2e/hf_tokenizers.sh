@@ -112,4 +112,21 @@ set -e
 [ $status = 2 ] && grep -q "use --token-bytes 4" "$work/wide16.log" ||
   fail "--token-bytes 2 with 70,001 ids: exit $status"
 echo "ids past 65,535 go to 32-bit files (and --token-bytes 2 is refused for them)"
+
+# Tokenizer directories that are not: each refused with exit 2 and its cause, nothing written.
+mkdir -p "$work/none" "$work/broken" "$work/fifo"
+echo '{"model": ' > "$work/broken/tokenizer.json"
+cp "$work/special/tokenizer.json" "$work/fifo/" && mkfifo "$work/fifo/tokenizer_config.json"
+for case in "none:its tokenizer.json does not exist" "broken:tokenizer.json: " \
+            "fifo:tokenizer_config.json is not a regular file" "missing:is not a directory"; do
+  dir=${case%%:*} want=${case#*:}
+  set +e
+  timeout 60 "$trident" prepare --text "$work/short.txt" --tokenizer "$work/$dir" \
+    --out-dir "$work/refused" > "$work/$dir.log" 2>&1
+  status=$?
+  set -e
+  [ $status = 2 ] && grep -q "$want" "$work/$dir.log" && [ ! -e "$work/refused" ] ||
+    { cat "$work/$dir.log"; fail "tokenizer '$dir': exit $status"; }
+done
+echo "a directory without tokenizer.json, a broken one, a FIFO config, no directory: refused"
 echo "hf tokenizers: ok"

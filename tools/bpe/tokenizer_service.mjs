@@ -6,7 +6,7 @@
 //      "byte_ids" (a byte-fallback model's <0xNN> tokens, whose text depends on their neighbours)
 //   {"encode": [text, ...]}  -> {"ids": [[id, ...], ...]}   (no special tokens added)
 //   {"decode": [id, ...]}    -> {"text": string}            (special tokens spelled out)
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Tokenizer } from 'tokenizers';
@@ -16,9 +16,15 @@ const fail = (message) => {
   console.error(`tokenizer ${dir}: ${message}`);
   process.exit(3);
 };
+// A FIFO or device in place of a file would block or never end: regular files only.
+const regular = (name) => {
+  const path = join(dir, name);
+  if (existsSync(path) && !statSync(path).isFile()) fail(`${name} is not a regular file`);
+  return existsSync(path);
+};
 const read_json = (name) => {
   const path = join(dir, name);
-  if (!existsSync(path)) return {};
+  if (!regular(name)) return {};
   try {
     return JSON.parse(readFileSync(path, 'utf8'));
   } catch (e) {
@@ -27,6 +33,7 @@ const read_json = (name) => {
 };
 
 let tokenizer;
+if (!regular('tokenizer.json')) fail('tokenizer.json is missing');
 try {
   tokenizer = Tokenizer.fromFile(join(dir, 'tokenizer.json'));
 } catch (e) {
