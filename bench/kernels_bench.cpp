@@ -2,11 +2,13 @@
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/flight_recorder.hpp"
 #include "core/half.hpp"
 #include "core/runtime.hpp"
 #include "core/types.hpp"
@@ -441,6 +443,23 @@ void BM_ZeroFill(benchmark::State& state) {
   set_bytes(state, state.range(0) * kF);
 }
 
+// One communication operation recorded and completed in the flight recorder (its default 2,048
+// entries): what the recorder adds to every collective and point-to-point call.
+void BM_FlightRecorderOperation(benchmark::State& state) {
+  FlightRecorder& recorder = FlightRecorder::instance();
+  const int comm = recorder.add_communicator("bench", {0, 1});
+  PhaseTimer timer;
+  std::atomic<int> step{1};
+  recorder.start(FlightRecorder::kDefaultCapacity, 0, "bench", "/nonexistent/flight.jsonl", &timer,
+                 &step);
+  for (auto _ : state) {
+    const RecordedCall done(recorder.issue(comm, "allreduce_sum", 4096));
+    benchmark::ClobberMemory();
+  }
+  recorder.stop();
+  state.SetItemsProcessed(state.iterations());
+}
+
 #define TRIDENT_BENCH(fn) BENCHMARK(fn)->UseRealTime()->Unit(benchmark::kMicrosecond)
 
 TRIDENT_BENCH(BM_EmbeddingForward);
@@ -463,6 +482,7 @@ TRIDENT_BENCH(BM_AdamWRoundedFp16)->ArgName("n")->Arg(kModelParams);
 TRIDENT_BENCH(BM_AdamWSplitBf16)->ArgName("n")->Arg(kModelParams);
 TRIDENT_BENCH(BM_SumOfSquares)->ArgName("n")->Arg(kModelParams);
 TRIDENT_BENCH(BM_ZeroFill)->ArgName("n")->Arg(kModelParams);
+BENCHMARK(BM_FlightRecorderOperation)->Unit(benchmark::kNanosecond);
 
 }  // namespace
 

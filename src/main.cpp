@@ -23,6 +23,7 @@
 #include "core/runtime.hpp"
 #include "io/checkpoint_tools.hpp"
 #include "io/config.hpp"
+#include "io/flight_report.hpp"
 #include "io/hf_models.hpp"
 #include "io/prepare.hpp"
 #include "plan/expert_plan.hpp"
@@ -365,9 +366,11 @@ struct TrainCommand {
                      "--inject-overflow takes STEP:RANK, e.g. 3:1");
     add_fault_option("--inject-fault", trident::parse_fault,
                      "KIND:STEP:RANK with KIND kill, hang or kill-in-checkpoint: that rank is "
-                     "killed, hangs, or is killed inside the checkpoint write at that step (tests)",
+                     "killed, hangs, or is killed inside the checkpoint write at that step; "
+                     "hang-comm:STEP:RANK:AXIS[:OP]: it hangs before its first operation on AXIS "
+                     "(named OP) in that step (tests)",
                      "--inject-fault takes KIND:STEP:RANK, KIND one of kill, hang, "
-                     "kill-in-checkpoint");
+                     "kill-in-checkpoint, or hang-comm:STEP:RANK:AXIS[:OP]");
   }
   // A test-only option parsed into `faults`; `usage` when the value does not parse.
   void add_fault_option(const std::string& name,
@@ -388,12 +391,12 @@ struct TrainCommand {
 
 // `trident generate`, `prepare` and `ckpt`: rank 0 reads or writes files.
 struct FileCommands {
-  CLI::App *generate = nullptr, *prepare = nullptr, *ckpt = nullptr;
+  CLI::App *generate = nullptr, *prepare = nullptr, *ckpt = nullptr, *doctor = nullptr;
   CLI::App *ckpt_info = nullptr, *ckpt_verify = nullptr, *ckpt_export = nullptr,
            *ckpt_import = nullptr;
   trident::GenerateOptions gen;
   trident::PrepareOptions prep;
-  std::string ckpt_path, export_out, hf_dir, hf_dtype = "fp32";
+  std::string ckpt_path, export_out, hf_dir, hf_dtype = "fp32", doctor_dir;
   bool allow_non_finite = false, info_json = false;
   double max_shard_mb = 5000;
 
@@ -436,6 +439,10 @@ struct FileCommands {
                         "framed by BOS/EOS as the tokenizer says (default: one document)");
     prepare->add_option("--max-bytes", prep.max_bytes, "stop with an error past this much text")
         ->capture_default_str();
+    doctor = app.add_subcommand(
+        "doctor", "merge a run's flight records and name the rank the others wait for");
+    doctor->add_option("run_dir", doctor_dir, "run directory (or its flight/ directory)")
+        ->required();
     ckpt = app.add_subcommand("ckpt", "inspect, verify, export or import a checkpoint");
     ckpt->require_subcommand(1);
     ckpt_info = ckpt->add_subcommand("info", "configuration, writing layout, step, sizes");
@@ -475,7 +482,7 @@ struct FileCommands {
     ckpt_import->add_flag("--allow-non-finite", allow_non_finite,
                           "keep weights that are NaN or infinite (refused by default)");
   }
-  bool chosen() const { return *generate || *prepare || *ckpt; }
+  bool chosen() const { return *generate || *prepare || *ckpt || *doctor; }
   int run(int rank) const {
     if (rank != 0) return 0;
     if (*generate) {
@@ -483,6 +490,7 @@ struct FileCommands {
       std::cout << std::endl;
     }
     if (*prepare) trident::prepare_corpus(prep);
+    if (*doctor) trident::flight_report(doctor_dir);
     if (*ckpt_info) trident::checkpoint_info(ckpt_path, info_json);
     if (*ckpt_verify && trident::checkpoint_verify(ckpt_path) > 0) return kExitBadInput;
     if (*ckpt_export && !export_out.empty()) {

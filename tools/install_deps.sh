@@ -12,6 +12,7 @@ packages=(
   python3-torch python3-h5py python3-numpy python3-pandas python3-matplotlib
   slurm-wlm munge
   bible-kjv
+  procps  # pkill: the tests' signals to running ranks
 )
 # Node.js runs the tokenisers of tools/bpe (GPT-2 BPE, a Hugging Face model's tokenizer.json); keep
 # a node that is already there.

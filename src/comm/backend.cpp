@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "comm/host_comm.hpp"
 #include "comm/profiled_comm.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
@@ -58,7 +59,8 @@ bool nccl_usable() {
 }
 
 std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, CollectiveBackend backend,
-                                                bool node_local, const std::string& key) {
+                                                bool node_local, const std::string& key,
+                                                const char* axis) {
   bool use_nccl = false;
   switch (backend) {
     case CollectiveBackend::kMpi:
@@ -77,15 +79,18 @@ std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, CollectiveBackend
       use_nccl = nccl_usable() && node_local;
       break;
   }
-  // "parallel.backend_tp" -> "tp": the axis the profiler's labels name.
-  const std::string axis = key.substr(key.rfind('_') + 1);
+  // "parallel.backend_tp" -> "tp" where no axis is named.
+  const std::string name = *axis ? axis : key.substr(key.rfind('_') + 1);
+  const int recorded = FlightRecorder::instance().add_communicator(name, world_ranks(comm));
 #ifdef TRIDENT_HAVE_NCCL
   if (use_nccl)
-    return std::make_unique<ProfiledCommunicator>(std::make_unique<NcclCommunicator>(comm), axis);
+    return std::make_unique<ProfiledCommunicator>(std::make_unique<NcclCommunicator>(comm), name,
+                                                  recorded);
 #else
   (void)use_nccl;  // never true: NCCL is not usable without the backend
 #endif
-  return std::make_unique<ProfiledCommunicator>(std::make_unique<MpiCommunicator>(comm), axis);
+  return std::make_unique<ProfiledCommunicator>(std::make_unique<MpiCommunicator>(comm), name,
+                                                recorded);
 }
 
 std::string backend_summary() {

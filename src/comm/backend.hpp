@@ -23,10 +23,13 @@ bool nccl_usable();
 //   kAuto -> NCCL when usable and the axis is `node_local` (NVLink / PCIe between GPUs of one
 //            node is where NCCL wins), else MPI.
 // Collective over `comm` when it builds an NCCL communicator; every rank of the axis must pass
-// the same arguments. `key` names the config key in messages ("parallel.backend_tp").
+// the same arguments. `key` names the config key in messages ("parallel.backend_tp"); `axis`
+// (a literal) names the communicator in profiles and the flight recorder, which records its
+// operations ("" : the key's last part, "tp").
 std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, CollectiveBackend backend,
                                                 bool node_local,
-                                                const std::string& key = "parallel.backend");
+                                                const std::string& key = "parallel.backend",
+                                                const char* axis = "");
 
 // For the start-up log: "NCCL backend compiled: yes, NCCL 2.28.9; Kokkos Serial: host buffers,
 // NCCL unusable".

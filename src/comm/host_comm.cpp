@@ -4,28 +4,43 @@
 #include <stdexcept>
 
 #include "core/error.hpp"
+#include "core/flight_recorder.hpp"
 
 namespace trident {
 
-HostCollectives::HostCollectives(MPI_Comm comm) : comm_(comm) {
+std::vector<int> world_ranks(MPI_Comm comm) {
+  MPI_Group group, world;
+  TRIDENT_MPI(MPI_Comm_group(comm, &group));
+  TRIDENT_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  int size = 0;
+  TRIDENT_MPI(MPI_Group_size(group, &size));
+  std::vector<int> local(static_cast<size_t>(size)), global(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) local[static_cast<size_t>(r)] = r;
+  TRIDENT_MPI(MPI_Group_translate_ranks(group, size, local.data(), world, global.data()));
+  TRIDENT_MPI(MPI_Group_free(&group));
+  TRIDENT_MPI(MPI_Group_free(&world));
+  return global;
+}
+
+HostCollectives::HostCollectives(MPI_Comm comm, const std::string& axis)
+    : comm_(comm), recorded_(FlightRecorder::instance().add_communicator(axis, world_ranks(comm))) {
   TRIDENT_MPI(MPI_Comm_size(comm_, &size_));
   TRIDENT_MPI(MPI_Comm_rank(comm_, &rank_));
 }
 
-namespace {
-
-double reduce_all(MPI_Comm comm, double value, MPI_Op op) {
-  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, op, comm));
+double HostCollectives::reduce_all(double value, MPI_Op op, const char* operation) const {
+  const RecordedCall done(FlightRecorder::instance().issue(recorded_, operation, sizeof value));
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, op, comm_));
   return value;
 }
 
-}  // namespace
-
 double HostCollectives::sum(double value) const {
-  return reduce_all(comm_, value, MPI_SUM);
+  return reduce_all(value, MPI_SUM, "host_sum");
 }
 
 std::vector<double> HostCollectives::sum(const std::vector<double>& values) const {
+  const RecordedCall done(
+      FlightRecorder::instance().issue(recorded_, "host_sum", values.size() * sizeof(double)));
   std::vector<double> out(values.size());
   TRIDENT_MPI(MPI_Allreduce(values.data(), out.data(), static_cast<int>(values.size()), MPI_DOUBLE,
                             MPI_SUM, comm_));
@@ -33,14 +48,16 @@ std::vector<double> HostCollectives::sum(const std::vector<double>& values) cons
 }
 
 double HostCollectives::max(double value) const {
-  return reduce_all(comm_, value, MPI_MAX);
+  return reduce_all(value, MPI_MAX, "host_max");
 }
 
 double HostCollectives::min(double value) const {
-  return reduce_all(comm_, value, MPI_MIN);
+  return reduce_all(value, MPI_MIN, "host_min");
 }
 
 std::vector<double> HostCollectives::gather(const std::vector<double>& values, int root) const {
+  const RecordedCall done(
+      FlightRecorder::instance().issue(recorded_, "host_gather", values.size() * sizeof(double)));
   std::vector<double> all(rank_ == root ? values.size() * static_cast<size_t>(size_) : 0);
   const int count = static_cast<int>(values.size());
   TRIDENT_MPI(
@@ -51,6 +68,8 @@ std::vector<double> HostCollectives::gather(const std::vector<double>& values, i
 std::vector<int> HostCollectives::alltoall(const std::vector<int>& values) const {
   if (values.size() % static_cast<size_t>(size_) != 0)
     throw std::logic_error("HostCollectives::alltoall: values are not one equal part per rank");
+  const RecordedCall done(
+      FlightRecorder::instance().issue(recorded_, "host_alltoall", values.size() * sizeof(int)));
   std::vector<int> out(values.size());
   const int part = static_cast<int>(values.size() / size_);
   TRIDENT_MPI(MPI_Alltoall(values.data(), part, MPI_INT, out.data(), part, MPI_INT, comm_));
@@ -58,6 +77,8 @@ std::vector<int> HostCollectives::alltoall(const std::vector<int>& values) const
 }
 
 std::string HostCollectives::broadcast(const std::string& value, int root) const {
+  const RecordedCall done(
+      FlightRecorder::instance().issue(recorded_, "host_broadcast", value.size()));
   std::string out = value;
   int length = static_cast<int>(out.size());
   TRIDENT_MPI(MPI_Bcast(&length, 1, MPI_INT, root, comm_));
@@ -90,6 +111,7 @@ int HostCollectives::ranks_on_node() const {
 }
 
 void HostCollectives::barrier() const {
+  const RecordedCall done(FlightRecorder::instance().issue(recorded_, "host_barrier", 0));
   TRIDENT_MPI(MPI_Barrier(comm_));
 }
 

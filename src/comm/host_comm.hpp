@@ -10,10 +10,14 @@
 
 namespace trident {
 
+// The world ranks of `comm`'s members, in its rank order.
+std::vector<int> world_ranks(MPI_Comm comm);
+
 class HostCollectives {
  public:
-  // Over `comm` (not owned; the grid frees it).
-  explicit HostCollectives(MPI_Comm comm);
+  // Over `comm` (not owned; the grid frees it); `axis` names it in the flight recorder, which
+  // records its operations.
+  explicit HostCollectives(MPI_Comm comm, const std::string& axis = "host");
   int size() const { return size_; }
   int rank() const { return rank_; }
 
@@ -40,8 +44,11 @@ class HostCollectives {
   void agree(const std::function<void()>& work) const;
 
  private:
+  double reduce_all(double value, MPI_Op op, const char* operation) const;
+
   MPI_Comm comm_;
   int size_ = 1, rank_ = 0;
+  int recorded_;  // its index in the flight recorder
 };
 
 }  // namespace trident

@@ -123,6 +123,9 @@ std::vector<Field> run_fields(Config& c) {
       {"run", "watchdog_seconds", &c.run.watchdog_seconds,
        "abort the job, naming each rank's phase, when a rank's phase has not changed for this "
        "long (a hung collective); 0: off"},
+      {"run", "flight_recorder", &c.run.flight_recorder,
+       "communication operations each rank remembers and writes to <run>/flight/ when the "
+       "watchdog fires, on a crash or on SIGUSR2, for `trident doctor` (0: off)"},
       {"run", "peak_tflops", &c.run.peak_tflops, "per-rank peak TFLOP/s for MFU"},
       {"run", "phase_fences", choice(&c.run.phase_fences),
        "GPU builds: fence the device at each phase change in every step (every_step: each "
@@ -668,6 +671,8 @@ void validate_model_and_run(const Config& c, const Checker& require) {
           "run.max_minutes must not be negative (0: no time budget)");
   require(c.run.watchdog_seconds >= 0 && std::isfinite(c.run.watchdog_seconds),
           "run.watchdog_seconds must not be negative (0 turns the watchdog off)");
+  require(c.run.flight_recorder >= 0 && c.run.flight_recorder <= (1 << 24),
+          "run.flight_recorder must be between 0 (off) and 16777216 operations");
   require(c.run.keep_checkpoints >= 0,
           "run.keep_checkpoints must not be negative (0 keeps every checkpoint)");
   const std::string bad_name = path_component_problem(c.run.name);

@@ -42,7 +42,9 @@ struct RunSection {
   int checkpoint_every = 0;       // 0: checkpoint only at the end; -1: never
   int keep_checkpoints = 0;       // keep the newest N checkpoints; 0: keep all
   double watchdog_seconds = 600;  // abort when a rank's phase is unchanged this long; 0: off
-  double peak_tflops = 1.0;       // per rank; the denominator of MFU
+  // Communication operations each rank's flight recorder keeps (core/flight_recorder.hpp); 0: off.
+  int flight_recorder = 2048;
+  double peak_tflops = 1.0;  // per rank; the denominator of MFU
   PhaseFences phase_fences = PhaseFences::kProfiled;
   // Stop early and resumably (checkpoint, exit status 4) on these signals, or before this
   // wall-clock budget in minutes runs out (0: none).

@@ -1,6 +1,8 @@
 // Injected faults for tests: SIGKILL, an endless phase, an infinite gradient element.
 #include "train/faults.hpp"
 
+#include "core/flight_recorder.hpp"
+
 #include <unistd.h>
 
 #include <csignal>
@@ -37,14 +39,32 @@ bool parse_fault(const std::string& text, FaultPlan& plan) {
     parsed = FaultKind::kHang;
   else if (kind == "kill-in-checkpoint")
     parsed = FaultKind::kKillInCheckpoint;
+  else if (kind == "hang-comm")
+    parsed = FaultKind::kHangInComm;
   if (parsed == FaultKind::kNone || colon == std::string::npos) return false;
-  if (!parse_pair(text.substr(colon + 1), plan.fault_step, plan.fault_rank)) return false;
+  std::string rest = text.substr(colon + 1);
+  if (parsed == FaultKind::kHangInComm) {  // STEP:RANK:AXIS[:OP]
+    const auto second = rest.find(':', rest.find(':') + 1);
+    if (rest.find(':') == std::string::npos || second == std::string::npos) return false;
+    const std::string where = rest.substr(second + 1);
+    const auto op = where.find(':');
+    plan.fault_axis = where.substr(0, op);
+    plan.fault_op = op == std::string::npos ? "" : where.substr(op + 1);
+    if (plan.fault_axis.empty()) return false;
+    rest = rest.substr(0, second);
+  }
+  if (!parse_pair(rest, plan.fault_step, plan.fault_rank)) return false;
   plan.fault = parsed;
   return true;
 }
 
 bool parse_overflow(const std::string& text, FaultPlan& plan) {
   return parse_pair(text, plan.overflow_step, plan.overflow_rank);
+}
+
+InjectedFaults::InjectedFaults(const FaultPlan& plan, int rank) : plan_(plan), rank_(rank) {
+  if (plan.fault == FaultKind::kHangInComm && rank == plan.fault_rank)
+    FlightRecorder::instance().hang_before(plan.fault_axis, plan.fault_op, plan.fault_step);
 }
 
 void InjectedFaults::step_begins(int step, PhaseTimer& timer) {

@@ -37,16 +37,20 @@ class StepHooks {
   }
 };
 
-enum class FaultKind { kNone, kKill, kHang, kKillInCheckpoint };
+enum class FaultKind { kNone, kKill, kHang, kKillInCheckpoint, kHangInComm };
 
-// What --inject-fault KIND:STEP:RANK and --inject-overflow STEP:RANK ask for.
+// What --inject-fault KIND:STEP:RANK[:AXIS[:OP]] and --inject-overflow STEP:RANK ask for.
 struct FaultPlan {
   FaultKind fault = FaultKind::kNone;
   int fault_step = 0, fault_rank = 0;
+  // hang-comm: the rank stops before issuing, in that step, the first operation on this axis
+  // ("tp", "dp", "pp", "cp", "ep", "world", ...) whose name contains `op` ("": any).
+  std::string fault_axis, fault_op;
   int overflow_step = 0, overflow_rank = 0;  // overflow_step 0: none
 };
 
-// Parses "kill:3:1" into plan (false: not KIND:STEP:RANK with a known KIND).
+// Parses "kill:3:1" or "hang-comm:3:1:tp:allreduce" into plan (false: not KIND:STEP:RANK with a
+// known KIND, AXIS[:OP] after it for hang-comm alone).
 bool parse_fault(const std::string& text, FaultPlan& plan);
 // Parses "3:1" into plan's overflow fields.
 bool parse_overflow(const std::string& text, FaultPlan& plan);
@@ -54,7 +58,8 @@ bool parse_overflow(const std::string& text, FaultPlan& plan);
 // The faults of `plan` that fall on rank `rank`.
 class InjectedFaults final : public StepHooks {
  public:
-  InjectedFaults(const FaultPlan& plan, int rank) : plan_(plan), rank_(rank) {}
+  // Arms the flight recorder's hang for hang-comm on its rank.
+  InjectedFaults(const FaultPlan& plan, int rank);
   void step_begins(int step, PhaseTimer& timer) override;
   void gradients_final(int step, const View1& gradients) override;
   void checkpoint_midway(int step) override;

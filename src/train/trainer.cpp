@@ -23,6 +23,7 @@
 #include "comm/host_comm.hpp"
 #include "core/blas_info.hpp"
 #include "core/error.hpp"
+#include "core/flight_recorder.hpp"
 #include "core/host_memory.hpp"
 #include "core/memory.hpp"
 #include "core/paths.hpp"
@@ -253,6 +254,23 @@ DataParallelSettings data_parallel_settings(const Config& c, int rank, int chunk
   return s;
 }
 
+// The flight recorder over run()'s steps: started with where its dumps go, stopped when run()
+// returns, since it reads the trainer's phase timer and step.
+class FlightRecording {
+ public:
+  FlightRecording(int capacity, int rank, const std::filesystem::path& dir, const PhaseTimer& timer,
+                  const std::atomic<int>& step) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    FlightRecorder::instance().start(static_cast<size_t>(capacity), rank, host,
+                                     (dir / fmt::format("rank_{:05d}.jsonl", rank)).string(),
+                                     &timer, &step);
+  }
+  ~FlightRecording() { FlightRecorder::instance().stop(); }
+  FlightRecording(const FlightRecording&) = delete;
+  FlightRecording& operator=(const FlightRecording&) = delete;
+};
+
 class Trainer {
  public:
   Trainer(Config config, const Grid& grid, const TrainOptions& options, StepHooks& hooks);
@@ -357,19 +375,19 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
       hooks_(hooks),
       console_(grid.rank() == 0),
       layout_(describe_layout(config_, grid)),
-      world_(grid.world()),
-      model_replica_(grid.model_parallel_comm()),
+      world_(grid.world(), "world"),
+      model_replica_(grid.model_parallel_comm(), "replica"),
       // auto: NCCL for tp and dp where every group of the axis shares a node (comm/backend.hpp).
       // The pipeline's auto stays on MPI, staged through pinned host memory when the MPI is not
       // CUDA-aware, until NCCL point-to-point in schedule order has run on a GPU;
       // parallel.backend_pp = "nccl" asks for it.
       tp_(make_communicator(grid.comm(Axis::tp), config_.parallel.backend_tp,
-                            grid.groups_node_local(Axis::tp), "parallel.backend_tp")),
+                            grid.groups_node_local(Axis::tp), "parallel.backend_tp", "tp")),
       dp_(make_communicator(grid.data_comm(), config_.parallel.backend_dp,
                             grid.groups_node_local(Axis::dp) && grid.groups_node_local(Axis::cp),
-                            "parallel.backend_dp")),
+                            "parallel.backend_dp", "dp")),
       pp_(make_communicator(grid.comm(Axis::pp), config_.parallel.backend_pp, /*node_local=*/false,
-                            "parallel.backend_pp")),
+                            "parallel.backend_pp", "pp")),
       tokens_per_step_(static_cast<int64_t>(config_.train.batch_size) * config_.train.seq_len) {
   if (grid.embedding_comm() != MPI_COMM_NULL)
     embedding_ = std::make_unique<MpiCommunicator>(grid.embedding_comm());
@@ -377,17 +395,18 @@ Trainer::Trainer(Config config, const Grid& grid, const TrainOptions& options, S
   // fast, node-local axes).
   if (config_.parallel.cp > 1)
     cp_ = make_communicator(grid.comm(Axis::cp), config_.parallel.backend_tp,
-                            grid.groups_node_local(Axis::cp), "parallel.backend_tp");
+                            grid.groups_node_local(Axis::cp), "parallel.backend_tp", "cp");
   // The expert groups are parts of dp x tp: they take parallel.backend_dp's choice. Experts have
   // replicas of their own under expert parallelism, and when the tp ranks route their own tokens
   // (their experts' gradients are then partial over tp as well as dp): the memory model's test,
   // which also lays out their units.
   if (grid.experts().ep > 1)
     ep_ = make_communicator(grid.expert_comm(), config_.parallel.backend_dp,
-                            grid.groups_node_local(Axis::dp), "parallel.backend_dp");
+                            grid.groups_node_local(Axis::dp), "parallel.backend_dp", "ep");
   if (experts_own_replicas(memory_query(config_)))
-    expert_dp_ = make_communicator(grid.expert_data_comm(), config_.parallel.backend_dp,
-                                   grid.groups_node_local(Axis::dp), "parallel.backend_dp");
+    expert_dp_ =
+        make_communicator(grid.expert_data_comm(), config_.parallel.backend_dp,
+                          grid.groups_node_local(Axis::dp), "parallel.backend_dp", "expert_dp");
   // Kernels on a GPU run behind the host: phases fence (in the steps run.phase_fences and the
   // hooks choose), or each is charged its predecessor's queued work. Host kernels finish before
   // the host goes on.
@@ -419,6 +438,8 @@ int Trainer::run() {
                        config_.run.peak_tflops,
                        layout_};
   StepMetrics metrics(shape, world_, ledger_, std::move(timings), console_);
+  const FlightRecording recording(config_.run.flight_recorder, grid_.rank(),
+                                  run_dir_->path() / "flight", timer_, current_step_);
   const Watchdog watchdog(timer_, config_.run.watchdog_seconds, grid_.rank(),
                           [this] { return current_step_.load(); });
   const StopRequest stop(config_.run.stop_signals, config_.run.max_minutes);
