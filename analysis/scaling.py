@@ -13,6 +13,10 @@ sweep or several, see trident_runs) are aggregated. Per row, over each run's tim
   tokens/s     tokens per step / step s (tokens_per_s_min, _max from step_s_max, _min)
   TFLOP/s/rank tokens/s x model FLOPs per token (timings.h5 attribute flops_per_token: 6 x params
                + 12 L C T) / ranks
+  drift        what makes the row's numbers suspect: a rank whose median straggler score over
+               the timed steps is under 0.75 (the machine under it loaded or throttled), and
+               repeats whose compute seconds (the slowest rank's compute phases, median over
+               timed steps) are more than 10% apart; empty when neither
   efficiency   from the aggregated medians, against the row with the fewest ranks N0 (the
                fastest of them if several); efficiency_min, _max: this row's spread against N0's
                median:
@@ -68,8 +72,8 @@ def row(group):
         "tokens_per_s": tokens / step_s, "tokens_per_s_min": tokens / step_max,
         "tokens_per_s_max": tokens / step_min, "parameters": r.parameters,
         "tflops_per_rank": flops / step_s, "tflops_per_rank_min": flops / step_max,
-        "tflops_per_rank_max": flops / step_min, "sweeps": group.sweeps,
-        "run_dir": group.run_dirs,
+        "tflops_per_rank_max": flops / step_min, "drift": tr.drift_note(group),
+        "sweeps": group.sweeps, "run_dir": group.run_dirs,
     }
 
 
@@ -171,7 +175,8 @@ def main():
     out = tr.output_dir(args.out, runs)
     md_cols = ["run", "nodes", "ranks", "threads", "dp", "tp", "pp", "zero_stage", "parameters",
                "global_batch", "tokens_per_step", "repeats", "timed_steps", "median_step_s",
-               "step_s_min", "step_s_max", "tokens_per_s", "tflops_per_rank", "efficiency"]
+               "step_s_min", "step_s_max", "tokens_per_s", "tflops_per_rank", "efficiency",
+               "drift"]
     text = tr.write_table(df, out, "scaling", md_df=df[md_cols],
                           formats={"tokens_per_step": ".0f", "median_step_s": ".5f",
                                    "step_s_min": ".5f", "step_s_max": ".5f",

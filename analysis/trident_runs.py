@@ -86,10 +86,10 @@ ATTRS = ("config", "layout", "hostnames", "phases", "memory_categories", "flops_
 OPTIONAL_ATTRS = ("threads_per_rank", "kokkos_backend", "blas", "blas_threads", "host_simd",
                   "git_revision", "cpu_model", "peak_lr", "slurm_job_id", "node_cpus", "moe_layers")
 # Per-step datasets read when present: Mixture-of-Experts runs write the per-layer ones; runs
-# since context parallelism write cp_bytes.
+# since context parallelism write cp_bytes, runs since straggler scores straggler_score.
 OPTIONAL_PER_STEP = ("moe_aux_loss", "moe_z_loss", "moe_dropped_fraction", "moe_layer_aux_loss",
                      "moe_layer_z_loss", "moe_layer_dropped_fraction", "moe_tokens_per_expert",
-                     "cp_bytes")
+                     "cp_bytes", "straggler_score")
 RUN_MARKERS = ("status", "run.json", "timings.h5", "trident.log")
 REPEAT_SUFFIX = re.compile(r"_rep[0-9]+$")
 BLAS_KERNEL = re.compile(r",?\s*kernel\s+(\S+)")
@@ -593,6 +593,50 @@ class Group:
         """(median, min, max) over the repeats of per_run(run)."""
         values = np.array([per_run(r) for r in self.runs], dtype=float)
         return float(np.median(values)), float(values.min()), float(values.max())
+
+
+# ---- drift: ranks or repeats that computed at different speeds ----
+
+STRAGGLER_SCORE = 0.75  # trident's threshold (train/straggler_scores.hpp)
+REPEAT_DRIFT = 0.10     # repeats whose median compute seconds differ by more than this
+
+
+def slow_ranks(run):
+    """{rank: median straggler score over the timed steps} of the ranks under STRAGGLER_SCORE
+    (empty for runs from before trident recorded scores)."""
+    if "straggler_score" not in run.data:
+        return {}
+    scores = run.data["straggler_score"][run.timed]
+    judged = ~np.isnan(scores).all(axis=0)
+    medians = np.full(scores.shape[1], np.nan)
+    medians[judged] = np.nanmedian(scores[:, judged], axis=0)
+    return {int(r): float(m) for r, m in enumerate(medians) if m < STRAGGLER_SCORE}
+
+
+def compute_seconds(run):
+    """The median over timed steps of the slowest rank's compute-phase seconds (wall)."""
+    names = [p for p in ("forward", "backward", "recompute", "weight_grad", "optimizer")
+             if p in run.phases]
+    per_rank = sum(run.phase(p) for p in names)[run.timed]
+    return float(np.median(per_rank.max(axis=1)))
+
+
+def drift_note(group):
+    """What drifted in a group of repeats: ranks scored as stragglers, and repeats whose compute
+    differs by more than REPEAT_DRIFT (a loaded or throttled machine); "" when nothing did."""
+    notes = []
+    for i, r in enumerate(group.runs):
+        slow = slow_ranks(r)
+        if slow:
+            which = ", ".join(f"rank {k} {v:.2f}" for k, v in sorted(slow.items()))
+            notes.append(f"{'repeat ' + str(i + 1) + ': ' if group.repeats > 1 else ''}"
+                         f"slow {which}")
+    if group.repeats > 1:
+        seconds = [compute_seconds(r) for r in group.runs]
+        spread = max(seconds) / min(seconds) - 1 if min(seconds) > 0 else 0.0
+        if spread > REPEAT_DRIFT:
+            notes.append(f"repeats' compute {100 * spread:.0f}% apart")
+    return "; ".join(notes)
 
 
 def repeats_note(counts, value="step time", point="point"):

@@ -368,9 +368,11 @@ struct TrainCommand {
                      "KIND:STEP:RANK with KIND kill, hang or kill-in-checkpoint: that rank is "
                      "killed, hangs, or is killed inside the checkpoint write at that step; "
                      "hang-comm:STEP:RANK:AXIS[:OP]: it hangs before its first operation on AXIS "
-                     "(named OP) in that step (tests)",
+                     "(named OP) in that step; slow:STEP:RANK:FACTOR: its compute takes FACTOR "
+                     "times as long from that step on (tests)",
                      "--inject-fault takes KIND:STEP:RANK, KIND one of kill, hang, "
-                     "kill-in-checkpoint, or hang-comm:STEP:RANK:AXIS[:OP]");
+                     "kill-in-checkpoint, or hang-comm:STEP:RANK:AXIS[:OP], or "
+                     "slow:STEP:RANK:FACTOR with FACTOR in [1, 100]");
   }
   // A test-only option parsed into `faults`; `usage` when the value does not parse.
   void add_fault_option(const std::string& name,

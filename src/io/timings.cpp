@@ -35,7 +35,8 @@ const char* units_of(const std::string& name) {
                                                         {"peak_memory_bytes", "bytes"},
                                                         {"peak_memory_by_category", "bytes"},
                                                         {"predicted_memory_bytes", "bytes"},
-                                                        {"cp_bytes", "bytes"}};
+                                                        {"cp_bytes", "bytes"},
+                                                        {"straggler_score", "1"}};
   return units.at(name);
 }
 
@@ -90,6 +91,7 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   const hsize_t cats = static_cast<hsize_t>(kMemCategories);
   create_extendible(file_, "peak_memory_by_category", {r, cats}, H5T_IEEE_F64LE);
   create_extendible(file_, "cp_bytes", {r}, H5T_IEEE_F64LE);
+  create_extendible(file_, "straggler_score", {r}, H5T_IEEE_F64LE);
   if (moe_) {
     const hsize_t layers = moe.layers.size();
     for (const char* name :
@@ -158,6 +160,7 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("peak_memory_bytes", r.peak_mem_bytes.data(), H5T_NATIVE_DOUBLE);
   append_row("peak_memory_by_category", r.peak_mem_by_category.data(), H5T_NATIVE_DOUBLE);
   append_row("cp_bytes", r.cp_bytes.data(), H5T_NATIVE_DOUBLE);
+  append_row("straggler_score", r.straggler_score.data(), H5T_NATIVE_DOUBLE);
   if (moe_) {
     append_row("moe_layer_aux_loss", r.moe_layers.aux_loss.data(), H5T_NATIVE_DOUBLE);
     append_row("moe_layer_z_loss", r.moe_layers.z_loss.data(), H5T_NATIVE_DOUBLE);

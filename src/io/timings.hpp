@@ -38,6 +38,9 @@ struct StepRecord {
   std::vector<double> peak_mem_bytes;        // [ranks]
   std::vector<double> peak_mem_by_category;  // [ranks * memory categories]
   std::vector<double> cp_bytes;  // [ranks] keys, values and their gradients sent over cp
+  // [ranks] compute speed against the fastest rank of the stage (train/straggler_scores.hpp);
+  // NaN while too few steps are in the window
+  std::vector<double> straggler_score;
 };
 
 // Which part of a run a timings file holds: a run resumed k - 1 times has k segments, each in its

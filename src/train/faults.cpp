@@ -3,8 +3,10 @@
 
 #include "core/flight_recorder.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <limits>
 #include <stdexcept>
@@ -41,6 +43,8 @@ bool parse_fault(const std::string& text, FaultPlan& plan) {
     parsed = FaultKind::kKillInCheckpoint;
   else if (kind == "hang-comm")
     parsed = FaultKind::kHangInComm;
+  else if (kind == "slow")
+    parsed = FaultKind::kSlow;
   if (parsed == FaultKind::kNone || colon == std::string::npos) return false;
   std::string rest = text.substr(colon + 1);
   if (parsed == FaultKind::kHangInComm) {  // STEP:RANK:AXIS[:OP]
@@ -52,6 +56,19 @@ bool parse_fault(const std::string& text, FaultPlan& plan) {
     plan.fault_op = op == std::string::npos ? "" : where.substr(op + 1);
     if (plan.fault_axis.empty()) return false;
     rest = rest.substr(0, second);
+  }
+  if (parsed == FaultKind::kSlow) {  // STEP:RANK:FACTOR
+    const auto last = rest.rfind(':');
+    if (last == std::string::npos || rest.find(':') == last) return false;
+    try {
+      size_t used = 0;
+      plan.slow_factor = std::stod(rest.substr(last + 1), &used);
+      if (used != rest.size() - last - 1 || !(plan.slow_factor >= 1 && plan.slow_factor <= 100))
+        return false;
+    } catch (const std::exception&) {
+      return false;
+    }
+    rest = rest.substr(0, last);
   }
   if (!parse_pair(rest, plan.fault_step, plan.fault_rank)) return false;
   plan.fault = parsed;
@@ -68,11 +85,37 @@ InjectedFaults::InjectedFaults(const FaultPlan& plan, int rank) : plan_(plan), r
 }
 
 void InjectedFaults::step_begins(int step, PhaseTimer& timer) {
+  timer_ = &timer;
   if (fault_here(FaultKind::kKill, step)) std::raise(SIGKILL);
   if (fault_here(FaultKind::kHang, step)) {
     ScopedPhase phase(timer, Phase::kForward);
     for (;;) sleep(1);  // the others block in their first collective with this rank
   }
+}
+
+void InjectedFaults::step_ends(int step) {
+  if (plan_.fault != FaultKind::kSlow || rank_ != plan_.fault_rank || step < plan_.fault_step ||
+      !timer_)
+    return;
+  // The step's compute so far, once more (factor - 1) times, as forward work that keeps the CPU
+  // busy (what straggler scores measure on the host): a slower node.
+  const double extra = timer_->compute_seconds() * (plan_.slow_factor - 1);
+  ScopedPhase phase(*timer_, Phase::kForward);
+  const auto cpu_now = [] {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  const auto wall_start = std::chrono::steady_clock::now();
+  const double cpu_start = cpu_now();
+  auto spent = [&] {
+    return timer_->counts_cpu()
+               ? cpu_now() - cpu_start
+               : std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start)
+                     .count();
+  };
+  volatile double sink = 0;
+  while (spent() < extra) sink = sink + 1;
 }
 
 void InjectedFaults::gradients_final(int step, const View1& gradients) {

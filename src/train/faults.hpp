@@ -37,7 +37,7 @@ class StepHooks {
   }
 };
 
-enum class FaultKind { kNone, kKill, kHang, kKillInCheckpoint, kHangInComm };
+enum class FaultKind { kNone, kKill, kHang, kKillInCheckpoint, kHangInComm, kSlow };
 
 // What --inject-fault KIND:STEP:RANK[:AXIS[:OP]] and --inject-overflow STEP:RANK ask for.
 struct FaultPlan {
@@ -46,11 +46,13 @@ struct FaultPlan {
   // hang-comm: the rank stops before issuing, in that step, the first operation on this axis
   // ("tp", "dp", "pp", "cp", "ep", "world", ...) whose name contains `op` ("": any).
   std::string fault_axis, fault_op;
+  // slow: from fault_step on, the rank's compute takes this many times as long.
+  double slow_factor = 1;
   int overflow_step = 0, overflow_rank = 0;  // overflow_step 0: none
 };
 
-// Parses "kill:3:1" or "hang-comm:3:1:tp:allreduce" into plan (false: not KIND:STEP:RANK with a
-// known KIND, AXIS[:OP] after it for hang-comm alone).
+// Parses "kill:3:1", "hang-comm:3:1:tp:allreduce" or "slow:3:1:2" into plan (false: not
+// KIND:STEP:RANK with a known KIND, AXIS[:OP] after it for hang-comm alone, FACTOR >= 1 for slow).
 bool parse_fault(const std::string& text, FaultPlan& plan);
 // Parses "3:1" into plan's overflow fields.
 bool parse_overflow(const std::string& text, FaultPlan& plan);
@@ -61,6 +63,7 @@ class InjectedFaults final : public StepHooks {
   // Arms the flight recorder's hang for hang-comm on its rank.
   InjectedFaults(const FaultPlan& plan, int rank);
   void step_begins(int step, PhaseTimer& timer) override;
+  void step_ends(int step) override;
   void gradients_final(int step, const View1& gradients) override;
   void checkpoint_midway(int step) override;
 
@@ -70,6 +73,7 @@ class InjectedFaults final : public StepHooks {
   }
   FaultPlan plan_;
   int rank_;
+  PhaseTimer* timer_ = nullptr;  // the step's, from step_begins
 };
 
 }  // namespace trident

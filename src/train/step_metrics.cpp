@@ -9,6 +9,13 @@
 
 namespace trident {
 
+namespace {
+// Steps in a straggler score's window, how many it needs before it judges (fewer: NaN), and the
+// steps of a run (or resumed segment) it leaves out first: their compute differs from rank to rank
+// by 2-3x here (first touches of memory, the allocator, the scheduler placing ranks).
+constexpr int kStragglerWindow = 20, kStragglerMinSteps = 5, kStragglerWarmup = 3;
+}  // namespace
+
 void Console::line(const std::string& text) const {
   if (!enabled_) return;
   std::fputs((text + "\n").c_str(), stdout);
@@ -22,7 +29,8 @@ StepMetrics::StepMetrics(const RunShape& shape, const HostCollectives& world,
       world_(world),
       ledger_(ledger),
       timings_(std::move(timings)),
-      console_(console) {}
+      console_(console),
+      stragglers_(shape.sections, kStragglerWindow) {}
 
 double StepMetrics::mfu_percent(double tokens_per_second) const {
   return 100.0 * shape_.flops_per_token * tokens_per_second /
@@ -37,6 +45,7 @@ void StepMetrics::record(const StepOutcome& s) {
     categories[cat] = static_cast<double>(ledger_.peak(static_cast<MemCategory>(cat)));
   const std::vector<double> peak_by_category = world_.gather(categories);
   const std::vector<double> cp_bytes = world_.gather({s.cp_bytes});
+  const std::vector<double> compute = world_.gather({s.compute_seconds});
   const double slowest = world_.max(s.seconds), fastest = world_.min(s.seconds);
   last_loss_ = s.loss;
   last_val_loss_ = s.val_loss;
@@ -48,27 +57,55 @@ void StepMetrics::record(const StepOutcome& s) {
   for (int rank = 0; rank < world_.size(); ++rank)
     wait += phases[static_cast<size_t>(rank) * kPhases + static_cast<int>(Phase::kPpWait)];
   const double bubble = slowest > 0 ? wait / world_.size() / slowest : 0.0;
-  timings_->append({s.step, s.loss, s.val_loss, s.lr, s.grad_norm, s.loss_scale, s.skipped ? 1 : 0,
-                    shape_.tokens_per_step, slowest, fastest, bubble, s.moe_aux_loss, s.moe_z_loss,
-                    s.moe_dropped_fraction, s.moe_layers, phases, peak_mem, peak_by_category,
-                    cp_bytes});
+  std::vector<double> scores(static_cast<size_t>(world_.size()), NAN);
+  if (++scored_steps_ > kStragglerWarmup) {
+    scores = stragglers_.add(compute);
+    if (scored_steps_ < kStragglerWarmup + kStragglerMinSteps)
+      std::fill(scores.begin(), scores.end(), NAN);
+  }
+  timings_->append({s.step,
+                    s.loss,
+                    s.val_loss,
+                    s.lr,
+                    s.grad_norm,
+                    s.loss_scale,
+                    s.skipped ? 1 : 0,
+                    shape_.tokens_per_step,
+                    slowest,
+                    fastest,
+                    bubble,
+                    s.moe_aux_loss,
+                    s.moe_z_loss,
+                    s.moe_dropped_fraction,
+                    s.moe_layers,
+                    phases,
+                    peak_mem,
+                    peak_by_category,
+                    cp_bytes,
+                    scores});
   const int index = s.step - 1;  // the first step of a run warms caches and is not timed
   if (index > shape_.start_step || shape_.steps - shape_.start_step == 1) {
     sum_ms_ += slowest * 1e3;
     ++timed_steps_;
   }
-  print_step(s, slowest, fastest, peak_mem);
+  print_step(s, slowest, fastest, peak_mem, scores);
 }
 
 void StepMetrics::print_step(const StepOutcome& s, double slowest, double fastest,
-                             const std::vector<double>& peak_mem) const {
+                             const std::vector<double>& peak_mem,
+                             const std::vector<double>& scores) const {
   const double tok_s = shape_.tokens_per_step / slowest;
-  if (s.step % shape_.log_every == 0 || s.step == shape_.steps)
+  // Ranks computing slower than kStragglerScore x the fastest of their stage, named every step.
+  std::string slow;
+  for (size_t r = 0; r < scores.size(); ++r)
+    if (scores[r] < kStragglerScore)
+      slow += fmt::format("{}rank {} {:.2f}", slow.empty() ? " | slow: " : ", ", r, scores[r]);
+  if (s.step % shape_.log_every == 0 || s.step == shape_.steps || !slow.empty())
     console_.line(fmt::format(
         "step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms (min {:.1f}) | {:.0f} "
-        "tok/s | MFU {:.2f}% | peak mem {:.1f} MiB",
+        "tok/s | MFU {:.2f}% | peak mem {:.1f} MiB{}",
         s.step, shape_.steps, s.loss, s.lr, s.grad_norm, slowest * 1e3, fastest * 1e3, tok_s,
-        mfu_percent(tok_s), *std::max_element(peak_mem.begin(), peak_mem.end()) / 1048576.0));
+        mfu_percent(tok_s), *std::max_element(peak_mem.begin(), peak_mem.end()) / 1048576.0, slow));
   if (s.moe && (s.step % shape_.log_every == 0 || s.step == shape_.steps)) {
     // The most loaded expert against the mean, in the layer where that is worst.
     const MoeLayerBalance& b = s.moe_layers;

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/host_comm.hpp"
 #include "core/memory.hpp"
 #include "core/timer.hpp"
 #include "io/timings.hpp"
+#include "train/straggler_scores.hpp"
 
 namespace trident {
 
@@ -37,7 +39,8 @@ struct StepOutcome {
   MoeLayerBalance moe_layers;  // the same per MoE layer, with tokens per expert
   double seconds = 0;          // wall time of the step, evaluation excluded
   std::array<double, kPhases> phases{};
-  double cp_bytes = 0;  // this rank's context-parallel bytes sent in the step
+  double compute_seconds = 0;  // PhaseTimer::compute_seconds(): what straggler scores compare
+  double cp_bytes = 0;         // this rank's context-parallel bytes sent in the step
 };
 
 struct RunShape {
@@ -45,6 +48,7 @@ struct RunShape {
   int64_t tokens_per_step = 0;
   double flops_per_token = 0, peak_tflops = 1;  // MFU = FLOP/s / (ranks x peak)
   std::string layout;
+  std::vector<int> sections;  // each rank's pipeline stage: the ranks straggler scores compare
 };
 
 class StepMetrics {
@@ -59,13 +63,15 @@ class StepMetrics {
 
  private:
   void print_step(const StepOutcome& s, double slowest, double fastest,
-                  const std::vector<double>& peak_mem) const;
+                  const std::vector<double>& peak_mem, const std::vector<double>& scores) const;
   double mfu_percent(double tokens_per_second) const;
   RunShape shape_;
   const HostCollectives& world_;
   const MemoryLedger& ledger_;
   std::unique_ptr<TimingsWriter> timings_;
   const Console& console_;
+  StragglerScores stragglers_;
+  int scored_steps_ = 0;  // steps recorded since this segment started
   double sum_ms_ = 0;
   int timed_steps_ = 0, skipped_steps_ = 0, recorded_steps_ = 0;
   double last_loss_ = 0, last_val_loss_ = NAN;  // NAN: no step ran

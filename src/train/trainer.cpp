@@ -430,13 +430,17 @@ int Trainer::run() {
                               run_dir_->path().string(), start_step, options_.resume));
     return 0;
   }
+  std::vector<int> stages(static_cast<size_t>(grid_.size()));
+  for (int r = 0; r < grid_.size(); ++r)
+    stages[static_cast<size_t>(r)] = grid_coord(grid_.shape(), r)[Axis::pp];
   const RunShape shape{config_.run.steps,
                        start_step,
                        config_.run.log_every,
                        tokens_per_step_,
                        flops_per_token(config_.model, config_.train.seq_len),
                        config_.run.peak_tflops,
-                       layout_};
+                       layout_,
+                       stages};
   StepMetrics metrics(shape, world_, ledger_, std::move(timings), console_);
   const FlightRecording recording(config_.run.flight_recorder, grid_.rank(),
                                   run_dir_->path() / "flight", timer_, current_step_);
@@ -533,6 +537,7 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.phases = timer_.all();
+  out.compute_seconds = timer_.compute_seconds();
   out.cp_bytes = static_cast<double>(cp_bytes_sent() - cp_before);
   return true;
 }

@@ -13,6 +13,8 @@
 #   weak_scaling/1006      dp 2 with rank 1 killed at step 5 (status failed, 4 of 12 steps)
 #   moe_balance/1007       the tiny MoE (inputs/moe-tiny.toml): dp 2 with ep 2, and dp 2 with
 #                          capacity factor 1 (drops); 12 steps
+#   stragglers/1008        dp 4 of a wider tiny model, unperturbed and with rank 2 slowed twice
+#                          (--inject-fault slow:5:2:2); 20 steps
 # Tiny model, 12 steps (checkpoints at 5, 10, 12). About 30 s on 2 cores.
 set -euo pipefail
 trident=$1 src=$2 out=$3
@@ -97,5 +99,12 @@ config=inputs/moe-tiny.toml
 sweep moe_balance 1007 12
 run dp2_ep2 ok 2 2 1 1 0 8 --set parallel.ep=2
 run dp2_capacity1 ok 2 2 1 1 0 8 --set model.capacity_factor=1.0
+
+# Straggler scores need 8 steps before they judge and some 30 ms of compute a step to rise above
+# scheduling jitter: a wider model, 20 steps, one rank slowed twice from step 5.
+sweep stragglers 1008 20
+wide=(--set model.n_embd=128 --set train.seq_len=32 --set run.checkpoint_every=-1)
+run dp4_steady ok 4 4 1 1 0 16 "${wide[@]}"
+run dp4_rank2_slow ok 4 4 1 1 0 16 "${wide[@]}" --inject-fault slow:5:2:2
 
 echo "fixture: $out/runs in $((SECONDS - start)) s"
