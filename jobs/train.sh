@@ -89,7 +89,7 @@ launch() {
       train --config "$CONFIG" "${sets[@]}" --resume auto)
   fi
   printf '%q ' "${cmd[@]}" >"$dir/command"
-  echo "=== $(date -u +%Y-%m-%dT%H:%M:%SZ) job $JOB_ID start $((restart + 1))" \
+  echo "=== $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ) job $JOB_ID start $((restart + 1))" \
     "launch $((relaunches + 1))" >>"$dir/trident.log"
   earlier_lines=$(wc -l <"$dir/trident.log")
   rm -f "$dir/stopped"

@@ -21,11 +21,13 @@
 #include "core/output_file.hpp"
 #include "core/provenance.hpp"
 #include "core/runtime.hpp"
+#include "core/timer.hpp"
 #include "io/checkpoint_tools.hpp"
 #include "io/config.hpp"
 #include "io/flight_report.hpp"
 #include "io/hf_models.hpp"
 #include "io/prepare.hpp"
+#include "plan/checkpoint_interval.hpp"
 #include "plan/expert_plan.hpp"
 #include "plan/memory_model.hpp"
 #include "plan/planner.hpp"
@@ -594,6 +596,8 @@ struct PlanCommand {
   std::string attention = "unfused";
   double batch_tokens = 1 << 20;
   int top = 10;
+  // How often to checkpoint (plan/checkpoint_interval.hpp).
+  double checkpoint_seconds = 0, mtbf_hours = 0, restart_seconds = 0;
   // The launch roofline's measured ceilings and its table.
   double copy_gbs = 0, gemm_tflops = 0;
   std::string gemm_ceilings, roofline_table;
@@ -685,6 +689,17 @@ struct PlanCommand {
         "launch roofline: each GEMM label's measured time (bench/gpu_ceilings.py --out)");
     app->add_option("--roofline-table", roofline_table,
                     "write the launch roofline's table (the profile table's columns) to this file");
+    app->add_option("--checkpoint-seconds", checkpoint_seconds,
+                    "checkpoint interval: one checkpoint write's seconds (analysis/goodput.py "
+                    "measures it), with --mtbf-hours")
+        ->check(kFinite);
+    app->add_option("--mtbf-hours", mtbf_hours,
+                    "checkpoint interval: the job's mean time between failures, hours")
+        ->check(kFinite);
+    app->add_option("--restart-seconds", restart_seconds,
+                    "checkpoint interval: seconds from a failure to training again")
+        ->check(kFinite)
+        ->capture_default_str();
   }
   void run(int rank) {
     const bool measured = copy_gbs > 0 || gemm_tflops > 0 || !gemm_ceilings.empty();
@@ -697,6 +712,19 @@ struct PlanCommand {
     if (measured)  // read before any output: a bad file is an input error
       measured_ceilings = trident::measured_ceilings(copy_gbs, gemm_tflops, gemm_ceilings);
     model.fused_attention = attention == "fused";
+    const bool interval = app->count("--checkpoint-seconds") + app->count("--mtbf-hours") > 0;
+    if (interval) {  // checked before the plan prints anything
+      if (checkpoint_seconds <= 0 || mtbf_hours <= 0)
+        throw trident::InputError(
+            "the checkpoint interval needs --checkpoint-seconds and --mtbf-hours, both positive");
+      const trident::CheckpointInterval c =
+          trident::checkpoint_interval(checkpoint_seconds, mtbf_hours * 3600, restart_seconds);
+      if (rank == 0)
+        std::printf(
+            "%s\n",
+            trident::describe(c, checkpoint_seconds, mtbf_hours * 3600, restart_seconds).c_str());
+      if (app->count("--params") + app->count("--layers") + app->count("--config") == 0) return;
+    }
     if (!device.empty()) apply_device(rank);
     if (!config_path.empty()) plan_for_config(rank);
     if (rank == 0) print_plan(model, cluster, batch_tokens, top);
@@ -826,6 +854,7 @@ struct PlanCommand {
 }  // namespace
 
 int main(int argc, char** argv) {
+  trident::process_start_unix();  // start-up is counted from here (goodput)
   // Kokkos prints its options for --kokkos-help and takes the flag out: that was the request.
   const bool kokkos_help = std::find_if(argv, argv + argc, [](const char* a) {
                              return std::strcmp(a, "--kokkos-help") == 0;

@@ -30,6 +30,16 @@ constexpr std::array<const char*, kPhases> kPhaseNames = {
     "forward",   "backward",    "recompute", "tp_comm",     "pp_wait", "dp_comm",
     "optimizer", "zero_gather", "io",        "weight_grad", "ep_comm", "cp_comm"};
 
+// Seconds since the Unix epoch: when steps end, for goodput against the job's wall clock.
+inline double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+// When this process started, as unix_seconds(): the first call's time (main calls it first).
+inline double process_start_unix() {
+  static const double start = unix_seconds();
+  return start;
+}
+
 // Seconds spent in each phase during the current step. Phases nest: entering tp_comm inside
 // forward pauses forward, so each second is counted in exactly one phase.
 class PhaseTimer {

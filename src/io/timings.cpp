@@ -36,7 +36,8 @@ const char* units_of(const std::string& name) {
                                                         {"peak_memory_by_category", "bytes"},
                                                         {"predicted_memory_bytes", "bytes"},
                                                         {"cp_bytes", "bytes"},
-                                                        {"straggler_score", "1"}};
+                                                        {"straggler_score", "1"},
+                                                        {"step_end_unix", "s since 1970"}};
   return units.at(name);
 }
 
@@ -82,7 +83,7 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   create_extendible(file_, "step", {}, H5T_STD_I64LE);
   for (const char* name :
        {"loss", "val_loss", "lr", "grad_norm", "loss_scale", "step_seconds_max", "step_seconds_min",
-        "bubble", "moe_aux_loss", "moe_z_loss", "moe_dropped_fraction"})
+        "bubble", "moe_aux_loss", "moe_z_loss", "moe_dropped_fraction", "step_end_unix"})
     create_extendible(file_, name, {}, H5T_IEEE_F64LE);
   create_extendible(file_, "tokens", {}, H5T_STD_I64LE);
   create_extendible(file_, "skipped", {}, H5T_STD_I64LE);
@@ -155,6 +156,7 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("moe_aux_loss", &r.moe_aux_loss, H5T_NATIVE_DOUBLE);
   append_row("moe_z_loss", &r.moe_z_loss, H5T_NATIVE_DOUBLE);
   append_row("moe_dropped_fraction", &r.moe_dropped_fraction, H5T_NATIVE_DOUBLE);
+  append_row("step_end_unix", &r.step_end_unix, H5T_NATIVE_DOUBLE);
   append_row("tokens", &r.tokens, H5T_NATIVE_INT64);
   append_row("phase_seconds", r.phase_seconds.data(), H5T_NATIVE_DOUBLE);
   append_row("peak_memory_bytes", r.peak_mem_bytes.data(), H5T_NATIVE_DOUBLE);

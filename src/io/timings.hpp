@@ -41,6 +41,7 @@ struct StepRecord {
   // [ranks] compute speed against the fastest rank of the stage (train/straggler_scores.hpp);
   // NaN while too few steps are in the window
   std::vector<double> straggler_score;
+  double step_end_unix = 0;  // when the step ended on rank 0, seconds since 1970
 };
 
 // Which part of a run a timings file holds: a run resumed k - 1 times has k segments, each in its

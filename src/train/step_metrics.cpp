@@ -63,26 +63,29 @@ void StepMetrics::record(const StepOutcome& s) {
     if (scored_steps_ < kStragglerWarmup + kStragglerMinSteps)
       std::fill(scores.begin(), scores.end(), NAN);
   }
-  timings_->append({s.step,
-                    s.loss,
-                    s.val_loss,
-                    s.lr,
-                    s.grad_norm,
-                    s.loss_scale,
-                    s.skipped ? 1 : 0,
-                    shape_.tokens_per_step,
-                    slowest,
-                    fastest,
-                    bubble,
-                    s.moe_aux_loss,
-                    s.moe_z_loss,
-                    s.moe_dropped_fraction,
-                    s.moe_layers,
-                    phases,
-                    peak_mem,
-                    peak_by_category,
-                    cp_bytes,
-                    scores});
+  StepRecord row;
+  row.step = s.step;
+  row.loss = s.loss;
+  row.val_loss = s.val_loss;
+  row.lr = s.lr;
+  row.grad_norm = s.grad_norm;
+  row.loss_scale = s.loss_scale;
+  row.skipped = s.skipped ? 1 : 0;
+  row.tokens = shape_.tokens_per_step;
+  row.step_seconds_max = slowest;
+  row.step_seconds_min = fastest;
+  row.bubble = bubble;
+  row.moe_aux_loss = s.moe_aux_loss;
+  row.moe_z_loss = s.moe_z_loss;
+  row.moe_dropped_fraction = s.moe_dropped_fraction;
+  row.moe_layers = s.moe_layers;
+  row.phase_seconds = phases;
+  row.peak_mem_bytes = peak_mem;
+  row.peak_mem_by_category = peak_by_category;
+  row.cp_bytes = cp_bytes;
+  row.straggler_score = scores;
+  row.step_end_unix = s.end_unix;
+  timings_->append(row);
   const int index = s.step - 1;  // the first step of a run warms caches and is not timed
   if (index > shape_.start_step || shape_.steps - shape_.start_step == 1) {
     sum_ms_ += slowest * 1e3;

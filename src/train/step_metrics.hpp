@@ -38,6 +38,7 @@ struct StepOutcome {
   bool moe = false;
   MoeLayerBalance moe_layers;  // the same per MoE layer, with tokens per expert
   double seconds = 0;          // wall time of the step, evaluation excluded
+  double end_unix = 0;         // when it ended (unix_seconds)
   std::array<double, kPhases> phases{};
   double compute_seconds = 0;  // PhaseTimer::compute_seconds(): what straggler scores compare
   double cp_bytes = 0;         // this rank's context-parallel bytes sent in the step

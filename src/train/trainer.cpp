@@ -536,6 +536,7 @@ bool Trainer::train_step(int step, StepOutcome& out) {
     checkpointer_->save(out.step, scaler_);
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.end_unix = unix_seconds();
   out.phases = timer_.all();
   out.compute_seconds = timer_.compute_seconds();
   out.cp_bytes = static_cast<double>(cp_bytes_sent() - cp_before);
@@ -862,6 +863,7 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
         {"hostnames", hosts},
         {"slurm_job_id", std::string(slurm ? slurm : "")},
         {"start_time", now_iso8601()},
+        {"process_start_unix", process_start_unix()},
         {"resumed_from", options_.resume},
         {"peak_lr", lr_.peak_lr},
         {"flops_per_token", flops_per_token(config_.model, config_.train.seq_len)},
