@@ -5,11 +5,12 @@ RUN_DIR: run directories (one run each, all its timings segments: timings.h5, ti
 a run that was resumed or relaunched by jobs/train.sh has one segment per start). Wall time runs
 from the first process's start (the timings attribute process_start_unix) to the last step's end
 (step_end_unix). Per run, in seconds and as a share of the wall time:
-  productive   the steps that count (each step number's last execution): their step time less
-               their checkpoint writes and their straggler wait
-  checkpoint   checkpoint writes (the io phase, slowest rank), in every execution of a step
+  productive   the steps that count (each step number's last execution): their step time (the
+               checkpoint written after a step is not in it) less their straggler wait
+  checkpoint   checkpoint writes (checkpoint_seconds, the slowest rank's; older files: the io
+               phase, then taken out of the step time), after every execution of a step
   lost         steps executed again after a resume: every earlier execution of a step number a
-               later segment ran again (their step time less their checkpoint writes)
+               later segment ran again (their step time)
   startup      each segment's start: from its process's start to its first step's start
   restart      between segments: from the last step a segment recorded to the next process's
                start (the failure, its detection and the relaunch)
@@ -49,6 +50,8 @@ def read_segments(run_dir):
                 "path": path, "start": float(tr.attr_value(f.attrs["process_start_unix"])),
                 "step": f["step"][()].astype(int), "seconds": f["step_seconds_max"][()],
                 "end": f["step_end_unix"][()], "io": seconds[:, :, phases.index("io")].max(axis=1),
+                # trident since checkpoint_seconds: the step time leaves the write out
+                "written": f["checkpoint_seconds"][()] if "checkpoint_seconds" in f else None,
                 "straggler": np.clip(compute.max(axis=1) - np.median(compute, axis=1), 0, None)})
     return segments
 
@@ -63,14 +66,18 @@ def goodput(run_dir):
     t = dict(productive=0.0, checkpoint=0.0, lost=0.0, startup=0.0, restart=0.0, straggler=0.0)
     lost_steps, writes = [], 0
     for k, s in enumerate(segments):
+        apart = s["written"] is not None
+        ckpt = s["written"] if apart else s["io"]
+        work_of = s["seconds"] if apart else s["seconds"] - s["io"]
         if len(s["step"]):
-            t["startup"] += s["end"][0] - s["seconds"][0] - s["start"]
+            first = s["seconds"][0] + (ckpt[0] if apart else 0)
+            t["startup"] += s["end"][0] - first - s["start"]
         if k > 0 and len(segments[k - 1]["step"]):
             t["restart"] += s["start"] - segments[k - 1]["end"][-1]
         for row, step in enumerate(s["step"]):
-            t["checkpoint"] += s["io"][row]
-            writes += int(s["io"][row] > 0)
-            work = s["seconds"][row] - s["io"][row]
+            t["checkpoint"] += ckpt[row]
+            writes += int(ckpt[row] > 0)
+            work = work_of[row]
             if (k, row) in counted:
                 t["straggler"] += s["straggler"][row]
                 t["productive"] += work - s["straggler"][row]

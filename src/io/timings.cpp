@@ -37,7 +37,8 @@ const char* units_of(const std::string& name) {
                                                         {"predicted_memory_bytes", "bytes"},
                                                         {"cp_bytes", "bytes"},
                                                         {"straggler_score", "1"},
-                                                        {"step_end_unix", "s since 1970"}};
+                                                        {"step_end_unix", "s since 1970"},
+                                                        {"checkpoint_seconds", "s"}};
   return units.at(name);
 }
 
@@ -81,9 +82,9 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   h5::write_attr(file_, "start_step", static_cast<int64_t>(segment.start_step));
   const hsize_t r = static_cast<hsize_t>(ranks);
   create_extendible(file_, "step", {}, H5T_STD_I64LE);
-  for (const char* name :
-       {"loss", "val_loss", "lr", "grad_norm", "loss_scale", "step_seconds_max", "step_seconds_min",
-        "bubble", "moe_aux_loss", "moe_z_loss", "moe_dropped_fraction", "step_end_unix"})
+  for (const char* name : {"loss", "val_loss", "lr", "grad_norm", "loss_scale", "step_seconds_max",
+                           "step_seconds_min", "bubble", "moe_aux_loss", "moe_z_loss",
+                           "moe_dropped_fraction", "step_end_unix", "checkpoint_seconds"})
     create_extendible(file_, name, {}, H5T_IEEE_F64LE);
   create_extendible(file_, "tokens", {}, H5T_STD_I64LE);
   create_extendible(file_, "skipped", {}, H5T_STD_I64LE);
@@ -157,6 +158,7 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("moe_z_loss", &r.moe_z_loss, H5T_NATIVE_DOUBLE);
   append_row("moe_dropped_fraction", &r.moe_dropped_fraction, H5T_NATIVE_DOUBLE);
   append_row("step_end_unix", &r.step_end_unix, H5T_NATIVE_DOUBLE);
+  append_row("checkpoint_seconds", &r.checkpoint_seconds, H5T_NATIVE_DOUBLE);
   append_row("tokens", &r.tokens, H5T_NATIVE_INT64);
   append_row("phase_seconds", r.phase_seconds.data(), H5T_NATIVE_DOUBLE);
   append_row("peak_memory_bytes", r.peak_mem_bytes.data(), H5T_NATIVE_DOUBLE);

@@ -28,7 +28,7 @@ struct StepRecord {
   double loss_scale = 1;  // fp16 dynamic loss scale used by this step
   int64_t skipped = 0;    // 1 when the step made no update (fp16 overflow)
   int64_t tokens = 0;
-  double step_seconds_max = 0, step_seconds_min = 0;
+  double step_seconds_max = 0, step_seconds_min = 0;  // checkpoint writes excluded
   double bubble = 0;  // mean share of the step ranks spent waiting on the pipeline
   // Mixture of Experts (0 for a dense model): the mean aux and z losses over MoE blocks and
   // micro-batches, and the share of routed slots the capacity dropped.
@@ -41,7 +41,8 @@ struct StepRecord {
   // [ranks] compute speed against the fastest rank of the stage (train/straggler_scores.hpp);
   // NaN while too few steps are in the window
   std::vector<double> straggler_score;
-  double step_end_unix = 0;  // when the step ended on rank 0, seconds since 1970
+  double step_end_unix = 0;       // when the step ended on rank 0, seconds since 1970
+  double checkpoint_seconds = 0;  // the slowest rank's checkpoint write after it (0: none)
 };
 
 // Which part of a run a timings file holds: a run resumed k - 1 times has k segments, each in its

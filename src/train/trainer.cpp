@@ -531,11 +531,15 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   }
   for (ModelChunk& ch : chunks_) ch.dp->gather_params();
   hooks_.step_ends(out.step);
+  // The step's training time ends here: a checkpoint written after it is reported apart.
+  const auto trained = std::chrono::steady_clock::now();
+  out.seconds = std::chrono::duration<double>(trained - start).count();
   if (checkpoint) {
     ScopedPhase phase(timer_, Phase::kIo);
     checkpointer_->save(out.step, scaler_);
+    out.checkpoint_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - trained).count();
   }
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.end_unix = unix_seconds();
   out.phases = timer_.all();
   out.compute_seconds = timer_.compute_seconds();
