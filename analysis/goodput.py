@@ -7,8 +7,10 @@ from the first process's start (the timings attribute process_start_unix) to the
 (step_end_unix). Per run, in seconds and as a share of the wall time:
   productive   the steps that count (each step number's last execution): their step time (the
                checkpoint written after a step is not in it) less their straggler wait
-  checkpoint   checkpoint writes (checkpoint_seconds, the slowest rank's; older files: the io
-               phase, then taken out of the step time), after every execution of a step
+  checkpoint   what checkpoints cost the training (checkpoint_seconds, the slowest rank's: the
+               writes, or with run.async_checkpoints the copy to host memory, the file's
+               creation and the commit, the write itself running behind the steps; older files:
+               the io phase, then taken out of the step time), after every execution of a step
   lost         steps executed again after a resume: every earlier execution of a step number a
                later segment ran again (their step time)
   startup      each segment's start: from its process's start to its first step's start
@@ -52,6 +54,8 @@ def read_segments(run_dir):
                 "end": f["step_end_unix"][()], "io": seconds[:, :, phases.index("io")].max(axis=1),
                 # trident since checkpoint_seconds: the step time leaves the write out
                 "written": f["checkpoint_seconds"][()] if "checkpoint_seconds" in f else None,
+                # since asynchronous checkpoints: which steps wrote (or started) one
+                "saved": f["checkpoint_saved"][()] if "checkpoint_saved" in f else None,
                 "straggler": np.clip(compute.max(axis=1) - np.median(compute, axis=1), 0, None)})
     return segments
 
@@ -76,7 +80,7 @@ def goodput(run_dir):
             t["restart"] += s["start"] - segments[k - 1]["end"][-1]
         for row, step in enumerate(s["step"]):
             t["checkpoint"] += ckpt[row]
-            writes += int(ckpt[row] > 0)
+            writes += int(s["saved"][row] if s["saved"] is not None else ckpt[row] > 0)
             work = work_of[row]
             if (k, row) in counted:
                 t["straggler"] += s["straggler"][row]

@@ -1,5 +1,5 @@
-// Checkpoint write (parallel HDF5, owned hyperslabs, collective; temporary name, flush, rename)
-// and selective, checksum-verified load.
+// Checkpoint write (rank 0 lays the file out, every rank writes its owned elements, rank 0
+// renames it complete) and selective, checksum-verified load.
 #include "io/checkpoint.hpp"
 
 #include <fmt/format.h>
@@ -11,16 +11,15 @@
 #include <cstring>
 #include <filesystem>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/output_file.hpp"
 #include "core/paths.hpp"
 #include "io/hdf5.hpp"
 #include "model/partition.hpp"
-
-#ifndef H5_HAVE_PARALLEL
-#error "trident's checkpoints need the parallel (MPI) HDF5 build (libhdf5-openmpi-dev)"
-#endif
 
 namespace trident {
 namespace {
@@ -204,35 +203,97 @@ uint64_t element_hash(int64_t flat_index, float value) {
 
 namespace {
 
-// Rank 0's OutputFile for `path` (a temporary HDF5 creates), whose name every rank of `world`
-// gets; a refusal on rank 0 is every rank's InputError, so that none waits in the collectives.
-std::string shared_temporary(std::unique_ptr<OutputFile>& file, const std::string& path,
-                             const std::vector<std::string>& inputs, MPI_Comm world) {
-  int rank = 0;
+// Rank 0's `text` on every rank of `world`.
+std::string broadcast_text(std::string text, MPI_Comm world, int root = 0) {
+  int length = static_cast<int>(text.size());
+  TRIDENT_MPI(MPI_Bcast(&length, 1, MPI_INT, root, world));
+  text.resize(static_cast<size_t>(length));
+  TRIDENT_MPI(MPI_Bcast(text.data(), length, MPI_CHAR, root, world));
+  return text;
+}
+
+// The lowest rank's non-empty `failure` on every rank of `world`; "" when no rank has one.
+std::string first_failure(const std::string& failure, MPI_Comm world) {
+  int rank = 0, size = 1;
   TRIDENT_MPI(MPI_Comm_rank(world, &rank));
-  std::string message;  // "+<temporary>" or "-<why not>"
-  if (rank == 0) {
-    try {
-      file = std::make_unique<OutputFile>(path, inputs, OutputFile::Creator::kLibrary);
-      message = "+" + file->temporary();
-    } catch (const InputError& e) {
-      message = std::string("-") + e.what();
+  TRIDENT_MPI(MPI_Comm_size(world, &size));
+  int first = failure.empty() ? size : rank;
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, world));
+  return first == size ? std::string() : broadcast_text(failure, world, first);
+}
+
+// Rank 0's part of a checkpoint write: the file at `temporary` with its attributes, the expert
+// bias, and every dataset created with its checksum (`sums`: checksum and count per dataset, the
+// groups' datasets in order), its storage contiguous and allocated but not filled. Returns each
+// dataset's byte offset in the file, where the ranks then write its elements.
+std::vector<int64_t> create_checkpoint_file(const std::string& temporary, const Config& config,
+                                            const CheckpointMeta& meta, const ParamTable& table,
+                                            int kinds, const std::vector<uint64_t>& sums) {
+  const h5::WritingFile writing(temporary, /*remove_on_failure=*/true);
+  // Exclusive: a name planted since OutputFile chose it fails here instead of being followed.
+  h5::Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  TRIDENT_H5(static_cast<hid_t>(file));
+  h5::write_attr(file, "format_version", kCheckpointFormatVersion);
+  h5::write_attr(file, "config", config.to_toml());
+  h5::write_attr(file, "step", meta.step);
+  h5::write_attr(file, "data_cursor", meta.data_cursor);
+  h5::write_attr(file, "seed", meta.seed);
+  h5::write_attr(file, "adam_steps", meta.adam_steps);
+  h5::write_attr(file, "layout", meta.layout);
+  h5::write_attr(file, "git_revision", meta.git_revision);
+  h5::write_attr(file, "loss_scale", meta.loss_scale);
+  h5::write_attr(file, "loss_scale_clean_steps", meta.loss_scale_clean_steps);
+  h5::write_attr(file, "loss_scale_hysteresis_left", meta.loss_scale_hysteresis_left);
+  if (!meta.data_identity.empty()) h5::write_attr(file, "data_identity", meta.data_identity);
+  if (!meta.expert_bias.empty()) {  // every rank holds the same values
+    const hsize_t dims[1] = {meta.expert_bias.size()};
+    h5::Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    h5::Handle dset(H5Dcreate2(file, kExpertBiasDataset, H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                               H5P_DEFAULT, H5P_DEFAULT),
+                    H5Dclose);
+    TRIDENT_H5(static_cast<hid_t>(dset));
+    TRIDENT_H5(
+        H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, meta.expert_bias.data()));
+  }
+  h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  TRIDENT_H5(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
+  TRIDENT_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));  // its offset is known at once
+  TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));    // every element is written
+  TRIDENT_H5(H5Pset_obj_track_times(dcpl, false));
+  h5::Handle optim;
+  if (kinds > 1) optim = h5::create_group(file, "optim");
+  std::vector<int64_t> offsets;
+  for (int k = 0; k < kinds; ++k) {
+    h5::Handle group = h5::create_group(file, kCheckpointGroups[k]);
+    for (const ParamSpec& spec : table.specs()) {
+      std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
+      h5::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                       H5Sclose);
+      h5::Handle dset(H5Dcreate2(group, spec.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl,
+                                 H5P_DEFAULT),
+                      H5Dclose);
+      TRIDENT_H5(static_cast<hid_t>(dset));
+      h5::write_attr(dset, "checksum", static_cast<int64_t>(sums[2 * offsets.size()]));
+      const haddr_t offset = H5Dget_offset(dset);
+      if (offset == HADDR_UNDEF)
+        fatal("H5Dget_offset", __FILE__, __LINE__,
+              fmt::format("{}/{}: no storage allocated", kCheckpointGroups[k], spec.name));
+      offsets.push_back(static_cast<int64_t>(offset));
     }
   }
-  int length = static_cast<int>(message.size());
-  TRIDENT_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, world));
-  message.resize(static_cast<size_t>(length));
-  TRIDENT_MPI(MPI_Bcast(message.data(), length, MPI_CHAR, 0, world));
-  if (message.empty() || message[0] != '+') throw InputError(message.substr(1));
-  return message.substr(1);
+  TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL));
+  return offsets;
 }
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
-                     const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
-                     const std::function<void()>& fault_point,
-                     const std::vector<std::string>& inputs) {
+CheckpointWrite::CheckpointWrite(const std::string& path, const Config& config,
+                                 const CheckpointMeta& meta, const std::vector<ShardBuffers>& mine,
+                                 const ShardOwner& owner, MPI_Comm world,
+                                 const std::vector<std::string>& inputs)
+    : path_(path), world_(world) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                "the files hold little-endian fp32, written as this host's floats");
   const ParamTable table(config.model);
   const bool with_moments = !mine.empty() && mine[0].m.extent(0) > 0;
   const int kinds = with_moments ? 3 : 1;
@@ -244,105 +305,138 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
     for (int k = 0; k < kinds; ++k)
       host[c][k] = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
   }
-  std::unique_ptr<OutputFile> file_on_rank0;
-  const std::string tmp = shared_temporary(file_on_rank0, path, inputs, world);
-  {
-    const h5::WritingFile writing(tmp, /*remove_on_failure=*/true);
-    // One rank writes through HDF5's POSIX driver: MPI-IO brings one process nothing, and Open
-    // MPI's shared-file-pointer component would put a file into the job's session directory,
-    // which singletons started with ess_singleton_isolated share (one finishing removed it under
-    // another's open: "unable to open file for mmap").
-    int ranks = 1;
-    TRIDENT_MPI(MPI_Comm_size(world, &ranks));
-    h5::Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    if (ranks > 1) {
-      TRIDENT_H5(H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL));
-      TRIDENT_H5(H5Pset_all_coll_metadata_ops(fapl, true));
-      TRIDENT_H5(H5Pset_coll_metadata_write(fapl, true));
+  // This rank's owned elements, dataset by dataset in file order, as runs contiguous in the
+  // file (element offsets within their dataset until the file says where it lies).
+  std::vector<uint64_t> sums;  // checksum and element count per dataset
+  std::vector<size_t> run_dataset;
+  for (int k = 0; k < kinds; ++k) {
+    for (const ParamSpec& spec : table.specs()) {
+      const size_t dataset = sums.size() / 2;
+      const Selection sel = owned_selection(mine, spec.name, owner);
+      const size_t first = values_.size();
+      for (int64_t at : sel.local)
+        values_.push_back(host[static_cast<size_t>(sel.chunk)][k](static_cast<size_t>(at)));
+      const int64_t global_cols = row_length(spec);
+      uint64_t checksum = 0;
+      for_each_global(sel, global_cols, [&](size_t i, int64_t g) {
+        checksum += element_hash(g, values_[first + i]);
+      });
+      sums.push_back(checksum);
+      sums.push_back(sel.local.size());
+      size_t value = first;
+      for (const Block& b : sel.blocks)
+        for (hsize_t r = 0; r < b.rows; ++r, value += b.cols) {
+          const auto element = static_cast<int64_t>((b.row + r) * global_cols + b.col);
+          if (!runs_.empty() && run_dataset.back() == dataset &&
+              runs_.back().offset + static_cast<int64_t>(runs_.back().count) == element &&
+              runs_.back().first + runs_.back().count == value) {
+            runs_.back().count += b.cols;  // whole rows follow each other
+            continue;
+          }
+          runs_.push_back({element, value, b.cols});
+          run_dataset.push_back(dataset);
+        }
     }
-    // Exclusive: a name planted since OutputFile chose it fails here instead of being followed.
-    h5::Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl), H5Fclose);
-    TRIDENT_H5(static_cast<hid_t>(file));
-    h5::write_attr(file, "format_version", kCheckpointFormatVersion);
-    h5::write_attr(file, "config", config.to_toml());
-    h5::write_attr(file, "step", meta.step);
-    h5::write_attr(file, "data_cursor", meta.data_cursor);
-    h5::write_attr(file, "seed", meta.seed);
-    h5::write_attr(file, "adam_steps", meta.adam_steps);
-    h5::write_attr(file, "layout", meta.layout);
-    h5::write_attr(file, "git_revision", meta.git_revision);
-    h5::write_attr(file, "loss_scale", meta.loss_scale);
-    h5::write_attr(file, "loss_scale_clean_steps", meta.loss_scale_clean_steps);
-    h5::write_attr(file, "loss_scale_hysteresis_left", meta.loss_scale_hysteresis_left);
-    if (!meta.data_identity.empty()) h5::write_attr(file, "data_identity", meta.data_identity);
-    h5::Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-    if (ranks > 1) TRIDENT_H5(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
-    if (!meta.expert_bias.empty()) {  // every rank holds the same values: rank 0 writes them
-      int rank = 0;
-      TRIDENT_MPI(MPI_Comm_rank(world, &rank));
-      const hsize_t dims[1] = {meta.expert_bias.size()};
-      h5::Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-      h5::Handle dset(H5Dcreate2(file, kExpertBiasDataset, H5T_IEEE_F32LE, space, H5P_DEFAULT,
-                                 H5P_DEFAULT, H5P_DEFAULT),
-                      H5Dclose);
-      TRIDENT_H5(static_cast<hid_t>(dset));
-      h5::Handle mspace = memory_space(rank == 0 ? meta.expert_bias.size() : 0);
-      h5::Handle fspace(H5Dget_space(dset), H5Sclose);
-      if (rank != 0) TRIDENT_H5(H5Sselect_none(fspace));
-      TRIDENT_H5(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, meta.expert_bias.data()));
-    }
-    h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-    TRIDENT_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
-    h5::Handle optim;
-    if (with_moments) optim = h5::create_group(file, "optim");
-    for (int k = 0; k < kinds; ++k) {
-      h5::Handle group = h5::create_group(file, kCheckpointGroups[k]);
-      for (const ParamSpec& spec : table.specs()) {
-        std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
-        h5::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                         H5Sclose);
-        h5::Handle dset(H5Dcreate2(group, spec.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT,
-                                   dcpl, H5P_DEFAULT),
-                        H5Dclose);
-        TRIDENT_H5(static_cast<hid_t>(dset));
-        Selection sel = owned_selection(mine, spec.name, owner);
-        for (int64_t at : sel.local)
-          sel.values.push_back(host[static_cast<size_t>(sel.chunk)][k](static_cast<size_t>(at)));
-        const int64_t global_cols = row_length(spec);
-        uint64_t sums[2] = {0, static_cast<uint64_t>(sel.values.size())};
-        for_each_global(sel, global_cols,
-                        [&](size_t i, int64_t g) { sums[0] += element_hash(g, sel.values[i]); });
-        h5::Handle fspace = file_selection(dset, sel);
-        h5::Handle mspace = memory_space(sel.values.size());
-        TRIDENT_H5(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl,
-                            sel.values.empty() ? nullptr : sel.values.data()));
-        TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_UINT64_T, MPI_SUM, world));
-        if (static_cast<int64_t>(sums[1]) != spec.numel())
-          fatal("save_checkpoint", __FILE__, __LINE__,
-                fmt::format("{} {}: the ranks own {} of {} elements", kCheckpointGroups[k],
-                            spec.name, sums[1], spec.numel()),
-                "the ownership rule must cover every element once");
-        h5::write_attr(dset, "checksum", static_cast<int64_t>(sums[0]));
-        if (fault_point && k == 0 && &spec == &table.specs().front()) fault_point();
-      }
-    }
-    TRIDENT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL));
   }
-  TRIDENT_MPI(MPI_Barrier(world));  // every rank has closed the file
-  // Rank 0 syncs and renames it; its failure (a full disk) is every rank's InputError.
-  std::string failure;
-  if (file_on_rank0) {
+  TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T,
+                            MPI_SUM, world));
+  for (size_t d = 0; d < sums.size() / 2; ++d) {
+    const ParamSpec& spec = table.specs()[d % table.specs().size()];
+    if (static_cast<int64_t>(sums[2 * d + 1]) != spec.numel())
+      fatal("save_checkpoint", __FILE__, __LINE__,
+            fmt::format("{} {}: the ranks own {} of {} elements",
+                        kCheckpointGroups[d / table.specs().size()], spec.name, sums[2 * d + 1],
+                        spec.numel()),
+            "the ownership rule must cover every element once");
+  }
+  // Rank 0 creates the file; a refusal there (an input named, a full disk) is every rank's
+  // InputError, so that none waits in a collective.
+  int rank = 0;
+  TRIDENT_MPI(MPI_Comm_rank(world, &rank));
+  std::vector<int64_t> offsets(sums.size() / 2);
+  std::string message;  // "+<temporary>" or "-<why not>"
+  if (rank == 0) {
     try {
-      file_on_rank0->commit();
+      file_on_rank0_ = std::make_unique<OutputFile>(path, inputs, OutputFile::Creator::kLibrary);
+      offsets =
+          create_checkpoint_file(file_on_rank0_->temporary(), config, meta, table, kinds, sums);
+      message = "+" + file_on_rank0_->temporary();
     } catch (const InputError& e) {
-      failure = e.what();
+      message = std::string("-") + e.what();
     }
   }
-  int length = static_cast<int>(failure.size());
-  TRIDENT_MPI(MPI_Bcast(&length, 1, MPI_INT, 0, world));
-  failure.resize(static_cast<size_t>(length));
-  TRIDENT_MPI(MPI_Bcast(failure.data(), length, MPI_CHAR, 0, world));
-  if (!failure.empty()) throw InputError(failure);
+  message = broadcast_text(message, world);
+  if (message.empty() || message[0] != '+') throw InputError(message.substr(1));
+  temporary_ = message.substr(1);
+  TRIDENT_MPI(MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_INT64_T, 0, world));
+  for (size_t i = 0; i < runs_.size(); ++i)
+    runs_[i].offset =
+        offsets[run_dataset[i]] + runs_[i].offset * static_cast<int64_t>(sizeof(float));
+}
+
+CheckpointWrite::~CheckpointWrite() = default;
+
+void CheckpointWrite::write_elements(const std::function<void()>& fault_point) {
+  const auto failed = [&](const char* doing, int error) {
+    return InputError(fmt::format("checkpoint {}: {} {} failed: {}", path_, doing, temporary_,
+                                  explain_errno(error)));
+  };
+  // The file rank 0 made, never through a link planted at its name since.
+  const int fd = ::open(temporary_.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw failed("opening", errno);
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const char* at = reinterpret_cast<const char*>(values_.data() + runs_[i].first);
+    size_t left = runs_[i].count * sizeof(float);
+    off_t offset = runs_[i].offset;
+    while (left > 0) {
+      const ssize_t n = ::pwrite(fd, at, left, offset);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int error = n < 0 ? errno : ENOSPC;  // a short write: the device filled up
+        ::close(fd);
+        throw failed("writing", error);
+      }
+      at += n, offset += n, left -= static_cast<size_t>(n);
+    }
+    if (i == 0 && fault_point) fault_point();
+  }
+  if (runs_.empty() && fault_point) fault_point();
+  if (::fsync(fd) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw failed("syncing", error);
+  }
+  if (::close(fd) != 0) throw failed("closing", errno);
+}
+
+void CheckpointWrite::commit(const std::string& failure) {
+  if (const std::string first = first_failure(failure, world_); !first.empty())
+    throw InputError(first);
+  // Rank 0 syncs and renames it; its failure (a full disk) is every rank's InputError.
+  std::string renaming;
+  if (file_on_rank0_) {
+    try {
+      file_on_rank0_->commit();
+    } catch (const InputError& e) {
+      renaming = e.what();
+    }
+  }
+  renaming = broadcast_text(renaming, world_);
+  if (!renaming.empty()) throw InputError(renaming);
+}
+
+void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
+                     const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
+                     const std::function<void()>& fault_point,
+                     const std::vector<std::string>& inputs) {
+  CheckpointWrite write(path, config, meta, mine, owner, world, inputs);
+  std::string failure;
+  try {
+    write.write_elements(fault_point);
+  } catch (const InputError& e) {
+    failure = e.what();
+  }
+  write.commit(failure);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {

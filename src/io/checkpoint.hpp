@@ -1,12 +1,13 @@
 // HDF5 checkpoints: every parameter and AdamW moment under its global name at its global shape,
-// whatever layout wrote it, and loadable onto any layout. Written through parallel HDF5 (MPI-IO,
-// collective transfers): each rank writes only the hyperslabs it owns; read back selectively.
+// whatever layout wrote it, and loadable onto any layout. Each rank writes only the elements it
+// owns, into one file whose layout rank 0 creates; each reads back only what it holds.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "model/params.hpp"
 
 namespace trident {
+
+class OutputFile;
 
 constexpr int64_t kCheckpointFormatVersion = 2;
 // The HDF5 groups of a checkpoint's three tensors per parameter: the weights and the moments.
@@ -57,14 +60,55 @@ struct ShardOwner {
   int zero_stage = 0;
 };
 
-// Writes `path` atomically (temporary name, flush, rename) through parallel HDF5: every rank
-// creates every dataset and writes its owned elements as hyperslabs in one collective transfer
-// per dataset; no rank gathers a tensor. Each dataset stores a checksum of its elements. The
-// owned elements of `mine` must be valid (others are not read). Collective over `world`.
-// `fault_point` (tests) is called once the first dataset is written, mid-checkpoint. The file is
-// an OutputFile (core/output_file.hpp): written beside `path` and renamed over it when complete;
-// a `path` that is one of `inputs` is refused (InputError on every rank) before anything is
-// written.
+// A checkpoint on its way to its file, in three parts, so that the middle one, the bulk of the
+// bytes, may run while training goes on (run.async_checkpoints):
+//  1. the constructor (collective over `world`) copies this rank's owned elements into host
+//     memory and sums their checksums over the ranks in one reduction; rank 0 creates the file
+//     under a temporary name (an OutputFile, core/output_file.hpp) with every attribute, dataset
+//     and checksum, each dataset's storage contiguous and allocated but not yet written, and every
+//     rank learns where its elements lie. A `path` that is one of `inputs`, or a file rank 0
+//     cannot create, is every rank's InputError before anything is written;
+//  2. write_elements() puts this rank's elements there (pwrite) and syncs them. It touches no
+//     MPI, no HDF5 and none of the model's buffers, so another thread may run it while the next
+//     steps change those buffers;
+//  3. commit() (collective), once every rank's write has returned: rank 0 renames the file over
+//     `path` and syncs the directory. A failure on any rank is every rank's InputError, and the
+//     temporary is removed; a process killed before leaves only the temporary, which no reader
+//     takes for a checkpoint.
+// The file is what HDF5 itself writes for contiguous little-endian fp32 datasets; no rank gathers
+// a tensor, and the ranks need no collective per dataset.
+class CheckpointWrite {
+ public:
+  CheckpointWrite(const std::string& path, const Config& config, const CheckpointMeta& meta,
+                  const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
+                  const std::vector<std::string>& inputs = {});
+  ~CheckpointWrite();
+  CheckpointWrite(const CheckpointWrite&) = delete;
+  CheckpointWrite& operator=(const CheckpointWrite&) = delete;
+
+  const std::string& path() const { return path_; }
+  // The bytes this rank writes.
+  int64_t bytes() const { return static_cast<int64_t>(values_.size() * sizeof(float)); }
+  // InputError naming the file and the cause (a full disk). `fault_point` (tests) is called once
+  // the first run of elements is written, mid-checkpoint.
+  void write_elements(const std::function<void()>& fault_point = {});
+  // `failure`: this rank's write_elements error, "" when it succeeded. Collective.
+  void commit(const std::string& failure);
+
+ private:
+  struct Run {
+    int64_t offset;       // in the file, bytes
+    size_t first, count;  // its elements in values_
+  };
+  std::string path_, temporary_;
+  MPI_Comm world_;
+  std::vector<float> values_;
+  std::vector<Run> runs_;
+  std::unique_ptr<OutputFile> file_on_rank0_;
+};
+
+// Writes `path` at once: a CheckpointWrite's three parts in a row. Collective over `world`.
+// `fault_point` as for write_elements.
 void save_checkpoint(const std::string& path, const Config& config, const CheckpointMeta& meta,
                      const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
                      const std::function<void()>& fault_point = {},

@@ -120,6 +120,9 @@ std::vector<Field> run_fields(Config& c) {
        "checkpoint every N steps and at the end (0: at the end only; -1: never)"},
       {"run", "keep_checkpoints", &c.run.keep_checkpoints,
        "keep only the newest N checkpoints (0: keep all)"},
+      {"run", "async_checkpoints", &c.run.async_checkpoints,
+       "copy each checkpoint to host memory and write it while the next steps run (the same "
+       "files; a checkpoint counts once renamed complete)"},
       {"run", "watchdog_seconds", &c.run.watchdog_seconds,
        "abort the job, naming each rank's phase, when a rank's phase has not changed for this "
        "long (a hung collective); 0: off"},

@@ -39,8 +39,11 @@ struct RunSection {
   int log_every = 1;
   int eval_every = 0;  // 0: validate only at the end
   int eval_batches = 4;
-  int checkpoint_every = 0;       // 0: checkpoint only at the end; -1: never
-  int keep_checkpoints = 0;       // keep the newest N checkpoints; 0: keep all
+  int checkpoint_every = 0;  // 0: checkpoint only at the end; -1: never
+  int keep_checkpoints = 0;  // keep the newest N checkpoints; 0: keep all
+  // Write each checkpoint's bytes on a thread of each rank while the next steps run (after a copy
+  // of the rank's state to host memory); false: before the next step starts.
+  bool async_checkpoints = false;
   double watchdog_seconds = 600;  // abort when a rank's phase is unchanged this long; 0: off
   // Communication operations each rank's flight recorder keeps (core/flight_recorder.hpp); 0: off.
   int flight_recorder = 2048;

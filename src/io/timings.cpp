@@ -38,7 +38,9 @@ const char* units_of(const std::string& name) {
                                                         {"cp_bytes", "bytes"},
                                                         {"straggler_score", "1"},
                                                         {"step_end_unix", "s since 1970"},
-                                                        {"checkpoint_seconds", "s"}};
+                                                        {"checkpoint_seconds", "s"},
+                                                        {"checkpoint_background_seconds", "s"},
+                                                        {"checkpoint_saved", "1"}};
   return units.at(name);
 }
 
@@ -82,12 +84,14 @@ TimingsWriter::TimingsWriter(const std::string& path, int ranks,
   h5::write_attr(file_, "start_step", static_cast<int64_t>(segment.start_step));
   const hsize_t r = static_cast<hsize_t>(ranks);
   create_extendible(file_, "step", {}, H5T_STD_I64LE);
-  for (const char* name : {"loss", "val_loss", "lr", "grad_norm", "loss_scale", "step_seconds_max",
-                           "step_seconds_min", "bubble", "moe_aux_loss", "moe_z_loss",
-                           "moe_dropped_fraction", "step_end_unix", "checkpoint_seconds"})
+  for (const char* name :
+       {"loss", "val_loss", "lr", "grad_norm", "loss_scale", "step_seconds_max", "step_seconds_min",
+        "bubble", "moe_aux_loss", "moe_z_loss", "moe_dropped_fraction", "step_end_unix",
+        "checkpoint_seconds", "checkpoint_background_seconds"})
     create_extendible(file_, name, {}, H5T_IEEE_F64LE);
   create_extendible(file_, "tokens", {}, H5T_STD_I64LE);
   create_extendible(file_, "skipped", {}, H5T_STD_I64LE);
+  create_extendible(file_, "checkpoint_saved", {}, H5T_STD_I64LE);
   create_extendible(file_, "phase_seconds", {r, static_cast<hsize_t>(kPhases)}, H5T_IEEE_F64LE);
   create_extendible(file_, "peak_memory_bytes", {r}, H5T_IEEE_F64LE);
   const hsize_t cats = static_cast<hsize_t>(kMemCategories);
@@ -151,6 +155,7 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("grad_norm", &r.grad_norm, H5T_NATIVE_DOUBLE);
   append_row("loss_scale", &r.loss_scale, H5T_NATIVE_DOUBLE);
   append_row("skipped", &r.skipped, H5T_NATIVE_INT64);
+  append_row("checkpoint_saved", &r.checkpoint_saved, H5T_NATIVE_INT64);
   append_row("step_seconds_max", &r.step_seconds_max, H5T_NATIVE_DOUBLE);
   append_row("step_seconds_min", &r.step_seconds_min, H5T_NATIVE_DOUBLE);
   append_row("bubble", &r.bubble, H5T_NATIVE_DOUBLE);
@@ -159,6 +164,7 @@ void TimingsWriter::append(const StepRecord& r) {
   append_row("moe_dropped_fraction", &r.moe_dropped_fraction, H5T_NATIVE_DOUBLE);
   append_row("step_end_unix", &r.step_end_unix, H5T_NATIVE_DOUBLE);
   append_row("checkpoint_seconds", &r.checkpoint_seconds, H5T_NATIVE_DOUBLE);
+  append_row("checkpoint_background_seconds", &r.checkpoint_background_seconds, H5T_NATIVE_DOUBLE);
   append_row("tokens", &r.tokens, H5T_NATIVE_INT64);
   append_row("phase_seconds", r.phase_seconds.data(), H5T_NATIVE_DOUBLE);
   append_row("peak_memory_bytes", r.peak_mem_bytes.data(), H5T_NATIVE_DOUBLE);

@@ -41,8 +41,11 @@ struct StepRecord {
   // [ranks] compute speed against the fastest rank of the stage (train/straggler_scores.hpp);
   // NaN while too few steps are in the window
   std::vector<double> straggler_score;
-  double step_end_unix = 0;       // when the step ended on rank 0, seconds since 1970
-  double checkpoint_seconds = 0;  // the slowest rank's checkpoint write after it (0: none)
+  double step_end_unix = 0;  // when the step ended on rank 0, seconds since 1970
+  // The slowest rank's seconds on checkpoints after it (StepOutcome::checkpoint_seconds), and an
+  // asynchronous write's background seconds in the row of the step after which it committed.
+  double checkpoint_seconds = 0, checkpoint_background_seconds = 0;
+  int64_t checkpoint_saved = 0;  // 1: a checkpoint of this step was written (or started)
 };
 
 // Which part of a run a timings file holds: a run resumed k - 1 times has k segments, each in its

@@ -95,9 +95,14 @@ void Checkpointer::require_writable() const {
   require_room("the run's first checkpoint");
 }
 
+Checkpointer::~Checkpointer() {
+  if (writer_.joinable()) writer_.join();
+}
+
 void Checkpointer::save(int step, const LossScaler& scaler) {
+  finish();
   require_room(fmt::format("checkpoint step {}", step));
-  last_written_ = (dir_ / fmt::format("step_{:06d}.h5", step)).string();
+  const std::string path = (dir_ / fmt::format("step_{:06d}.h5", step)).string();
   CheckpointMeta meta{step,    step,          config_.run.seed, chunks_.front().dp->steps_taken(),
                       layout_, git_revision()};
   meta.loss_scale = scaler.scale();
@@ -107,10 +112,47 @@ void Checkpointer::save(int step, const LossScaler& scaler) {
   meta.expert_bias = expert_bias_;
   std::vector<ChunkState> states;
   for (const ModelChunk& ch : chunks_) states.push_back(ch.dp->checkpoint_state());
-  save_checkpoint(last_written_, config_, meta, buffers(states), owner(), grid_.world(),
-                  [&] { hooks_.checkpoint_midway(step); });
+  pending_ = std::make_unique<CheckpointWrite>(path, config_, meta, buffers(states), owner(),
+                                               grid_.world());
+  written_ = false;
+  write_failure_.clear();
+  const auto write = [this, step] {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pending_->write_elements([&] { hooks_.checkpoint_midway(step); });
+    } catch (const std::exception& e) {
+      write_failure_ = e.what();
+    }
+    write_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    written_ = true;
+  };
+  if (!config_.run.async_checkpoints) {
+    write();
+    commit_pending();
+    return;
+  }
+  writer_ = std::thread(write);
+}
+
+double Checkpointer::poll() {
+  // Every rank knows whether a write is pending (saves are collective), so all reduce or none.
+  if (!pending_ || world_.min(written_ ? 1.0 : 0.0) == 0) return 0;
+  return commit_pending();
+}
+
+double Checkpointer::finish() {
+  return pending_ ? commit_pending() : 0;
+}
+
+double Checkpointer::commit_pending() {
+  if (writer_.joinable()) writer_.join();
+  const std::unique_ptr<CheckpointWrite> write = std::move(pending_);
+  write->commit(write_failure_);
+  last_written_ = write->path();
   if (grid_.rank() == 0)
     rotate_checkpoints(dir_.string(), config_.run.keep_checkpoints, last_written_);
+  return world_.max(write_seconds_);
 }
 
 int Checkpointer::load(const std::string& path, LossScaler& scaler, const HostCollectives& world,

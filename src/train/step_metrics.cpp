@@ -47,11 +47,10 @@ void StepMetrics::record(const StepOutcome& s) {
   const std::vector<double> cp_bytes = world_.gather({s.cp_bytes});
   const std::vector<double> compute = world_.gather({s.compute_seconds});
   const double slowest = world_.max(s.seconds), fastest = world_.min(s.seconds);
-  const double checkpoint = world_.max(s.checkpoint_seconds);  // the slowest rank's write
-  if (checkpoint > 0) {
-    checkpoint_s_ += checkpoint;
-    ++checkpoints_;
-  }
+  const double checkpoint = world_.max(s.checkpoint_seconds);  // the slowest rank's
+  checkpoint_s_ += checkpoint;
+  checkpoint_background_s_ += s.checkpoint_background_seconds;
+  if (s.checkpoint_saved) ++checkpoints_;
   last_loss_ = s.loss;
   last_val_loss_ = s.val_loss;
   if (s.skipped) ++skipped_steps_;
@@ -91,17 +90,20 @@ void StepMetrics::record(const StepOutcome& s) {
   row.straggler_score = scores;
   row.step_end_unix = s.end_unix;
   row.checkpoint_seconds = checkpoint;
+  row.checkpoint_background_seconds = s.checkpoint_background_seconds;
+  row.checkpoint_saved = s.checkpoint_saved ? 1 : 0;
   timings_->append(row);
   const int index = s.step - 1;  // the first step of a run warms caches and is not timed
   if (index > shape_.start_step || shape_.steps - shape_.start_step == 1) {
     sum_ms_ += slowest * 1e3;
     ++timed_steps_;
   }
-  print_step(s, slowest, fastest, checkpoint, peak_mem, scores);
+  print_step(s, slowest, fastest, checkpoint, s.checkpoint_background_seconds, peak_mem, scores);
 }
 
 void StepMetrics::print_step(const StepOutcome& s, double slowest, double fastest,
-                             double checkpoint, const std::vector<double>& peak_mem,
+                             double checkpoint, double background,
+                             const std::vector<double>& peak_mem,
                              const std::vector<double>& scores) const {
   const double tok_s = shape_.tokens_per_step / slowest;
   // Ranks computing slower than kStragglerScore x the fastest of their stage, named every step.
@@ -109,9 +111,12 @@ void StepMetrics::print_step(const StepOutcome& s, double slowest, double fastes
   for (size_t r = 0; r < scores.size(); ++r)
     if (scores[r] < kStragglerScore)
       slow += fmt::format("{}rank {} {:.2f}", slow.empty() ? " | slow: " : ", ", r, scores[r]);
-  // A checkpoint written after the step: its seconds apart from the step's.
-  const std::string wrote = checkpoint > 0 ? fmt::format(" | ckpt {:.2f} s", checkpoint) : "";
-  if (s.step % shape_.log_every == 0 || s.step == shape_.steps || !slow.empty())
+  // A checkpoint written or started after the step: its seconds apart from the step's; an
+  // asynchronous one's background seconds once it is complete.
+  std::string wrote = s.checkpoint_saved ? fmt::format(" | ckpt {:.3f} s", checkpoint) : "";
+  if (background > 0)
+    wrote += fmt::format(" | ckpt written in {:.3f} s behind the steps", background);
+  if (s.step % shape_.log_every == 0 || s.step == shape_.steps || !slow.empty() || background > 0)
     console_.line(fmt::format(
         "step {:>5}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms (min {:.1f}) | {:.0f} "
         "tok/s | MFU {:.2f}% | peak mem {:.1f} MiB{}{}",
@@ -151,10 +156,10 @@ void StepMetrics::summarise(const std::string& last_checkpoint) const {
   console_.line(fmt::format(
       "PERFORMANCE steps={} ranks={} layout=\"{}\" ms_per_step={:.2f} tokens_per_s={:.1f} "
       "mfu_percent={:.3f} final_loss={:.6f} val_loss={:.6f} peak_mem_mib={:.1f} skipped_steps={} "
-      "checkpoints={} checkpoint_s={:.3f}",
+      "checkpoints={} checkpoint_s={:.3f} checkpoint_background_s={:.3f}",
       recorded_steps_, world_.size(), shape_.layout, ms, tok_s, mfu_percent(tok_s), last_loss_,
-      last_val_loss_, ledger_.peak_total() / 1048576.0, skipped_steps_, checkpoints_,
-      checkpoint_s_));
+      last_val_loss_, ledger_.peak_total() / 1048576.0, skipped_steps_, checkpoints_, checkpoint_s_,
+      checkpoint_background_s_));
 }
 
 }  // namespace trident

@@ -36,10 +36,15 @@ struct StepOutcome {
   // the share of routed slots the capacity dropped (0 for a dense model).
   double moe_aux_loss = 0, moe_z_loss = 0, moe_dropped_fraction = 0;
   bool moe = false;
-  MoeLayerBalance moe_layers;     // the same per MoE layer, with tokens per expert
-  double seconds = 0;             // wall time of the step, evaluation and checkpoint excluded
-  double checkpoint_seconds = 0;  // the checkpoint written after it (0: none)
-  double end_unix = 0;            // when it ended (unix_seconds)
+  MoeLayerBalance moe_layers;  // the same per MoE layer, with tokens per expert
+  double seconds = 0;          // wall time of the step, evaluation and checkpoint excluded
+  // What the training thread spent on checkpoints after it: writing one (synchronous), copying
+  // one to host memory and creating its file (asynchronous), or committing an asynchronous one.
+  double checkpoint_seconds = 0;
+  bool checkpoint_saved = false;  // a checkpoint of this step was written or started
+  // The slowest rank's seconds of an asynchronous write committed after this step (0: none).
+  double checkpoint_background_seconds = 0;
+  double end_unix = 0;  // when it ended (unix_seconds)
   std::array<double, kPhases> phases{};
   double compute_seconds = 0;  // PhaseTimer::compute_seconds(): what straggler scores compare
   double cp_bytes = 0;         // this rank's context-parallel bytes sent in the step
@@ -65,7 +70,8 @@ class StepMetrics {
 
  private:
   void print_step(const StepOutcome& s, double slowest, double fastest, double checkpoint,
-                  const std::vector<double>& peak_mem, const std::vector<double>& scores) const;
+                  double background, const std::vector<double>& peak_mem,
+                  const std::vector<double>& scores) const;
   double mfu_percent(double tokens_per_second) const;
   RunShape shape_;
   const HostCollectives& world_;
@@ -74,7 +80,7 @@ class StepMetrics {
   const Console& console_;
   StragglerScores stragglers_;
   int scored_steps_ = 0;  // steps recorded since this segment started
-  double sum_ms_ = 0, checkpoint_s_ = 0;
+  double sum_ms_ = 0, checkpoint_s_ = 0, checkpoint_background_s_ = 0;
   int checkpoints_ = 0;
   int timed_steps_ = 0, skipped_steps_ = 0, recorded_steps_ = 0;
   double last_loss_ = 0, last_val_loss_ = NAN;  // NAN: no step ran

@@ -449,7 +449,10 @@ int Trainer::run() {
   const StopRequest stop(config_.run.stop_signals, config_.run.max_minutes);
   for (int step = start_step; step < config_.run.steps; ++step) {
     StepOutcome outcome;
-    if (!train_step(step, outcome)) return kExitLossNotFinite;
+    if (!train_step(step, outcome)) {
+      checkpointer_->finish();  // the last checkpoint before the loss went bad is kept
+      return kExitLossNotFinite;
+    }
     // Validation is outside the step's timed phases: it is not training work.
     const int every = config_.run.eval_every;
     const bool evaluation =
@@ -463,6 +466,7 @@ int Trainer::run() {
       return kExitStoppedEarly;
     }
   }
+  checkpointer_->finish();
   run_dir_->require_still_there();
   metrics.summarise(checkpointer_->last_written());
   return 0;
@@ -534,9 +538,19 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   // The step's training time ends here: a checkpoint written after it is reported apart.
   const auto trained = std::chrono::steady_clock::now();
   out.seconds = std::chrono::duration<double>(trained - start).count();
-  if (checkpoint) {
+  // Every second the training thread spends on checkpoints after the step is reported apart.
+  if (checkpoint || checkpointer_->pending()) {
     ScopedPhase phase(timer_, Phase::kIo);
-    checkpointer_->save(out.step, scaler_);
+    if (checkpoint) {
+      // An asynchronous write still running is waited for first; the last step's is at once.
+      out.checkpoint_background_seconds = checkpointer_->finish();
+      checkpointer_->save(out.step, scaler_);
+      if (out.step == config_.run.steps)
+        out.checkpoint_background_seconds = checkpointer_->finish();
+    } else {
+      out.checkpoint_background_seconds = checkpointer_->poll();
+    }
+    out.checkpoint_saved = checkpoint;
     out.checkpoint_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - trained).count();
   }
@@ -701,6 +715,7 @@ void Trainer::stop_early(int step, const std::string& why, const StepMetrics& me
       }
       checkpointer_->save(step, scaler_);
     }
+    checkpointer_->finish();
     saved =
         fmt::format("checkpoint {}; continue with --resume auto", checkpointer_->last_written());
   }

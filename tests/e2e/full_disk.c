@@ -47,16 +47,31 @@ static int read_only(const char* path) {
 }
 
 /* Whether a write of n bytes to fd at offset (-1: the file position) may go ahead; sets errno
- * when not. Only the bytes past the file's end use the budget. */
+ * when not. Only the bytes past the file's end, and those into the holes of a sparse file
+ * (storage a file was extended to but never given, as a checkpoint's datasets are before their
+ * ranks write them), use the budget. */
 static int allowed(int fd, long long offset, size_t n) {
   if (fd < 0 || fd >= kMaxFd || !watched[fd] || budget < 0) return 1;
   if (offset < 0) offset = lseek(fd, 0, SEEK_CUR);
   long long growth = (long long)n;
   struct stat st;
   if (offset >= 0 && fstat(fd, &st) == 0) {
-    const long long from = offset > st.st_size ? offset : (long long)st.st_size;
-    const long long end = offset + (long long)n;
+    const long long size = (long long)st.st_size, end = offset + (long long)n;
+    const long long from = offset > size ? offset : size;
     growth = end > from ? end - from : 0;
+    /* The holes in [offset, min(end, size)), found with SEEK_HOLE and SEEK_DATA; the file
+     * position, which write() uses, is put back. */
+    const off_t position = lseek(fd, 0, SEEK_CUR);
+    const long long limit = end < size ? end : size;
+    for (long long at = offset; at < limit;) {
+      const off_t hole = lseek(fd, at, SEEK_HOLE);
+      if (hole < 0 || hole >= limit) break;
+      off_t data = lseek(fd, hole, SEEK_DATA);
+      if (data < 0) data = size; /* ENXIO: no data after the hole */
+      growth += (data < limit ? data : limit) - hole;
+      at = data;
+    }
+    if (position >= 0) lseek(fd, position, SEEK_SET);
   }
   if (growth > budget) {
     errno = ENOSPC;
