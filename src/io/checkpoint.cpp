@@ -287,16 +287,39 @@ std::vector<int64_t> create_checkpoint_file(const std::string& temporary, const 
 
 }  // namespace
 
+CheckpointShare::CheckpointShare(const ModelConfig& model, const std::vector<ShardBuffers>& mine,
+                                 const ShardOwner& owner)
+    : kinds_(!mine.empty() && mine[0].m.extent(0) > 0 ? 3 : 1) {
+  const ParamTable table(model);
+  for (const ParamSpec& spec : table.specs()) {
+    specs_.push_back({spec.name, spec.numel()});
+    pieces_.emplace_back();
+    std::vector<Piece>& pieces = pieces_.back();
+    const Selection sel = owned_selection(mine, spec.name, owner);
+    for_each_global(sel, row_length(spec), [&](size_t i, int64_t g) {
+      const int64_t local = sel.local[i];
+      if (!pieces.empty()) {
+        Piece& last = pieces.back();
+        if (last.local + last.count == local && last.element + last.count == g) {
+          ++last.count;
+          return;
+        }
+      }
+      pieces.push_back({sel.chunk, local, g, 1});
+    });
+    for (const Piece& piece : pieces) owned_ += piece.count;
+  }
+}
+
 CheckpointWrite::CheckpointWrite(const std::string& path, const Config& config,
                                  const CheckpointMeta& meta, const std::vector<ShardBuffers>& mine,
-                                 const ShardOwner& owner, MPI_Comm world,
+                                 const CheckpointShare& share, MPI_Comm world,
                                  const std::vector<std::string>& inputs)
     : path_(path), world_(world) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                 "the files hold little-endian fp32, written as this host's floats");
   const ParamTable table(config.model);
-  const bool with_moments = !mine.empty() && mine[0].m.extent(0) > 0;
-  const int kinds = with_moments ? 3 : 1;
+  const int kinds = share.kinds_;
   // Host views of the buffers: the buffers themselves on host builds (no copy).
   using HostView = Kokkos::View<float*, Kokkos::HostSpace>;
   std::vector<std::array<HostView, 3>> host(mine.size());
@@ -305,48 +328,36 @@ CheckpointWrite::CheckpointWrite(const std::string& path, const Config& config,
     for (int k = 0; k < kinds; ++k)
       host[c][k] = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bufs[k]);
   }
-  // This rank's owned elements, dataset by dataset in file order, as runs contiguous in the
-  // file (element offsets within their dataset until the file says where it lies).
+  // This rank's owned elements, dataset by dataset in file order, each piece a run in the file
+  // (its offset an element index within its dataset until the file says where that lies).
+  values_.reserve(static_cast<size_t>(share.owned_ * kinds));
   std::vector<uint64_t> sums;  // checksum and element count per dataset
   std::vector<size_t> run_dataset;
   for (int k = 0; k < kinds; ++k) {
-    for (const ParamSpec& spec : table.specs()) {
-      const size_t dataset = sums.size() / 2;
-      const Selection sel = owned_selection(mine, spec.name, owner);
-      const size_t first = values_.size();
-      for (int64_t at : sel.local)
-        values_.push_back(host[static_cast<size_t>(sel.chunk)][k](static_cast<size_t>(at)));
-      const int64_t global_cols = row_length(spec);
-      uint64_t checksum = 0;
-      for_each_global(sel, global_cols, [&](size_t i, int64_t g) {
-        checksum += element_hash(g, values_[first + i]);
-      });
+    for (const std::vector<CheckpointShare::Piece>& pieces : share.pieces_) {
+      uint64_t checksum = 0, count = 0;
+      for (const CheckpointShare::Piece& piece : pieces) {
+        const float* from = host[static_cast<size_t>(piece.chunk)][k].data() + piece.local;
+        runs_.push_back({piece.element, values_.size(), static_cast<size_t>(piece.count)});
+        run_dataset.push_back(sums.size() / 2);
+        values_.insert(values_.end(), from, from + piece.count);
+        for (int64_t i = 0; i < piece.count; ++i)
+          checksum += element_hash(piece.element + i, from[i]);
+        count += static_cast<uint64_t>(piece.count);
+      }
       sums.push_back(checksum);
-      sums.push_back(sel.local.size());
-      size_t value = first;
-      for (const Block& b : sel.blocks)
-        for (hsize_t r = 0; r < b.rows; ++r, value += b.cols) {
-          const auto element = static_cast<int64_t>((b.row + r) * global_cols + b.col);
-          if (!runs_.empty() && run_dataset.back() == dataset &&
-              runs_.back().offset + static_cast<int64_t>(runs_.back().count) == element &&
-              runs_.back().first + runs_.back().count == value) {
-            runs_.back().count += b.cols;  // whole rows follow each other
-            continue;
-          }
-          runs_.push_back({element, value, b.cols});
-          run_dataset.push_back(dataset);
-        }
+      sums.push_back(count);
     }
   }
   TRIDENT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T,
                             MPI_SUM, world));
+  const size_t tensors = share.specs_.size();
   for (size_t d = 0; d < sums.size() / 2; ++d) {
-    const ParamSpec& spec = table.specs()[d % table.specs().size()];
-    if (static_cast<int64_t>(sums[2 * d + 1]) != spec.numel())
+    const auto& [name, numel] = share.specs_[d % tensors];
+    if (static_cast<int64_t>(sums[2 * d + 1]) != numel)
       fatal("save_checkpoint", __FILE__, __LINE__,
-            fmt::format("{} {}: the ranks own {} of {} elements",
-                        kCheckpointGroups[d / table.specs().size()], spec.name, sums[2 * d + 1],
-                        spec.numel()),
+            fmt::format("{} {}: the ranks own {} of {} elements", kCheckpointGroups[d / tensors],
+                        name, sums[2 * d + 1], numel),
             "the ownership rule must cover every element once");
   }
   // Rank 0 creates the file; a refusal there (an input named, a full disk) is every rank's
@@ -429,7 +440,8 @@ void save_checkpoint(const std::string& path, const Config& config, const Checkp
                      const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
                      const std::function<void()>& fault_point,
                      const std::vector<std::string>& inputs) {
-  CheckpointWrite write(path, config, meta, mine, owner, world, inputs);
+  CheckpointWrite write(path, config, meta, mine, CheckpointShare(config.model, mine, owner), world,
+                        inputs);
   std::string failure;
   try {
     write.write_elements(fault_point);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -60,6 +61,27 @@ struct ShardOwner {
   int zero_stage = 0;
 };
 
+// Which elements of every tensor this rank writes, as pieces contiguous both in one chunk's
+// buffer and in the global tensor: the ownership rule of ShardOwner for one run's layout, worked
+// out once and used by each of its checkpoints.
+class CheckpointShare {
+ public:
+  // `mine`: the chunks' tables, and whether they hold moments (m non-empty).
+  CheckpointShare(const ModelConfig& model, const std::vector<ShardBuffers>& mine,
+                  const ShardOwner& owner);
+
+ private:
+  friend class CheckpointWrite;
+  struct Piece {
+    int chunk;
+    int64_t local, element, count;  // from local (flat, in the chunk) to element (in the tensor)
+  };
+  int kinds_;                                           // parameters only, or with both moments
+  std::vector<std::pair<std::string, int64_t>> specs_;  // name and elements of each tensor
+  std::vector<std::vector<Piece>> pieces_;              // per tensor, in the model's order
+  int64_t owned_ = 0;                                   // elements per kind over every tensor
+};
+
 // A checkpoint on its way to its file, in three parts, so that the middle one, the bulk of the
 // bytes, may run while training goes on (run.async_checkpoints):
 //  1. the constructor (collective over `world`) copies this rank's owned elements into host
@@ -79,9 +101,10 @@ struct ShardOwner {
 // a tensor, and the ranks need no collective per dataset.
 class CheckpointWrite {
  public:
+  // `share`: of `mine` (the same tables, with or without moments alike).
   CheckpointWrite(const std::string& path, const Config& config, const CheckpointMeta& meta,
-                  const std::vector<ShardBuffers>& mine, const ShardOwner& owner, MPI_Comm world,
-                  const std::vector<std::string>& inputs = {});
+                  const std::vector<ShardBuffers>& mine, const CheckpointShare& share,
+                  MPI_Comm world, const std::vector<std::string>& inputs = {});
   ~CheckpointWrite();
   CheckpointWrite(const CheckpointWrite&) = delete;
   CheckpointWrite& operator=(const CheckpointWrite&) = delete;

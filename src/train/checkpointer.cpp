@@ -112,8 +112,9 @@ void Checkpointer::save(int step, const LossScaler& scaler) {
   meta.expert_bias = expert_bias_;
   std::vector<ChunkState> states;
   for (const ModelChunk& ch : chunks_) states.push_back(ch.dp->checkpoint_state());
-  pending_ = std::make_unique<CheckpointWrite>(path, config_, meta, buffers(states), owner(),
-                                               grid_.world());
+  const std::vector<ShardBuffers> mine = buffers(states);
+  if (!share_) share_ = std::make_unique<CheckpointShare>(config_.model, mine, owner());
+  pending_ = std::make_unique<CheckpointWrite>(path, config_, meta, mine, *share_, grid_.world());
   written_ = false;
   write_failure_.clear();
   const auto write = [this, step] {

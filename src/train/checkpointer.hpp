@@ -88,6 +88,7 @@ class Checkpointer {
   std::filesystem::path dir_;
   std::string last_written_;
   // The asynchronous write in flight: its file, its thread, and what the thread reports.
+  std::unique_ptr<CheckpointShare> share_;  // worked out at the first checkpoint
   std::unique_ptr<CheckpointWrite> pending_;
   std::thread writer_;
   std::atomic<bool> written_{false};

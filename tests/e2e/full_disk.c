@@ -3,7 +3,10 @@
  * $TRIDENT_FULL_DISK_BYTES bytes, as they would on a full disk, where rewriting bytes a file
  * already holds still succeeds (HDF5 rewrites its metadata in place, and only the new chunks it
  * writes when it closes a dataset fail); statvfs of a path under the directory reports the bytes
- * left as free (unless TRIDENT_FULL_DISK_HIDDEN=1); other files are untouched. With
+ * left as free (unless TRIDENT_FULL_DISK_HIDDEN=1); other files are untouched. The budget is
+ * each process's own, or with TRIDENT_FULL_DISK_SHARED=<file> one for every process that names
+ * the file (the ranks of a job writing their parts of one checkpoint), which every byte written
+ * uses. With
  * TRIDENT_FULL_DISK_READONLY=1 the directory is a read-only file system instead: opening a file
  * there for writing and making a directory there fail with EROFS. */
 #define _GNU_SOURCE
@@ -13,7 +16,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -21,7 +26,9 @@
 
 enum { kMaxFd = 65536 };
 static unsigned char watched[kMaxFd];
-static long long budget = -1; /* bytes left; -1: not configured */
+static long long budget = -1; /* bytes the file system holds; -1: not configured */
+static long long used_here = 0;
+static long long* used_shared = NULL; /* with TRIDENT_FULL_DISK_SHARED: every process's bytes */
 static const char* dir = NULL;
 
 static void configure(void) {
@@ -30,6 +37,38 @@ static void configure(void) {
   const char* bytes = getenv("TRIDENT_FULL_DISK_BYTES");
   budget = bytes ? atoll(bytes) : -1;
   if (!dir) dir = "";
+  /* One file system for all the processes of a job (the ranks), as a real disk is: the bytes used
+   * are a counter in a file they all map. */
+  const char* shared = getenv("TRIDENT_FULL_DISK_SHARED");
+  if (shared && budget >= 0) {
+    const int fd = (int)syscall(SYS_openat, AT_FDCWD, shared, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && (st.st_size >= (off_t)sizeof(long long) ||
+                                           ftruncate(fd, sizeof(long long)) == 0)) {
+      void* at = mmap(NULL, sizeof(long long), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (at != MAP_FAILED) used_shared = (long long*)at;
+    }
+    if (fd >= 0) close(fd);
+  }
+}
+
+static long long used(void) {
+  return used_shared ? __atomic_load_n(used_shared, __ATOMIC_SEQ_CST) : used_here;
+}
+
+/* Takes n bytes of the budget, or returns 0 when they are not left. */
+static int take(long long n) {
+  if (!used_shared) {
+    if (used_here + n > budget) return 0;
+    used_here += n;
+    return 1;
+  }
+  long long now = __atomic_load_n(used_shared, __ATOMIC_SEQ_CST);
+  do {
+    if (now + n > budget) return 0;
+  } while (!__atomic_compare_exchange_n(used_shared, &now, now + n, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST));
+  return 1;
 }
 
 static int under_dir(const char* path) {
@@ -47,37 +86,23 @@ static int read_only(const char* path) {
 }
 
 /* Whether a write of n bytes to fd at offset (-1: the file position) may go ahead; sets errno
- * when not. Only the bytes past the file's end, and those into the holes of a sparse file
- * (storage a file was extended to but never given, as a checkpoint's datasets are before their
- * ranks write them), use the budget. */
+ * when not. Only the bytes past the file's end use a process's own budget; a shared budget counts
+ * every byte, since the processes write into the holes of a file another made as long as it will
+ * be (a checkpoint's datasets, allocated by rank 0, written by every rank). */
 static int allowed(int fd, long long offset, size_t n) {
   if (fd < 0 || fd >= kMaxFd || !watched[fd] || budget < 0) return 1;
-  if (offset < 0) offset = lseek(fd, 0, SEEK_CUR);
   long long growth = (long long)n;
   struct stat st;
-  if (offset >= 0 && fstat(fd, &st) == 0) {
-    const long long size = (long long)st.st_size, end = offset + (long long)n;
-    const long long from = offset > size ? offset : size;
-    growth = end > from ? end - from : 0;
-    /* The holes in [offset, min(end, size)), found with SEEK_HOLE and SEEK_DATA; the file
-     * position, which write() uses, is put back. */
-    const off_t position = lseek(fd, 0, SEEK_CUR);
-    const long long limit = end < size ? end : size;
-    for (long long at = offset; at < limit;) {
-      const off_t hole = lseek(fd, at, SEEK_HOLE);
-      if (hole < 0 || hole >= limit) break;
-      off_t data = lseek(fd, hole, SEEK_DATA);
-      if (data < 0) data = size; /* ENXIO: no data after the hole */
-      growth += (data < limit ? data : limit) - hole;
-      at = data;
-    }
-    if (position >= 0) lseek(fd, position, SEEK_SET);
+  if (!used_shared && fstat(fd, &st) == 0) {
+    if (offset < 0) offset = lseek(fd, 0, SEEK_CUR);
+    const long long from = offset > st.st_size ? offset : (long long)st.st_size;
+    const long long end = offset + (long long)n;
+    growth = offset >= 0 ? (end > from ? end - from : 0) : (long long)n;
   }
-  if (growth > budget) {
+  if (!take(growth)) {
     errno = ENOSPC;
     return 0;
   }
-  budget -= growth;
   return 1;
 }
 
@@ -183,7 +208,8 @@ static int reports_budget(const char* path) {
     if (!real) real = (int (*)(const char*, struct stat_type*))dlsym(RTLD_NEXT, #symbol);  \
     const int rc = real(path, st);                                                         \
     if (rc == 0 && reports_budget(path))                                                   \
-      st->f_bavail = st->f_bfree = (count_type)budget / (st->f_frsize ? st->f_frsize : 1); \
+      st->f_bavail = st->f_bfree =                                                         \
+          (count_type)(budget - used()) / (st->f_frsize ? st->f_frsize : 1);               \
     return rc;                                                                             \
   }
 BUDGET_STATVFS(statvfs, statvfs, fsblkcnt_t)

@@ -42,12 +42,11 @@ grep -q "hint: the file system is full" "$work/timings.log" || fail "timings: no
 ! grep -q "^PERFORMANCE" "$work/timings.log" || fail "timings on a full disk: a PERFORMANCE line"
 ! grep -q "check the path is writable" "$work/timings.log" || fail "timings: the old hint"
 
-# The checkpoint directory's file system has room for one checkpoint but not two: rank 0 checks
-# the 0.8 MB of a checkpoint and a 1 MiB margin against what statvfs says, the budget of its own
-# process, which its part of the first checkpoint (~0.11 MB) brings under that.
+# The checkpoint directory's file system has room for one checkpoint (~0.8 MB) but not two.
+# The ranks share the budget (each writes its part of a checkpoint).
 ckdir="$work/ckpt/tiny/checkpoints"
-full_disk "$ckdir" 1830000 mpirun -np 4 --oversubscribe -x LD_PRELOAD -x TRIDENT_FULL_DISK_DIR \
-  -x TRIDENT_FULL_DISK_BYTES "$trident" train "${common[@]}" --set run.steps=6 \
+TRIDENT_FULL_DISK_SHARED=$work/ckpt.used full_disk "$ckdir" 2000000 mpirun -np 4 --oversubscribe -x LD_PRELOAD -x TRIDENT_FULL_DISK_DIR \
+  -x TRIDENT_FULL_DISK_BYTES -x TRIDENT_FULL_DISK_SHARED "$trident" train "${common[@]}" --set run.steps=6 \
   --set run.checkpoint_every=2 --set parallel.dp=2 --set parallel.tp=2 \
   --set run.out_dir="$work/ckpt" > "$work/ckpt.log" 2>&1
 rc=$?
@@ -65,11 +64,9 @@ resumes_from_step_2 ckpt
 for mode in false true; do
   name=hidden_async_$mode
   ckdir="$work/$name/tiny/checkpoints"
-  # Each rank writes its part of a checkpoint (0.1-0.2 MB of 0.8 MB), and each rank's process has
-  # the budget: room for the first checkpoint, not the second.
-  TRIDENT_FULL_DISK_HIDDEN=1 full_disk "$ckdir" 200000 mpirun -np 4 --oversubscribe -x LD_PRELOAD \
-    -x TRIDENT_FULL_DISK_DIR -x TRIDENT_FULL_DISK_BYTES -x TRIDENT_FULL_DISK_HIDDEN "$trident" train \
-    "${common[@]}" --set run.steps=6 --set run.checkpoint_every=2 --set parallel.dp=2 \
+  TRIDENT_FULL_DISK_SHARED=$work/$name.used TRIDENT_FULL_DISK_HIDDEN=1 full_disk "$ckdir" 1000000 \
+    mpirun -np 4 --oversubscribe -x LD_PRELOAD -x TRIDENT_FULL_DISK_DIR -x TRIDENT_FULL_DISK_BYTES \
+    -x TRIDENT_FULL_DISK_SHARED -x TRIDENT_FULL_DISK_HIDDEN "$trident" train "${common[@]}" --set run.steps=6 --set run.checkpoint_every=2 --set parallel.dp=2 \
     --set parallel.tp=2 --set run.async_checkpoints=$mode --set run.out_dir="$work/$name" \
     > "$work/$name.log" 2>&1
   rc=$?
