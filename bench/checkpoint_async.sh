@@ -6,7 +6,8 @@
 # last step (which waits for the final checkpoint in every mode), so it holds everything a
 # checkpoint costs the run: the write or its copy, and the background thread's share
 # of the cores. Runs alternate by mode, REPEATS times; the table takes each mode's median. With
-# MBPS, every run writes its outputs through bench/slow_disk.c, a file system that takes MBPS MB/s
+# MBPS, every run writes its outputs through tests/e2e/full_disk.c's preloaded file system, here
+# one that takes MBPS MB/s
 # per process (a shared parallel file system's share of a rank; this machine's disk takes
 # hundreds), so that the write itself, not the file's creation, is what a checkpoint costs.
 # usage: bench/checkpoint_async.sh BUILD_DIR [EVERY [STEPS [REPEATS [MBPS]]]]
@@ -20,9 +21,9 @@ out=$build/checkpoint_async
 rm -rf "$out" && mkdir -p "$out"
 slow=()
 if [ -n "$mbps" ]; then
-  export LD_PRELOAD=$build/bench/libtrident_slow_disk.so TRIDENT_SLOW_DISK_DIR=$out
-  export TRIDENT_SLOW_DISK_MBPS=$mbps
-  slow=(-x LD_PRELOAD -x TRIDENT_SLOW_DISK_DIR -x TRIDENT_SLOW_DISK_MBPS)
+  export LD_PRELOAD=$build/tests/e2e/libtrident_full_disk.so TRIDENT_FULL_DISK_DIR=$out
+  export TRIDENT_FULL_DISK_MBPS=$mbps
+  slow=(-x LD_PRELOAD -x TRIDENT_FULL_DISK_DIR -x TRIDENT_FULL_DISK_MBPS)
 fi
 runs=()
 for r in $(seq "$repeats"); do

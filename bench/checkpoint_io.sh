@@ -26,7 +26,8 @@ for ranks in "${ranks_list[@]}"; do
     --set run.out_dir="$out/$name" --set run.name=write > "$out/$name.write.log"
   ckpt=$out/$name/write/checkpoints/step_000001.h5
   mpirun -np "$ranks" --oversubscribe "$build/src/trident" train "${model[@]}" --set run.steps=2 \
-    --set run.out_dir="$out/$name" --set run.name=read --resume "$ckpt" > "$out/$name.read.log"
+    --set run.out_dir="$out/$name" --set run.name=read --resume "$ckpt" --allow-config-change \
+    > "$out/$name.read.log"
   read_s=$(grep -o "in [0-9.]* s" "$out/$name.read.log" | head -1 | awk '{print $2}')
   rows+=("$ranks=$out/$name/write/timings.h5=$ckpt=$read_s")
 done

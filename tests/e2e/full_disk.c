@@ -6,7 +6,9 @@
  * left as free (unless TRIDENT_FULL_DISK_HIDDEN=1); other files are untouched. The budget is
  * each process's own, or with TRIDENT_FULL_DISK_SHARED=<file> one for every process that names
  * the file (the ranks of a job writing their parts of one checkpoint), which every byte written
- * uses. With
+ * uses. With TRIDENT_FULL_DISK_MBPS, each write to a file there first waits its bytes / MBPS
+ * MB/s (per process): a file system of a set bandwidth (bench/checkpoint_async.sh), alone (no
+ * TRIDENT_FULL_DISK_BYTES: no budget) or filling up. With
  * TRIDENT_FULL_DISK_READONLY=1 the directory is a read-only file system instead: opening a file
  * there for writing and making a directory there fail with EROFS. */
 #define _GNU_SOURCE
@@ -18,10 +20,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { kMaxFd = 65536 };
@@ -43,12 +46,26 @@ static void configure(void) {
   if (shared && budget >= 0) {
     const int fd = (int)syscall(SYS_openat, AT_FDCWD, shared, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     struct stat st;
-    if (fd >= 0 && fstat(fd, &st) == 0 && (st.st_size >= (off_t)sizeof(long long) ||
-                                           ftruncate(fd, sizeof(long long)) == 0)) {
+    if (fd >= 0 && fstat(fd, &st) == 0 &&
+        (st.st_size >= (off_t)sizeof(long long) || ftruncate(fd, sizeof(long long)) == 0)) {
       void* at = mmap(NULL, sizeof(long long), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (at != MAP_FAILED) used_shared = (long long*)at;
     }
     if (fd >= 0) close(fd);
+  }
+}
+
+/* With TRIDENT_FULL_DISK_MBPS: a write of n bytes first waits n / (MBPS x 1e6) seconds. */
+static void take_time(size_t n) {
+  static double bytes_per_second = -1;
+  if (bytes_per_second < 0) {
+    const char* mbps = getenv("TRIDENT_FULL_DISK_MBPS");
+    bytes_per_second = mbps ? atof(mbps) * 1e6 : 0;
+  }
+  if (bytes_per_second <= 0) return;
+  const double seconds = (double)n / bytes_per_second;
+  struct timespec left = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+  while (nanosleep(&left, &left) != 0) {
   }
 }
 
@@ -90,7 +107,9 @@ static int read_only(const char* path) {
  * every byte, since the processes write into the holes of a file another made as long as it will
  * be (a checkpoint's datasets, allocated by rank 0, written by every rank). */
 static int allowed(int fd, long long offset, size_t n) {
-  if (fd < 0 || fd >= kMaxFd || !watched[fd] || budget < 0) return 1;
+  if (fd < 0 || fd >= kMaxFd || !watched[fd]) return 1;
+  take_time(n);
+  if (budget < 0) return 1;
   long long growth = (long long)n;
   struct stat st;
   if (!used_shared && fstat(fd, &st) == 0) {
@@ -202,15 +221,15 @@ static int reports_budget(const char* path) {
 }
 
 /* statvfs and statvfs64 alike: the real call, then the budget reported as the free space. */
-#define BUDGET_STATVFS(symbol, stat_type, count_type)                                      \
-  int symbol(const char* path, struct stat_type* st) {                                     \
-    static int (*real)(const char*, struct stat_type*) = NULL;                             \
-    if (!real) real = (int (*)(const char*, struct stat_type*))dlsym(RTLD_NEXT, #symbol);  \
-    const int rc = real(path, st);                                                         \
-    if (rc == 0 && reports_budget(path))                                                   \
-      st->f_bavail = st->f_bfree =                                                         \
-          (count_type)(budget - used()) / (st->f_frsize ? st->f_frsize : 1);               \
-    return rc;                                                                             \
+#define BUDGET_STATVFS(symbol, stat_type, count_type)                                     \
+  int symbol(const char* path, struct stat_type* st) {                                    \
+    static int (*real)(const char*, struct stat_type*) = NULL;                            \
+    if (!real) real = (int (*)(const char*, struct stat_type*))dlsym(RTLD_NEXT, #symbol); \
+    const int rc = real(path, st);                                                        \
+    if (rc == 0 && reports_budget(path))                                                  \
+      st->f_bavail = st->f_bfree =                                                        \
+          (count_type)(budget - used()) / (st->f_frsize ? st->f_frsize : 1);              \
+    return rc;                                                                            \
   }
 BUDGET_STATVFS(statvfs, statvfs, fsblkcnt_t)
 BUDGET_STATVFS(statvfs64, statvfs64, fsblkcnt64_t)
