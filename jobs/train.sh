@@ -79,7 +79,9 @@ hanging_host() {
 excluded=()
 launch() {
   local exclude=()
-  ((${#excluded[@]})) && exclude=(--exclude="$(IFS=,; echo "${excluded[*]}")")
+  # srun spreads a step over every node of the allocation unless told fewer: the nodes left.
+  ((${#excluded[@]})) && exclude=(--exclude="$(IFS=,; echo "${excluded[*]}")"
+    --nodes=$((${SLURM_JOB_NUM_NODES:-1} - ${#excluded[@]})))
   if [[ $JOB_LAUNCHER == srun ]]; then
     cmd=(srun --ntasks="$RANKS" "${exclude[@]}" ${SRUN_ARGS-} "$TRIDENT" train --config "$CONFIG"
       "${sets[@]}" --resume auto)

@@ -1,6 +1,11 @@
 // Host-value collectives over MPI, every call checked.
 #include "comm/host_comm.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "core/error.hpp"
@@ -87,10 +92,18 @@ std::string HostCollectives::broadcast(const std::string& value, int root) const
   return out;
 }
 
-std::string HostCollectives::processor_names() const {
+std::string node_name() {
+  const char* slurm = std::getenv("SLURMD_NODENAME");
+  if (slurm && *slurm) return slurm;
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+std::string HostCollectives::node_names() const {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int len = 0;
-  TRIDENT_MPI(MPI_Get_processor_name(name, &len));
+  const std::string mine = node_name();
+  std::memcpy(name, mine.data(), std::min(mine.size(), sizeof name - 1));
   std::vector<char> all(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
   TRIDENT_MPI(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
                             MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_));

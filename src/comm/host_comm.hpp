@@ -10,6 +10,11 @@
 
 namespace trident {
 
+// This process's node as the job scheduler names it: SLURMD_NODENAME under Slurm (what `srun
+// --exclude` takes, which need not be the host name: several slurmd of one host, aliases), else
+// the host name.
+std::string node_name();
+
 // The world ranks of `comm`'s members, in its rank order.
 std::vector<int> world_ranks(MPI_Comm comm);
 
@@ -33,8 +38,8 @@ class HostCollectives {
   std::vector<int> alltoall(const std::vector<int>& values) const;
   // Root's string on every rank.
   std::string broadcast(const std::string& value, int root = 0) const;
-  // Every rank's processor (host) name, comma-separated in rank order, on every rank.
-  std::string processor_names() const;
+  // Every rank's node_name(), comma-separated in rank order, on every rank.
+  std::string node_names() const;
   // How many ranks of this communicator share this rank's node (its shared memory).
   int ranks_on_node() const;
   void barrier() const;

@@ -5,8 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -260,9 +258,7 @@ class FlightRecording {
  public:
   FlightRecording(int capacity, int rank, const std::filesystem::path& dir, const PhaseTimer& timer,
                   const std::atomic<int>& step) {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    FlightRecorder::instance().start(static_cast<size_t>(capacity), rank, host,
+    FlightRecorder::instance().start(static_cast<size_t>(capacity), rank, node_name(),
                                      (dir / fmt::format("rank_{:05d}.jsonl", rank)).string(),
                                      &timer, &step);
   }
@@ -861,7 +857,7 @@ void Trainer::build_chunks(MemoryLedger& ledger) {
 // The timings file of this segment of the run, with what identifies it (rank 0), and the
 // checkpoint directory. A resumed run starts a new segment; earlier ones are kept.
 std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const MemoryPrediction& mine) {
-  const std::string hosts = world_.processor_names();
+  const std::string hosts = world_.node_names();
   const std::vector<double> predicted =
       world_.gather(std::vector<double>(mine.bytes.begin(), mine.bytes.end()));
   // run.checkpoint_every = -1 writes no checkpoint, so leaves no checkpoints/ directory.
@@ -916,7 +912,7 @@ std::vector<std::string> device_lines(const HostCollectives& world) {
   const std::vector<double> all =
       world.gather({static_cast<double>(ordinal), static_cast<double>(p.pciDomainID),
                     static_cast<double>(p.pciBusID), static_cast<double>(p.pciDeviceID)});
-  std::istringstream hosts(world.processor_names());
+  std::istringstream hosts(world.node_names());
   if (world.rank() != 0) return {};
   std::map<std::string, std::string> sharing;  // "host, PCI address" -> its ranks
   std::string list;
