@@ -10,6 +10,13 @@
 
 namespace trident {
 
+// The CPU seconds of every thread of this process so far (about 0.6 us a read here).
+inline double process_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 enum class Phase : int {
   kForward,
   kBackward,
@@ -108,13 +115,8 @@ class PhaseTimer {
     seconds_[static_cast<int>(p)] += std::chrono::duration<double>(now - t0_).count();
     cpu_seconds_[static_cast<int>(p)] += cpu - cpu0_;
   }
-  // The process's CPU clock (about 0.6 us a read here), read on the host only.
-  double process_cpu() const {
-    if (!counts_cpu()) return 0;
-    timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-  }
+  // The process's CPU clock, read on the host only.
+  double process_cpu() const { return counts_cpu() ? process_cpu_seconds() : 0; }
   void (*settle_)() = nullptr;
   bool settling_ = true;
   std::array<double, kPhases> seconds_{}, cpu_seconds_{};

@@ -3,7 +3,6 @@
 
 #include "core/flight_recorder.hpp"
 
-#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -101,16 +100,11 @@ void InjectedFaults::step_ends(int step) {
   // busy (what straggler scores measure on the host): a slower node.
   const double extra = timer_->compute_seconds() * (plan_.slow_factor - 1);
   ScopedPhase phase(*timer_, Phase::kForward);
-  const auto cpu_now = [] {
-    timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-  };
   const auto wall_start = std::chrono::steady_clock::now();
-  const double cpu_start = cpu_now();
+  const double cpu_start = process_cpu_seconds();
   auto spent = [&] {
     return timer_->counts_cpu()
-               ? cpu_now() - cpu_start
+               ? process_cpu_seconds() - cpu_start
                : std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start)
                      .count();
   };
