@@ -48,7 +48,11 @@ int safetensors_dtype_bytes(const std::string& dtype) {
   return it == bytes.end() ? 0 : it->second;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+namespace {
+
+// The JSON header of the safetensors file at `path`, every length checked against the file's size;
+// `data_start` and `data_bytes` receive where the tensors' bytes begin and how many there are.
+std::string read_header(const std::string& path, uint64_t& data_start, uint64_t& data_bytes) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw InputError(fmt::format("safetensors file '{}' does not exist or is not a file", path));
@@ -71,64 +75,61 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::string header(static_cast<size_t>(header_bytes), '\0');
   if (!in.read(header.data(), static_cast<std::streamsize>(header_bytes)))
     throw InputError(fmt::format("'{}': cannot read its {}-byte header", path, header_bytes));
-  data_start_ = 8 + header_bytes;
-  const uint64_t data_bytes = size - data_start_;
+  data_start = 8 + header_bytes;
+  data_bytes = size - data_start;
+  return header;
+}
 
-  const nlohmann::json json = parse_json_object(header, path + " (header)");
-  for (const auto& [name, entry] : json.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object())
-        throw InputError(fmt::format("'{}': __metadata__ is not an object of strings", path));
-      for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string())
-          throw InputError(fmt::format("'{}': __metadata__ entry '{}' is not a string", path, key));
-        metadata_[key] = value.get<std::string>();
-      }
-      continue;
-    }
-    const auto bad = [&](const std::string& why) {
-      return InputError(fmt::format("'{}': tensor '{}': {}", path, name, why));
-    };
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets"))
-      throw bad("expected an object with dtype, shape and data_offsets");
-    SafeTensor t;
-    if (!entry["dtype"].is_string()) throw bad("dtype is not a string");
-    t.dtype = entry["dtype"].get<std::string>();
-    const int element_bytes = safetensors_dtype_bytes(t.dtype);
-    if (element_bytes == 0) throw bad(fmt::format("unknown dtype '{}'", t.dtype));
-    if (!entry["shape"].is_array()) throw bad("shape is not an array");
-    int64_t elements = 1;
-    for (const auto& d : entry["shape"]) {
-      if (!d.is_number_unsigned()) throw bad("shape holds something other than a size");
-      const uint64_t dim = d.get<uint64_t>();
-      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          !multiply(elements, static_cast<int64_t>(dim), elements))
-        throw bad("its shape's element count overflows");
-      t.shape.push_back(static_cast<int64_t>(dim));
-    }
-    const auto& offsets = entry["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-        !offsets[1].is_number_unsigned())
-      throw bad("data_offsets is not a pair of byte offsets");
-    t.begin = offsets[0].get<uint64_t>();
-    t.end = offsets[1].get<uint64_t>();
-    if (t.begin > t.end)
-      throw bad(fmt::format("data_offsets [{}, {}] run backwards", t.begin, t.end));
-    if (t.end > data_bytes)
-      throw bad(fmt::format("data_offsets [{}, {}] run past the end of the file ({} data bytes)",
-                            t.begin, t.end, data_bytes));
-    int64_t bytes = 0;
-    if (!multiply(elements, element_bytes, bytes) ||
-        static_cast<uint64_t>(bytes) != t.end - t.begin)
-      throw bad(
-          fmt::format("data_offsets [{}, {}] hold {} bytes, but {} x {} elements of {} take {}",
-                      t.begin, t.end, t.end - t.begin, element_bytes, elements, t.dtype, bytes));
-    tensors_.emplace(name, std::move(t));
+// Tensor `name`'s header entry: a known dtype, a shape whose element count does not overflow, and
+// data offsets inside the data that hold exactly its bytes.
+SafeTensor parse_tensor(const std::string& path, const std::string& name,
+                        const nlohmann::json& entry, uint64_t data_bytes) {
+  const auto bad = [&](const std::string& why) {
+    return InputError(fmt::format("'{}': tensor '{}': {}", path, name, why));
+  };
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+      !entry.contains("data_offsets"))
+    throw bad("expected an object with dtype, shape and data_offsets");
+  SafeTensor t;
+  if (!entry["dtype"].is_string()) throw bad("dtype is not a string");
+  t.dtype = entry["dtype"].get<std::string>();
+  const int element_bytes = safetensors_dtype_bytes(t.dtype);
+  if (element_bytes == 0) throw bad(fmt::format("unknown dtype '{}'", t.dtype));
+  if (!entry["shape"].is_array()) throw bad("shape is not an array");
+  int64_t elements = 1;
+  for (const auto& d : entry["shape"]) {
+    if (!d.is_number_unsigned()) throw bad("shape holds something other than a size");
+    const uint64_t dim = d.get<uint64_t>();
+    if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+        !multiply(elements, static_cast<int64_t>(dim), elements))
+      throw bad("its shape's element count overflows");
+    t.shape.push_back(static_cast<int64_t>(dim));
   }
-  // The tensors tile the data: sorted by offset, each starts where the previous ends.
+  const auto& offsets = entry["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
+    throw bad("data_offsets is not a pair of byte offsets");
+  t.begin = offsets[0].get<uint64_t>();
+  t.end = offsets[1].get<uint64_t>();
+  if (t.begin > t.end)
+    throw bad(fmt::format("data_offsets [{}, {}] run backwards", t.begin, t.end));
+  if (t.end > data_bytes)
+    throw bad(fmt::format("data_offsets [{}, {}] run past the end of the file ({} data bytes)",
+                          t.begin, t.end, data_bytes));
+  int64_t bytes = 0;
+  if (!multiply(elements, element_bytes, bytes) || static_cast<uint64_t>(bytes) != t.end - t.begin)
+    throw bad(fmt::format("data_offsets [{}, {}] hold {} bytes, but {} x {} elements of {} take {}",
+                          t.begin, t.end, t.end - t.begin, element_bytes, elements, t.dtype,
+                          bytes));
+  return t;
+}
+
+// The tensors tile the data: sorted by offset, each starts where the previous ends, the last at
+// the end of the file.
+void require_tiling(const std::string& path, const std::map<std::string, SafeTensor>& tensors,
+                    uint64_t data_bytes) {
   std::vector<std::pair<std::string, const SafeTensor*>> order;
-  for (const auto& [name, t] : tensors_) order.emplace_back(name, &t);
+  for (const auto& [name, t] : tensors) order.emplace_back(name, &t);
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return a.second->begin != b.second->begin ? a.second->begin < b.second->begin
                                               : a.second->end < b.second->end;
@@ -148,6 +149,28 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   if (expected != data_bytes)
     throw InputError(
         fmt::format("'{}': its last {} bytes belong to no tensor", path, data_bytes - expected));
+}
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  uint64_t data_bytes = 0;
+  const std::string header = read_header(path, data_start_, data_bytes);
+  const nlohmann::json json = parse_json_object(header, path + " (header)");
+  for (const auto& [name, entry] : json.items()) {
+    if (name != "__metadata__") {
+      tensors_.emplace(name, parse_tensor(path, name, entry, data_bytes));
+      continue;
+    }
+    if (!entry.is_object())
+      throw InputError(fmt::format("'{}': __metadata__ is not an object of strings", path));
+    for (const auto& [key, value] : entry.items()) {
+      if (!value.is_string())
+        throw InputError(fmt::format("'{}': __metadata__ entry '{}' is not a string", path, key));
+      metadata_[key] = value.get<std::string>();
+    }
+  }
+  require_tiling(path, tensors_, data_bytes);
 }
 
 const SafeTensor& SafetensorsFile::at(const std::string& name) const {

@@ -284,8 +284,13 @@ class Trainer {
   void build_chunks(MemoryLedger& ledger);
   std::unique_ptr<TimingsWriter> open_outputs(int start_step, const MemoryPrediction& mine);
   void print_banner(int start_step) const;
+  // The banner's lines on what computes: GEMM libraries, kernels, threads, devices, warnings.
+  void print_compute_lines() const;
   // One optimizer step (0-based `step`); false when the loss is not finite.
   bool train_step(int step, StepOutcome& out);
+  // After a step: writes (or starts) its checkpoint when `checkpoint`, or commits an asynchronous
+  // one whose write has ended; the seconds go to `out` apart from the step's. Collective.
+  void checkpoint_after(StepOutcome& out, bool checkpoint);
   // Clips by the global norm of grad_scale x the gradient and steps every chunk; returns the
   // norm.
   double clip_and_step(double lr, double grad_scale);
@@ -532,29 +537,30 @@ bool Trainer::train_step(int step, StepOutcome& out) {
   for (ModelChunk& ch : chunks_) ch.dp->gather_params();
   hooks_.step_ends(out.step);
   // The step's training time ends here: a checkpoint written after it is reported apart.
-  const auto trained = std::chrono::steady_clock::now();
-  out.seconds = std::chrono::duration<double>(trained - start).count();
-  // Every second the training thread spends on checkpoints after the step is reported apart.
-  if (checkpoint || checkpointer_->pending()) {
-    ScopedPhase phase(timer_, Phase::kIo);
-    if (checkpoint) {
-      // An asynchronous write still running is waited for first; the last step's is at once.
-      out.checkpoint_background_seconds = checkpointer_->finish();
-      checkpointer_->save(out.step, scaler_);
-      if (out.step == config_.run.steps)
-        out.checkpoint_background_seconds = checkpointer_->finish();
-    } else {
-      out.checkpoint_background_seconds = checkpointer_->poll();
-    }
-    out.checkpoint_saved = checkpoint;
-    out.checkpoint_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - trained).count();
-  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (checkpoint || checkpointer_->pending()) checkpoint_after(out, checkpoint);
   out.end_unix = unix_seconds();
   out.phases = timer_.all();
   out.compute_seconds = timer_.compute_seconds();
   out.cp_bytes = static_cast<double>(cp_bytes_sent() - cp_before);
   return true;
+}
+
+void Trainer::checkpoint_after(StepOutcome& out, bool checkpoint) {
+  // Every second the training thread spends on checkpoints after the step is reported apart.
+  const auto start = std::chrono::steady_clock::now();
+  ScopedPhase phase(timer_, Phase::kIo);
+  if (checkpoint) {
+    // An asynchronous write still running is waited for first; the last step's is at once.
+    out.checkpoint_background_seconds = checkpointer_->finish();
+    checkpointer_->save(out.step, scaler_);
+    if (out.step == config_.run.steps) out.checkpoint_background_seconds = checkpointer_->finish();
+  } else {
+    out.checkpoint_background_seconds = checkpointer_->poll();
+  }
+  out.checkpoint_saved = checkpoint;
+  out.checkpoint_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void Trainer::update_expert_bias(const StepOutcome& out) {
@@ -939,6 +945,43 @@ std::vector<std::string> device_lines(const HostCollectives& world) {
 }
 #endif
 
+void Trainer::print_compute_lines() const {
+#if defined(KOKKOS_ENABLE_CUDA)
+  cudaDeviceProp device{};
+  cudaGetDeviceProperties(&device, Exec().cuda_device());
+  console_.line(fmt::format("GEMM: {}, {} | kernels: Kokkos Cuda on device {} ({}, sm_{}{})",
+                            kernels::cublas_summary(Exec()),
+                            kernels::describe(kernels::gemm_math()), Exec().cuda_device(),
+                            device.name, device.major, device.minor));
+  console_.line(fmt::format("attention: attention.kernel = '{}' | {}",
+                            name_of(config_.attention.kernel), kernels::cudnn_summary()));
+  for (const std::string& line : device_lines(world_)) console_.line(line);
+#else
+  const BlasInfo blas = blas_info();
+  console_.line(
+      fmt::format("GEMM: {} | host kernels: {} | threads per rank: {} {} (Kokkos), BLAS {}",
+                  blas.describe(), host_simd(), Exec::name(), Exec().concurrency(), blas.threads));
+  console_.line(fmt::format("threads per rank: {}", threads_per_rank().describe()));
+  const std::string oversubscribed = threads_per_rank().oversubscription_warning();
+  if (!oversubscribed.empty()) console_.line("warning: " + oversubscribed);
+  if (!blas.warning.empty()) console_.line("warning: " + blas.warning);
+  if (config_.precision.compute != Precision::kFp32) {
+    console_.line(fmt::format("{} GEMM: {}", name_of(config_.precision.compute),
+                              kernels::onednn::describe(config_.precision.compute)));
+    const std::string slower = kernels::onednn::slower_than_fp32(config_.precision.compute);
+    if (!slower.empty()) console_.line("warning: " + slower);
+  }
+  const std::string pool_warning =
+      blas_pool_warning(blas.threading, blas.threads, Exec::name(), Exec().concurrency());
+  if (!pool_warning.empty()) console_.line("warning: " + pool_warning);
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  const std::string wait_warning =
+      wait_policy_warning(wait_policy ? wait_policy : "", Exec().concurrency(),
+                          grid_.ranks_on_node(), threads_per_rank().node_cpus);
+  if (!wait_warning.empty()) console_.line("warning: " + wait_warning);
+#endif
+}
+
 void Trainer::print_banner(int start_step) const {
   const Config& c = config_;
   const int T = c.train.seq_len;
@@ -975,40 +1018,7 @@ void Trainer::print_banner(int start_step) const {
                           : std::string()));
   console_.line(fmt::format("collectives: tp={} dp={} pp={} ({})", tp_->backend(), dp_->backend(),
                             pp_->backend(), backend_summary()));
-#if defined(KOKKOS_ENABLE_CUDA)
-  cudaDeviceProp device{};
-  cudaGetDeviceProperties(&device, Exec().cuda_device());
-  console_.line(fmt::format("GEMM: {}, {} | kernels: Kokkos Cuda on device {} ({}, sm_{}{})",
-                            kernels::cublas_summary(Exec()),
-                            kernels::describe(kernels::gemm_math()), Exec().cuda_device(),
-                            device.name, device.major, device.minor));
-  console_.line(fmt::format("attention: attention.kernel = '{}' | {}",
-                            name_of(config_.attention.kernel), kernels::cudnn_summary()));
-  for (const std::string& line : device_lines(world_)) console_.line(line);
-#else
-  const BlasInfo blas = blas_info();
-  console_.line(
-      fmt::format("GEMM: {} | host kernels: {} | threads per rank: {} {} (Kokkos), BLAS {}",
-                  blas.describe(), host_simd(), Exec::name(), Exec().concurrency(), blas.threads));
-  console_.line(fmt::format("threads per rank: {}", threads_per_rank().describe()));
-  const std::string oversubscribed = threads_per_rank().oversubscription_warning();
-  if (!oversubscribed.empty()) console_.line("warning: " + oversubscribed);
-  if (!blas.warning.empty()) console_.line("warning: " + blas.warning);
-  if (c.precision.compute != Precision::kFp32) {
-    console_.line(fmt::format("{} GEMM: {}", name_of(c.precision.compute),
-                              kernels::onednn::describe(c.precision.compute)));
-    const std::string slower = kernels::onednn::slower_than_fp32(c.precision.compute);
-    if (!slower.empty()) console_.line("warning: " + slower);
-  }
-  const std::string pool_warning =
-      blas_pool_warning(blas.threading, blas.threads, Exec::name(), Exec().concurrency());
-  if (!pool_warning.empty()) console_.line("warning: " + pool_warning);
-  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
-  const std::string wait_warning =
-      wait_policy_warning(wait_policy ? wait_policy : "", Exec().concurrency(),
-                          grid_.ranks_on_node(), threads_per_rank().node_cpus);
-  if (!wait_warning.empty()) console_.line("warning: " + wait_warning);
-#endif
+  print_compute_lines();
   if (c.offload.optimizer == OffloadTarget::kHost &&
       std::is_same_v<Exec::memory_space, Kokkos::HostSpace>)
     console_.line(
