@@ -388,28 +388,11 @@ HfTensors open_tensors(const fs::path& dir) {
   return out;
 }
 
-}  // namespace
-
-void import_hf(const std::string& dir, const std::string& out, bool allow_non_finite) {
-  const fs::path root(dir);
-  if (!fs::is_directory(root)) throw InputError(fmt::format("--hf '{}' is not a directory", dir));
-  const ModelConfig model = hf_model(root / "config.json");
-  // The sizes validated as a config's are before anything is sized from them (2^30 layers once
-  // built a 3 GB table first).
-  Config config;
-  config.model = model;
-  config.run.name = "imported";
-  config.train.seq_len = std::min(config.train.seq_len, model.block_size);
-  config.parallel.dp = 1;
-  config.source = (root / "config.json").string();  // what a refusal of the model names
-  std::error_code ec;
-  if (fs::is_regular_file(root / "tokenizer.json", ec))  // generate speaks text with it
-    config.data.tokenizer = fs::canonical(root, ec).string();
-  config = resolve(config, 1);
-  HfTensors tensors = open_tensors(root);
-  const ParamTable table(model);
-
-  // Every name, dtype and shape first; nothing of a tensor's size is read before all agree.
+// Matches every parameter of `table` to its tensor(s) in `tensors` by name, dtype and shape, and
+// refuses a tensor that is none of the model's; nothing of a tensor's size is read before all
+// agree. Returns each Hugging Face part name's name in the files.
+std::map<std::string, std::string> match_tensors(const std::string& dir, const ModelConfig& model,
+                                                 const ParamTable& table, HfTensors& tensors) {
   // GPT2LMHeadModel's state dict prefixes "transformer."; GPT2Model's (the Hub's gpt2) does not.
   std::map<std::string, std::string> stored;  // name in the model -> name in the files
   std::set<std::string> used;
@@ -457,24 +440,29 @@ void import_hf(const std::string& dir, const std::string& out, bool allow_non_fi
                                  architecture(model)));
   }
 
-  const LocalParamTable local(table, model, whole_model(model));
-  View1 params("imported params", local.total_numel());
-  View1 moment_m("imported m", local.total_numel()), moment_v("imported v", local.total_numel());
-  auto host = Kokkos::create_mirror_view(params);
+  return stored;
+}
+
+// The parameters of `local` (the whole model) from their tensors, into `host`; a non-finite
+// weight is refused unless `allow_non_finite`.
+void read_weights(const ModelConfig& model, const LocalParamTable& local, HfTensors& tensors,
+                  const std::map<std::string, std::string>& stored, bool allow_non_finite,
+                  const Kokkos::View<float*, Kokkos::HostSpace>& host) {
   for (const LocalParam& p : local.params()) {
     const HfName hf = hf_name(model, p.spec->name);
     std::vector<float> values;  // the parts stacked along trident's rows
     for (const std::string& part : hf.parts) {
-      const SafetensorsFile& file = *tensors.where[stored[part]];
-      const SafeTensor& t = file.at(stored[part]);
-      std::vector<float> rows = to_floats(file.read(stored[part]), t.dtype);
+      const std::string& name = stored.at(part);
+      const SafetensorsFile& file = *tensors.where[name];
+      const SafeTensor& t = file.at(name);
+      std::vector<float> rows = to_floats(file.read(name), t.dtype);
       if (!allow_non_finite)
         for (size_t i = 0; i < rows.size(); ++i)
           if (!std::isfinite(rows[i]))
             throw InputError(fmt::format(
                 "'{}': tensor '{}' holds {} at element {} (import with --allow-non-finite to "
                 "keep it)",
-                file.path(), stored[part], rows[i], i));
+                file.path(), name, rows[i], i));
       if (hf.transposed) rows = transpose(rows, t.shape[0], t.shape[1]);
       values.insert(values.end(), rows.begin(), rows.end());
     }
@@ -483,6 +471,35 @@ void import_hf(const std::string& dir, const std::string& out, bool allow_non_fi
       host(p.offset + i) = global >= 0 ? values[static_cast<size_t>(global)] : 0.0f;
     }
   }
+}
+
+}  // namespace
+
+void import_hf(const std::string& dir, const std::string& out, bool allow_non_finite) {
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) throw InputError(fmt::format("--hf '{}' is not a directory", dir));
+  const ModelConfig model = hf_model(root / "config.json");
+  // The sizes validated as a config's are before anything is sized from them (2^30 layers once
+  // built a 3 GB table first).
+  Config config;
+  config.model = model;
+  config.run.name = "imported";
+  config.train.seq_len = std::min(config.train.seq_len, model.block_size);
+  config.parallel.dp = 1;
+  config.source = (root / "config.json").string();  // what a refusal of the model names
+  std::error_code ec;
+  if (fs::is_regular_file(root / "tokenizer.json", ec))  // generate speaks text with it
+    config.data.tokenizer = fs::canonical(root, ec).string();
+  config = resolve(config, 1);
+  HfTensors tensors = open_tensors(root);
+  const ParamTable table(model);
+
+  const std::map<std::string, std::string> stored = match_tensors(dir, model, table, tensors);
+  const LocalParamTable local(table, model, whole_model(model));
+  View1 params("imported params", local.total_numel());
+  View1 moment_m("imported m", local.total_numel()), moment_v("imported v", local.total_numel());
+  auto host = Kokkos::create_mirror_view(params);
+  read_weights(model, local, tensors, stored, allow_non_finite, host);
   Kokkos::deep_copy(params, host);
   CheckpointMeta meta;
   meta.seed = config.run.seed;
