@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <regex>
 
 #include "core/error.hpp"
 #include "core/paths.hpp"
@@ -93,6 +94,19 @@ void Checkpointer::require_writable() const {
                       dir_.string(), explain_errno(error)));
   });
   require_room("the run's first checkpoint");
+}
+
+std::vector<std::string> Checkpointer::remove_unfinished_writes() const {
+  std::vector<std::string> removed;
+  if (world_.rank() != 0) return removed;
+  static const std::regex unfinished(R"(\.step_[0-9]{6,}\.h5\.[0-9]+\.[0-9a-f]+\.tmp)");
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, unfinished) || !entry.is_regular_file(ec)) continue;
+    if (std::filesystem::remove(entry.path(), ec)) removed.push_back(entry.path().string());
+  }
+  return removed;
 }
 
 Checkpointer::~Checkpointer() {

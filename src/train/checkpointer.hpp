@@ -57,6 +57,10 @@ class Checkpointer {
   // Before step 1: creates the checkpoint directory and refuses (InputError on every rank) one
   // that cannot be written to, or whose file system has no room for a checkpoint. Collective.
   void require_writable() const;
+  // Rank 0, before step 1 (the run's lock held, so no other process writes here): deletes the
+  // temporaries of checkpoint writes a killed process left (.step_NNNNNN.h5.<pid>.<hex>.tmp,
+  // as large as a checkpoint each) and returns their names; empty on other ranks.
+  std::vector<std::string> remove_unfinished_writes() const;
   const std::string& last_written() const { return last_written_; }
   // Loads `path` (any layout) into every chunk and, for an fp16 run resumed from fp16, the loss
   // scale into `scaler`. Returns the step to continue from. Collective.

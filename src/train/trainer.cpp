@@ -867,7 +867,12 @@ std::unique_ptr<TimingsWriter> Trainer::open_outputs(int start_step, const Memor
   const std::vector<double> predicted =
       world_.gather(std::vector<double>(mine.bytes.begin(), mine.bytes.end()));
   // run.checkpoint_every = -1 writes no checkpoint, so leaves no checkpoints/ directory.
-  if (config_.run.checkpoint_every >= 0) checkpointer_->require_writable();
+  if (config_.run.checkpoint_every >= 0) {
+    checkpointer_->require_writable();
+    for (const std::string& removed : checkpointer_->remove_unfinished_writes())
+      console_.line(
+          fmt::format("removed {}: a checkpoint write a killed process left unfinished", removed));
+  }
   std::unique_ptr<TimingsWriter> timings;
   if (grid_.rank() == 0) {
     TimingsSegment segment{0, start_step};

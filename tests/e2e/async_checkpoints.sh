@@ -6,7 +6,8 @@
 #    PERFORMANCE line's checkpoint_background_s, timings.h5's checkpoint_background_seconds;
 #  - a resume from one is bit-identical to the uninterrupted run (losses and final checkpoint);
 #  - a rank killed during a background write: the checkpoint being written never gets its name,
-#    and --resume auto continues from the previous complete one, bit-identical again.
+#    --resume auto continues from the previous complete one, bit-identical again, and removes the
+#    killed write's temporary.
 set -uo pipefail
 trident=$1 src=$2 work=$3
 check="/usr/bin/python3 $src/tests/e2e/check_run.py"
@@ -86,9 +87,15 @@ train killed --set run.async_checkpoints=true --inject-fault kill-in-checkpoint:
 killed_dir=$work/killed/tiny/checkpoints
 [ ! -e "$killed_dir/step_000004.h5" ] || fail "a half-written checkpoint has its final name"
 [ -e "$killed_dir/step_000002.h5" ] || fail "the previous checkpoint is gone: $(ls -A "$killed_dir")"
+ls -A "$killed_dir" | grep -qE '^\.step_000004\.h5\.[0-9]+\.[0-9a-f]+\.tmp$' ||
+  fail "no unfinished temporary to clean up: $(ls -A "$killed_dir")"
 train killed --set run.async_checkpoints=true --resume auto
 [ $rc -eq 0 ] || fail "--resume auto after a killed asynchronous write: exit status $rc"
 grep -q "resumed from .*step_000002.h5 at step 2" "$work/killed.log" || fail "did not resume from step 2"
+# The killed write's temporary (as large as a checkpoint) is removed when the run starts again.
+grep -qE "^removed $killed_dir/\.step_000004\.h5\.[0-9]+\.[0-9a-f]+\.tmp: a checkpoint write" \
+  "$work/killed.log" || fail "the unfinished temporary was not reported removed"
+! ls -A "$killed_dir" | grep -q '\.tmp$' || fail "a temporary is left: $(ls -A "$killed_dir")"
 $check compare "$work/sync/tiny/timings.h5" "$work/killed/tiny/timings.2.h5" --from-step 3 \
   --min-steps 6 --exact || exit 1
 same_checkpoint "$sync_dir/step_000008.h5" "$killed_dir/step_000008.h5"
