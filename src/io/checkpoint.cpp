@@ -52,8 +52,6 @@ struct Selection {
   std::vector<float> values;
   std::vector<int64_t> local;  // each value's position in chunk `chunk`'s flat buffer
   int chunk = -1;
-  uint64_t checksum = 0;
-  int64_t count = 0;
 };
 
 // The length of a tensor's rows in the file: its last dimension (a vector is one row). A block
@@ -203,7 +201,7 @@ uint64_t element_hash(int64_t flat_index, float value) {
 
 namespace {
 
-// Rank 0's `text` on every rank of `world`.
+// Rank `root`'s `text` on every rank of `world`.
 std::string broadcast_text(std::string text, MPI_Comm world, int root = 0) {
   int length = static_cast<int>(text.size());
   TRIDENT_MPI(MPI_Bcast(&length, 1, MPI_INT, root, world));
