@@ -118,11 +118,12 @@ expect_bad "resume other model" "holds a different model" "${train[@]}" --set mo
 expect_bad "generate garbage" "not a readable HDF5 file" "$trident" generate --ckpt "$work/garbage.h5" --prompt hi
 expect_bad "generate temperature" "--temperature 0 must be at least 1e-06" "$trident" generate --ckpt "$good_ckpt" --temperature 0
 expect_bad "underflowing temperature" "--temperature 1e-39 must be at least 1e-06" "$trident" generate --ckpt "$good_ckpt" --temperature 1e-39
-for key in optim.eps optim.max_norm optim.weight_decay run.peak_tflops offload.buffer_mb parallel.dp_bucket_mb; do
+for key in optim.eps optim.max_norm optim.weight_decay model.rope_theta run.peak_tflops offload.buffer_mb parallel.dp_bucket_mb; do
   expect_bad "$key infinite" "key '$key' = inf must be a finite number" "${train[@]}" --set "$key=inf"
 done
 expect_bad "plan kv heads" "plan: --kv-heads = 3 must divide --heads = 4" "$trident" plan --layers 2 --hidden 64 --heads 4 --llama --kv-heads 3
 expect_bad "plan negative ffn" "plan: --ffn = -5 must be between 0" "$trident" plan --layers 2 --hidden 64 --heads 4 --llama --ffn -5
+expect_bad "huge ffn" "model.ffn_hidden = 1073741824 and model.multiple_of = 256 must be at most 1048576" "$trident" train --config inputs/llama-tiny.toml --set run.out_dir="$work/out" --set model.ffn_hidden=1073741824
 expect_bad "huge dp bucket" "parallel.dp_bucket_mb = 1e+300 must be in (0, 65536]" "${train[@]}" --set parallel.dp_bucket_mb=1e300
 expect_bad "recompute policy" "recompute.policy = 'most' must be one of none, selective, full" "${train[@]}" --set recompute.policy=most
 expect_bad "recompute layers without full" "recompute.layers applies only to recompute.policy = 'full'" "${train[@]}" --set recompute.layers=1

@@ -93,5 +93,13 @@ expect deep_toml "deep.toml:4:[0-9]*: TOML syntax error: .*exceeded maximum nest
 rc=$?
 [ $rc -eq 2 ] && grep -q -- '--hf: names no path' "$work/empty_hf.log" ||
   { cat "$work/empty_hf.log"; fail "export --hf '': exit status $rc"; }
+# A FIFO where the shards' index is expected (once a hang), and an import into a missing directory.
+"$trident" ckpt export "$ck" --hf "$work/exported" > /dev/null 2>&1 || fail "export --hf"
+mkdir -p "$work/fifo_index" && cp "$work/exported/config.json" "$work/fifo_index/"
+mkfifo "$work/fifo_index/model.safetensors.index.json"
+expect hf_index_fifo "'$work/fifo_index/model.safetensors.index.json' is not a regular file" \
+  "$trident" ckpt import --hf "$work/fifo_index" --out "$work/fifo.h5"
+expect import_to_missing_dir "cannot write '$work/none/x.h5': its directory '$work/none' does not exist" \
+  "$trident" ckpt import --hf "$work/exported" --out "$work/none/x.h5"
 [ ! -e "$work/fifo.h5" ] && [ ! -e "$work/deep.h5" ] || fail "a refused import wrote its output"
 echo "bad paths: ok"

@@ -106,6 +106,16 @@ grep -q "trident: error: the file system holding $ckdir is full: 0.5 MiB free, t
   "$work/small.log" || { grep trident "$work/small.log"; fail "no room for one checkpoint: message"; }
 ! grep -q "^step" "$work/small.log" || fail "no room for a checkpoint was found after steps"
 
+# A Hugging Face export onto a full disk (once a 0-byte config.json and index, exit 0): exit 2
+# naming the file and the cause, nothing left in the directory.
+mkdir -p "$work/hf_full"
+full_disk "$work/hf_full" 100000 "$trident" ckpt export "$work/ckpt/tiny/checkpoints/step_000002.h5" \
+  --hf "$work/hf_full/out" > "$work/hf_full.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "trident: error: writing '$work/hf_full/out/model.safetensors' failed (write): No space left on device" \
+  "$work/hf_full.log" || { cat "$work/hf_full.log"; fail "an export onto a full disk: exit $rc"; }
+[ -z "$(ls -A "$work/hf_full/out")" ] || fail "an export onto a full disk left $(ls -A "$work/hf_full/out")"
+
 mkdir -p "$work/nvme"
 full_disk "$work/nvme" 100000 "$trident" train "${common[@]}" --set run.steps=6 \
   --set run.log_every=1 --set offload.optimizer=nvme --set offload.nvme_dir="$work/nvme" \

@@ -89,6 +89,11 @@ $files hostile "$work/f32" "$work/hostile" >"$work/cases.txt" || fail "writing h
 hostile_refused "$work/cases.txt" "$work/hostile" 22
 "$trident" ckpt import --hf "$work/hostile/nan_weight" --out "$work/nan.h5" --allow-non-finite \
   >/dev/null || fail "a NaN weight asked for with --allow-non-finite"
+# Sampling from it refuses the non-finite logits (once one repeated byte, exit 0).
+"$trident" generate --ckpt "$work/nan.h5" --prompt hi --tokens 4 >/dev/null 2>"$work/nan_generate.log"
+rc=$?
+[ $rc = 2 ] && grep -q "^trident: error: '$work/nan.h5': logit [0-9]* of the token after [0-9]* is -\?nan: the checkpoint's weights are not finite" \
+  "$work/nan_generate.log" || { cat "$work/nan_generate.log"; fail "generate from NaN weights: exit $rc"; }
 
 "$trident" ckpt export "$work/f32.h5" >/dev/null 2>&1
 [ $? = 2 ] || fail "ckpt export without --llmc or --hf did not exit 2"

@@ -36,6 +36,29 @@ refused dump_onto_data "cannot write '$work/val.bin': it is the input '$work/val
 cmp -s data/kjv_val.bin "$work/val.bin" || fail "--dump-grads replaced the data"
 ck=$work/run/tiny/checkpoints/step_000002.h5
 [ -f "$ck" ] || fail "no checkpoint"
+# ... onto the config file the run reads, or the checkpoint it resumes from (refused, kept).
+mkdir -p "$work/models" && cp inputs/models/tiny.toml "$work/models/"  # its model.from
+cp inputs/tiny.toml "$work/tiny.toml" && cp "$work/tiny.toml" "$work/tiny.kept"
+refused dump_onto_config "cannot write '$work/tiny.toml': it is the input '$work/tiny.toml'" \
+  "$trident" train --config "$work/tiny.toml" --set run.steps=2 --set run.out_dir="$work/run3" \
+  --dump-grads "$work/tiny.toml"
+cmp -s "$work/tiny.toml" "$work/tiny.kept" || fail "--dump-grads replaced the config"
+"${train[@]}" --set run.steps=4 --set run.out_dir="$work/four" > /dev/null 2>&1 || fail "4 steps"
+cp "$work/four/tiny/checkpoints/step_000002.h5" "$work/resumed.h5"
+cp "$work/resumed.h5" "$work/resumed.kept"
+refused dump_onto_resumed "cannot write '$work/resumed.h5': it is the input '$work/resumed.h5'" \
+  "${train[@]}" --set run.steps=4 --set run.out_dir="$work/run4" --resume "$work/resumed.h5" \
+  --dump-grads "$work/resumed.h5"
+cmp -s "$work/resumed.h5" "$work/resumed.kept" || fail "--dump-grads replaced the resumed checkpoint"
+
+# The run directory's stop marker: a link planted at it is replaced when a time budget stops the
+# run.
+mkdir -p "$work/stop/tiny" && ln -s "$victim" "$work/stop/tiny/stopped"
+"${train[@]}" --set run.steps=50 --set run.max_minutes=0.001 --set run.out_dir="$work/stop" \
+  > "$work/stop.log" 2>&1
+grep -q "^stopping after step" "$work/stop.log" || { cat "$work/stop.log"; fail "no stop"; }
+untouched "the stop marker onto a link"
+[ -f "$work/stop/tiny/stopped" ] && [ ! -L "$work/stop/tiny/stopped" ] || fail "no stop marker"
 
 # prepare: a link at an output's name is replaced.
 head -c 5000 data/kjv_train.bin | od -An -c > "$work/text.txt"
@@ -45,14 +68,18 @@ mkdir -p "$work/data" && ln -s "$victim" "$work/data/c_train.bin"
 untouched "prepare onto a link"
 [ ! -L "$work/data/c_train.bin" ] || fail "prepare left the link"
 
-# Exports: a link at config.json replaced; a sharded export then a single-file one into the same
-# directory leaves only the single file's export, which imports as the checkpoint.
+# Exports: links at config.json, model.safetensors and the index replaced; a sharded export then
+# a single-file one into the same directory leaves only the single file's export, which imports as
+# the checkpoint.
 mkdir -p "$work/hf" && ln -s "$victim" "$work/hf/config.json"
 "$trident" ckpt export "$ck" --hf "$work/hf" --max-shard-mb 0.05 > /dev/null || fail "sharded export"
 untouched "export onto a link"
 ls "$work/hf"/model-*-of-*.safetensors > /dev/null 2>&1 && [ -f "$work/hf/model.safetensors.index.json" ] ||
   fail "the first export is not sharded"
+rm "$work/hf/model.safetensors.index.json" && ln -s "$victim" "$work/hf/model.safetensors.index.json"
+ln -s "$victim" "$work/hf/model.safetensors"
 "$trident" ckpt export "$ck" --hf "$work/hf" > /dev/null || fail "single-file export"
+untouched "export onto links at model.safetensors and the index"
 left=$(ls "$work/hf" | tr '\n' ' ')
 [ "$left" = "config.json model.safetensors " ] || fail "the directory after a second export: $left"
 "$trident" ckpt import --hf "$work/hf" --out "$work/back.h5" > /dev/null || fail "import"
@@ -64,6 +91,12 @@ cmp -s "$work/hf/model.safetensors" "$work/hf2/model.safetensors" || fail "the e
 cp "$work/hf/model.safetensors" "$work/mixed/"
 refused mixed_exports "holds model.safetensors and an index of other files" \
   "$trident" ckpt import --hf "$work/mixed" --out "$work/mixed.h5"
+
+# An import through a link at --out replaces the link.
+ln -s "$victim" "$work/imported.h5"
+"$trident" ckpt import --hf "$work/hf" --out "$work/imported.h5" > /dev/null || fail "import onto a link"
+untouched "import onto a link"
+[ -f "$work/imported.h5" ] && [ ! -L "$work/imported.h5" ] || fail "import: no file at the link's name"
 
 # An import onto a file it reads is refused, the file kept.
 cp "$work/hf/model.safetensors" "$work/kept.safetensors"
