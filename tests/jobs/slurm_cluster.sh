@@ -1,7 +1,7 @@
 # Sourced by the tests/jobs/slurm_*.sh tests: arguments, a Slurm cluster on localhost for the
 # test's lifetime, its cleanup and restart_cluster. Sets exe, src, work, python, cluster and
 # SLURM_CONF; a test sets $job while a job runs, so that a failure cancels it before the daemons
-# stop.
+# stop. Defines fail and job_field for the tests of jobs/train.sh (a test may define its own fail).
 # usage: source slurm_cluster.sh TRIDENT_EXE SOURCE_DIR WORK_DIR NODES
 set -euo pipefail
 exe=$(realpath "$1")
@@ -33,3 +33,14 @@ restart_cluster() {
   bash "$src/tools/local_slurm.sh" stop "$cluster"
   eval "$(bash "$src/tools/local_slurm.sh" start "$cluster" 8 "$cluster_nodes")"
 }
+# fail MESSAGE: the job's state and the ends of the job's output ($work/train.out) and of the
+# run's log ($run/trident.log), where they exist; exit 1.
+fail() {
+  echo "FAIL: $*" >&2
+  [[ -n $job ]] && scontrol show job "$job" >&2 || true
+  tail -n 40 "$work/train.out" >&2 || true
+  tail -n 30 "${run:-/nonexistent}/trident.log" >&2 || true
+  exit 1
+}
+# job_field NAME: the job's NAME field (scontrol show job).
+job_field() { scontrol show job "$job" | grep -o " $1=[^ ]*" | head -n 1 | cut -d= -f2; }

@@ -11,15 +11,6 @@
 export SLURM_CRED_EXPIRE=10
 source "$(dirname "$0")/slurm_cluster.sh" "$1" "$2" "$3" 1
 
-fail() {
-  echo "FAIL: $*" >&2
-  [[ -n $job ]] && scontrol show job "$job" >&2 || true
-  tail -n 30 "$work/train.out" >&2 || true
-  tail -n 30 "$run/trident.log" >&2 || true
-  exit 1
-}
-job_field() { scontrol show job "$job" | grep -o " $1=[^ ]*" | head -n 1 | cut -d= -f2; }
-
 steps=2000
 run=$work/runs/train/requeued
 cd "$src"

@@ -9,15 +9,6 @@
 # usage: slurm_restart.sh TRIDENT_EXE SOURCE_DIR WORK_DIR
 source "$(dirname "$0")/slurm_cluster.sh" "$1" "$2" "$3" 2
 
-fail() {
-  echo "FAIL: $*" >&2
-  [[ -n $job ]] && scontrol show job "$job" >&2 || true
-  tail -n 40 "$work/train.out" >&2 || true
-  tail -n 30 "$run/trident.log" >&2 || true
-  exit 1
-}
-job_field() { scontrol show job "$job" | grep -o " $1=[^ ]*" | head -n 1 | cut -d= -f2; }
-
 run=$work/runs/train/excluded
 # The first job step (srun launch) hangs rank 1; later ones run as they are.
 cat > "$work/hangs_first_launch" <<SH
