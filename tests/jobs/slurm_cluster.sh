@@ -1,7 +1,8 @@
 # Sourced by the tests/jobs/slurm_*.sh tests: arguments, a Slurm cluster on localhost for the
 # test's lifetime, its cleanup and restart_cluster. Sets exe, src, work, python, cluster and
 # SLURM_CONF; a test sets $job while a job runs, so that a failure cancels it before the daemons
-# stop. Defines fail and job_field for the tests of jobs/train.sh (a test may define its own fail).
+# stop. Defines fail, job_field and job_completes for the tests of jobs/train.sh (a test may define
+# its own fail).
 # usage: source slurm_cluster.sh TRIDENT_EXE SOURCE_DIR WORK_DIR NODES
 set -euo pipefail
 exe=$(realpath "$1")
@@ -44,3 +45,15 @@ fail() {
 }
 # job_field NAME: the job's NAME field (scontrol show job).
 job_field() { scontrol show job "$job" | grep -o " $1=[^ ]*" | head -n 1 | cut -d= -f2; }
+# job_completes SECONDS: waits for $job to end, prints its output ($work/train.out), and fails
+# unless it ended COMPLETED within SECONDS.
+job_completes() {
+  local state=
+  for _ in $(seq $(($1 * 5))); do
+    state=$(job_field JobState)
+    [[ $state == COMPLETED || $state == FAILED || $state == CANCELLED || $state == TIMEOUT ]] && break
+    sleep 0.2
+  done
+  cat "$work/train.out"
+  [[ $state == COMPLETED ]] || fail "job $job ended ${state:-unknown}, want COMPLETED"
+}

@@ -27,14 +27,7 @@ done
 [[ -f $run/checkpoints/step_000100.h5 ]] || fail "the run did not reach step 100"
 scancel --signal=USR1 "$job"
 echo "sent SIGUSR1 to the ranks of job $job"
-state=
-for _ in $(seq 1800); do
-  state=$(job_field JobState)
-  [[ $state == COMPLETED || $state == FAILED || $state == CANCELLED || $state == TIMEOUT ]] && break
-  sleep 0.2
-done
-cat "$work/train.out"
-[[ $state == COMPLETED ]] || fail "job $job ended $state, want COMPLETED"
+job_completes 360
 [[ $(job_field Restarts) == 1 ]] || fail "restarts: $(job_field Restarts), want 1"
 [[ $(job_field ExitCode) == 0:0 ]] || fail "exit code $(job_field ExitCode)"
 line=$(grep "^stopping after step" "$run/trident.log") || fail "no stopping line"

@@ -23,14 +23,7 @@ job=$(TRIDENT=$work/hangs_first_launch CONFIG=inputs/tiny.toml STEPS=8 RUNS_DIR=
   SETS="run.eval_every=0 run.checkpoint_every=2 run.watchdog_seconds=4" \
   sbatch --parsable --output="$work/train.out" --nodes=2 --ntasks-per-node=2 jobs/train.sh)
 echo "submitted job $job"
-state=
-for _ in $(seq 1500); do
-  state=$(job_field JobState)
-  [[ $state == COMPLETED || $state == FAILED || $state == CANCELLED || $state == TIMEOUT ]] && break
-  sleep 0.2
-done
-cat "$work/train.out"
-[[ $state == COMPLETED ]] || fail "job $job ended $state, want COMPLETED"
+job_completes 300
 grep -q "train: trident doctor names host n2 (the rank the others wait for)" "$work/train.out" ||
   fail "the doctor did not name n2"
 grep -q "train: leaving host n2 out of the relaunch" "$work/train.out" || fail "n2 not left out"
