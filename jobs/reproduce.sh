@@ -3,7 +3,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-papers=(zero2020 megatron2019 narayanan2021 deepspeed_moe2022 megatron_core_moe2024)
+papers=(zero2020 megatron2019 narayanan2021 deepspeed_moe2022 megatron_core_moe2024 torchtitan2024)
 usage="usage: bash jobs/reproduce.sh [--detail] [NAME]   (make paper [PAPER=NAME])
 
 Runs every row of a paper's table (inputs/paper/NAME/rows.txt) through \`trident plan --config\`
@@ -14,7 +14,10 @@ quantity) come first as PAPER_TOLERANCE lines. Quantities named trident_ref_* ha
 figure and a line of their own kind,
   TRIDENT_REF paper=NAME row=ROW quantity=Q recorded=R trident=T error_percent=E
 where R is trident's own documented prediction, recorded in rows.txt so that a change to the
-memory model is seen. Needs only the trident program (make program); no MPI, no data.
+memory model is seen. A quantity memory_ratio_to_BASE is the row's memory per GPU over that of
+row BASE (listed before it): how memory grows from one layout to another, which a paper's
+figures show even where its absolute memory is its implementation's and not trident's. Needs
+only the trident program (make program); no MPI, no data.
 
 NAME: ${papers[*]} or all (the default)
   --detail   also one PAPER_DETAIL line per row (layout, memory, fit, step-time breakdown), what
@@ -63,8 +66,10 @@ field() { { grep -oE "(^| )$1=[^ ]+" <<<"$2" || true; } | head -n 1 | cut -d= -f
 # plan_of ROW: trident's `plan` output for ROW (run once per row, kept in $tmp).
 plan_of() { cat "$tmp/$1.out"; }
 
-# The quantities a rows.txt may name (docs/paper-reproduction.md says what each is).
+# The quantities a rows.txt may name (docs/paper-reproduction.md says what each is), and
+# memory_ratio_to_ROW.
 quantities="params_billion active_params_billion tflops_per_gpu model_tflops_per_gpu samples_per_second model_states_gb trident_ref_gb_per_gpu trident_ref_model_states_gb"
+known_quantity() { [[ " $quantities " == *" $1 "* || $1 =~ ^memory_ratio_to_[A-Za-z0-9._+-]+$ ]]; }
 # value_of QUANTITY OUTPUT: trident's number for QUANTITY in a `plan` output.
 value_of() {
   local quantity=$1 out=$2 memory stage
@@ -78,6 +83,14 @@ value_of() {
       field "$quantity" "$(grep '^CONFIG_TIME' <<<"$out" || true)" ;;
     trident_ref_gb_per_gpu) field total_gb "$memory" ;;
     trident_ref_model_states_gb) field model_states_gb "$memory" ;;
+    memory_ratio_to_*)  # this row's memory per GPU over that of an earlier row
+      local base=${quantity#memory_ratio_to_} this
+      [[ -f $tmp/$base.out ]] || die "$quantity: no row '$base' before this one"
+      this=$(field total_gb "$memory")
+      memory=$(grep '^CONFIG_MEMORY' "$tmp/$base.out" || true)
+      base=$(field total_gb "$memory")
+      [[ -n $this && -n $base ]] || return 0
+      awk -v t="$this" -v b="$base" 'BEGIN { printf "%.4f\n", t / b }' ;;
     model_states_gb)  # the ZeRO paper's accounting (2 + 2 + 12 bytes) at the config's stage
       stage=$(sed -nE 's/^this config as written:.* ZeRO-([0-3]),.*/\1/p' <<<"$out")
       [[ -n $stage ]] || return 0
@@ -90,7 +103,8 @@ value_of() {
 # detail_of PAPER ROW OUTPUT: the PAPER_DETAIL line of a row: its layout, memory and step time.
 detail_of() {
   local out=$3 layout memory time
-  layout=$(sed -nE 's/^this config as written: dp=([0-9]+) tp=([0-9]+) pp=([0-9]+) \(([0-9]+) ranks?\).* ZeRO-([0-3]),.*micro-batch ([0-9]+) x.*/layout=\1x\2x\3 gpus=\4 zero=\5 micro_batch=\6/p' <<<"$out")
+  layout=$(sed -nE 's/^this config as written: dp=([0-9]+) (cp=([0-9]+) )?tp=([0-9]+) pp=([0-9]+) \(([0-9]+) ranks?\).* ZeRO-([0-3]),.*micro-batch ([0-9]+) x.*/layout=\1x\4x\5 cp=\3 gpus=\6 zero=\7 micro_batch=\8/p' <<<"$out")
+  layout=${layout/cp= /cp=1 }  # no cp in a layout without context parallelism
   ep=$(sed -nE 's/^this config as written: .*, ep=([0-9]+),.*/\1/p' <<<"$out")
   memory=$(grep '^CONFIG_MEMORY' <<<"$out" || true)
   time=$(sed -nE 's/^time model on .*: step ([0-9.]+) s = compute ([0-9.]+) \(recompute ([0-9.]+)\) \+ pipeline ([0-9.]+) \+ tensor-parallel ([0-9.]+) \+ data-parallel ([0-9.]+) exposed \(of ([0-9.]+)\) \+ offload [0-9.]+ \+ expert all-to-all ([0-9.]+).*/step_s=\1 compute_s=\2 recompute_s=\3 pipeline_s=\4 tp_s=\5 dp_exposed_s=\6 dp_transferred_s=\7 ep_s=\8/p' <<<"$out")
@@ -111,7 +125,7 @@ for paper in "${selected[@]}"; do
     if [[ $first == tolerance ]]; then
       read -r quantity percent extra <<<"$rest"
       [[ -n $percent && -z $extra ]] || die "$rows: want 'tolerance QUANTITY PERCENT', got '$first $rest'"
-      [[ " $quantities " == *" $quantity "* ]] || die "$rows: unknown quantity '$quantity' (known: $quantities)"
+      known_quantity "$quantity" || die "$rows: unknown quantity '$quantity' (known: $quantities memory_ratio_to_ROW)"
       tolerance[$quantity]=$percent
       echo "PAPER_TOLERANCE paper=$paper quantity=$quantity tolerance_percent=$percent"
       continue

@@ -522,14 +522,15 @@ struct ConfigCommand {
     app->add_option("--config", path, "run config (TOML)")->required();
     app->add_option("--set", overrides, "override a key, as for train (repeatable)");
     app->add_option("--ranks", ranks,
-                    "ranks to validate against (default dp x tp x pp, dp = 0 counting as 1)")
+                    "ranks to validate against (default dp x cp x tp x pp, dp = 0 counting as 1)")
         ->check(CLI::Range(1, 1 << 24));
   }
   void run(int rank) const {
     const trident::Config read = trident::load_config(path, overrides);
-    const int dp = read.parallel.dp > 0 ? read.parallel.dp : 1;  // dp = 0 fills the ranks
+    trident::ParallelSection layout = read.parallel;
+    layout.dp = std::max(layout.dp, 1);  // dp = 0 fills the ranks
     const trident::Config c =
-        trident::resolve(read, ranks > 0 ? ranks : dp * read.parallel.tp * read.parallel.pp);
+        trident::resolve(read, ranks > 0 ? ranks : static_cast<int>(layout.ranks()));
     if (rank == 0) std::cout << c.to_toml();
   }
 };

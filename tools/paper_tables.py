@@ -155,10 +155,19 @@ class Tables:
                       "model TFLOP/s per GPU: published / trident", "trident's GB per GPU",
                       "fits 80 GB", "step s: compute / all-to-all / pipeline / dp"], body)
 
+    def torchtitan2024(self):
+        body = [[r, d["layout"].split("x")[0] + f" × cp {d['cp']}", d["gpus"],
+                 self.against(q, "memory_ratio_to_cp1"), self.reference(q, "trident_ref_gb_per_gpu"),
+                 d["model_states_gb"], d["fits"]]
+                for r, q, d in self.need("torchtitan2024")]
+        return table(["row", "dp × cp", "GPUs", "memory over CP 1's: published / trident",
+                      "trident's GB per GPU", "model states GB", "fits 80 GB"], body)
+
     def render(self, name):
         makers = {"tolerances": self.tolerances_table, "megatron2019": self.megatron2019,
                   "deepspeed_moe2022": self.deepspeed_moe2022,
                   "megatron_core_moe2024": self.megatron_core_moe2024,
+                  "torchtitan2024": self.torchtitan2024,
                   "narayanan2021-table1": self.narayanan2021_table1,
                   "narayanan2021-table2": self.narayanan2021_table2, "zero2020": self.zero2020}
         if name not in makers:
