@@ -3,7 +3,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-papers=(zero2020 megatron2019 narayanan2021 deepspeed_moe2022 megatron_core_moe2024 torchtitan2024)
+papers=(zero2020 megatron2019 narayanan2021 deepspeed_moe2022 megatron_core_moe2024 llama3_2024 torchtitan2024)
 usage="usage: bash jobs/reproduce.sh [--detail] [NAME]   (make paper [PAPER=NAME])
 
 Runs every row of a paper's table (inputs/paper/NAME/rows.txt) through \`trident plan --config\`

@@ -155,6 +155,18 @@ class Tables:
                       "model TFLOP/s per GPU: published / trident", "trident's GB per GPU",
                       "fits 80 GB", "step s: compute / all-to-all / pipeline / dp"], body)
 
+    def llama3_2024(self):
+        body = []
+        for r, q, d in self.need("llama3_2024"):
+            step = (f"{d['step_s']}: {d['compute_s']} / {seconds(d['pipeline_s'])} / {seconds(d['tp_s'])}"
+                    f" / {seconds(d['dp_exposed_s'])}")
+            body.append([r, d["layout"].replace("x", " × "), d["gpus"],
+                         self.against(q, "model_tflops_per_gpu"),
+                         self.reference(q, "trident_ref_gb_per_gpu"), d["fits"], step])
+        return table(["row", "dp × tp × pp", "GPUs", "model TFLOP/s per GPU: Table 4 / trident",
+                      "trident's GB per GPU", "fits 80 GB", "step s: compute / pipeline / tp / dp"],
+                     body)
+
     def torchtitan2024(self):
         body = [[r, d["layout"].split("x")[0] + f" × cp {d['cp']}", d["gpus"],
                  self.against(q, "memory_ratio_to_cp1"), self.reference(q, "trident_ref_gb_per_gpu"),
@@ -167,7 +179,7 @@ class Tables:
         makers = {"tolerances": self.tolerances_table, "megatron2019": self.megatron2019,
                   "deepspeed_moe2022": self.deepspeed_moe2022,
                   "megatron_core_moe2024": self.megatron_core_moe2024,
-                  "torchtitan2024": self.torchtitan2024,
+                  "llama3_2024": self.llama3_2024, "torchtitan2024": self.torchtitan2024,
                   "narayanan2021-table1": self.narayanan2021_table1,
                   "narayanan2021-table2": self.narayanan2021_table2, "zero2020": self.zero2020}
         if name not in makers:

@@ -470,11 +470,13 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
   k.ep_seconds = micro_batches * ep_micro;
   k.cp_seconds = micro_batches * cp_micro;
   // The 1F1B bubble (over v model chunks with the interleaved schedule), plus each micro-batch's
-  // activation forward and gradient backward at each of its v stage boundaries.
+  // activation forward and gradient backward at each of its v stage boundaries: a tp rank sends
+  // its 1 / tp of the tokens under sequence parallelism, all of them without.
   const int v = k.virtual_stages;
-  k.bubble_seconds = pp == 1 ? 0
-                             : (pp - 1) * (micro + tp_micro + ep_micro + cp_micro) / v +
-                                   2.0 * v * micro_batches * 2 * tokens * h / (pp_gbs * kGB);
+  k.bubble_seconds =
+      pp == 1 ? 0
+              : (pp - 1) * (micro + tp_micro + ep_micro + cp_micro) / v +
+                    2.0 * v * micro_batches * 2 * tokens / replicated * h / (pp_gbs * kGB);
   // One bf16 pass of the rank's parameters or gradients over dp x cp (the routed experts' over
   // their replicas, on the same links), and the compute each ZeRO stage can hide it behind
   // (planner.hpp).

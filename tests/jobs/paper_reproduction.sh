@@ -33,7 +33,7 @@ memory_of() {
 TRIDENT=$exe bash jobs/reproduce.sh --detail all >"$work/reproduce.out" 2>&1 ||
   { cat "$work/reproduce.out"; fail "jobs/reproduce.sh all: a row outside its tolerance"; }
 grep -v '^PAPER_DETAIL' "$work/reproduce.out"
-for paper in zero2020 megatron2019 narayanan2021 deepspeed_moe2022 megatron_core_moe2024 torchtitan2024; do
+for paper in zero2020 megatron2019 narayanan2021 deepspeed_moe2022 megatron_core_moe2024 llama3_2024 torchtitan2024; do
   want=$(grep -vE '^(#|tolerance |$)' "inputs/paper/$paper/rows.txt" | grep -cv ' trident_ref_' || true)
   got=$(grep -c "^PAPER_ROW paper=$paper " "$work/reproduce.out" || true)
   [[ $got == "$want" ]] || fail "reproduce.sh printed $got PAPER_ROW lines for $paper, rows.txt has $want"

@@ -525,6 +525,27 @@ TEST(PlannerMoe, InterleavingDividesThePipelineBubble) {
   EXPECT_THROW(predict_layout(m, c, 256.0 * 4096, mixtral_layout(3)), InputError);
 }
 
+// Under sequence parallelism a tp rank holds, and sends to the next stage, 1 / tp of a
+// micro-batch's tokens (pipeline_runner's transfers): the bubble's transfer term is a tp-th of
+// the whole activation's.
+TEST(Planner, SequenceParallelStagesSendTheirShareOfTheTokens) {
+  const PlanCluster c = h100_nodes(4);
+  PlanModel m = plan_llama(llama3(32, 4096, 32, 14336));
+  m.seq = 4096;
+  PlanCandidate k;
+  k.dp = 1, k.tp = 8, k.pp = 4, k.zero = 1, k.micro_batch = 1, k.sequence_parallel = true;
+  const PlanCandidate plain = predict_layout(m, c, 16.0 * 4096, k);
+  k.virtual_stages = 2;
+  const PlanCandidate interleaved = predict_layout(m, c, 16.0 * 4096, k);
+  // 16 micro-batches' activations forward and gradients backward, bf16, a tp rank's 4096 / 8
+  // tokens of h = 4096, over the network (neighbouring stages are 8 ranks apart).
+  const double transfers =
+      16 * 2 * 2.0 * 4096 / 8 * 4096 / (kPlanNetworkEfficiency * c.inter_gbs * 1e9);
+  EXPECT_NEAR(interleaved.bubble_seconds - 2 * transfers, (plain.bubble_seconds - transfers) / 2,
+              1e-12);
+  EXPECT_GT(plain.bubble_seconds - transfers, 0.01);
+}
+
 TEST(PlannerMoe, TheSearchPicksAnExpertParallelLayoutTridentRuns) {
   const PlanResult r = plan_layouts(plan_moe(mixtral()), h100_nodes(8), 256.0 * 4096);
   ASSERT_FALSE(r.feasible.empty()) << r.reasons;
