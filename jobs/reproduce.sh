@@ -107,7 +107,7 @@ detail_of() {
   layout=${layout/cp= /cp=1 }  # no cp in a layout without context parallelism
   ep=$(sed -nE 's/^this config as written: .*, ep=([0-9]+),.*/\1/p' <<<"$out")
   memory=$(grep '^CONFIG_MEMORY' <<<"$out" || true)
-  time=$(sed -nE 's/^time model on .*: step ([0-9.]+) s = compute ([0-9.]+) \(recompute ([0-9.]+)\) \+ pipeline ([0-9.]+) \+ tensor-parallel ([0-9.]+) \+ data-parallel ([0-9.]+) exposed \(of ([0-9.]+)\) \+ offload [0-9.]+ \+ expert all-to-all ([0-9.]+).*/step_s=\1 compute_s=\2 recompute_s=\3 pipeline_s=\4 tp_s=\5 dp_exposed_s=\6 dp_transferred_s=\7 ep_s=\8/p' <<<"$out")
+  time=$(sed -nE 's/^time model on .*: step ([0-9.]+) s = compute ([0-9.]+) \(recompute ([0-9.]+)\) \+ pipeline ([0-9.]+) \+ tensor-parallel ([0-9.]+) \+ data-parallel ([0-9.]+) exposed \(of ([0-9.]+)\) \+ offload [0-9.]+ \+ expert all-to-all ([0-9.]+) \+ context-parallel ([0-9.]+)$/step_s=\1 compute_s=\2 recompute_s=\3 pipeline_s=\4 tp_s=\5 dp_exposed_s=\6 dp_transferred_s=\7 ep_s=\8 cp_s=\9/p' <<<"$out")
   [[ -n $layout && -n $memory && -n $time ]] || return 1
   echo "PAPER_DETAIL paper=$1 row=$2 $layout ep=${ep:-1} gb_per_gpu=$(field total_gb "$memory")" \
     "model_states_gb=$(field model_states_gb "$memory") fits=$(field fits "$memory") $time"

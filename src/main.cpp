@@ -594,7 +594,7 @@ struct PlanCommand {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string device;
-  std::string attention = "unfused";
+  std::string attention = "unfused", cp_comm = "ring";
   double batch_tokens = 1 << 20;
   int top = 10;
   // How often to checkpoint (plan/checkpoint_interval.hpp).
@@ -642,6 +642,11 @@ struct PlanCommand {
                     "product; the default, as fitted) or fused (flash: the causal half, no scores)")
         ->check(CLI::IsMember({"unfused", "fused"}))
         ->capture_default_str();
+    app->add_option("--cp-comm", cp_comm,
+                    "context parallelism's keys and values: ring (each hop overlapped with "
+                    "attention) or allgather (exposed, as Llama 3); with --config, the config's")
+        ->check(CLI::IsMember({"ring", "allgather"}))
+        ->capture_default_str();
     app->add_option("--device", device,
                     "a GPU's datasheet figures for --gpu-mem, --peak-tflops, --hbm-bw, --intra-bw "
                     "and --inter-bw (each option given too wins): " +
@@ -665,6 +670,10 @@ struct PlanCommand {
                     "share of the HBM bandwidth element-wise kernels reach")
         ->check(kFinite)
         ->capture_default_str();
+    app->add_option("--attention-efficiency", cluster.attention_efficiency,
+                    "share of the peak a fused attention kernel reaches, forward and backward "
+                    "(default: the --device preset's published figure, else as --mfu)")
+        ->check(kFinite);
     app->add_option("--intra-bw", cluster.intra_gbs, "per-GPU bandwidth in a node, GB/s")
         ->check(kFinite)
         ->capture_default_str();
@@ -713,6 +722,7 @@ struct PlanCommand {
     if (measured)  // read before any output: a bad file is an input error
       measured_ceilings = trident::measured_ceilings(copy_gbs, gemm_tflops, gemm_ceilings);
     model.fused_attention = attention == "fused";
+    trident::parse_name(cp_comm, model.cp_comm);  // a member: checked by the option
     const bool interval = app->count("--checkpoint-seconds") + app->count("--mtbf-hours") > 0;
     if (interval) {  // checked before the plan prints anything
       if (checkpoint_seconds <= 0 || mtbf_hours <= 0)
@@ -795,15 +805,21 @@ struct PlanCommand {
     keep("--hbm-bw", &trident::PlanCluster::hbm_gbs);
     keep("--intra-bw", &trident::PlanCluster::intra_gbs);
     keep("--inter-bw", &trident::PlanCluster::inter_gbs);
+    keep("--attention-efficiency", &trident::PlanCluster::attention_efficiency);
     const trident::DevicePreset& d = *cluster.device;
     if (rank == 0)
       std::printf(
           "device %s: %.0f GB, %.1f TFLOP/s bf16 dense, %.0f GB/s HBM, NVLink %.0f GB/s (both "
           "directions), network %.0f GB/s per GPU (datasheets); planning with %.0f GB, %.1f "
-          "TFLOP/s, %.0f GB/s HBM, %.0f GB/s in a node, %.0f GB/s between nodes\n",
+          "TFLOP/s, %.0f GB/s HBM, %.0f GB/s in a node, %.0f GB/s between nodes%s\n",
           d.model, d.memory_gb, d.bf16_tflops, d.hbm_gbs, d.nvlink_gbs, d.network_gbs,
           cluster.gpu_mem_gb, cluster.peak_tflops, cluster.hbm_gbs, cluster.intra_gbs,
-          cluster.inter_gbs);
+          cluster.inter_gbs,
+          cluster.attention_efficiency > 0 && model.fused_attention
+              ? fmt::format(", fused attention at {:.0f}% of the peak",
+                            100 * cluster.attention_efficiency)
+                    .c_str()
+              : "");
   }
   // The config's model, batch and ranks replace the command line's where it gave none.
   void plan_for_config(int rank) {
@@ -817,6 +833,7 @@ struct PlanCommand {
     model.ffn = c.model.llama() ? c.model.mlp_hidden() : 0;
     model.tied = c.model.tied();
     model.seq = c.model.block_size;
+    if (app->count("--cp-comm") == 0) model.cp_comm = c.parallel.cp_comm;
     if (c.model.moe.enabled()) {
       trident::validate_model(c);
       model.moe.experts = c.model.moe.n_experts;

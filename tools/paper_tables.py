@@ -159,12 +159,13 @@ class Tables:
         body = []
         for r, q, d in self.need("llama3_2024"):
             step = (f"{d['step_s']}: {d['compute_s']} / {seconds(d['pipeline_s'])} / {seconds(d['tp_s'])}"
-                    f" / {seconds(d['dp_exposed_s'])}")
-            body.append([r, d["layout"].replace("x", " × "), d["gpus"],
+                    f" / {seconds(d['cp_s'])} / {seconds(d['dp_exposed_s'])}")
+            dp, tp, pp = d["layout"].split("x")
+            body.append([r, f"{dp} × {d['cp']} × {tp} × {pp}", d["gpus"],
                          self.against(q, "model_tflops_per_gpu"),
                          self.reference(q, "trident_ref_gb_per_gpu"), d["fits"], step])
-        return table(["row", "dp × tp × pp", "GPUs", "model TFLOP/s per GPU: Table 4 / trident",
-                      "trident's GB per GPU", "fits 80 GB", "step s: compute / pipeline / tp / dp"],
+        return table(["row", "dp × cp × tp × pp", "GPUs", "model TFLOP/s per GPU: Table 4 / trident",
+                      "trident's GB per GPU", "fits 80 GB", "step s: compute / pipeline / tp / cp / dp"],
                      body)
 
     def torchtitan2024(self):

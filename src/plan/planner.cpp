@@ -125,11 +125,15 @@ const std::vector<DevicePreset>& device_presets() {
   // NVIDIA's datasheets (A100, H100, H200; HGX B200), SXM parts; the network is the DGX systems'
   // one NIC per GPU: 200 Gb/s HDR InfiniBand on DGX A100, 400 Gb/s NDR on DGX H100/H200/B200.
   static const std::vector<DevicePreset> presets = {
-      {"a100-40gb", "A100 SXM4 40GB", 40, 312, 19.5, 1555, 600, 25},
-      {"a100-80gb", "A100 SXM4 80GB", 80, 312, 19.5, 2039, 600, 25},
-      {"h100", "H100 SXM5 80GB", 80, 989.4, 67, 3350, 900, 50},
-      {"h200", "H200 SXM 141GB", 141, 989.4, 67, 4800, 900, 50},
-      {"b200", "B200 (HGX, 1000 W) 180GB", 180, 2250, 0, 8000, 1800, 50},
+      // Fused attention: FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023; 73% is its
+      // forward, so the planner takes the lower end for forward and backward together) and 35% of
+      // an
+      // H100's (Shah et al. 2024, FlashAttention-3's abstract; the H200 has the same SMs).
+      {"a100-40gb", "A100 SXM4 40GB", 40, 312, 19.5, 1555, 600, 25, 0.50},
+      {"a100-80gb", "A100 SXM4 80GB", 80, 312, 19.5, 2039, 600, 25, 0.50},
+      {"h100", "H100 SXM5 80GB", 80, 989.4, 67, 3350, 900, 50, 0.35},
+      {"h200", "H200 SXM 141GB", 141, 989.4, 67, 4800, 900, 50, 0.35},
+      {"b200", "B200 (HGX, 1000 W) 180GB", 180, 2250, 0, 8000, 1800, 50, 0},
   };
   return presets;
 }
@@ -184,6 +188,7 @@ PlanCluster on_device(PlanCluster c, const DevicePreset& d) {
   c.hbm_gbs = d.hbm_gbs;
   c.intra_gbs = kPlanNvlinkShare * d.nvlink_gbs;
   c.inter_gbs = d.network_gbs;
+  c.attention_efficiency = d.fused_attention_share;
   c.device = &d;
   return c;
 }
@@ -239,8 +244,9 @@ struct PlanBasis {
     return (psi_blocks / pp + psi_embedding + (pp == 1 ? psi_head : 0)) / tp +
            psi_moe_replicated / pp;
   }
-  // Per token, forward: the tensor-parallel GEMMs and attention core of a layer (averaged over
-  // the layers), the head's, and the MoE layers' routers and the experts a token runs, all layers.
+  // Per token, forward: the tensor-parallel GEMMs of a layer (averaged over the layers; the
+  // attention core's products are estimate_time's), the head's, and the MoE layers' routers and the
+  // experts a token runs, all layers.
   double layer_flops = 0, head_flops = 0, expert_flops = 0;
   double usable_gb = 0;
   long long sequences = 0;  // per step
@@ -289,6 +295,8 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
   require_range(c.mfu, 1e-3, 1, "--mfu");
   require_range(c.hbm_gbs, 1e-3, 1e6, "--hbm-bw");
   require_range(c.hbm_efficiency, 1e-3, 1, "--hbm-efficiency");
+  if (c.attention_efficiency != 0)
+    require_range(c.attention_efficiency, 1e-3, 1, "--attention-efficiency");
   require_range(c.intra_gbs, 1e-3, 1e6, "--intra-bw");
   require_range(c.inter_gbs, 1e-3, 1e6, "--inter-bw");
   if (global_batch_tokens < m.seq)
@@ -308,7 +316,7 @@ PlanBasis plan_basis(const PlanModel& m, const PlanCluster& c, double global_bat
     b.expert_flops = 2 * (b.psi_experts * m.moe.top_k / m.moe.experts + b.psi_moe_replicated);
   }
   b.psi_blocks = b.psi - b.psi_embedding - b.psi_head - b.psi_experts - b.psi_moe_replicated;
-  b.layer_flops = 2 * b.psi_blocks / m.layers + (m.fused_attention ? 2 : 4) * b.h * b.s;
+  b.layer_flops = 2 * b.psi_blocks / m.layers;
   b.head_flops = 2 * b.V * b.h;  // last stage
   b.usable_gb = kPlanUsableMemoryFraction * c.gpu_mem_gb;
   b.sequences = static_cast<long long>(std::floor(global_batch_tokens / m.seq));
@@ -323,6 +331,7 @@ struct ModelParallelShape {
   // of one block's tensor-parallel matrices.
   double psi_rank = 0, psi_expert_rank = 0, block_params = 0;
   double dp_gbs = 0, pp_gbs = 0, cp_gbs = 0, flops_per_second = 0, expert_flops_per_second = 0;
+  double attention_flops_per_second = 0;    // the attention core's products
   int replicas() const { return dp * cp; }  // the ranks holding the same parameters
   long long per_pipeline = 0;               // sequences per step per dp rank
 };
@@ -355,6 +364,11 @@ ModelParallelShape model_parallel_shape(const PlanModel& m, const PlanCluster& c
   x.pp_gbs = link(tp * cp * x.dp * pp);
   x.expert_flops_per_second = c.peak_tflops * 1e12 * c.mfu;
   x.flops_per_second = x.expert_flops_per_second * gemm_efficiency(b.h / tp) / gemm_efficiency(b.h);
+  // Unfused, the products are batched GEMMs; fused, one kernel at its own published rate (a
+  // head's work does not shrink with tp), where the device has one.
+  x.attention_flops_per_second = m.fused_attention && c.attention_efficiency > 0
+                                     ? c.peak_tflops * 1e12 * c.attention_efficiency
+                                     : x.flops_per_second;
   x.per_pipeline = b.sequences / x.dp;
   return x;
 }
@@ -397,9 +411,11 @@ void estimate_memory(PlanCandidate& k, const PlanModel& m, const PlanBasis& basi
                                              cp
                                        : 0;
   if (x.moe_layers > 0) working += moe_scratch_bytes(m, b, tp, x.ep);
-  if (cp > 1) {  // two key/value chunks in flight, backward's fp32 dq and three chunks' sums
+  if (cp > 1) {  // the key/value chunks held (ring: two in flight; all-gather: every rank's),
+                 // backward's fp32 dq and its key/value sums (ring: three; all-gather: cp + 1)
     const double tokens = s / cp * b, kv = 2.0 * std::max(m.kv() / tp, 1) * (basis.h / m.heads);
-    working += tokens * (2 * 2 * kv + 4 * (basis.h / tp + 3 * kv));
+    const bool ring = m.cp_comm == CpComm::kRing;
+    working += tokens * (2 * (ring ? 2 : cp) * kv + 4 * (basis.h / tp + (ring ? 3 : cp + 1) * kv));
   }
   const double logits = 4 * s / cp * b * V / tp;
   const double first_rank = per_layer * layers * std::min(pp, micro_batches) + working;
@@ -421,8 +437,9 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
   const double layer_flops = basis.layer_flops, head_flops = basis.head_flops;
   const double shard = zero >= 1 ? x.replicas() : 1;
   const double tokens = s * b / cp;  // a rank's tokens of a micro-batch
-  // Forward of one micro-batch on the stage: its GEMMs and attention core at the GEMM rate, and
-  // the memory-bound element-wise work (planner.hpp) at the HBM rate. Backward costs twice the
+  // Forward of one micro-batch on the stage: its GEMMs at the GEMM rate, its attention core at
+  // the GEMM rate (unfused, with its scores at the HBM rate) or at fused attention's, and the
+  // memory-bound element-wise work (planner.hpp) at the HBM rate. Backward costs twice the
   // forward; recomputation repeats the forward (full) or the attention core and its scores
   // (selective).
   const double hbm = c.hbm_gbs * kGB * c.hbm_efficiency;
@@ -430,17 +447,18 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
   const double score_bytes = m.fused_attention ? 0 : kPlanScoreBytes * m.heads * s / tp;
   const double attention_flops = (m.fused_attention ? 2 : 4) * h * s / tp;  // a token's, a layer
   const double layer_bytes =
-      tokens * (kPlanReplicatedBytes * h / replicated + kPlanShardedBytes * h / tp + score_bytes);
+      tokens * (kPlanReplicatedBytes * h / replicated + kPlanShardedBytes * h / tp);
   // The stage's share of the MoE layers: the experts a token runs, on each tp rank's own tokens
   // at the full-width rate, and the dispatch and combine permutations.
   const double experts =
       basis.expert_flops / m.layers * layers / tp * tokens / x.expert_flops_per_second +
       x.moe_layers * tokens * kPlanPermuteBytes * m.moe.top_k * h / tp / hbm;
+  const double attention_core =
+      layers * tokens * (attention_flops / x.attention_flops_per_second + score_bytes / hbm);
   const double forward = (layers * layer_flops + head_flops) / tp * tokens / flops_per_second +
-                         layers * layer_bytes / hbm + experts;
+                         layers * layer_bytes / hbm + attention_core + experts;
   double extra = 0;
-  if (recompute == "selective")
-    extra = layers * tokens * (attention_flops / flops_per_second + score_bytes / hbm);
+  if (recompute == "selective") extra = attention_core;
   if (recompute == "full") extra = forward - head_flops / tp * tokens / flops_per_second;
   const double micro = 3 * forward + extra;
   const double backward = micro - forward;
@@ -452,17 +470,23 @@ void estimate_time(PlanCandidate& k, const PlanModel& m, const PlanCluster& c,
       tp_collectives * layers * 2 * ring_seconds(2 * tokens * h, tp, c.intra_gbs);
   const double ep_micro = tp_collectives * x.moe_layers *
                           all_to_all_seconds(2 * tokens / tp * m.moe.top_k * h, x.ep, c);
-  // Context parallelism's ring, per layer: a key/value chunk a hop, each hop against one ring
+  // Context parallelism, per layer. The ring: a key/value chunk a hop, each hop against one ring
   // step's attention core (1 / cp of the rank's; backward twice the compute and three times the
-  // bytes, the gradients' last hop home against nothing).
+  // bytes, the gradients' last hop home against nothing). The all-gather: every rank's chunk
+  // before the forward and again before the backward, and the fp32 key/value gradients'
+  // reduce-scatter after it, none of them overlapped.
   double cp_micro = 0;
   if (cp > 1) {
     const double chunk = 2 * 2.0 * std::max(m.kv() / tp, 1) * (h / m.heads) * tokens;
     const double hop = chunk / (x.cp_gbs * kGB);
-    const double step_attention = attention_flops * tokens / flops_per_second / cp;
-    const double forward_ring = (cp - 1) * exposed(hop, step_attention);
-    const double backward_ring = (cp - 1) * exposed(3 * hop, 2 * step_attention) + 2 * hop;
-    cp_micro = layers * ((recompute == "full" ? 2 : 1) * forward_ring + backward_ring);
+    const double step_attention = attention_flops * tokens / x.attention_flops_per_second / cp;
+    double forward_cp = (cp - 1) * exposed(hop, step_attention);
+    double backward_cp = (cp - 1) * exposed(3 * hop, 2 * step_attention) + 2 * hop;
+    if (m.cp_comm == CpComm::kAllgather) {
+      forward_cp = ring_seconds(cp * chunk, cp, x.cp_gbs);
+      backward_cp = forward_cp + 2 * forward_cp;  // the gradients' reduce-scatter in fp32
+    }
+    cp_micro = layers * ((recompute == "full" ? 2 : 1) * forward_cp + backward_cp);
   }
   k.compute_seconds = micro_batches * micro;
   k.recompute_seconds = micro_batches * extra;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "model/context_options.hpp"
 #include "model/recompute.hpp"
 
 namespace trident {
@@ -31,11 +32,16 @@ struct PlanModel {
     double capacity_factor = 0;
   } moe;
   // Fused (flash) attention (`plan --attention fused`): the attention core runs only the causal
-  // half of its score products, at the GEMM rate, and keeps no scores in HBM (cuDNN's, which
-  // trident's GPU builds run, and FlashAttention's). Unfused (the default, Megatron-LM 2019-2021
-  // as the fitted constants saw it): every score product, and the scores' element-wise traffic
-  // (kPlanScoreBytes).
+  // half of its score products, at the device's fused attention rate (PlanCluster::
+  // attention_efficiency; the GEMM rate where it has none), and keeps no scores in HBM (cuDNN's,
+  // which trident's GPU builds run, and FlashAttention's). Unfused (the default, Megatron-LM
+  // 2019-2021 as the fitted constants saw it): every score product at the GEMM rate, and the
+  // scores' element-wise traffic (kPlanScoreBytes).
   bool fused_attention = false;
+  // How context parallelism brings keys and values to the queries (parallel.cp_comm, `plan
+  // --cp-comm`): the ring overlaps each hop with a step's attention; the all-gather (Llama 3's)
+  // gathers every chunk before the attention and its gradients' reduce-scatter after it, exposed.
+  CpComm cp_comm = CpComm::kRing;
   int kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int ffn_width() const { return ffn > 0 ? ffn : (8 * hidden / 3 + 255) / 256 * 256; }
   // The dense MLP's width (GPT-2: 4h) and one expert's.
@@ -69,6 +75,9 @@ struct DevicePreset {
   double hbm_gbs;      // HBM bandwidth, GB/s
   double nvlink_gbs;   // NVLink per GPU, both directions together, GB/s
   double network_gbs;  // network per GPU (its own NIC), one direction, GB/s
+  // Share of the bf16 peak a fused (flash) attention kernel reaches, forward and backward, as
+  // published for the device (0: no figure; the time model then runs attention as its GEMMs).
+  double fused_attention_share;
 };
 const std::vector<DevicePreset>& device_presets();
 // The preset called `name`; an InputError naming the presets when none is.
@@ -89,7 +98,8 @@ struct PlanCluster {
   double mfu = kPlanGemmEfficiency;            // share of the peak a full-width GEMM reaches
   double hbm_gbs = 2039;                       // HBM bandwidth per GPU, GB/s (A100 80 GB)
   double hbm_efficiency = kPlanHbmEfficiency;  // share of it element-wise kernels reach
-  double intra_gbs = 150;                      // per-GPU bandwidth inside a node (NVLink), GB/s
+  double attention_efficiency = 0;       // share of the peak fused attention reaches (0: as GEMMs)
+  double intra_gbs = 150;                // per-GPU bandwidth inside a node (NVLink), GB/s
   double inter_gbs = 25;                 // per-GPU bandwidth between nodes (e.g. 200 Gb/s), GB/s
   double pcie_gbs = 25;                  // GPU <-> host, for offload
   double host_adam_gbs = 10;             // host memory streamed by a CPU Adam step, GB/s

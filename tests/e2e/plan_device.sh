@@ -40,3 +40,21 @@ set -e
 [[ $status == 2 ]] && grep -q "presets: a100-40gb, a100-80gb, h100, h200, b200" "$work/bad.log" ||
   { echo "FAIL: --device h300 gave exit $status:"; cat "$work/bad.log"; exit 1; }
 echo "ok   presets applied, options win over them, an unknown device refused (exit 2)"
+# Fused attention at the preset's published rate (FlashAttention-2 on Hopper: 35% of the peak),
+# --attention-efficiency winning over it: a faster kernel, more model FLOP/s; out of (0, 1] refused.
+rate() { sed -n 's/^CONFIG_TIME .* model_tflops_per_gpu=\([0-9.]*\) .*/\1/p' "$1"; }
+"${plan[@]}" --device h200 --attention fused > "$work/fused.log"
+grep -q 'between nodes, fused attention at 35% of the peak$' "$work/fused.log" ||
+  { echo "FAIL: no fused attention rate on the device line"; cat "$work/fused.log"; exit 1; }
+"${plan[@]}" --device h200 --attention fused --attention-efficiency 0.7 > "$work/fast.log"
+grep -q 'fused attention at 70% of the peak$' "$work/fast.log" ||
+  { echo "FAIL: --attention-efficiency did not win over the preset"; cat "$work/fast.log"; exit 1; }
+awk -v a="$(rate "$work/fused.log")" -v b="$(rate "$work/fast.log")" 'BEGIN { exit !(b > a) }' ||
+  { echo "FAIL: a faster attention kernel did not raise the model TFLOP/s"; exit 1; }
+set +e
+"${plan[@]}" --device h200 --attention fused --attention-efficiency 2 > "$work/bad_share.log" 2>&1
+status=$?
+set -e
+[[ $status == 2 ]] && grep -q 'attention-efficiency = 2 must be between' "$work/bad_share.log" ||
+  { echo "FAIL: --attention-efficiency 2 gave exit $status:"; cat "$work/bad_share.log"; exit 1; }
+echo "ok   fused attention at the preset's 35%, --attention-efficiency 0.7 runs faster, 2 refused"

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "model/context_parallel.hpp"
 #include "model/params.hpp"
 #include "plan/planner.hpp"
 
@@ -667,4 +668,56 @@ TEST(PlannerContextParallel, FusedAttentionDropsTheScoresTrafficAndTheMaskedHalf
   }
   EXPECT_LT(ratio_long, ratio_short);
   EXPECT_LT(ratio_long, 0.5);
+}
+
+// Fused attention runs at the device's published rate (FlashAttention-2: 35% of an H100's peak),
+// not its GEMMs': the step's compute is the GEMMs' plus the causal products, 3 x 2 h s / t a
+// token and layer, at that rate; --attention-efficiency replaces it; unfused attention stays a
+// batched GEMM.
+TEST(PlannerContextParallel, FusedAttentionRunsAtTheDevicesPublishedRate) {
+  const int seq = 131072, tp = 8;
+  const PlanCandidate layout = llama_cp_layout(1, 1, tp, 3, "none");
+  PlanCluster published = h100_nodes(1), faster = published;
+  EXPECT_EQ(published.attention_efficiency, 0.35);
+  faster.attention_efficiency = 0.7;
+  PlanModel fused = llama_at(seq);
+  fused.fused_attention = true;
+  const PlanCandidate slow = predict_layout(fused, published, seq, layout);
+  const PlanCandidate fast = predict_layout(fused, faster, seq, layout);
+  const double peak = published.peak_tflops * 1e12;
+  const double products = 3.0 * fused.layers * seq * (2.0 * fused.hidden * seq / tp);
+  EXPECT_NEAR(slow.compute_seconds - fast.compute_seconds,
+              products * (1 / (0.35 * peak) - 1 / (0.7 * peak)), 1e-9 * slow.compute_seconds);
+  const PlanModel unfused = llama_at(seq);
+  EXPECT_EQ(predict_layout(unfused, published, seq, layout).compute_seconds,
+            predict_layout(unfused, faster, seq, layout).compute_seconds);
+}
+
+// The all-gather (Llama 3's parallel.cp_comm) gathers every rank's key/value chunk before the
+// forward and again before the backward, then reduce-scatters their fp32 gradients, nothing
+// overlapped; it holds every chunk where the ring holds two, as the memory model counts them.
+TEST(PlannerContextParallel, TheAllGatherIsExposedAndHoldsEveryChunk) {
+  const int seq = 131072, cp = 16, tp = 8;
+  const PlanCluster c = h100_nodes(16);
+  const PlanCandidate layout = llama_cp_layout(1, cp, tp, 0, "none");
+  PlanModel ring = llama_at(seq), gathered = llama_at(seq);
+  ring.fused_attention = gathered.fused_attention = true;
+  gathered.cp_comm = CpComm::kAllgather;
+  const PlanCandidate a = predict_layout(ring, c, seq, layout);
+  const PlanCandidate b = predict_layout(gathered, c, seq, layout);
+  // A rank's chunk: s / cp tokens of one key and one value head (8 kv heads over tp 8), bf16; the
+  // cp group spans 16 nodes, so the network's rate.
+  const double tokens = seq / cp, chunk = 2 * 2.0 * 128 * tokens;
+  const double gather = (cp - 1) * chunk / (kPlanNetworkEfficiency * c.inter_gbs * 1e9);
+  EXPECT_NEAR(b.cp_seconds, b.micro_batches * ring.layers * 4 * gather, 1e-9 * b.cp_seconds);
+  EXPECT_GT(b.cp_seconds, 2 * a.cp_seconds);  // the ring hides behind 8K queries' attention
+  EXPECT_EQ(b.compute_seconds, a.compute_seconds);
+  const ContextSplit split{cp, 0, seq};
+  const ContextAttentionElements ring_elements =
+      context_attention_elements(split, CpComm::kRing, 1, 32 / tp, 8 / tp, 128);
+  const ContextAttentionElements gathered_elements =
+      context_attention_elements(split, CpComm::kAllgather, 1, 32 / tp, 8 / tp, 128);
+  const double more_bytes = 2.0 * (gathered_elements.kv - ring_elements.kv) +
+                            4.0 * (gathered_elements.sums - ring_elements.sums);
+  EXPECT_NEAR((b.activations_gb - a.activations_gb) * 1e9, more_bytes, 1e-6 * more_bytes);
 }
