@@ -135,8 +135,12 @@ double layer_activation_bytes(const MemoryQuery& q, bool recomputed_whole) {
   return describe_kept_block(s, !recomputed_whole).bytes(MemCategory::kActivations);
 }
 
-MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank) {
-  const ParamTable table(q.model);
+namespace {
+
+// predict_rank_memory with the model's parameter table built once (a search over every rank of a
+// 16,384-GPU layout would otherwise build it 16,384 times).
+MemoryPrediction predict_rank_memory(const MemoryQuery& q, const ParamTable& table,
+                                     const GridCoord& rank) {
   MemoryPrediction p;
   for (int chunk = 0; chunk < q.virtual_stages; ++chunk) {
     const StageShape shape = stage_recipe(q, rank, chunk);
@@ -157,6 +161,12 @@ MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank
                  p);
   }
   return p;
+}
+
+}  // namespace
+
+MemoryPrediction predict_rank_memory(const MemoryQuery& q, const GridCoord& rank) {
+  return predict_rank_memory(q, ParamTable(q.model), rank);
 }
 
 double zero_paper_model_states(double psi, int nd, int stage, double k) {
@@ -210,9 +220,10 @@ BusiestRank predict_busiest_rank(const MemoryQuery& q) {
   // Ranks differ by pipeline stage (embedding, head), by tp slice (vocabulary padding) and by
   // ZeRO shard (unit padding falls on the last dp ranks).
   const GridShape shape = q.shape();
+  const ParamTable table(q.model);
   for (int r = 0; r < shape.size(); ++r) {  // ties go to the lowest rank
     const GridCoord rank = grid_coord(shape, r);
-    const MemoryPrediction p = predict_rank_memory(q, rank);
+    const MemoryPrediction p = predict_rank_memory(q, table, rank);
     if (p.total() > most) {
       most = p.total();
       busiest = {rank, p};
