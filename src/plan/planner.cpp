@@ -125,10 +125,9 @@ const std::vector<DevicePreset>& device_presets() {
   // NVIDIA's datasheets (A100, H100, H200; HGX B200), SXM parts; the network is the DGX systems'
   // one NIC per GPU: 200 Gb/s HDR InfiniBand on DGX A100, 400 Gb/s NDR on DGX H100/H200/B200.
   static const std::vector<DevicePreset> presets = {
-      // Fused attention: FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023; 73% is its
-      // forward, so the planner takes the lower end for forward and backward together) and 35% of
-      // an
-      // H100's (Shah et al. 2024, FlashAttention-3's abstract; the H200 has the same SMs).
+      // Fused attention: FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023; 73% is
+      // its forward, so the planner takes the low end for both passes) and 35% of an H100's
+      // (Shah et al. 2024, FlashAttention-3's abstract; the H200 has the same SMs and peak).
       {"a100-40gb", "A100 SXM4 40GB", 40, 312, 19.5, 1555, 600, 25, 0.50},
       {"a100-80gb", "A100 SXM4 80GB", 80, 312, 19.5, 2039, 600, 25, 0.50},
       {"h100", "H100 SXM5 80GB", 80, 989.4, 67, 3350, 900, 50, 0.35},
